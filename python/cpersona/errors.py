@@ -1,0 +1,23 @@
+"""Every exception class cpersona raises. The Rust core raises these same classes."""
+
+from __future__ import annotations
+
+
+class CPersonaError(Exception):
+    """Base class of cpersona's own errors."""
+
+
+class ConfigError(CPersonaError, ValueError):
+    """A setting has a value cpersona cannot use; the message names the variable."""
+
+
+class InvalidInput(CPersonaError, ValueError):
+    """A caller's argument is outside what the operation accepts."""
+
+
+class StoreCorrupt(CPersonaError):
+    """A derived vector file failed validation; it is rebuilt from SQLite, never trusted."""
+
+
+class EmbeddingUnavailable(CPersonaError):
+    """The embedding provider could not produce a vector for this call."""
