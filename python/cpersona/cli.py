@@ -1,0 +1,86 @@
+"""The `cpersona` command: `serve` (the default), `--version`, `--help`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from cpersona import __version__
+from cpersona.config import Settings
+from cpersona.errors import ConfigError
+
+log = logging.getLogger("cpersona")
+
+REGISTER_HINT = (
+    'register with an MCP client: {"mcpServers": {"cpersona": {"command": "cpersona", '
+    '"env": {"CPERSONA_DB_PATH": "%s"}}}}'
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cpersona",
+        description="Persistent memory for LLM agents, served over MCP. With no command, serves "
+        "MCP on stdio. Settings come from CPERSONA_* environment variables (see README).",
+    )
+    parser.add_argument("--version", action="version", version=f"cpersona {__version__}")
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="serve MCP (stdio unless CPERSONA_TRANSPORT says otherwise)")
+    serve.add_argument(
+        "--transport",
+        choices=("stdio", "streamable-http"),
+        help="override CPERSONA_TRANSPORT",
+    )
+    return parser
+
+
+def _configure_logging(level: str) -> None:
+    # stdout belongs to the protocol: every log line goes to stderr.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s [%(name)s] %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        print(f"cpersona: {exc}", file=sys.stderr)
+        return 2
+    _configure_logging(settings.log_level)
+    command = args.command or "serve"
+    if command == "serve":
+        transport = getattr(args, "transport", None) or settings.transport
+        return _serve(settings, transport)
+    return 2
+
+
+def _serve(settings: Settings, transport: str) -> int:
+    from cpersona.server.stdio import serve_stdio
+
+    if transport != "stdio":
+        print(
+            f"cpersona: CPERSONA_TRANSPORT={transport} is not available in this build; "
+            "use stdio",
+            file=sys.stderr,
+        )
+        return 2
+    return serve_stdio(settings)
+
+
+def banner(settings: Settings, embedder_name: str) -> str:
+    db = settings.db_path if settings.db_path == ":memory:" else os.path.abspath(settings.db_path)
+    return "\n".join(
+        [
+            f"cpersona {__version__}: MCP memory server on stdio (pid {os.getpid()})",
+            f"  database: {db}",
+            f"  embedder: {embedder_name} (loads on first use)",
+            "  " + REGISTER_HINT % db,
+        ]
+    )

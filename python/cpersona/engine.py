@@ -1,0 +1,53 @@
+"""Engine: the one object a tool talks to. It owns the database, the embedder and the services."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from cpersona.config import Settings
+from cpersona.memory.writes import Writer
+from cpersona.storage import Database, open_database
+
+if TYPE_CHECKING:
+    from cpersona.embedding.base import EmbeddingProvider
+
+log = logging.getLogger("cpersona")
+
+
+class Engine:
+    """Opened once per server process (or per test) and closed at shutdown."""
+
+    def __init__(
+        self, settings: Settings, *, embedder: EmbeddingProvider | None = None
+    ) -> None:
+        self.settings = settings
+        if embedder is None:
+            from cpersona.embedding import make_provider
+
+            embedder = make_provider(settings)
+        self.embedder = embedder
+        tracer = _sql_tracer if settings.sql_trace else None
+        self.db: Database = open_database(
+            settings.db_path, fts_enabled=settings.fts_enabled, tracer=tracer
+        )
+        self.writer = Writer(self.db, settings, self.embedder, after_write=self._after_write)
+        self._closed = threading.Event()
+
+    def _after_write(self) -> None:
+        # The vector index catches up here once it exists (issue 3); nothing to do yet.
+        return None
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            self.embedder.close()
+        finally:
+            self.db.close()
+
+
+def _sql_tracer(sql: str, params: object) -> None:
+    log.debug("sql: %s", sql)

@@ -1,0 +1,1 @@
+"""The write-side rules: store pipeline, dedup, edits, locks, episodes, profiles, listings."""

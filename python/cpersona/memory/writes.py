@@ -1,0 +1,355 @@
+"""The write tools' rules: store (surface.md §5), update, delete, lock, episodes, profiles.
+
+Each function returns the tool's documented response object. Embedding always happens before
+the write transaction (a slow model never holds SQLite's write lock); the dedup probes run
+once before embedding (so a duplicate costs no embedding) and again inside the transaction,
+which makes probe-and-insert atomic across threads and processes (BEGIN IMMEDIATE).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from cpersona.config import Settings
+from cpersona.embedding.base import EmbeddingProvider
+from cpersona.errors import EmbeddingUnavailable
+from cpersona.memory.text import (
+    normalize_source,
+    parse_utc,
+    py_json,
+    sanitize,
+    utc_now_iso,
+)
+from cpersona.models import NewEpisode, NewMemory
+from cpersona.storage import Database
+from cpersona.storage import episodes as episode_sql
+from cpersona.storage import memories as memory_sql
+from cpersona.storage import profiles as profile_sql
+
+log = logging.getLogger("cpersona.memory")
+
+AfterWrite = Callable[[], None]
+
+
+class Writer:
+    """Write-side operations over one database and one embedding provider."""
+
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        embedder: EmbeddingProvider,
+        after_write: AfterWrite | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.embedder = embedder
+        self._after_write = after_write
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _embed(self, text: str) -> bytes | None:
+        """The float32 BLOB of `text`, or None when no vector can be had (never fails a write)."""
+        if not self.embedder.available:
+            return None
+        try:
+            vec = self.embedder.embed([text], kind="passage")
+        except EmbeddingUnavailable as exc:
+            log.warning("embedding failed; the row is stored without a vector: %s", exc)
+            return None
+        row = np.asarray(vec, dtype=np.float32).reshape(-1)
+        if row.size == 0 or not np.all(np.isfinite(row)):
+            return None
+        return row.astype("<f4").tobytes()
+
+    def _written(self) -> None:
+        if self._after_write is not None:
+            try:
+                self._after_write()
+            except Exception:  # the row is committed; the index catches up on the next read
+                log.exception("post-write index update failed")
+
+    # -- store -------------------------------------------------------------------------------
+
+    def store(
+        self, agent_id: str, message: dict[str, Any], channel: str, project_id: str
+    ) -> dict[str, Any]:
+        """The store pipeline, steps 3-14 of surface.md §5.1."""
+        s = self.settings
+        msg_id = _str(message.get("id"))
+        raw = _str(message.get("content"))
+        source = normalize_source(message.get("source"))
+        timestamp = message.get("timestamp")
+        if not isinstance(timestamp, str) or not timestamp:
+            timestamp = utc_now_iso()
+        metadata = message.get("metadata")
+        if not isinstance(metadata, dict):
+            metadata = {}
+        source_text, metadata_text = py_json(source), py_json(metadata)
+        if not raw:
+            return _rejected("empty content")
+        if len(source_text) > s.max_metadata_length:
+            return _rejected(
+                f"source too large ({len(source_text)} chars, max {s.max_metadata_length})"
+            )
+        if len(metadata_text) > s.max_metadata_length:
+            return _rejected(
+                f"metadata too large ({len(metadata_text)} chars, max {s.max_metadata_length})"
+            )
+        content, truncated = sanitize(raw, s.max_content_length)
+        if not content:
+            return _rejected("empty after sanitization")
+        ahead = self._future_check(timestamp)
+        if ahead is not None and s.future_timestamp_mode == "reject":
+            return _rejected(
+                f"timestamp '{timestamp}' is {ahead:.3f}s ahead of this clock "
+                f"(allowance {s.future_timestamp_skew_seconds}s)"
+            )
+        dup = self._probe(self.db.reader(), agent_id, project_id, channel, msg_id, content)
+        if dup is not None:
+            return dup
+        embedding = self._embed(content)
+        new = NewMemory(
+            agent_id=agent_id,
+            project_id=project_id,
+            msg_id=msg_id,
+            content=content,
+            source=source_text,
+            timestamp=timestamp,
+            metadata=metadata_text,
+            channel=channel,
+            embedding=embedding,
+        )
+        with self.db.atomic() as conn:
+            dup = self._probe(conn, agent_id, project_id, channel, msg_id, content)
+            if dup is not None:
+                return dup
+            new_id = memory_sql.insert(conn, new)
+        if new_id is None:
+            return {"ok": True, "result": "skipped", "reason": "duplicate (unique index)"}
+        self._written()
+        out: dict[str, Any] = {
+            "ok": True,
+            "result": "stored",
+            "id": new_id,
+            "embedded": embedding is not None,
+        }
+        if truncated:
+            out["truncated"] = True
+        if ahead is not None and s.future_timestamp_mode == "warn":
+            log.warning("store: timestamp %r is %.3fs ahead of this clock", timestamp, ahead)
+            out["timestamp_ahead_of_clock"] = {
+                "timestamp": timestamp,
+                "ahead_by_seconds": round(ahead, 3),
+                "allowance_seconds": s.future_timestamp_skew_seconds,
+            }
+        return out
+
+    @staticmethod
+    def _probe(
+        conn: sqlite3.Connection,
+        agent_id: str,
+        project_id: str,
+        channel: str,
+        msg_id: str,
+        content: str,
+    ) -> dict[str, Any] | None:
+        if msg_id:
+            found = memory_sql.find_msg_id_duplicate(conn, agent_id, project_id, msg_id)
+            if found is not None:
+                return {"ok": True, "result": "skipped", "reason": "duplicate msg_id", "id": found}
+        found = memory_sql.find_content_duplicate(conn, agent_id, project_id, channel, content)
+        if found is not None:
+            return {"ok": True, "result": "skipped", "reason": "duplicate content", "id": found}
+        return None
+
+    def _future_check(self, timestamp: str) -> float | None:
+        """Seconds the stamp lies ahead beyond the allowance, or None (mode off / not ahead)."""
+        if self.settings.future_timestamp_mode == "off":
+            return None
+        instant = parse_utc(timestamp)
+        if instant is None:
+            return None
+        ahead = (instant - datetime.now(UTC)).total_seconds()
+        return ahead if ahead > self.settings.future_timestamp_skew_seconds else None
+
+    # -- update / delete / lock ---------------------------------------------------------------
+
+    def update_memory(self, memory_id: int, content: str, agent_id: str) -> dict[str, Any]:
+        if not content.strip():
+            return _fail("Content cannot be empty")
+        current = memory_sql.get(self.db.reader(), memory_id)
+        refused = _ownership_error(memory_id, current, agent_id, "edited")
+        if refused is not None:
+            return refused
+        text, truncated = sanitize(content, self.settings.max_content_length)
+        if not text:
+            return _fail("Content cannot be empty after sanitization")
+        embedding = self._embed(text)
+        try:
+            with self.db.atomic() as conn:
+                changed = memory_sql.update_content(conn, memory_id, text, embedding)
+        except sqlite3.IntegrityError:
+            return _fail(
+                f"Memory {memory_id} cannot take this content: another memory in the same "
+                "agent, project and channel already has exactly this text"
+            )
+        if changed == 0:
+            return _fail(f"Memory {memory_id} is locked and cannot be edited")
+        self._written()
+        out: dict[str, Any] = {"ok": True, "updated_id": memory_id}
+        if truncated:
+            out["truncated"] = True
+        return out
+
+    def delete_memory(self, memory_id: int, agent_id: str) -> dict[str, Any]:
+        if not agent_id:
+            log.warning("delete_memory %s called without agent_id (unscoped)", memory_id)
+        current = memory_sql.get(self.db.reader(), memory_id)
+        refused = _ownership_error(memory_id, current, agent_id, "deleted")
+        if refused is not None:
+            return refused
+        with self.db.atomic() as conn:
+            deleted = memory_sql.delete(conn, memory_id, agent_id or None)
+        if deleted == 0:
+            return _fail(_ambiguous(memory_id))
+        self._written()
+        return {"ok": True, "deleted_id": memory_id}
+
+    def set_lock(self, memory_id: int, agent_id: str, locked: bool) -> dict[str, Any]:
+        key = "locked_id" if locked else "unlocked_id"
+        with self.db.atomic() as conn:
+            current = memory_sql.get(conn, memory_id)
+            if current is None or (agent_id and current.agent_id != agent_id):
+                msg = _ambiguous(memory_id) if agent_id else f"Memory {memory_id} not found"
+                return _fail(msg)
+            memory_sql.set_locked(conn, memory_id, locked)
+        return {"ok": True, key: memory_id}
+
+    # -- episodes ----------------------------------------------------------------------------
+
+    def archive_episode(
+        self,
+        agent_id: str,
+        summary: str,
+        history: list[Any],
+        keywords: str,
+        resolved: bool,
+        project_id: str,
+        channel: str,
+    ) -> dict[str, Any]:
+        if summary == "":
+            return {
+                "ok": False,
+                "episode_id": None,
+                "error": "summary is required: server-side episode summarisation was removed; "
+                "pre-compute summary (and keywords) before calling archive_episode",
+            }
+        cap = self.settings.max_content_length
+        text, cut_summary = sanitize(summary, cap)
+        if not text:
+            return {
+                "ok": False,
+                "episode_id": None,
+                "error": "summary is required to archive an episode",
+            }
+        words, cut_keywords = sanitize(keywords, cap)
+        start, end = _history_span(history)
+        embedding = self._embed(text)
+        new = NewEpisode(
+            agent_id=agent_id,
+            project_id=project_id,
+            summary=text,
+            keywords=words,
+            start_time=start,
+            end_time=end,
+            resolved=resolved,
+            channel=channel,
+            embedding=embedding,
+        )
+        with self.db.atomic() as conn:
+            episode_id = episode_sql.insert(conn, new)
+        self._written()
+        out: dict[str, Any] = {"ok": True, "episode_id": episode_id}
+        if cut_summary or cut_keywords:
+            out["truncated"] = True
+        return out
+
+    def delete_episode(self, episode_id: int, agent_id: str) -> dict[str, Any]:
+        with self.db.atomic() as conn:
+            deleted = episode_sql.delete(conn, episode_id, agent_id or None)
+        if deleted == 0:
+            return _fail(f"Episode {episode_id} not found or not owned by agent")
+        self._written()
+        return {"ok": True, "deleted_id": episode_id}
+
+    # -- profiles ----------------------------------------------------------------------------
+
+    def update_profile(self, agent_id: str, profile: str) -> dict[str, Any]:
+        # 2.5.x answers these refusals with `reason` only; cpersona adds `error` (§19.4).
+        if not profile:
+            return {"ok": False, "profiles_updated": 0, "reason": "empty profile",
+                    "error": "empty profile"}
+        text, truncated = sanitize(profile, self.settings.max_profile_length)
+        if not text:
+            return {"ok": False, "profiles_updated": 0, "reason": "empty after sanitization",
+                    "error": "empty after sanitization"}
+        with self.db.atomic() as conn:
+            profile_sql.upsert(conn, agent_id, text)
+        out: dict[str, Any] = {"ok": True, "profiles_updated": 1}
+        if truncated:
+            out["truncated"] = True
+        return out
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _rejected(reason: str) -> dict[str, Any]:
+    return {"ok": False, "result": "rejected", "reason": reason}
+
+
+def _fail(error: str) -> dict[str, Any]:
+    return {"ok": False, "error": error}
+
+
+def _ambiguous(memory_id: int) -> str:
+    return f"Memory {memory_id} not found, not owned by agent, or locked"
+
+
+def _ownership_error(
+    memory_id: int, current: Any, agent_id: str, verb: str
+) -> dict[str, Any] | None:
+    """The refusal for a missing / foreign / locked row, in the scoped or unscoped wording."""
+    if agent_id:
+        if current is None or current.agent_id != agent_id or current.locked:
+            return _fail(_ambiguous(memory_id))
+        return None
+    if current is None:
+        return _fail(f"Memory {memory_id} not found")
+    if current.locked:
+        return _fail(f"Memory {memory_id} is locked and cannot be {verb}")
+    return None
+
+
+def _history_span(history: list[Any]) -> tuple[str | None, str | None]:
+    """Earliest and latest history stamps by instant, kept verbatim (surface.md §3.5)."""
+    stamps = [
+        item["timestamp"]
+        for item in history
+        if isinstance(item, dict) and isinstance(item.get("timestamp"), str) and item["timestamp"]
+    ]
+    if not stamps:
+        return None, None
+    parsed = [(parse_utc(s), s) for s in stamps]
+    dated = [(t, s) for t, s in parsed if t is not None]
+    if dated:
+        return min(dated, key=lambda p: p[0])[1], max(dated, key=lambda p: p[0])[1]
+    return min(stamps), max(stamps)

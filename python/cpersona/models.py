@@ -1,0 +1,86 @@
+"""Frozen value objects that cross module lines (storage -> memory -> server)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One row of `memories` (the embedding is not carried; it stays in storage/vectors)."""
+
+    id: int
+    agent_id: str
+    project_id: str
+    msg_id: str
+    content: str
+    source: str  # JSON text
+    timestamp: str
+    metadata: str  # JSON text
+    channel: str
+    recall_count: int
+    last_recalled_at: str | None
+    locked: bool
+    created_at: str
+    embedded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Episode:
+    """One row of `episodes`."""
+
+    id: int
+    agent_id: str
+    project_id: str
+    summary: str
+    keywords: str
+    start_time: str | None
+    end_time: str | None
+    resolved: bool
+    channel: str
+    created_at: str
+    embedded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NewMemory:
+    """A memory about to be written: everything but the server-assigned columns."""
+
+    agent_id: str
+    project_id: str
+    msg_id: str
+    content: str
+    source: str
+    timestamp: str
+    metadata: str
+    channel: str
+    embedding: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewEpisode:
+    """An episode about to be written."""
+
+    agent_id: str
+    project_id: str
+    summary: str
+    keywords: str
+    start_time: str | None
+    end_time: str | None
+    resolved: bool
+    channel: str
+    embedding: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectFilter:
+    """The project axis of a read (surface.md §6.1): None = any, '' = global, X = X or global."""
+
+    value: str | None
+
+    def sql(self, column: str = "project_id") -> tuple[str, tuple[str, ...]]:
+        if self.value is None:
+            return "1", ()
+        if self.value == "":
+            return f"{column} = ''", ()
+        return f"{column} IN (?, '')", (self.value,)

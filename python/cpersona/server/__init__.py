@@ -1,0 +1,1 @@
+"""The MCP surface on the official `mcp` SDK's low-level server."""

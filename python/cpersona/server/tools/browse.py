@@ -1,0 +1,98 @@
+"""Browsing and profiles: list_memories, list_episodes, get_profile, update_profile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpersona.config import Settings
+from cpersona.memory import listing
+from cpersona.models import ProjectFilter
+from cpersona.server.registry import Annotations, ToolSpec
+from cpersona.server.tools.memory import SESSION_KEY, STR
+
+
+def _project(a: dict[str, Any]) -> ProjectFilter:
+    return ProjectFilter(a["project_id"])
+
+
+def _list_memories(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    out = listing.list_memories(engine.db, engine.settings, a["agent_id"], _project(a), a["limit"])
+    if a["project_id"] == "@auto":
+        out["resolved_project_id"] = "@auto"
+    return out
+
+
+def _list_episodes(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    out = listing.list_episodes(engine.db, engine.settings, a["agent_id"], _project(a), a["limit"])
+    if a["project_id"] == "@auto":
+        out["resolved_project_id"] = "@auto"
+    return out
+
+
+def _get_profile(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    return listing.get_profile(engine.db, a["agent_id"])
+
+
+def _update_profile(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    return engine.writer.update_profile(a["agent_id"], a["profile"])
+
+
+def tools(settings: Settings) -> list[ToolSpec]:
+    preview = settings.recall_preview_chars
+    return [
+        ToolSpec(
+            name="get_profile",
+            description=(
+                "Read the agent's single profile text (`{profile}`; '' when none). A successful "
+                "read carries no `ok` key."
+            ),
+            properties={"agent_id": STR},
+            required=("agent_id",),
+            handler=_get_profile,
+            annotations=Annotations(read_only=True),
+        ),
+        ToolSpec(
+            name="update_profile",
+            description=(
+                "Replace (never append to) the agent's one profile with text you computed. "
+                f"Cut to {settings.max_profile_length} characters (`truncated: true`). The "
+                "profile is injected into recall as an unscored row only when the recall's "
+                "scope holds at least 50 rows."
+            ),
+            properties={"agent_id": STR, "profile": STR, "session_key": SESSION_KEY},
+            required=("agent_id", "profile"),
+            handler=_update_profile,
+            annotations=Annotations(read_only=False, destructive=False),
+        ),
+        ToolSpec(
+            name="list_memories",
+            description=(
+                "List memories newest first, without scoring. `agent_id` '' lists all agents. "
+                f"`limit` default 100, at most {listing.MEMORY_LIST_MAX}. `project_id`: omitted "
+                "= all projects, '' = global pool only, X = X plus the global pool. After "
+                f"{listing.MEMORY_LIST_BUDGET} content characters, longer rows are cut to "
+                f"{preview} characters with `content_truncated`, `content_len` and a `ref` to "
+                "expand with get_contents. A successful read carries no `ok` key."
+            ),
+            properties={"agent_id": STR, "limit": {"type": "integer"}, "project_id": STR},
+            required=(),
+            handler=_list_memories,
+            annotations=Annotations(read_only=True),
+            defaults={"limit": 100, "project_id": None},
+        ),
+        ToolSpec(
+            name="list_episodes",
+            description=(
+                "List episodes newest first. `agent_id` '' lists all agents. `limit` default "
+                f"50, at most {listing.EPISODE_LIST_MAX}. `project_id` as in list_memories. "
+                f"After {listing.EPISODE_LIST_BUDGET} characters of summary and keywords, longer "
+                f"fields are cut to {preview} characters with a `ref`. A successful read carries "
+                "no `ok` key."
+            ),
+            properties={"agent_id": STR, "limit": {"type": "integer"}, "project_id": STR},
+            required=(),
+            handler=_list_episodes,
+            annotations=Annotations(read_only=True),
+            defaults={"limit": 50, "project_id": None},
+        ),
+    ]

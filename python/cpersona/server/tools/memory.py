@@ -1,0 +1,190 @@
+"""Everyday memory writes: store, update_memory, archive_episode, locks and deletes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpersona.config import Settings
+from cpersona.server.registry import Annotations, ToolSpec
+
+STR = {"type": "string"}
+SESSION_KEY = {
+    "type": "string",
+    "description": "Selects which persistence pause applies; never stored, never filters data.",
+}
+
+
+def _project_echo(args: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    # With no operating context, "@auto" is kept as a literal project id and echoed.
+    if args.get("project_id") == "@auto":
+        out["resolved_project_id"] = "@auto"
+    return out
+
+
+def _store(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    out = engine.writer.store(a["agent_id"], a["message"], a["channel"], a["project_id"])
+    return _project_echo(a, out)
+
+
+def _update_memory(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    return engine.writer.update_memory(a["memory_id"], a["content"], a["agent_id"])
+
+
+def _delete_memory(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    return engine.writer.delete_memory(a["memory_id"], a["agent_id"])
+
+
+def _lock(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    return engine.writer.set_lock(a["memory_id"], a["agent_id"], True)
+
+
+def _unlock(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    return engine.writer.set_lock(a["memory_id"], a["agent_id"], False)
+
+
+def _archive_episode(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    out = engine.writer.archive_episode(
+        a["agent_id"],
+        a["summary"],
+        a["history"],
+        a["keywords"],
+        a["resolved"],
+        a["project_id"],
+        a["channel"],
+    )
+    return _project_echo(a, out)
+
+
+def _delete_episode(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    return engine.writer.delete_episode(a["episode_id"], a["agent_id"])
+
+
+def _store_failure(error: str) -> dict[str, Any]:
+    return {"ok": False, "result": "rejected", "reason": error}
+
+
+def tools(settings: Settings) -> list[ToolSpec]:
+    cap = settings.max_content_length
+    meta_cap = settings.max_metadata_length
+    return [
+        ToolSpec(
+            name="store",
+            description=(
+                "Remember one message for an agent. Answers `result`: `stored` (a new row; `id`, "
+                "`embedded`), `skipped` (a duplicate: the existing row's `id` is echoed; or "
+                "persistence is paused: `persisted: false`) or `rejected` (with `reason`). "
+                "Never updates an existing row: there is no upsert. A `message.id` already "
+                "stored for this agent and project is skipped whatever the channel; identical "
+                "content is skipped within agent, project and channel. Re-sending unchanged "
+                "content is a safe no-op; to change a memory use update_memory. Content is "
+                f"trimmed and cut to {cap} characters (`truncated: true`); `source` and "
+                f"`metadata` over {meta_cap} serialised characters are rejected. `project_id` "
+                "'' is the global pool; `channel` '' is channel-global. Timestamps: ISO-8601, "
+                "offset-less means UTC; default is now."
+            ),
+            properties={
+                "agent_id": {"type": "string", "description": "Owner of the memory."},
+                "message": {
+                    "type": "object",
+                    "description": "The message: {id?, content, source?, timestamp?, metadata?}.",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "content": {"type": "string"},
+                        "source": {"type": ["object", "string", "null"]},
+                        "timestamp": {"type": "string"},
+                        "metadata": {"type": "object"},
+                    },
+                },
+                "channel": STR,
+                "project_id": STR,
+                "session_key": SESSION_KEY,
+            },
+            required=("agent_id", "message"),
+            handler=_store,
+            annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+            failure=_store_failure,
+        ),
+        ToolSpec(
+            name="archive_episode",
+            description=(
+                "Store a session summary you computed (an episode); the server never "
+                "summarises. Every call appends a new episode (not idempotent). Only each "
+                "history item's `timestamp` is read, to set the episode's start and end. "
+                f"Summary and keywords are trimmed and cut to {cap} characters. Archiving moves "
+                "the episode boundary that recall uses to age older memories."
+            ),
+            properties={
+                "agent_id": STR,
+                "summary": STR,
+                "history": {"type": "array", "items": {"type": "object"}},
+                "keywords": {"type": "string", "description": "Space-separated keywords."},
+                "resolved": {"type": "boolean", "description": "Whether the topic concluded."},
+                "project_id": STR,
+                "channel": STR,
+                "session_key": SESSION_KEY,
+            },
+            required=("agent_id", "summary"),
+            handler=_archive_episode,
+            annotations=Annotations(read_only=False, destructive=False, idempotent=False),
+        ),
+        ToolSpec(
+            name="update_memory",
+            description=(
+                "Replace a memory's content (the only way to change stored text); it is "
+                "re-embedded. Locked memories refuse. With `agent_id`, only that agent's row "
+                f"can change. Content is trimmed and cut to {cap} characters."
+            ),
+            properties={
+                "memory_id": {"type": "integer"},
+                "content": STR,
+                "agent_id": STR,
+                "session_key": SESSION_KEY,
+            },
+            required=("memory_id", "content"),
+            handler=_update_memory,
+            annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+        ),
+        ToolSpec(
+            name="lock_memory",
+            description=(
+                "Protect a memory from update_memory, delete_memory and maintenance repairs. "
+                "A lock never changes ranking, and does not survive delete_agent_data or a "
+                "merge move."
+            ),
+            properties={"memory_id": {"type": "integer"}, "agent_id": STR,
+                        "session_key": SESSION_KEY},
+            required=("memory_id",),
+            handler=_lock,
+            annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+        ),
+        ToolSpec(
+            name="unlock_memory",
+            description="Remove the protection lock_memory set; unlocking an unlocked row succeeds.",
+            properties={"memory_id": {"type": "integer"}, "agent_id": STR,
+                        "session_key": SESSION_KEY},
+            required=("memory_id",),
+            handler=_unlock,
+            annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+        ),
+        ToolSpec(
+            name="delete_memory",
+            description=(
+                "Delete one memory. A locked memory refuses. With `agent_id`, only that agent's "
+                "row can be deleted; without it the call is unscoped (logged)."
+            ),
+            properties={"memory_id": {"type": "integer"}, "agent_id": STR,
+                        "session_key": SESSION_KEY},
+            required=("memory_id",),
+            handler=_delete_memory,
+            annotations=Annotations(read_only=False, destructive=True, idempotent=True),
+        ),
+        ToolSpec(
+            name="delete_episode",
+            description="Delete one episode (episodes have no lock).",
+            properties={"episode_id": {"type": "integer"}, "agent_id": STR,
+                        "session_key": SESSION_KEY},
+            required=("episode_id",),
+            handler=_delete_episode,
+            annotations=Annotations(read_only=False, destructive=True, idempotent=True),
+        ),
+    ]

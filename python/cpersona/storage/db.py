@@ -1,0 +1,154 @@
+"""Connection setup: pragmas, one serialised writer, per-thread readers, `atomic()`.
+
+SQLite in WAL mode. Writes go through one connection per process behind a lock and always
+start with `BEGIN IMMEDIATE`, so two processes on one file queue on SQLite's write lock
+(`busy_timeout`) instead of failing a deferred transaction's upgrade. Readers use their own
+connection per thread, so a read sees committed WAL snapshots only. MCP runs sync handlers in
+worker threads; no connection is shared across threads unguarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("cpersona.storage")
+
+#: Milliseconds a connection waits for another process's write lock before failing.
+BUSY_TIMEOUT_MS = 10_000
+
+Tracer = Callable[[str, Any], None]
+
+
+class Database:
+    """One SQLite database file: a guarded writer connection and per-thread readers."""
+
+    def __init__(self, path: str, *, tracer: Tracer | None = None) -> None:
+        self.path = path
+        self.is_memory = path == ":memory:"
+        # A private shared-cache name lets several connections see one in-memory database.
+        self._uri = (
+            f"file:cpersona-{uuid.uuid4().hex}?mode=memory&cache=shared"
+            if self.is_memory
+            else None
+        )
+        self._tracer = tracer
+        self._write_lock = threading.RLock()
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._closed = False
+        if not self.is_memory:
+            _prepare_file(Path(path))
+        self._writer = self._connect()
+        if not self.is_memory:
+            mode = self._writer.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("journal_mode is %s, not WAL (filesystem without shared memory?)", mode)
+        # FULL: a commit survives power loss too, not only a killed process (an acknowledged
+        # store must never be lost). CPersona 2.5.x uses NORMAL; see docs/compatibility.md.
+        self._writer.execute("PRAGMA synchronous=FULL")
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._uri is not None:
+            conn = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False)
+        else:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        if self._tracer is not None:
+            tracer = self._tracer
+            conn.set_trace_callback(lambda sql: tracer(sql, None))
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def reader(self) -> sqlite3.Connection:
+        """This thread's read connection (autocommit: each statement sees the newest commit)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    def query(self, sql: str, params: Any = ()) -> list[sqlite3.Row]:
+        return self.reader().execute(sql, params).fetchall()
+
+    def query_one(self, sql: str, params: Any = ()) -> sqlite3.Row | None:
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
+
+    # -- writes ------------------------------------------------------------------------------
+
+    @contextmanager
+    def atomic(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction: BEGIN IMMEDIATE outside, a named SAVEPOINT when nested.
+
+        Commits on success, rolls back on any exception (which propagates).
+        """
+        with self._write_lock:
+            conn = self._writer
+            depth = getattr(self._local, "depth", 0)
+            if depth == 0:
+                conn.execute("BEGIN IMMEDIATE")
+            else:
+                conn.execute(f"SAVEPOINT sp{depth}")
+            self._local.depth = depth + 1
+            try:
+                yield conn
+            except BaseException:
+                self._local.depth = depth
+                if depth == 0:
+                    conn.execute("ROLLBACK")
+                else:
+                    conn.execute(f"ROLLBACK TO sp{depth}")
+                    conn.execute(f"RELEASE sp{depth}")
+                raise
+            self._local.depth = depth
+            if depth == 0:
+                conn.execute("COMMIT")
+            else:
+                conn.execute(f"RELEASE sp{depth}")
+
+    def write_connection(self) -> sqlite3.Connection:
+        """The writer, for statements that must run outside a transaction (VACUUM, pragmas)."""
+        return self._writer
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:  # pragma: no cover - closing is best effort
+                pass
+
+
+def _prepare_file(path: Path) -> None:
+    """Create the parent directory (0700) and warn when the file is readable by others."""
+    parent = path.parent
+    if not parent.exists():
+        parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    if not path.exists():
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+        os.close(fd)
+    elif path.stat().st_mode & 0o077:
+        log.warning("database %s is readable by group or others; consider chmod 600", path)
+
+
+def quote_identifier(name: str) -> str:
+    """Quote an SQL identifier (table or column name) that must be interpolated."""
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,87 @@
+"""SQL for the `episodes` table."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from cpersona.models import Episode, NewEpisode, ProjectFilter
+from cpersona.storage.db import Database
+
+_COLUMNS = (
+    "id, agent_id, project_id, summary, keywords, start_time, end_time, resolved, channel, "
+    "created_at, embedding IS NOT NULL AS embedded"
+)
+
+
+def _episode(row: sqlite3.Row) -> Episode:
+    return Episode(
+        id=row["id"],
+        agent_id=row["agent_id"],
+        project_id=row["project_id"],
+        summary=row["summary"],
+        keywords=row["keywords"],
+        start_time=row["start_time"],
+        end_time=row["end_time"],
+        resolved=bool(row["resolved"]),
+        channel=row["channel"],
+        created_at=row["created_at"],
+        embedded=bool(row["embedded"]),
+    )
+
+
+def insert(conn: sqlite3.Connection, new: NewEpisode) -> int:
+    cur = conn.execute(
+        """INSERT INTO episodes (agent_id, project_id, summary, keywords, embedding,
+                                 start_time, end_time, resolved, channel)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (
+            new.agent_id,
+            new.project_id,
+            new.summary,
+            new.keywords,
+            new.embedding,
+            new.start_time,
+            new.end_time,
+            1 if new.resolved else 0,
+            new.channel,
+        ),
+    )
+    assert cur.lastrowid is not None
+    return int(cur.lastrowid)
+
+
+def get(conn: sqlite3.Connection, episode_id: int) -> Episode | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM episodes WHERE id = ?", (episode_id,)).fetchone()
+    return None if row is None else _episode(row)
+
+
+def delete(conn: sqlite3.Connection, episode_id: int, agent_id: str | None) -> int:
+    if agent_id is None:
+        cur = conn.execute("DELETE FROM episodes WHERE id = ?", (episode_id,))
+    else:
+        cur = conn.execute(
+            "DELETE FROM episodes WHERE id = ? AND agent_id = ?", (episode_id, agent_id)
+        )
+    return cur.rowcount
+
+
+def list_newest(
+    db: Database, agent_id: str | None, project: ProjectFilter, limit: int
+) -> list[Episode]:
+    where, params = project.sql()
+    sql = f"SELECT {_COLUMNS} FROM episodes WHERE {where}"
+    args: list[object] = list(params)
+    if agent_id is not None:
+        sql += " AND agent_id = ?"
+        args.append(agent_id)
+    sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+    args.append(limit)
+    return [_episode(row) for row in db.query(sql, args)]
+
+
+def count(db: Database, agent_id: str | None = None) -> int:
+    if agent_id is None:
+        row = db.query_one("SELECT COUNT(*) FROM episodes")
+    else:
+        row = db.query_one("SELECT COUNT(*) FROM episodes WHERE agent_id = ?", (agent_id,))
+    return int(row[0]) if row else 0

@@ -1,0 +1,177 @@
+"""SQL for the `memories` table. Returns `models.Memory`, never rows."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from cpersona.models import Memory, NewMemory, ProjectFilter
+from cpersona.storage.db import Database
+
+_COLUMNS = (
+    "id, agent_id, project_id, msg_id, content, source, timestamp, metadata, channel, "
+    "recall_count, last_recalled_at, locked, created_at, embedding IS NOT NULL AS embedded"
+)
+
+
+def _memory(row: sqlite3.Row) -> Memory:
+    return Memory(
+        id=row["id"],
+        agent_id=row["agent_id"],
+        project_id=row["project_id"],
+        msg_id=row["msg_id"],
+        content=row["content"],
+        source=row["source"],
+        timestamp=row["timestamp"],
+        metadata=row["metadata"],
+        channel=row["channel"],
+        recall_count=row["recall_count"],
+        last_recalled_at=row["last_recalled_at"],
+        locked=bool(row["locked"]),
+        created_at=row["created_at"],
+        embedded=bool(row["embedded"]),
+    )
+
+
+def _probe_project(project_id: str) -> tuple[str, tuple[str, ...]]:
+    # A bucket write is blocked by a global copy; a global write probes the global pool only.
+    if project_id:
+        return "project_id IN (?, '')", (project_id,)
+    return "project_id = ''", ()
+
+
+def find_msg_id_duplicate(
+    conn: sqlite3.Connection, agent_id: str, project_id: str, msg_id: str
+) -> int | None:
+    """Id of a row with this msg_id in the probe scope (channel ignored), or None."""
+    where, params = _probe_project(project_id)
+    row = conn.execute(
+        f"SELECT id FROM memories WHERE agent_id = ? AND {where} AND msg_id = ? "
+        "ORDER BY id LIMIT 1",
+        (agent_id, *params, msg_id),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def find_content_duplicate(
+    conn: sqlite3.Connection, agent_id: str, project_id: str, channel: str, content: str
+) -> int | None:
+    """Id of a row with this exact content in the probe scope, or None."""
+    where, params = _probe_project(project_id)
+    if channel:
+        chan, cparams = "channel IN (?, '')", (channel,)
+    else:
+        chan, cparams = "channel = ''", ()
+    row = conn.execute(
+        f"SELECT id FROM memories WHERE agent_id = ? AND {where} AND {chan} AND content = ? "
+        "ORDER BY id LIMIT 1",
+        (agent_id, *params, *cparams, content),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def insert(conn: sqlite3.Connection, new: NewMemory) -> int | None:
+    """INSERT OR IGNORE; the new row id, or None when a UNIQUE index absorbed it."""
+    cur = conn.execute(
+        """INSERT OR IGNORE INTO memories
+           (agent_id, project_id, msg_id, content, source, timestamp, metadata, embedding, channel)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (
+            new.agent_id,
+            new.project_id,
+            new.msg_id,
+            new.content,
+            new.source,
+            new.timestamp,
+            new.metadata,
+            new.embedding,
+            new.channel,
+        ),
+    )
+    return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid is not None else None
+
+
+def get(conn: sqlite3.Connection, memory_id: int) -> Memory | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)).fetchone()
+    return None if row is None else _memory(row)
+
+
+def get_many(db: Database, ids: Sequence[int], agent_id: str | None = None) -> dict[int, Memory]:
+    """Rows by id (batches of 500), optionally only those of one agent."""
+    found: dict[int, Memory] = {}
+    for start in range(0, len(ids), 500):
+        batch = list(ids[start : start + 500])
+        marks = ",".join("?" * len(batch))
+        sql = f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})"
+        params: list[object] = list(batch)
+        if agent_id is not None:
+            sql += " AND agent_id = ?"
+            params.append(agent_id)
+        for row in db.query(sql, params):
+            found[row["id"]] = _memory(row)
+    return found
+
+
+def update_content(
+    conn: sqlite3.Connection, memory_id: int, content: str, embedding: bytes | None
+) -> int:
+    """Replace content and embedding of an unlocked row; the number of rows changed."""
+    cur = conn.execute(
+        "UPDATE memories SET content = ?, embedding = ? WHERE id = ? AND locked = 0",
+        (content, embedding, memory_id),
+    )
+    return cur.rowcount
+
+
+def delete(conn: sqlite3.Connection, memory_id: int, agent_id: str | None) -> int:
+    if agent_id is None:
+        cur = conn.execute("DELETE FROM memories WHERE id = ? AND locked = 0", (memory_id,))
+    else:
+        cur = conn.execute(
+            "DELETE FROM memories WHERE id = ? AND agent_id = ? AND locked = 0",
+            (memory_id, agent_id),
+        )
+    return cur.rowcount
+
+
+def set_locked(conn: sqlite3.Connection, memory_id: int, locked: bool) -> int:
+    cur = conn.execute(
+        "UPDATE memories SET locked = ? WHERE id = ?", (1 if locked else 0, memory_id)
+    )
+    return cur.rowcount
+
+
+def list_newest(
+    db: Database, agent_id: str | None, project: ProjectFilter, limit: int
+) -> list[Memory]:
+    """Newest first by created_at (ties: higher id first)."""
+    where, params = project.sql()
+    sql = f"SELECT {_COLUMNS} FROM memories WHERE {where}"
+    args: list[object] = list(params)
+    if agent_id is not None:
+        sql += " AND agent_id = ?"
+        args.append(agent_id)
+    sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+    args.append(limit)
+    return [_memory(row) for row in db.query(sql, args)]
+
+
+def count(db: Database, agent_id: str | None = None) -> int:
+    if agent_id is None:
+        row = db.query_one("SELECT COUNT(*) FROM memories")
+    else:
+        row = db.query_one("SELECT COUNT(*) FROM memories WHERE agent_id = ?", (agent_id,))
+    return int(row[0]) if row else 0
+
+
+def search_fts(db: Database, match: str, agent_id: str, limit: int) -> list[Memory]:
+    """Rows of one agent whose content matches an FTS5 expression, best bm25 first."""
+    cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(",")[:-1])
+    rows = db.query(
+        f"""SELECT {cols}, m.embedding IS NOT NULL AS embedded
+            FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
+            WHERE memories_fts MATCH ? AND m.agent_id = ?
+            ORDER BY bm25(memories_fts), m.id LIMIT ?""",
+        (match, agent_id, limit),
+    )
+    return [_memory(row) for row in rows]

@@ -1,0 +1,60 @@
+"""Fixtures for black-box tool tests through the official MCP client, in memory."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from cpersona.config import Settings
+from cpersona.embedding.hashing import HashingProvider
+from cpersona.engine import Engine
+from cpersona.server.app import build_server
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(db_path=str(tmp_path / "mem.db"), embedding_mode="hashing")
+
+
+@pytest.fixture
+def make_engine(tmp_path: Path) -> Callable[..., Engine]:
+    engines: list[Engine] = []
+
+    def make(**overrides: Any) -> Engine:
+        base = Settings(db_path=str(tmp_path / "mem.db"), embedding_mode="hashing")
+        engine = Engine(dataclasses.replace(base, **overrides), embedder=HashingProvider())
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+class Tools:
+    """Calls tools and decodes their single JSON text content."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def raw(self, name: str, args: dict[str, Any] | None = None) -> Any:
+        return await self.client.call_tool(name, args or {})
+
+    async def __call__(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = await self.raw(name, args)
+        assert not result.is_error, result.content[0].text
+        assert len(result.content) == 1
+        return json.loads(result.content[0].text)
+
+
+@pytest.fixture
+async def tools(make_engine: Callable[..., Engine]) -> AsyncIterator[Tools]:
+    engine = make_engine()
+    async with Client(build_server(engine), raise_exceptions=True) as client:
+        yield Tools(client)
