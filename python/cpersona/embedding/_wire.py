@@ -1,0 +1,237 @@
+"""What the `http` and `api` providers share: the endpoint, one JSON POST, the vector checks.
+
+The acceptance checks are those of spec surface.md §12.1, in its order: a status outside 2xx,
+a body over 64 MiB (declared or actual), then the shape of what came back. A backend that
+answers something else produces no vectors at all for the call; nothing is half-accepted.
+
+Error text names the endpoint only as scheme://host[:port]/path: credentials may sit in the
+URL's userinfo or query string and must never reach a log or a health report (§12.3).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import http.client
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import numpy as np
+
+from cpersona import __version__
+from cpersona.embedding.base import EmbeddingMisconfigured
+from cpersona.errors import EmbeddingUnavailable
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_VECTORS = 512
+MAX_WIDTH = 16384
+_F32_MAX = float(np.finfo(np.float32).max)
+_READ_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A parsed embedding URL."""
+
+    url: str  # what is requested: the configured URL without its userinfo
+    label: str  # scheme://host[:port]/path, the only form allowed in error text
+    authorization: str | None  # a Basic header built from the URL's userinfo, if any
+
+
+def parse_endpoint(raw: str, setting: str) -> Endpoint:
+    """Check and split the URL configured in `setting` (a variable name, for the message).
+
+    Raises:
+        EmbeddingMisconfigured: the URL is empty, not http(s), or has no host or a bad port.
+    """
+    if not raw.strip():
+        raise EmbeddingMisconfigured(f"{setting} is not set")
+    parts = urlsplit(raw.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        # The raw value may hold a credential; say only what is wrong with it.
+        raise EmbeddingMisconfigured(f"{setting} is not an http:// or https:// URL with a host")
+    try:
+        port = parts.port
+    except ValueError:
+        raise EmbeddingMisconfigured(f"{setting} has an invalid port") from None
+    host = parts.hostname
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host if port is None else f"{host}:{port}"
+    authorization = None
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        authorization = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    return Endpoint(
+        url=urlunsplit((scheme, netloc, parts.path, parts.query, "")),
+        label=urlunsplit((scheme, netloc, parts.path, "", "")),
+        authorization=authorization,
+    )
+
+
+def post_json(
+    endpoint: Endpoint,
+    payload: object,
+    *,
+    timeout: float,
+    headers: Mapping[str, str] | None = None,
+) -> object:
+    """POST `payload` as JSON and return the decoded answer.
+
+    `timeout` bounds each socket operation and, checked between reads, the whole body.
+
+    Raises:
+        EmbeddingUnavailable: unreachable, a status outside 2xx, a timeout, a body over
+            MAX_BODY_BYTES or one that is not JSON.
+    """
+    body = json.dumps(payload).encode("ascii")  # ensure_ascii: lone surrogates stay valid JSON
+    request = urllib.request.Request(endpoint.url, data=body, method="POST")
+    request.add_header("Content-Type", "application/json")
+    request.add_header("Accept", "application/json")
+    request.add_header("User-Agent", f"cpersona/{__version__}")
+    if endpoint.authorization:
+        request.add_header("Authorization", endpoint.authorization)
+    for name, value in (headers or {}).items():
+        request.add_header(name, value)
+    label = endpoint.label
+    deadline = time.monotonic() + timeout
+    try:
+        with _opener().open(request, timeout=timeout) as response:
+            raw = _read_capped(response, label, deadline, timeout)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        raise EmbeddingUnavailable(f"{label} answered HTTP {exc.code}") from None
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, TimeoutError):
+            raise _timed_out(label, timeout) from None
+        raise EmbeddingUnavailable(f"could not reach {label}: {exc.reason}") from None
+    except TimeoutError:
+        raise _timed_out(label, timeout) from None
+    except (http.client.InvalidURL, ValueError):
+        # http.client quotes the offending path and query in this message; say less.
+        raise EmbeddingMisconfigured(f"{label} is not a URL a request can be sent to") from None
+    except (http.client.HTTPException, OSError) as exc:
+        raise EmbeddingUnavailable(f"could not reach {label}: {_describe(exc)}") from None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        raise EmbeddingUnavailable(f"{label} answered with a body that is not JSON") from None
+
+
+def to_matrix(vectors: list[object], label: str) -> np.ndarray:
+    """Check the vectors of one answer and stack them.
+
+    Each must be a non-empty JSON array of at most MAX_WIDTH numbers (booleans refused), all
+    finite and inside float32's range, and all of one width.
+
+    Returns:
+        (n, width) float32, C-contiguous, values exactly as sent (no normalisation).
+
+    Raises:
+        EmbeddingUnavailable: naming the first offending vector.
+    """
+    rows: list[np.ndarray] = []
+    for i, vector in enumerate(vectors):
+        if not isinstance(vector, list) or not vector:
+            raise EmbeddingUnavailable(f"{label} returned vector {i} that is not a non-empty list")
+        if len(vector) > MAX_WIDTH:
+            raise EmbeddingUnavailable(
+                f"{label} returned vector {i} wider than {MAX_WIDTH} values ({len(vector)})"
+            )
+        # Exact type checks: bool is a subclass of int, and JSON true is not a coordinate.
+        if not all(type(x) is float or type(x) is int for x in vector):
+            raise EmbeddingUnavailable(f"{label} returned vector {i} with a non-number in it")
+        try:
+            row = np.array(vector, dtype=np.float64)
+        except OverflowError:  # an integer beyond float64
+            raise EmbeddingUnavailable(
+                f"{label} returned vector {i} that overflows float32"
+            ) from None
+        if not np.isfinite(row).all():
+            raise EmbeddingUnavailable(f"{label} returned vector {i} with a non-finite value")
+        if float(np.abs(row).max()) > _F32_MAX:
+            raise EmbeddingUnavailable(f"{label} returned vector {i} that overflows float32")
+        if rows and row.shape[0] != rows[0].shape[0]:
+            raise EmbeddingUnavailable(
+                f"{label} returned vectors of different widths ({rows[0].shape[0]} and "
+                f"{row.shape[0]})"
+            )
+        rows.append(row)
+    return np.ascontiguousarray(np.vstack(rows), dtype=np.float32)
+
+
+class WidthLatch:
+    """The vector width a provider learned from its first accepted answer (§7.5, §12.3)."""
+
+    def __init__(self) -> None:
+        self._width: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def width(self) -> int | None:
+        return self._width
+
+    def accept(self, width: int, label: str) -> None:
+        """Learn `width`, or check it against the one already learned.
+
+        Raises:
+            EmbeddingUnavailable: the width differs from the learned one.
+        """
+        with self._lock:
+            if self._width is None:
+                self._width = width
+            elif width != self._width:
+                raise EmbeddingUnavailable(
+                    f"{label} returned {width}-wide vectors but its first answer was "
+                    f"{self._width}-wide"
+                )
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    # urllib would follow a 301/302 of our POST as a GET without the body; an embedding
+    # endpoint that redirects is misconfigured, so the 3xx surfaces as a non-2xx failure.
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+@functools.cache
+def _opener() -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(_NoRedirect)
+
+
+def _read_capped(
+    response: http.client.HTTPResponse, label: str, deadline: float, timeout: float
+) -> bytes:
+    too_big = EmbeddingUnavailable(f"{label} answered with a body over {MAX_BODY_BYTES} bytes")
+    declared = (response.headers.get("Content-Length") or "").strip()
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_big
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = response.read(_READ_CHUNK)
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > MAX_BODY_BYTES:
+            raise too_big
+        if time.monotonic() > deadline:
+            # Each read is bounded by the socket timeout; this bounds a backend that keeps
+            # trickling bytes just fast enough to never trip it.
+            raise _timed_out(label, timeout)
+        chunks.append(chunk)
+
+
+def _timed_out(label: str, timeout: float) -> EmbeddingUnavailable:
+    return EmbeddingUnavailable(f"{label} did not answer within {timeout:g} s")
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__

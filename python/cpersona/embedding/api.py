@@ -1,0 +1,113 @@
+"""The `api` provider: an OpenAI-compatible embeddings endpoint (spec surface.md §12.2).
+
+    POST <url>  {"model": m, "input": [...]}  ->  {"data": [{"index": i, "embedding": [...]}]}
+
+Such APIs do not promise unit vectors, so rows are L2-normalised here; a row whose norm is
+<= 1e-9 is left as it is rather than scaled up into noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from cpersona.embedding import _wire
+from cpersona.embedding.base import (
+    MAX_BATCH,
+    EmbeddingMisconfigured,
+    Kind,
+    check_texts,
+    empty,
+    l2_normalise,
+)
+from cpersona.errors import EmbeddingUnavailable
+
+SETTING = "CPERSONA_EMBEDDING_API_URL"
+_NORM_FLOOR = 1e-9
+
+
+class ApiProvider:
+    """Client of an OpenAI-compatible `/v1/embeddings` endpoint; safe to share between threads.
+
+    Args:
+        url: the endpoint.
+        api_key: sent as `Authorization: Bearer <key>`; empty sends no Authorization header
+            (local OpenAI-compatible servers often need none).
+        model: the `model` field of every request.
+        timeout: seconds allowed per request.
+    """
+
+    available = True
+
+    def __init__(self, url: str, *, api_key: str, model: str, timeout: float) -> None:
+        self.name = f"api:{model}"
+        self._model = model
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = timeout
+        self._width = _wire.WidthLatch()
+        # As in HttpProvider: a bad URL fails each call, it does not stop the server.
+        self._endpoint: _wire.Endpoint | None = None
+        self._problem: EmbeddingMisconfigured | None = None
+        try:
+            self._endpoint = _wire.parse_endpoint(url, SETTING)
+        except EmbeddingMisconfigured as exc:
+            self._problem = exc
+
+    def dim(self) -> int | None:
+        return self._width.width
+
+    def embed(self, texts: Sequence[str], *, kind: Kind = "passage") -> np.ndarray:
+        batch = check_texts(texts)
+        if not batch:
+            return empty(self.dim())
+        if self._endpoint is None:
+            raise EmbeddingMisconfigured(str(self._problem))
+        parts = [
+            self._request(self._endpoint, batch[i : i + MAX_BATCH])
+            for i in range(0, len(batch), MAX_BATCH)
+        ]
+        return parts[0] if len(parts) == 1 else np.ascontiguousarray(np.vstack(parts))
+
+    def close(self) -> None:
+        pass  # urllib opens a connection per request; nothing is held between calls
+
+    def _request(self, endpoint: _wire.Endpoint, texts: list[str]) -> np.ndarray:
+        label = endpoint.label
+        payload = {"model": self._model, "input": texts}
+        answer = _wire.post_json(endpoint, payload, timeout=self._timeout, headers=self._headers)
+        if not isinstance(answer, dict):
+            raise EmbeddingUnavailable(f"{label} answered with JSON that is not an object")
+        items = answer.get("data")
+        if items is None or items == []:
+            raise EmbeddingUnavailable(f"{label} returned no embeddings")
+        if not isinstance(items, list):
+            raise EmbeddingUnavailable(f"{label} returned `data` that is not a list")
+        if len(items) > _wire.MAX_VECTORS:
+            raise EmbeddingUnavailable(
+                f"{label} returned {len(items)} vectors, more than {_wire.MAX_VECTORS}"
+            )
+        if len(items) != len(texts):
+            raise EmbeddingUnavailable(
+                f"{label} returned {len(items)} vectors for {len(texts)} texts"
+            )
+        matrix = _wire.to_matrix(_placed(items, label), label)
+        self._width.accept(matrix.shape[1], label)
+        return l2_normalise(matrix, floor=_NORM_FLOOR)
+
+
+def _placed(items: list[object], label: str) -> list[object]:
+    """The `embedding` of each item, in `index` order; the indices must be exactly 0..n-1."""
+    placed: list[object] = [None] * len(items)
+    seen = [False] * len(items)
+    for item in items:
+        if not isinstance(item, dict):
+            raise EmbeddingUnavailable(f"{label} returned a `data` item that is not an object")
+        index = item.get("index")
+        if type(index) is not int or not 0 <= index < len(items) or seen[index]:
+            raise EmbeddingUnavailable(
+                f"{label} returned indices that are not exactly 0..{len(items) - 1}"
+            )
+        seen[index] = True
+        placed[index] = item.get("embedding")
+    return placed

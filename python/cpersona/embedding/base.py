@@ -1,0 +1,91 @@
+"""The embedding provider protocol and the helpers every provider shares.
+
+A provider turns texts into rows of a float32 matrix. It never decides what to do when
+embedding fails: it raises `EmbeddingUnavailable` with one sentence saying why, and the caller
+degrades (spec surface.md §12.5: the row is stored without a vector, recall falls back to
+full-text and keyword search).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+from cpersona.errors import EmbeddingUnavailable
+
+#: Who a text is for. Models trained with instruction prefixes embed queries and stored
+#: passages differently; the others (MiniLM, the http contract) ignore it.
+Kind = Literal["query", "passage"]
+
+#: Most texts sent to a backend or through the local model at once. The http contract
+#: promises backends "at most 32 texts per request" (spec surface.md §12.1).
+MAX_BATCH = 32
+
+
+class EmbeddingMisconfigured(EmbeddingUnavailable):
+    """The call failed before any request left the process (bad URL, no model, mode none).
+
+    The recall health state reports such faults as `misconfigured` rather than `unreachable`
+    (spec surface.md §12.5).
+    """
+
+
+@runtime_checkable
+class EmbeddingProvider(Protocol):
+    """Turns texts into L2-normalised float32 vectors."""
+
+    #: Identifies the model: recorded in the calibration sidecar and shown in health reports.
+    name: str
+    #: False only for the `none` provider, whose every call raises.
+    available: bool
+
+    def dim(self) -> int | None:
+        """The vector width, or None until learned (http/api learn it from the first answer)."""
+        ...
+
+    def embed(self, texts: Sequence[str], *, kind: Kind = "passage") -> np.ndarray:
+        """Embed `texts` in order.
+
+        Returns:
+            (n, dim) float32, C-contiguous, one L2-normalised row per text. An empty input
+            gives (0, dim) (or (0, 0) while the width is unknown).
+
+        Raises:
+            EmbeddingUnavailable: with a one-sentence reason, for any failure; nothing is
+                returned for any of the texts then.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the model or connection; the provider may be used again afterwards."""
+        ...
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """`texts` as a list, refusing a bare string (which would embed each character)."""
+    if isinstance(texts, str):
+        raise TypeError("embed() takes a sequence of texts, not a single str")
+    return list(texts)
+
+
+def empty(dim: int | None) -> np.ndarray:
+    """The (0, dim) answer to an empty batch."""
+    return np.empty((0, dim or 0), dtype=np.float32)
+
+
+def l2_normalise(rows: np.ndarray, *, floor: float) -> np.ndarray:
+    """`rows` scaled to unit L2 norm, leaving rows whose norm is <= `floor` as they are.
+
+    Args:
+        rows: (n, dim) float32 or float64.
+        floor: rows at or below this norm are kept unscaled rather than blown up.
+
+    Returns:
+        (n, dim) float32, C-contiguous.
+    """
+    wide = rows.astype(np.float64, copy=False)
+    norms = np.linalg.norm(wide, axis=1, keepdims=True)
+    scale = np.where(norms > floor, norms, 1.0)
+    return np.ascontiguousarray(wide / scale, dtype=np.float32)
