@@ -359,3 +359,8 @@ def _range(var: _Var, what: str) -> str:
 def field_names() -> frozenset[str]:
     """Names of the Settings fields (used by tests to prove every variable is declared)."""
     return frozenset(f.name for f in fields(Settings)) - {"explicit"}
+
+
+if __name__ == "__main__":  # python -m cpersona.config: the table of docs/settings.md
+    for _name, _kind, _default in variables():
+        print(f"| `{_name}` | {_kind} | `{_default}` |")
