@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=("stdio", "streamable-http"),
         help="override CPERSONA_TRANSPORT",
     )
+    index = sub.add_parser("index", help="inspect or repair the vector index files")
+    index.add_argument("action", choices=("status", "rebuild", "verify"))
+    index.add_argument("--table", choices=("memories", "episodes"), help="default: both")
     return parser
 
 
@@ -58,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "serve":
         transport = getattr(args, "transport", None) or settings.transport
         return _serve(settings, transport)
+    if command == "index":
+        from cpersona.vectors.cli import run_index_command
+
+        return run_index_command(settings, args.action, args.table)
     return 2
 
 

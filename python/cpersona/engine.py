@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from cpersona.config import Settings
 from cpersona.memory.writes import Writer
 from cpersona.storage import Database, open_database
+from cpersona.vectors.index import VectorIndex
 
 if TYPE_CHECKING:
     from cpersona.embedding.base import EmbeddingProvider
@@ -32,12 +33,25 @@ class Engine:
         self.db: Database = open_database(
             settings.db_path, fts_enabled=settings.fts_enabled, tracer=tracer
         )
+        self.indexes = {
+            table: VectorIndex(self.db, table) for table in ("memories", "episodes")
+        }
         self.writer = Writer(self.db, settings, self.embedder, after_write=self._after_write)
         self._closed = threading.Event()
 
     def _after_write(self) -> None:
-        # The vector index catches up here once it exists (issue 3); nothing to do yet.
-        return None
+        # The index is current after every acknowledged write (a crash before this point is
+        # repaired by the next reader's sync: the log entry was committed with the row).
+        for index in self.indexes.values():
+            index.sync()
+
+    def warm_indexes(self) -> None:
+        """Bring both index files current (rebuilding a missing one); run in the background."""
+        for index in self.indexes.values():
+            try:
+                index.sync()
+            except Exception:
+                log.exception("could not bring the %s index current", index.table)
 
     def close(self) -> None:
         if self._closed.is_set():
@@ -46,6 +60,8 @@ class Engine:
         try:
             self.embedder.close()
         finally:
+            for index in self.indexes.values():
+                index.close()
             self.db.close()
 
 

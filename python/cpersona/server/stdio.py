@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 
 import anyio
 from mcp.server.stdio import stdio_server
@@ -25,6 +26,7 @@ def serve_stdio(settings: Settings) -> int:
         return 1
     print(banner(settings, engine.embedder.name), file=sys.stderr, flush=True)
     server = build_server(engine)
+    threading.Thread(target=engine.warm_indexes, name="cpersona-index", daemon=True).start()
 
     async def run() -> None:
         async with stdio_server() as (read, write):

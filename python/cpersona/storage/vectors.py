@@ -1,0 +1,161 @@
+"""SQL behind the vector index: the change log, row reads, and the window oracle."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from cpersona.models import ProjectFilter
+from cpersona.storage.db import Database
+
+_TABLES = ("memories", "episodes")
+# created_at as Unix seconds; a non-canonical stamp sorts as the oldest (cpersona writes
+# canonical `datetime('now')` stamps everywhere).
+_KEY = "COALESCE(CAST(strftime('%s', created_at) AS INTEGER), 0)"
+_SOURCE_ID = {
+    "memories": "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END",
+    "episodes": "NULL",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """What the index stores of one embedded row."""
+
+    id: int
+    key: int
+    agent_id: str
+    project_id: str
+    channel: str
+    source_id: str | None
+    embedding: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    row_ids: list[int]
+    max_seq: int
+
+
+def _check(table: str) -> str:
+    if table not in _TABLES:
+        raise ValueError(f"no vector index for table {table!r}")
+    return table
+
+
+def _select(table: str) -> str:
+    return (
+        f"SELECT id, {_KEY} AS key, agent_id, project_id, channel, "
+        f"{_SOURCE_ID[table]} AS source_id, embedding FROM {table}"
+    )
+
+
+def _row(r: sqlite3.Row) -> IndexRow:
+    return IndexRow(r["id"], r["key"], r["agent_id"], r["project_id"], r["channel"],
+                    r["source_id"], bytes(r["embedding"]))
+
+
+def db_uid(db: Database) -> bytes:
+    row = db.query_one("SELECT value FROM cpersona_meta WHERE key = 'db_uid'")
+    if row is None:
+        raise RuntimeError("database has no cpersona_meta.db_uid; was it migrated?")
+    return bytes(row[0])
+
+
+def max_seq(db: Database) -> int:
+    row = db.query_one("SELECT COALESCE(MAX(seq), 0) FROM vector_log")
+    return int(row[0]) if row else 0
+
+
+def changes_since(db: Database, table: str, seq: int) -> Changes:
+    """Distinct row ids of `table` logged after `seq`, oldest change first, and the log's max."""
+    conn = db.reader()
+    # One snapshot for both statements, so no change slips between them.
+    conn.execute("BEGIN")
+    try:
+        top = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM vector_log").fetchone()[0]
+        rows = conn.execute(
+            "SELECT row_id, MIN(seq) AS first FROM vector_log WHERE tbl = ? AND seq > ? "
+            "AND seq <= ? GROUP BY row_id ORDER BY first",
+            (_check(table), seq, top),
+        ).fetchall()
+    finally:
+        conn.execute("COMMIT")
+    return Changes([int(r[0]) for r in rows], int(top))
+
+
+def rows_by_id(db: Database, table: str, ids: Sequence[int]) -> dict[int, IndexRow]:
+    """Current embedded rows among `ids` (a row that is gone or unembedded is absent)."""
+    found: dict[int, IndexRow] = {}
+    for start in range(0, len(ids), 500):
+        batch = list(ids[start : start + 500])
+        marks = ",".join("?" * len(batch))
+        for r in db.query(
+            f"{_select(_check(table))} WHERE id IN ({marks}) AND embedding IS NOT NULL", batch
+        ):
+            found[r["id"]] = _row(r)
+    return found
+
+
+def embedded_shape(db: Database, table: str) -> tuple[int, int | None]:
+    """(embedded rows, modal width in floats) of a table; width None when there are none."""
+    rows = db.query(
+        f"SELECT length(embedding) / 4 AS dim, COUNT(*) AS n FROM {_check(table)} "
+        "WHERE embedding IS NOT NULL GROUP BY dim ORDER BY n DESC, dim LIMIT 50"
+    )
+    total = sum(int(r["n"]) for r in rows)
+    return total, (int(rows[0]["dim"]) if rows else None)
+
+
+def iter_rows(db: Database, table: str) -> Iterator[IndexRow]:
+    """Every embedded row, newest first by (created_at, id)."""
+    conn = db.reader()
+    cur = conn.execute(
+        f"{_select(_check(table))} WHERE embedding IS NOT NULL ORDER BY key DESC, id DESC"
+    )
+    while batch := cur.fetchmany(2048):
+        for r in batch:
+            yield _row(r)
+
+
+def trim_log(db: Database, table: str, upto: int) -> int:
+    """Forget applied log entries of `table` (the index file remembers `applied_seq`)."""
+    with db.atomic() as conn:
+        return conn.execute(
+            "DELETE FROM vector_log WHERE tbl = ? AND seq <= ?", (_check(table), upto)
+        ).rowcount
+
+
+def window_rows(
+    db: Database,
+    table: str,
+    agent_id: str,
+    project: ProjectFilter,
+    channel: str,
+    source_prefix: str,
+    limit: int,
+    offset: int = 0,
+) -> list[tuple[int, bytes]]:
+    """The spec's window as plain SQL (retrieval.md §4.2): `(id, embedding)` of the in-scope
+    embedded rows, newest first by (created_at DESC, id DESC), positions [offset, offset+limit).
+
+    This is the no-index path and the oracle the index is tested against.
+    """
+    where = ["agent_id = ?", "embedding IS NOT NULL"]
+    params: list[object] = [agent_id]
+    pw, pp = project.sql()
+    where.append(pw)
+    params.extend(pp)
+    if channel:
+        where.append("channel IN (?, '')")
+        params.append(channel)
+    if source_prefix:
+        where.append(f"substr({_SOURCE_ID[_check(table)]}, 1, ?) = ?")
+        params.extend([len(source_prefix), source_prefix])
+    sql = (
+        f"SELECT id, embedding FROM {_check(table)} WHERE {' AND '.join(where)} "
+        f"ORDER BY {_KEY} DESC, id DESC LIMIT ? OFFSET ?"
+    )
+    params.extend([limit, offset])
+    return [(int(r[0]), bytes(r[1])) for r in db.query(sql, params)]

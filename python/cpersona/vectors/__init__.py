@@ -1,0 +1,1 @@
+"""The vector index: files derived from SQLite, kept current by the server."""

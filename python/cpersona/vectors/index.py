@@ -1,0 +1,359 @@
+"""VectorIndex: one table's index file, kept current with SQLite by the server itself.
+
+SQLite is the truth. Triggers log every write that can move a row in or out of the index into
+`vector_log` (see storage/schema.py). Before each scan, `sync()` compares the file's
+`applied_seq` with the log and applies what is missing under an exclusive `flock`, marking the
+file `dirty` while it mutates; a file that is missing, corrupt, dirty (a writer died) or
+foreign (another database's) is rebuilt from SQLite. Scans run under a shared lock. So any
+number of processes on one database see the same, current index, and a crash at any point is
+repaired on the next read. The file format is docs/vector-index.md.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cpersona.storage import Database
+from cpersona.storage import vectors as vector_sql
+from cpersona.storage.vectors import IndexRow
+from cpersona.vectors.format import (
+    FLAG_DELETED,
+    TABLE_EPISODES,
+    TABLE_MEMORIES,
+    VectorFileWriter,
+    scope_hash,
+)
+
+log = logging.getLogger("cpersona.vectors")
+
+TABLE_CODES = {"memories": TABLE_MEMORIES, "episodes": TABLE_EPISODES}
+#: Slots allocated by a rebuild beyond the rows it writes, so the next writes need no growth.
+HEADROOM = 1024
+#: Rebuild instead of growing when at least this share of slots is deleted.
+COMPACT_RATIO = 0.5
+#: Applied log entries of a table kept before they are deleted.
+TRIM_EVERY = 5000
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStatus:
+    """What `cpersona index status` reports for one table."""
+
+    table: str
+    path: str
+    exists: bool
+    usable: bool
+    reason: str
+    dim: int
+    count: int
+    live: int
+    applied_seq: int
+    log_seq: int
+
+
+class VectorIndex:
+    """The index of one table (`memories` or `episodes`) of one database."""
+
+    def __init__(self, db: Database, table: str, directory: str | None = None) -> None:
+        if table not in TABLE_CODES:
+            raise ValueError(f"no vector index for table {table!r}")
+        self.db = db
+        self.table = table
+        if db.is_memory:
+            # An in-memory database keeps its index in a private temporary directory.
+            self._tmp = tempfile.TemporaryDirectory(prefix="cpersona-vec-")
+            base = Path(self._tmp.name) / "memory.db"
+        else:
+            self._tmp = None
+            base = Path(directory) / Path(db.path).name if directory else Path(db.path)
+        self.path = Path(f"{base}.{table}.vec")
+        self.lock_path = Path(f"{self.path}.lock")
+        self._thread_lock = threading.Lock()
+        self._db_uid: bytes | None = None
+        self._trimmed_upto = 0
+
+    # -- locking -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _flock(self, exclusive: bool) -> Iterator[None]:
+        # flock is per open file description, so threads of one process take the thread lock
+        # first for exclusive work (two threads must not both mutate through one process).
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    @contextmanager
+    def reading(self) -> Iterator[Path]:
+        """Bring the index current, then hold the shared lock while the caller scans the file."""
+        self.sync()
+        with self._flock(exclusive=False):
+            yield self.path
+
+    # -- sync --------------------------------------------------------------------------------
+
+    def db_uid(self) -> bytes:
+        if self._db_uid is None:
+            self._db_uid = vector_sql.db_uid(self.db)
+        return self._db_uid
+
+    def sync(self) -> None:
+        """Apply every logged write the file has not seen; rebuild a file that cannot be trusted."""
+        log_seq = vector_sql.max_seq(self.db)
+        applied = self._applied_seq_unlocked()
+        if applied is not None and applied >= log_seq:
+            return
+        with self._thread_lock, self._flock(exclusive=True):
+            writer, reason = self._open_trusted()
+            if writer is None:
+                log.info("rebuilding %s: %s", self.path.name, reason)
+                self._rebuild_locked()
+                return
+            try:
+                self._apply_locked(writer)
+            finally:
+                _release(writer)
+            self._maybe_trim(log_seq)
+
+    def _maybe_trim(self, applied: int) -> None:
+        # The log only needs entries the file has not applied; forget the rest now and then.
+        if applied - self._trimmed_upto >= TRIM_EVERY:
+            vector_sql.trim_log(self.db, self.table, applied)
+            self._trimmed_upto = applied
+
+    def _applied_seq_unlocked(self) -> int | None:
+        """The file's applied_seq read without the lock (a hint: sync re-checks under lock)."""
+        try:
+            writer = VectorFileWriter(self.path)
+        except (OSError, ValueError):
+            return None
+        try:
+            header = writer.header()
+            if header.dirty or header.db_uid != self.db_uid():
+                return None
+            return header.applied_seq
+        finally:
+            _release(writer)
+
+    def _open_trusted(self) -> tuple[VectorFileWriter | None, str]:
+        if not self.path.exists():
+            return None, "missing"
+        try:
+            writer = VectorFileWriter(self.path)
+        except (OSError, ValueError) as exc:
+            return None, f"unreadable ({exc})"
+        header = writer.header()
+        expected = writer.layout.file_len
+        actual = self.path.stat().st_size
+        problem = ""
+        if actual != expected:
+            problem = f"size {actual} != {expected}"
+        elif header.dirty:
+            problem = "a writer stopped mid-update"
+        elif header.db_uid != self.db_uid():
+            problem = "it belongs to another database"
+        elif header.table != TABLE_CODES[self.table]:
+            problem = "it indexes another table"
+        elif header.count > header.capacity:
+            problem = "count exceeds capacity"
+        if problem:
+            _release(writer)
+            return None, problem
+        return writer, ""
+
+    def _apply_locked(self, writer: VectorFileWriter) -> None:
+        header = writer.header()
+        changes = vector_sql.changes_since(self.db, self.table, header.applied_seq)
+        if changes.row_ids:
+            rows = vector_sql.rows_by_id(self.db, self.table, changes.row_ids)
+            if self._needs_rebuild(writer, rows, changes.row_ids):
+                _release(writer)
+                self._rebuild_locked()
+                return
+            writer.set_header(dirty=1)
+            slots = _slots_by_id(writer)
+            for row_id in changes.row_ids:
+                writer = self._apply_row(writer, slots, row_id, rows.get(row_id))
+        writer.set_header(applied_seq=changes.max_seq, dirty=0)
+
+    def _needs_rebuild(
+        self, writer: VectorFileWriter, rows: dict[int, IndexRow], row_ids: list[int]
+    ) -> bool:
+        header = writer.header()
+        if header.count == 0 and rows:
+            # An empty file's width was a guess; let the rows decide it.
+            widths = {len(r.embedding) // 4 for r in rows.values()}
+            return header.dim not in widths
+        deleted = header.count - header.live
+        return header.count > 4 * HEADROOM and deleted >= COMPACT_RATIO * header.count
+
+    def _apply_row(
+        self,
+        writer: VectorFileWriter,
+        slots: dict[int, int],
+        row_id: int,
+        row: IndexRow | None,
+    ) -> VectorFileWriter:
+        """Make the file agree with SQLite about one row (idempotent)."""
+        old = slots.pop(row_id, None)
+        if old is not None:
+            writer.set_deleted(old)
+        if row is None:
+            return writer
+        if writer.count >= writer.capacity:
+            writer.grow(max(2 * writer.capacity, writer.capacity + HEADROOM))
+        slots[row_id] = _append(writer, row)
+        return writer
+
+    # -- rebuild -----------------------------------------------------------------------------
+
+    def rebuild(self, progress: Progress | None = None) -> int:
+        """Rewrite the file from SQLite; returns the number of rows indexed."""
+        with self._thread_lock, self._flock(exclusive=True):
+            return self._rebuild_locked(progress)
+
+    def _rebuild_locked(self, progress: Progress | None = None) -> int:
+        log_seq = vector_sql.max_seq(self.db)
+        total, dim = vector_sql.embedded_shape(self.db, self.table)
+        tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
+        writer = VectorFileWriter.create(
+            tmp, dim or 1, total + HEADROOM, self.db_uid(), TABLE_CODES[self.table]
+        )
+        done = 0
+        try:
+            # Newest first, so each append lands at the end of the order (no shifting).
+            for row in vector_sql.iter_rows(self.db, self.table):
+                _append(writer, row)
+                done += 1
+                if progress is not None and done % 10_000 == 0:
+                    progress(done, total)
+            writer.set_header(applied_seq=log_seq, dirty=0)
+            writer.flush()
+        finally:
+            _release(writer)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, self.path)
+        if progress is not None:
+            progress(done, total)
+        return done
+
+    # -- inspection --------------------------------------------------------------------------
+
+    def status(self) -> IndexStatus:
+        log_seq = vector_sql.max_seq(self.db)
+        with self._flock(exclusive=False):
+            writer, reason = self._open_trusted()
+            if writer is None:
+                return IndexStatus(self.table, str(self.path), self.path.exists(), False,
+                                   reason, 0, 0, 0, 0, log_seq)
+            try:
+                h = writer.header()
+                reason = "current" if h.applied_seq >= log_seq else "behind the log"
+                return IndexStatus(self.table, str(self.path), True, True, reason,
+                                   h.dim, h.count, h.live, h.applied_seq, log_seq)
+            finally:
+                _release(writer)
+
+    def verify(self) -> list[str]:
+        """Compare every row of the index with SQLite; the differences found (empty = same)."""
+        self.sync()
+        problems: list[str] = []
+        with self._flock(exclusive=False):
+            writer, reason = self._open_trusted()
+            if writer is None:
+                return [f"{self.table}: index unusable: {reason}"]
+            try:
+                problems.extend(self._compare(writer))
+            finally:
+                _release(writer)
+        return problems
+
+    def _compare(self, writer: VectorFileWriter) -> list[str]:
+        problems: list[str] = []
+        ids = writer.view("ids")
+        flags = writer.view("flags")
+        live = {int(ids[s]): s for s in range(writer.count) if not flags[s] & FLAG_DELETED}
+        seen = 0
+        for row in vector_sql.iter_rows(self.db, self.table):
+            seen += 1
+            slot = live.pop(row.id, None)
+            if slot is None:
+                problems.append(f"{self.table} {row.id}: in SQLite, missing from the index")
+                continue
+            problems.extend(_compare_slot(writer, slot, row, self.table))
+        for row_id in sorted(live):
+            problems.append(f"{self.table} {row_id}: in the index, not an embedded row in SQLite")
+        order = writer.view("order")
+        keys, idv = writer.view("keys"), writer.view("ids")
+        pairs = [(int(keys[s]), int(idv[s])) for s in order]
+        if pairs != sorted(pairs, reverse=True):
+            problems.append(f"{self.table}: scan order is not (created_at DESC, id DESC)")
+        return problems
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+def _append(writer: VectorFileWriter, row: IndexRow) -> int:
+    vector = np.frombuffer(row.embedding, dtype="<f4")
+    return writer.append(
+        row.id,
+        row.key,
+        agent=scope_hash(row.agent_id),
+        project=scope_hash(row.project_id),
+        channel=scope_hash(row.channel),
+        source=0 if row.source_id is None else scope_hash(row.source_id),
+        vector=vector,
+    )
+
+
+def _slots_by_id(writer: VectorFileWriter) -> dict[int, int]:
+    ids = writer.view("ids")
+    flags = writer.view("flags")
+    live = np.flatnonzero((flags & FLAG_DELETED) == 0)
+    return {int(ids[s]): int(s) for s in live}
+
+
+def _compare_slot(writer: VectorFileWriter, slot: int, row: IndexRow, table: str) -> list[str]:
+    out: list[str] = []
+    expect = {
+        "keys": row.key,
+        "agent": scope_hash(row.agent_id),
+        "project": scope_hash(row.project_id),
+        "channel": scope_hash(row.channel),
+        "source": 0 if row.source_id is None else scope_hash(row.source_id),
+    }
+    for section, value in expect.items():
+        if int(writer.view(section)[slot]) != value:
+            out.append(f"{table} {row.id}: {section} differs")
+    vector = np.frombuffer(row.embedding, dtype="<f4")
+    if vector.shape == (writer.dim,):
+        if not np.array_equal(writer.view("vectors")[slot], vector):
+            out.append(f"{table} {row.id}: vector differs")
+    elif not writer.view("flags")[slot] & 2:
+        out.append(f"{table} {row.id}: foreign-width row not flagged")
+    return out
+
+
+def _release(writer: VectorFileWriter) -> None:
+    """Drop a writer's mapping without msync: a kill keeps the page cache, and the file is
+    derived (a torn write after power loss is caught by `verify` and rebuilt)."""
+    for attr in ("_views", "_hdr", "_mm"):
+        if hasattr(writer, attr):
+            delattr(writer, attr)
