@@ -5,7 +5,10 @@ use std::fmt;
 #[derive(Debug)]
 pub enum CoreError {
     /// Two arrays that must share a width do not.
-    DimensionMismatch { expected: usize, got: usize },
+    DimensionMismatch {
+        expected: usize,
+        got: usize,
+    },
     /// An argument outside its documented domain.
     InvalidArgument(String),
     /// A vector file that cannot be trusted, with the reason.

@@ -1,10 +1,16 @@
-//! The numeric core of cpersona.
+//! The numeric core of cpersona: memory-mapped vector scans, top-k selection and rank fusion.
 //!
-//! Pure modules (no pyo3) hold the logic and are checked by `cargo test` without Python;
-//! `py` is the only module that knows about Python, and only under the `python` feature.
+//! The pure modules hold all the logic and never import pyo3, so `cargo test` runs without
+//! Python: `error` (the one error type), `store` (the mmap'd index file), `scan` (dot kernels and
+//! the scans), `topk` (bounded selection under the total order) and `fusion` (rrf, rsf). `py` is
+//! the only module that knows about Python, and it is built only under the `python` feature.
+//! Nothing here knows about `SQLite`, memory ids or users: it sees slots, scope hashes and scores.
 
 pub mod error;
+pub mod fusion;
 pub mod scan;
+pub mod store;
+pub mod topk;
 
 #[cfg(feature = "python")]
 mod py;

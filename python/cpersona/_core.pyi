@@ -1,0 +1,85 @@
+"""Stubs for the Rust extension `cpersona._core` (rust/py.rs); `_fallback` is its numpy twin."""
+
+import os
+from collections.abc import Sequence
+from typing import final
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+DEBUG_BUILD: bool
+KERNEL: str
+DEFAULT_CHUNK_ROWS: int
+
+_F32 = npt.NDArray[np.float32]
+_F64 = npt.NDArray[np.float64]
+_I64 = npt.NDArray[np.int64]
+_U64 = npt.NDArray[np.uint64]
+
+def scan_dot(rows: _F32, query: _F32) -> _F32:
+    """rows (n, dim) float32, query (dim,) float32 -> (n,) float32 scores."""
+
+def top_k(scores: _F32, k: int) -> tuple[_I64, _F32]:
+    """Best k by (score desc in total order, position asc) -> (positions, scores)."""
+
+def scan_chunk(
+    rows: _F32, query: _F32, threshold: float, k: int, base_position: int
+) -> tuple[_I64, _F32]:
+    """Best k rows of a block with score >= threshold; positions offset by base_position."""
+
+def merge_top_k(positions: _I64, scores: _F32, k: int) -> tuple[_I64, _F32]:
+    """Best k of (positions[i], scores[i]) pairs."""
+
+def rrf(
+    rankings: Sequence[_I64],
+    *,
+    k: int = 60,
+    weights: Sequence[float] | None = None,
+    limit: int | None = None,
+) -> tuple[_I64, _F64]:
+    """Reciprocal-rank fusion -> (keys, scores) best first; a negative key only holds a rank."""
+
+def rsf(
+    rankings: Sequence[_I64], scores: Sequence[_F64], *, limit: int | None = None
+) -> tuple[_I64, _F64]:
+    """Relative-score fusion -> (keys, scores) best first; NaN scores are undefined."""
+
+@final
+class VectorIndex:
+    """A validated, read-only mapping of one vector index file."""
+
+    @staticmethod
+    def open(path: str | os.PathLike[str]) -> VectorIndex: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def live(self) -> int: ...
+    @property
+    def applied_seq(self) -> int: ...
+    @property
+    def dirty(self) -> int: ...
+    @property
+    def table(self) -> int: ...
+    @property
+    def db_uid(self) -> bytes: ...
+    def scan(
+        self,
+        query: _F32,
+        agent: int,
+        projects: _U64,
+        channels: _U64,
+        sources: _U64,
+        window: int,
+        reach: int,
+        threshold: float,
+        k: int,
+        far_k: int,
+        chunk_rows: int = 4096,
+        threads: int = 1,
+    ) -> tuple[_I64, _F32, _I64, _F32]:
+        """-> (near_ids, near_scores, far_ids, far_scores), each best first."""
