@@ -159,3 +159,13 @@ def window_rows(
     )
     params.extend([limit, offset])
     return [(int(r[0]), bytes(r[1])) for r in db.query(sql, params)]
+
+
+def source_ids_with_prefix(db: Database, table: str, agent_id: str, prefix: str) -> list[str]:
+    """Distinct `source.id` texts of one agent's rows that start with `prefix` (case-sensitive)."""
+    if _check(table) != "memories":
+        return []
+    rows = db.query(
+        f"SELECT DISTINCT {_SOURCE_ID['memories']} FROM memories WHERE agent_id = ?", (agent_id,)
+    )
+    return [r[0] for r in rows if isinstance(r[0], str) and r[0].startswith(prefix)]

@@ -1,0 +1,152 @@
+"""The scoped vector scan of one table: the index fast path, else the chunked SQLite scan.
+
+Both paths compute exactly the same thing (retrieval.md §4.2-4.3): the in-scope embedded rows
+ordered by (created_at DESC, id DESC), positions [0, window) scored into the near list and
+[window, reach) into the far list, each thresholded and cut to its k by (score DESC, position
+ASC). The result never depends on which path ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cpersona._backend import kernels
+from cpersona.errors import StoreCorrupt
+from cpersona.models import ProjectFilter
+from cpersona.storage import Database
+from cpersona.storage import vectors as vector_sql
+from cpersona.vectors.format import scope_hash
+from cpersona.vectors.index import VectorIndex
+
+_NONE_I = np.empty(0, dtype=np.int64)
+_NONE_F = np.empty(0, dtype=np.float32)
+_ANY = np.empty(0, dtype=np.uint64)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The isolation scope of one call (retrieval.md §4.0)."""
+
+    agent_id: str
+    project: ProjectFilter
+    channel: str = ""
+    source_prefix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Hits:
+    """Row ids and scores, best first, of the near window and the far region."""
+
+    near_ids: np.ndarray
+    near_scores: np.ndarray
+    far_ids: np.ndarray
+    far_scores: np.ndarray
+
+    @classmethod
+    def empty(cls) -> Hits:
+        return cls(_NONE_I, _NONE_F, _NONE_I, _NONE_F)
+
+
+def _hashes(values: list[str]) -> np.ndarray:
+    return np.array([scope_hash(v) for v in values], dtype=np.uint64)
+
+
+def scan(
+    index: VectorIndex,
+    query: np.ndarray,
+    scope: Scope,
+    *,
+    window: int,
+    reach: int,
+    threshold: float,
+    k: int,
+    far_k: int,
+    chunk_rows: int = 512,
+) -> Hits:
+    """Scan one table for `query` within `scope` (see the module docstring)."""
+    query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
+    sources = _ANY
+    if scope.source_prefix:
+        ids = vector_sql.source_ids_with_prefix(index.db, index.table, scope.agent_id,
+                                                scope.source_prefix)
+        if not ids:
+            return Hits.empty()
+        sources = _hashes(ids)
+    project = scope.project.value
+    projects = _ANY if project is None else _hashes([""] if project == "" else [project, ""])
+    channels = _hashes([scope.channel, ""]) if scope.channel else _ANY
+    try:
+        with index.reading() as path:
+            handle = kernels.VectorIndex.open(str(path))
+            if handle.dim == query.shape[0]:
+                near_ids, near_scores, far_ids, far_scores = handle.scan(
+                    query, scope_hash(scope.agent_id), projects, channels, sources,
+                    window, reach, float(threshold), k, far_k, chunk_rows,
+                )
+                return Hits(near_ids, near_scores, far_ids, far_scores)
+    except StoreCorrupt:
+        index.rebuild()
+    return scan_sqlite(index.db, index.table, query, scope, window=window, reach=reach,
+                       threshold=threshold, k=k, far_k=far_k, chunk_rows=chunk_rows)
+
+
+def scan_sqlite(
+    db: Database,
+    table: str,
+    query: np.ndarray,
+    scope: Scope,
+    *,
+    window: int,
+    reach: int,
+    threshold: float,
+    k: int,
+    far_k: int,
+    chunk_rows: int = 512,
+) -> Hits:
+    """The no-index path: stream the window's BLOBs from SQLite in chunks and merge top-k.
+
+    Rows whose BLOB is not `len(query)` floats take a position and are never scored.
+    """
+    query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
+    span = max(window, reach)
+    rows = vector_sql.window_rows(db, table, scope.agent_id, scope.project, scope.channel,
+                                  scope.source_prefix, span)
+    near = _score_region(rows[:window], 0, query, threshold, k, chunk_rows)
+    far = (
+        _score_region(rows[window:], window, query, threshold, far_k, chunk_rows)
+        if reach > window
+        else (_NONE_I, _NONE_F)
+    )
+    return Hits(near[0], near[1], far[0], far[1])
+
+
+def _score_region(
+    rows: list[tuple[int, bytes]],
+    base: int,
+    query: np.ndarray,
+    threshold: float,
+    k: int,
+    chunk_rows: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    dim = query.shape[0]
+    pos_parts, score_parts = [], []
+    for start in range(0, len(rows), chunk_rows):
+        chunk = rows[start : start + chunk_rows]
+        keep = [(base + start + i, blob) for i, (_, blob) in enumerate(chunk) if len(blob) == 4 * dim]
+        if not keep:
+            continue
+        block = np.frombuffer(b"".join(b for _, b in keep), dtype="<f4").reshape(len(keep), dim)
+        local, scores = kernels.scan_chunk(np.ascontiguousarray(block, dtype=np.float32), query,
+                                           float(threshold), k, 0)
+        positions = np.array([keep[int(i)][0] for i in local], dtype=np.int64)
+        pos_parts.append(positions)
+        score_parts.append(scores)
+    if not pos_parts:
+        return _NONE_I, _NONE_F
+    positions, scores = kernels.merge_top_k(
+        np.concatenate(pos_parts), np.concatenate(score_parts).astype(np.float32), k
+    )
+    ids = np.array([rows[int(p) - base][0] for p in positions], dtype=np.int64)
+    return ids, scores
