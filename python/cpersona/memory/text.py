@@ -77,7 +77,8 @@ def normalize_source(source: Any) -> Any:
 
 def utc_now_iso() -> str:
     """The server's default memory timestamp: UTC, microseconds, `+00:00`."""
-    return datetime.now(UTC).isoformat()
+    # timespec: isoformat() drops the fraction when it is zero (once in a million calls).
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def parse_utc(stamp: Any) -> datetime | None:

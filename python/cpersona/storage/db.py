@@ -26,6 +26,15 @@ BUSY_TIMEOUT_MS = 10_000
 
 Tracer = Callable[[str, Any], None]
 
+#: The range of an SQLite INTEGER: a row id outside it names no row (and cannot be bound).
+SQLITE_INT_MIN = -(2**63)
+SQLITE_INT_MAX = 2**63 - 1
+
+
+def is_row_id(value: int) -> bool:
+    """Whether `value` can be an SQLite row id (binding a larger int raises OverflowError)."""
+    return SQLITE_INT_MIN <= value <= SQLITE_INT_MAX
+
 
 class Database:
     """One SQLite database file: a guarded writer connection and per-thread readers."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from cpersona.models import Episode, NewEpisode, ProjectFilter
-from cpersona.storage.db import Database
+from cpersona.storage.db import Database, is_row_id
 
 _COLUMNS = (
     "id, agent_id, project_id, summary, keywords, start_time, end_time, resolved, channel, "
@@ -51,11 +51,15 @@ def insert(conn: sqlite3.Connection, new: NewEpisode) -> int:
 
 
 def get(conn: sqlite3.Connection, episode_id: int) -> Episode | None:
+    if not is_row_id(episode_id):
+        return None
     row = conn.execute(f"SELECT {_COLUMNS} FROM episodes WHERE id = ?", (episode_id,)).fetchone()
     return None if row is None else _episode(row)
 
 
 def delete(conn: sqlite3.Connection, episode_id: int, agent_id: str | None) -> int:
+    if not is_row_id(episode_id):
+        return 0
     if agent_id is None:
         cur = conn.execute("DELETE FROM episodes WHERE id = ?", (episode_id,))
     else:

@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from cpersona.models import Memory, NewMemory, ProjectFilter
-from cpersona.storage.db import Database
+from cpersona.storage.db import Database, is_row_id
 
 _COLUMNS = (
     "id, agent_id, project_id, msg_id, content, source, timestamp, metadata, channel, "
@@ -92,6 +92,8 @@ def insert(conn: sqlite3.Connection, new: NewMemory) -> int | None:
 
 
 def get(conn: sqlite3.Connection, memory_id: int) -> Memory | None:
+    if not is_row_id(memory_id):
+        return None
     row = conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)).fetchone()
     return None if row is None else _memory(row)
 
@@ -99,6 +101,7 @@ def get(conn: sqlite3.Connection, memory_id: int) -> Memory | None:
 def get_many(db: Database, ids: Sequence[int], agent_id: str | None = None) -> dict[int, Memory]:
     """Rows by id (batches of 500), optionally only those of one agent."""
     found: dict[int, Memory] = {}
+    ids = [i for i in ids if is_row_id(i)]
     for start in range(0, len(ids), 500):
         batch = list(ids[start : start + 500])
         marks = ",".join("?" * len(batch))
@@ -116,6 +119,8 @@ def update_content(
     conn: sqlite3.Connection, memory_id: int, content: str, embedding: bytes | None
 ) -> int:
     """Replace content and embedding of an unlocked row; the number of rows changed."""
+    if not is_row_id(memory_id):
+        return 0
     cur = conn.execute(
         "UPDATE memories SET content = ?, embedding = ? WHERE id = ? AND locked = 0",
         (content, embedding, memory_id),
@@ -124,6 +129,8 @@ def update_content(
 
 
 def delete(conn: sqlite3.Connection, memory_id: int, agent_id: str | None) -> int:
+    if not is_row_id(memory_id):
+        return 0
     if agent_id is None:
         cur = conn.execute("DELETE FROM memories WHERE id = ? AND locked = 0", (memory_id,))
     else:
@@ -135,6 +142,8 @@ def delete(conn: sqlite3.Connection, memory_id: int, agent_id: str | None) -> in
 
 
 def set_locked(conn: sqlite3.Connection, memory_id: int, locked: bool) -> int:
+    if not is_row_id(memory_id):
+        return 0
     cur = conn.execute(
         "UPDATE memories SET locked = ? WHERE id = ?", (1 if locked else 0, memory_id)
     )

@@ -37,6 +37,19 @@ def _update_profile(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     return engine.writer.update_profile(a["agent_id"], a["profile"])
 
 
+# Refusals keep the documented collection keys present (surface.md §1.3).
+def _profile_failure(error: str) -> dict[str, Any]:
+    return {"ok": False, "profiles_updated": 0, "reason": error, "error": error}
+
+
+def _memories_failure(error: str) -> dict[str, Any]:
+    return {"ok": False, "error": error, "memories": [], "count": 0}
+
+
+def _episodes_failure(error: str) -> dict[str, Any]:
+    return {"ok": False, "error": error, "episodes": [], "count": 0}
+
+
 def tools(settings: Settings) -> list[ToolSpec]:
     preview = settings.recall_preview_chars
     return [
@@ -63,6 +76,7 @@ def tools(settings: Settings) -> list[ToolSpec]:
             required=("agent_id", "profile"),
             handler=_update_profile,
             annotations=Annotations(read_only=False, destructive=False),
+            failure=_profile_failure,
         ),
         ToolSpec(
             name="list_memories",
@@ -79,6 +93,7 @@ def tools(settings: Settings) -> list[ToolSpec]:
             handler=_list_memories,
             annotations=Annotations(read_only=True),
             defaults={"limit": 100, "project_id": None},
+            failure=_memories_failure,
         ),
         ToolSpec(
             name="list_episodes",
@@ -94,5 +109,6 @@ def tools(settings: Settings) -> list[ToolSpec]:
             handler=_list_episodes,
             annotations=Annotations(read_only=True),
             defaults={"limit": 50, "project_id": None},
+            failure=_episodes_failure,
         ),
     ]

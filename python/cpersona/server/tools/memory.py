@@ -63,6 +63,10 @@ def _store_failure(error: str) -> dict[str, Any]:
     return {"ok": False, "result": "rejected", "reason": error}
 
 
+def _archive_failure(error: str) -> dict[str, Any]:
+    return {"ok": False, "episode_id": None, "error": error}
+
+
 def tools(settings: Settings) -> list[ToolSpec]:
     cap = settings.max_content_length
     meta_cap = settings.max_metadata_length
@@ -126,6 +130,7 @@ def tools(settings: Settings) -> list[ToolSpec]:
             required=("agent_id", "summary"),
             handler=_archive_episode,
             annotations=Annotations(read_only=False, destructive=False, idempotent=False),
+            failure=_archive_failure,
         ),
         ToolSpec(
             name="update_memory",
