@@ -216,7 +216,7 @@ def _read_capped(
     chunks: list[bytes] = []
     total = 0
     while True:
-        chunk = response.read(_READ_CHUNK)
+        chunk = response.read1(_READ_CHUNK)  # whatever has arrived, so the deadline is checked
         if not chunk:
             return b"".join(chunks)
         total += len(chunk)
