@@ -27,7 +27,10 @@ use crate::topk::{self, Hit};
 
 pyo3::import_exception!(cpersona.errors, StoreCorrupt);
 
-const _: () = assert!(DEFAULT_CHUNK_ROWS == 4096, "keep the scan signature's default in step");
+const _: () = assert!(
+    DEFAULT_CHUNK_ROWS == 4096,
+    "keep the scan signature's default in step"
+);
 
 impl From<CoreError> for PyErr {
     fn from(err: CoreError) -> PyErr {
@@ -81,8 +84,9 @@ fn contiguous<'a, T: Element>(arr: &'a PyReadonlyArrayDyn<'_, T>, name: &str) ->
     if !arr.is_c_contiguous() {
         return Err(invalid(format!("{name} must be C-contiguous")));
     }
+    // The other refusal: a misaligned buffer (numpy allows one, a Rust slice does not).
     arr.as_slice()
-        .map_err(|_| invalid(format!("{name} must be C-contiguous")))
+        .map_err(|_| invalid(format!("{name} must be aligned")))
 }
 
 /// A query of width `dim` for `rows` of width `dim` (`dim >= 1`).
@@ -164,7 +168,10 @@ fn scan_chunk_py<'py>(
     let base = count(base_position, "base_position")?;
     let (rows, query) = rows_and_query(&rows, &query)?;
     // Positions come back as int64.
-    if base.checked_add(rows.len() / query.len()).is_none_or(|end| end > i64::MAX as usize) {
+    if base
+        .checked_add(rows.len() / query.len())
+        .is_none_or(|end| end > i64::MAX as usize)
+    {
         return Err(invalid("base_position + rows exceeds int64".into()));
     }
     let base = base as u64;
@@ -302,7 +309,8 @@ impl VectorIndex {
 
     /// The scoped window / far scan -> (near_ids int64, near_scores float32, far_ids int64,
     /// far_scores float32), each best first by (score desc, position asc).
-    #[allow(clippy::too_many_arguments)] // the scan's parameters are the documented API
+    #[allow(clippy::too_many_arguments)]
+    // the scan's parameters are the documented API
     // The default is spelled as a literal so that it shows in the text signature.
     #[pyo3(signature = (
         query, agent, projects, channels, sources, window, reach, threshold, k, far_k,

@@ -65,6 +65,8 @@ def _shaped(arr: Array, name: str, ndim: int) -> Array:
         raise ValueError(f"{name} must be {ndim}-D, got {arr.ndim} dimensions")
     if not arr.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous")
+    if not arr.flags.aligned:  # Rust cannot view a misaligned buffer as a slice
+        raise ValueError(f"{name} must be aligned")
     return arr
 
 
