@@ -7,7 +7,11 @@ import threading
 from typing import TYPE_CHECKING
 
 from cpersona.config import Settings
+from cpersona.embedding.cache import CachedProvider
 from cpersona.memory.writes import Writer
+from cpersona.retrieval.health import EmbeddingHealth
+from cpersona.retrieval.pipeline import Recaller
+from cpersona.retrieval.thresholds import Thresholds
 from cpersona.storage import Database, open_database
 from cpersona.vectors.index import VectorIndex
 
@@ -28,6 +32,10 @@ class Engine:
             from cpersona.embedding import make_provider
 
             embedder = make_provider(settings)
+        if not isinstance(embedder, CachedProvider):
+            embedder = CachedProvider(
+                embedder, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
+            )
         self.embedder = embedder
         tracer = _sql_tracer if settings.sql_trace else None
         self.db: Database = open_database(
@@ -37,11 +45,17 @@ class Engine:
             table: VectorIndex(self.db, table) for table in ("memories", "episodes")
         }
         self.writer = Writer(self.db, settings, self.embedder, after_write=self._after_write)
+        self.thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
+        self.health = EmbeddingHealth(settings.transport)
+        self.recaller = Recaller(
+            self.db, settings, self.embedder, self.indexes, self.thresholds, self.health
+        )
         self._closed = threading.Event()
 
     def _after_write(self) -> None:
         # The index is current after every acknowledged write (a crash before this point is
         # repaired by the next reader's sync: the log entry was committed with the row).
+        self.recaller.invalidate_stats()
         for index in self.indexes.values():
             index.sync()
 

@@ -1,0 +1,1 @@
+"""The recall pipeline (spec retrieval.md): channels, fusion, scoring, gate, messages."""

@@ -1,0 +1,395 @@
+"""recall: retrievers -> fusion -> scoring -> gate -> autocut -> cut (retrieval.md §1).
+
+Two-phase: the retrievers rank ids and scores (the vector arm in the kernels), and only the
+survivors are hydrated from SQLite.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from cpersona._backend import kernels
+from cpersona.config import Settings
+from cpersona.embedding.base import EmbeddingMisconfigured
+from cpersona.errors import EmbeddingUnavailable
+from cpersona.memory.text import parse_utc
+from cpersona.models import ProjectFilter
+from cpersona.retrieval import scoring
+from cpersona.retrieval.candidates import (
+    Candidate,
+    dedupe,
+    from_episode,
+    from_memory,
+    merged_vector_list,
+    profile_row,
+)
+from cpersona.retrieval.health import EmbeddingHealth
+from cpersona.retrieval.query import is_excluded, like_pattern, match_expression, normalise_exclusions
+from cpersona.retrieval.thresholds import Thresholds
+from cpersona.storage import Database
+from cpersona.storage import profiles as profile_sql
+from cpersona.storage import retrieval as sql
+from cpersona.storage.retrieval import ScopeSql
+from cpersona.vectors.index import VectorIndex
+from cpersona.vectors.search import Scope, scan
+
+log = logging.getLogger("cpersona.recall")
+
+
+@dataclass(frozen=True, slots=True)
+class RecallRequest:
+    agent_id: str
+    query: str
+    limit: int = 10
+    deep: bool = False
+    channel: str = ""
+    exclude_contents: tuple[str, ...] = ()
+    project: ProjectFilter = field(default_factory=lambda: ProjectFilter(None))
+    source_id: str = ""
+    session_key: str = ""
+    paused: bool = False
+
+
+@dataclass
+class RecallResult:
+    rows: list[Candidate]  # best first; the tool reverses them
+    gate_fallback: bool = False
+    advisory: dict[str, Any] | None = None
+
+
+class Recaller:
+    """The recall pipeline over one database, embedder and pair of vector indexes."""
+
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        embedder: Any,
+        indexes: dict[str, VectorIndex],
+        thresholds: Thresholds,
+        health: EmbeddingHealth,
+    ) -> None:
+        self.db = db
+        self.s = settings
+        self.embedder = embedder
+        self.indexes = indexes
+        self.thresholds = thresholds
+        self.health = health
+        self._stats: dict[tuple[str, str | None, str], tuple[float, int, tuple[Any, Any]]] = {}
+        self._stats_lock = threading.Lock()
+
+    def invalidate_stats(self) -> None:
+        """Own writes change pool counts at once (the TTL is for other processes' writes)."""
+        with self._stats_lock:
+            self._stats.clear()
+
+    # -- the pipeline ------------------------------------------------------------------------
+
+    def recall(self, req: RecallRequest) -> RecallResult:
+        s = self.s
+        limit = max(0, min(req.limit, s.recall_library_max_limit))
+        if req.limit > s.recall_library_max_limit:
+            log.warning("recall limit %d clamped to %d", req.limit, s.recall_library_max_limit)
+        if not self.embedder.available:
+            self.health.observe_none()
+        exclusions = normalise_exclusions(list(req.exclude_contents))
+        blank = not req.query.strip()
+        mode = s.recall_mode if (not blank and s.recall_mode in ("rrf", "rsf")) else "cascade"
+        scope = ScopeSql(req.agent_id, req.project, req.channel)
+        episodes_ok = not (req.source_id and not req.channel)
+        qvec = self._embed_query(req.query) if not blank else None
+        if mode == "cascade":
+            rows = self._cascade(req, scope, qvec, limit, exclusions, blank, episodes_ok)
+        else:
+            rows = self._fused(req, mode, scope, qvec, limit, exclusions, episodes_ok)
+        result = RecallResult(rows=[])
+        if rows and limit > 0:
+            result = self._score_and_gate(req, scope, rows, qvec, limit, blank)
+        if s.degraded_advisory:
+            result.advisory = self.health.advisory(req.session_key)
+        return result
+
+    def _embed_query(self, query: str) -> np.ndarray | None:
+        if not self.embedder.available:
+            return None
+        try:
+            vec, hit = self.embedder.embed_one(query, "query")
+        except EmbeddingMisconfigured as exc:
+            self.health.observe_failure(str(exc), misconfigured=True)
+            return None
+        except EmbeddingUnavailable as exc:
+            self.health.observe_failure(str(exc), misconfigured=False)
+            return None
+        if not hit:
+            self.health.observe_ok()
+        return np.ascontiguousarray(vec, dtype=np.float32)
+
+    # -- retrievers --------------------------------------------------------------------------
+
+    def _vector(
+        self,
+        req: RecallRequest,
+        scope: ScopeSql,
+        qvec: np.ndarray,
+        threshold: float,
+        limit: int,
+        far: bool,
+        episodes_ok: bool,
+    ) -> tuple[list[Candidate], list[Candidate]]:
+        """The near list and the far list (§4.2-4.3), hydrated, best first."""
+        s = self.s
+        far_k = min(limit, s.vector_far_limit) if s.vector_far_limit > 0 else limit
+        reach = s.vector_reach if far else 0
+        per_table = {}
+        for table in ("memories", "episodes"):
+            if table == "episodes" and not episodes_ok:
+                per_table[table] = ([], [])
+                continue
+            prefix = req.source_id if table == "memories" else ""
+            hits = scan(
+                self.indexes[table], qvec,
+                Scope(req.agent_id, req.project, req.channel, prefix),
+                window=s.max_memories, reach=reach, threshold=threshold, k=limit, far_k=far_k,
+                chunk_rows=s.vector_scan_chunk_rows,
+            )
+            per_table[table] = (
+                list(zip(hits.near_ids.tolist(), hits.near_scores.tolist(), strict=True)),
+                list(zip(hits.far_ids.tolist(), hits.far_scores.tolist(), strict=True)),
+            )
+        near = merged_vector_list(per_table["memories"][0], per_table["episodes"][0], limit)
+        far_list = merged_vector_list(per_table["memories"][1], per_table["episodes"][1], far_k)
+        near_ids = {(k, i) for k, i, _ in near}
+        overlap = [(k, i, sc) for k, i, sc in far_list if (k, i) in near_ids]
+        if overlap:
+            log.warning("far list overlapped the near list (%d rows); dropped", len(overlap))
+            far_list = [(k, i, sc) for k, i, sc in far_list if (k, i) not in near_ids]
+        return (
+            self._hydrate(near, scope, req.source_id),
+            self._hydrate(far_list, scope, req.source_id),
+        )
+
+    def _hydrate(
+        self, hits: list[tuple[str, int, float]], scope: ScopeSql, source: str
+    ) -> list[Candidate]:
+        mems = sql.memories_by_id(self.db, [i for k, i, _ in hits if k == "mem"], scope, source)
+        eps = sql.episodes_by_id(self.db, [i for k, i, _ in hits if k == "ep"], scope)
+        out = []
+        for kind, row_id, score in hits:
+            hit = mems.get(row_id) if kind == "mem" else eps.get(row_id)
+            if hit is None:
+                continue  # vanished between the phases (or out of scope): dropped silently
+            row = from_memory(hit) if kind == "mem" else from_episode(hit)  # type: ignore[arg-type]
+            row.cosine = float(score)
+            out.append(row)
+        return out
+
+    def _episode_fts(self, scope: ScopeSql, match: str, limit: int) -> list[Candidate]:
+        if not (self.s.fts_enabled and match and limit > 0):
+            return []
+        try:
+            return [from_episode(h) for h in sql.episode_fts(self.db, scope, match, limit)]
+        except sqlite3.OperationalError as exc:
+            log.warning("episode FTS failed (%s); that channel is empty for this recall", exc)
+            return []
+
+    def _keyword(
+        self, req: RecallRequest, scope: ScopeSql, match: str, limit: int, blank: bool
+    ) -> list[Candidate]:
+        """The memory keyword channel: FTS, else the LIKE fallback; recency for a blank query."""
+        if limit <= 0:
+            return []
+        if blank:
+            return [from_memory(h) for h in sql.memory_recent(self.db, scope, req.source_id, limit)]
+        hits: list[Any] = []
+        if self.s.fts_enabled and match:
+            try:
+                hits = sql.memory_fts(self.db, scope, req.source_id, match, limit)
+            except sqlite3.OperationalError as exc:
+                log.warning("memory FTS failed (%s); using the LIKE fallback", exc)
+                hits = []
+        if not hits:
+            read = min(self.s.max_memories, max(5 * limit, 50))
+            hits = sql.memory_like(self.db, scope, req.source_id, like_pattern(req.query), read)
+            hits = hits[:limit]
+        return [from_memory(h) for h in hits]
+
+    def _profile(self, agent_id: str) -> Candidate | None:
+        text = profile_sql.get(self.db, agent_id)
+        return profile_row(text) if text else None
+
+    # -- cascade and fusion ------------------------------------------------------------------
+
+    def _threshold(self, agent_id: str, fused: bool) -> float:
+        t = self.thresholds.vector_threshold(agent_id)
+        return t * self.s.rrf_threshold_factor if fused else t
+
+    def _cascade(
+        self,
+        req: RecallRequest,
+        scope: ScopeSql,
+        qvec: np.ndarray | None,
+        limit: int,
+        exclusions: list[str],
+        blank: bool,
+        episodes_ok: bool,
+    ) -> list[Candidate]:
+        rows: list[Candidate] = []
+        if qvec is not None and not blank and limit > 0:
+            near, _ = self._vector(req, scope, qvec, self._threshold(req.agent_id, False),
+                                   limit, False, episodes_ok)
+            rows += [r for r in near if not is_excluded(r.content, exclusions)]
+        match = match_expression(req.query) if not blank else ""
+        if not blank and episodes_ok:
+            rows += self._episode_fts(scope, match, limit)
+        rows = dedupe(rows)
+        profile = self._profile(req.agent_id)
+        if profile is not None:
+            rows.append(profile)
+        remaining = limit - len(rows)
+        if remaining > 0:
+            kw = self._keyword(req, scope, match, remaining, blank)
+            rows = dedupe(rows + [r for r in kw if not is_excluded(r.content, exclusions)])
+        return rows
+
+    def _fused(
+        self,
+        req: RecallRequest,
+        mode: str,
+        scope: ScopeSql,
+        qvec: np.ndarray | None,
+        limit: int,
+        exclusions: list[str],
+        episodes_ok: bool,
+    ) -> list[Candidate]:
+        s = self.s
+        near: list[Candidate] = []
+        far: list[Candidate] = []
+        if qvec is not None and limit > 0:
+            want_far = s.vector_reach > s.max_memories
+            near, far = self._vector(req, scope, qvec, self._threshold(req.agent_id, True),
+                                     limit, want_far, episodes_ok)
+        match = match_expression(req.query)
+        episodes = self._episode_fts(scope, match, limit) if episodes_ok else []
+        keyword = self._keyword(req, scope, match, limit, False) if s.fts_enabled else []
+        excluded = lambda r: is_excluded(r.content, exclusions)  # noqa: E731
+        channels = [(near, True), (far, True), (episodes, False), (keyword, True)]
+        by_key: dict[int, Candidate] = {}
+        for rows, filt in channels:
+            for r in rows:
+                if not (filt and excluded(r)):
+                    by_key.setdefault(r.key, r)
+        if mode == "rrf":
+            rankings = [
+                np.array([-1 if (filt and excluded(r)) else r.key for r in rows], dtype=np.int64)
+                for rows, filt in channels
+            ]
+            keys, scores = kernels.rrf(rankings, k=s.rrf_k)
+            attr = "rrf"
+        else:
+            rankings, raws = [], []
+            for (rows, filt), cosine_scale in zip(channels, (True, True, False, False), strict=True):
+                kept = [r for r in rows if not (filt and excluded(r))]
+                rankings.append(np.array([r.key for r in kept], dtype=np.int64))
+                raws.append(np.array(
+                    [(r.cosine if cosine_scale else (-r.bm25 if r.bm25 is not None else np.nan))
+                     for r in kept], dtype=np.float64))
+            keys, scores = kernels.rsf(rankings, raws)
+            attr = "rsf"
+        out = []
+        for key, score in zip(keys.tolist(), scores.tolist(), strict=True):
+            row = by_key[key]
+            setattr(row, attr, float(score))
+            out.append(row)
+        profile = self._profile(req.agent_id)
+        if profile is not None:
+            out.append(profile)
+        return out
+
+    # -- scoring, gate, cut ------------------------------------------------------------------
+
+    def _scope_stats(self, scope: ScopeSql) -> tuple[int, tuple[Any, Any]]:
+        key = (scope.agent_id, scope.project.value, scope.channel)
+        now = time.monotonic()
+        if self.s.scope_stats_cache:
+            with self._stats_lock:
+                hit = self._stats.get(key)
+                if hit is not None and now - hit[0] < self.s.scope_stats_ttl_seconds:
+                    return hit[1], hit[2]
+        pool = sql.pool_count(self.db, scope)
+        span = sql.timestamp_span(self.db, scope)
+        if self.s.scope_stats_cache:
+            with self._stats_lock:
+                if len(self._stats) >= 256:
+                    self._stats.clear()
+                self._stats[key] = (now, pool, span)
+        return pool, span
+
+    def _backfill(self, rows: list[Candidate], qvec: np.ndarray | None) -> None:
+        if qvec is None:
+            return
+        for table, kind in (("memories", "mem"), ("episodes", "ep")):
+            need = [r for r in rows if r.kind == kind and r.cosine is None and r.id > 0]
+            if not need:
+                continue
+            blobs = sql.embeddings(self.db, table, [r.id for r in need])
+            for row in need:
+                blob = blobs.get(row.id)
+                if blob is None or len(blob) != 4 * qvec.shape[0]:
+                    continue
+                vec = np.frombuffer(blob, dtype="<f4").reshape(1, -1)
+                if not np.all(np.isfinite(vec)):
+                    continue
+                row.cosine = float(kernels.scan_dot(np.ascontiguousarray(vec), qvec)[0])
+                row.backfilled = True
+
+    def _score_and_gate(
+        self,
+        req: RecallRequest,
+        scope: ScopeSql,
+        rows: list[Candidate],
+        qvec: np.ndarray | None,
+        limit: int,
+        blank: bool,
+    ) -> RecallResult:
+        s = self.s
+        if s.confidence_enabled:
+            self._backfill(rows, qvec)
+        boundary = parse_utc(sql.latest_episode_created(self.db, scope))
+        penalised = scoring.episode_penalty(rows, boundary, s)
+        if penalised and not s.confidence_enabled:
+            rows = scoring.penalty_resort(rows)
+        pool, (t_min, t_max) = self._scope_stats(scope)
+        if s.confidence_enabled:
+            now = datetime.now(UTC)
+            span = scoring.scope_span(t_min, t_max, now)
+            history = sql.recall_history(self.db, [r.id for r in rows if r.kind == "mem"])
+            for row in rows:
+                hist = history.get(row.id, (0, None)) if row.kind == "mem" else (0, None)
+                row.confidence, row.confidence_detail = scoring.confidence(
+                    row, span, hist, req.deep, now, s)
+            rows = sorted(rows, key=lambda r: -(r.confidence or 0.0))
+        fused_gate = self.thresholds.fused_gate(req.agent_id) if s.fused_gate_enabled else (None, None)
+        kept = scoring.gate(rows, pool, req.deep, blank, fused_gate, s.rrf_k)
+        fallback = False
+        if not any(not r.is_profile for r in kept) and any(r.backfilled for r in rows):
+            profile_kept = any(r.is_profile for r in kept)
+            kept = [r for r in rows if r.backfilled or (r.is_profile and profile_kept)]
+            fallback = True
+        if not fallback:
+            kept = scoring.autocut(kept, s)
+        kept = kept[:limit]
+        if s.confidence_enabled and not req.deep and not fallback and not req.paused:
+            ids = [r.id for r in kept if r.kind == "mem"]
+            try:
+                sql.bump_recall_counts(self.db, ids)
+            except sqlite3.Error:
+                log.exception("recall-count bookkeeping failed (ignored)")
+        return RecallResult(rows=kept, gate_fallback=fallback)

@@ -1,0 +1,59 @@
+"""Query text rules: the FTS5 MATCH expression (§4.8), LIKE patterns (§4.7), exclusions (§4.10)."""
+
+from __future__ import annotations
+
+import re
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff66-\uff9f"
+_TOKENS = re.compile(f"([{_CJK}]+)|([^\\s{_CJK}]+)")
+#: Shorter runs cannot match a trigram index; they go to the keyword (LIKE) path.
+FTS_MIN_TERM = 3
+#: Exclusion entries shorter than this must match a row's whole text.
+EXCLUDE_PREFIX_MIN = 32
+
+
+def match_expression(query: str) -> str:
+    """The FTS5 MATCH expression for `query`, or '' when no term is long enough.
+
+    CJK runs (no spaces between words) become every overlapping 3-character window; other
+    tokens are kept whole with their punctuation (`CVE-2024-3094`). Terms are quoted, so FTS5
+    syntax characters in a query are literal text, and joined with OR.
+    """
+    terms: list[str] = []
+    seen: set[str] = set()
+    for cjk, other in _TOKENS.findall(query):
+        if cjk:
+            pieces = [cjk[i : i + 3] for i in range(len(cjk) - 2)]
+        else:
+            pieces = [other] if len(other) >= FTS_MIN_TERM else []
+        for piece in pieces:
+            if piece not in seen:
+                seen.add(piece)
+                terms.append(piece)
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def like_pattern(query: str) -> str:
+    """`%query%` with LIKE's wildcards escaped (ESCAPE '\\'); the raw query, untrimmed."""
+    escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def normalise_exclusions(entries: list[str]) -> list[str]:
+    return [e.strip().lower() for e in entries if isinstance(e, str) and e.strip()]
+
+
+def is_excluded(content: str, exclusions: list[str]) -> bool:
+    """Whether a candidate's text matches an exclusion (exact below 32 chars, else prefix)."""
+    if not exclusions:
+        return False
+    text = content.strip().lower()
+    if not text:
+        return False
+    for e in exclusions:
+        if len(e) < EXCLUDE_PREFIX_MIN:
+            if text == e:
+                return True
+        elif text.startswith(e) or e.startswith(text):
+            return True
+    return False

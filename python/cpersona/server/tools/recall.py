@@ -1,0 +1,164 @@
+"""Retrieval tools: recall, recall_with_context, get_contents."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpersona.config import Settings
+from cpersona.models import ProjectFilter
+from cpersona.retrieval import context as ctx
+from cpersona.retrieval import messages as msgs
+from cpersona.retrieval.pipeline import RecallRequest, RecallResult
+from cpersona.server.registry import Annotations, ToolSpec
+from cpersona.server.tools.memory import SESSION_KEY, STR
+
+LIMIT = {"type": "integer", "minimum": 0, "maximum": 100, "default": 10}
+
+
+def _request(a: dict[str, Any], exclude: list[str]) -> RecallRequest:
+    return RecallRequest(
+        agent_id=a["agent_id"],
+        query=a["query"],
+        limit=a["limit"],
+        deep=a["deep"],
+        channel=a["channel"],
+        exclude_contents=tuple(exclude),
+        project=ProjectFilter(a["project_id"]),
+        source_id=a["source_id"],
+        session_key=a["session_key"],
+    )
+
+
+def _envelope(engine: Any, a: dict[str, Any], result: RecallResult,
+              messages: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"messages": messages}
+    if result.gate_fallback:
+        out["gate_fallback"] = True
+    if result.advisory is not None:
+        out["advisory"] = result.advisory
+    cap = engine.settings.recall_preview_chars
+    if a["full_content"]:
+        if msgs.apply_full_content_budget(messages, cap):
+            out["full_content_budget_chars"] = msgs.FULL_CONTENT_BUDGET
+    else:
+        msgs.apply_preview(messages, cap)
+    if a["project_id"] == "@auto":
+        out["resolved_project_id"] = "@auto"
+    return out
+
+
+def _recall(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    result = engine.recaller.recall(_request(a, list(a["exclude_contents"])))
+    messages = [msgs.message(r) for r in reversed(result.rows)]
+    return _envelope(engine, a, result, messages)
+
+
+def _recall_with_context(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    entries = a["external_context"]
+    mode = engine.settings.external_context_mode
+    issues = ctx.field_issues(entries) if mode != "off" else []
+    if issues and mode == "reject":
+        listed = ", ".join(f"[{i['index']}] {' '.join(i['fields'])}" for i in issues)
+        return {"ok": False, "messages": [],
+                "error": f"external_context entries have fields that are not strings: {listed}"}
+    result = engine.recaller.recall(_request(a, ctx.exclusions(entries)))
+    recalled = [msgs.message(r) for r in reversed(result.rows)]
+    conversation, other_roles = ctx.conversation(entries)
+    merged = ctx.chronological(recalled + conversation)
+    out = _envelope(engine, a, result, merged)
+    if other_roles:
+        out["context_filter_only"] = {
+            "roles": other_roles,
+            "note": "Entries with these roles were used only to filter recalled memories; "
+            "only user and assistant turns are merged.",
+        }
+    if issues and mode == "warn":
+        out["context_field_issues"] = {"entries": issues,
+                                       "note": ctx.issues_note(issues, entries)}
+    return out
+
+
+def _get_contents(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    return msgs.get_contents(engine.db, a["agent_id"], a["refs"])
+
+
+def _recall_properties() -> dict[str, dict[str, Any]]:
+    return {
+        "agent_id": STR,
+        "query": {"type": "string", "description": "What to remember; blank lists the newest."},
+        "limit": LIMIT,
+        "deep": {"type": "boolean", "description": "Relax the quality gate (halves it)."},
+        "channel": STR,
+        "exclude_contents": {"type": "array", "items": {"type": "string"}},
+        "project_id": STR,
+        "source_id": STR,
+        "full_content": {"type": "boolean"},
+        "session_key": SESSION_KEY,
+    }
+
+
+def tools(settings: Settings) -> list[ToolSpec]:
+    preview = settings.recall_preview_chars
+    defaults = {"limit": 10, "project_id": None}
+    context_props = _recall_properties()
+    del context_props["exclude_contents"]
+    context_props["external_context"] = {
+        "type": "array",
+        "items": {"type": "object", "properties": {
+            "role": {}, "content": {}, "name": {}, "user_id": {}, "timestamp": {}}},
+    }
+    return [
+        ToolSpec(
+            name="recall",
+            description=(
+                "Find the memories (and episodes) that answer `query` for one agent: hybrid "
+                "vector + full-text + keyword search. `messages` is ordered worst to best: the "
+                "LAST message is the best match. Rows below the quality gate are dropped, so "
+                "the list may be empty. Messages longer than "
+                f"{preview} characters are cut to that preview with `content_truncated`, "
+                "`content_len` and a `ref` to expand with get_contents; `full_content=true` "
+                f"returns whole rows within a {msgs.FULL_CONTENT_BUDGET}-character budget "
+                "spent from the best match back. `project_id`: omitted = all projects, '' = "
+                "global pool, X = X plus global; `channel` X = X plus channel-global rows. "
+                "`match_reason.signal` names the score the gate used. `gate_fallback: true` "
+                "marks low-confidence lexical rescues. `advisory` appears while embeddings "
+                "are degraded."
+            ),
+            properties=_recall_properties(),
+            required=("agent_id", "query"),
+            handler=_recall,
+            annotations=Annotations(read_only=True),
+            defaults=defaults,
+        ),
+        ToolSpec(
+            name="recall_with_context",
+            description=(
+                "Recall, then merge your conversation turns (`external_context`: {role, "
+                "content, name?, user_id?, timestamp?}) into one chronological list by the "
+                "instant each timestamp names (any offset; offset-less = UTC); undated "
+                "messages come first, so the last message is the newest. Recalled rows that "
+                "repeat a turn's content are left out. Only user and assistant turns are "
+                "merged."
+            ),
+            properties=context_props,
+            required=("agent_id", "query"),
+            handler=_recall_with_context,
+            annotations=Annotations(read_only=True),
+            defaults=defaults,
+        ),
+        ToolSpec(
+            name="get_contents",
+            description=(
+                "Expand preview refs (`mem:<id>`, `ep:<id>`) of one agent to their full text. "
+                f"At most {msgs.CONTENTS_MAX_REFS} refs; items are returned whole until "
+                f"{msgs.CONTENTS_BUDGET} characters, the rest listed in `deferred` to fetch "
+                "next. Unknown or foreign refs are listed in `missing`."
+            ),
+            properties={"agent_id": STR,
+                        "refs": {"type": "array", "items": {"type": "string"},
+                                 "maxItems": msgs.CONTENTS_MAX_REFS}},
+            required=("agent_id", "refs"),
+            handler=_get_contents,
+            annotations=Annotations(read_only=True),
+        ),
+    ]

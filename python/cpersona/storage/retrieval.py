@@ -1,0 +1,237 @@
+"""SQL of the recall pipeline: FTS and keyword channels, scope counts, boundary, hydration."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cpersona.models import ProjectFilter
+from cpersona.storage.db import Database
+
+_SOURCE_ID = "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END"
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeSql:
+    """`scope(agent, project, channel)` of retrieval.md §4.0 as a WHERE fragment."""
+
+    agent_id: str
+    project: ProjectFilter
+    channel: str
+
+    def where(self, alias: str = "") -> tuple[str, list[object]]:
+        p = f"{alias}." if alias else ""
+        parts = [f"{p}agent_id = ?"]
+        params: list[object] = [self.agent_id]
+        pw, pp = self.project.sql(f"{p}project_id")
+        parts.append(pw)
+        params.extend(pp)
+        if self.channel:
+            parts.append(f"{p}channel IN (?, '')")
+            params.append(self.channel)
+        return " AND ".join(parts), params
+
+
+def _source_filter(alias: str, prefix: str) -> tuple[str, list[object]]:
+    if not prefix:
+        return "1", []
+    expr = _SOURCE_ID.replace("source", f"{alias}.source") if alias else _SOURCE_ID
+    return f"substr({expr}, 1, ?) = ?", [len(prefix), prefix]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHit:
+    id: int
+    msg_id: str
+    content: str
+    source: str
+    timestamp: str
+    channel: str
+    project_id: str
+    agent_id: str
+    bm25: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeHit:
+    id: int
+    summary: str
+    start_time: str | None
+    created_at: str
+    resolved: bool
+    channel: str
+    project_id: str
+    agent_id: str
+    bm25: float | None
+
+
+_MEM_COLS = "m.id, m.msg_id, m.content, m.source, m.timestamp, m.channel, m.project_id, m.agent_id"
+_EP_COLS = (
+    "e.id, e.summary, e.start_time, e.created_at, e.resolved, e.channel, e.project_id, e.agent_id"
+)
+
+
+def _mem(r: sqlite3.Row, bm25: float | None) -> MemoryHit:
+    return MemoryHit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bm25)
+
+
+def _ep(r: sqlite3.Row, bm25: float | None) -> EpisodeHit:
+    return EpisodeHit(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7], bm25)
+
+
+def memory_fts(
+    db: Database, scope: ScopeSql, source_prefix: str, match: str, limit: int
+) -> list[MemoryHit]:
+    where, params = scope.where("m")
+    sw, sp = _source_filter("m", source_prefix)
+    rows = db.query(
+        f"""SELECT {_MEM_COLS}, bm25(memories_fts) AS score
+            FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
+            WHERE memories_fts MATCH ? AND {where} AND {sw}
+            ORDER BY score, m.id LIMIT ?""",
+        [match, *params, *sp, limit],
+    )
+    return [_mem(r, float(r["score"])) for r in rows]
+
+
+def memory_like(
+    db: Database, scope: ScopeSql, source_prefix: str, pattern: str, read: int
+) -> list[MemoryHit]:
+    where, params = scope.where("m")
+    sw, sp = _source_filter("m", source_prefix)
+    rows = db.query(
+        f"""SELECT {_MEM_COLS} FROM memories m
+            WHERE m.content LIKE ? ESCAPE '\\' AND {where} AND {sw}
+            ORDER BY m.created_at DESC, m.id DESC LIMIT ?""",
+        [pattern, *params, *sp, read],
+    )
+    return [_mem(r, None) for r in rows]
+
+
+def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int) -> list[MemoryHit]:
+    where, params = scope.where("m")
+    sw, sp = _source_filter("m", source_prefix)
+    rows = db.query(
+        f"""SELECT {_MEM_COLS} FROM memories m WHERE {where} AND {sw}
+            ORDER BY m.created_at DESC, m.id DESC LIMIT ?""",
+        [*params, *sp, limit],
+    )
+    return [_mem(r, None) for r in rows]
+
+
+def episode_fts(db: Database, scope: ScopeSql, match: str, limit: int) -> list[EpisodeHit]:
+    where, params = scope.where("e")
+    rows = db.query(
+        f"""SELECT {_EP_COLS}, bm25(episodes_fts) AS score
+            FROM episodes_fts JOIN episodes e ON e.id = episodes_fts.rowid
+            WHERE episodes_fts MATCH ? AND {where}
+            ORDER BY score, e.id LIMIT ?""",
+        [match, *params, limit],
+    )
+    return [_ep(r, float(r["score"])) for r in rows]
+
+
+def memories_by_id(
+    db: Database, ids: Sequence[int], scope: ScopeSql, source_prefix: str
+) -> dict[int, MemoryHit]:
+    """Hydrate survivors, re-applying the scope and the source filter (batches of 500)."""
+    out: dict[int, MemoryHit] = {}
+    where, params = scope.where("m")
+    sw, sp = _source_filter("m", source_prefix)
+    for start in range(0, len(ids), 500):
+        batch = list(ids[start : start + 500])
+        marks = ",".join("?" * len(batch))
+        for r in db.query(
+            f"SELECT {_MEM_COLS} FROM memories m WHERE m.id IN ({marks}) AND {where} AND {sw}",
+            [*batch, *params, *sp],
+        ):
+            out[r[0]] = _mem(r, None)
+    return out
+
+
+def episodes_by_id(db: Database, ids: Sequence[int], scope: ScopeSql) -> dict[int, EpisodeHit]:
+    out: dict[int, EpisodeHit] = {}
+    where, params = scope.where("e")
+    for start in range(0, len(ids), 500):
+        batch = list(ids[start : start + 500])
+        marks = ",".join("?" * len(batch))
+        for r in db.query(
+            f"SELECT {_EP_COLS} FROM episodes e WHERE e.id IN ({marks}) AND {where}",
+            [*batch, *params],
+        ):
+            out[r[0]] = _ep(r, None)
+    return out
+
+
+def embeddings(db: Database, table: str, ids: Sequence[int]) -> dict[int, bytes]:
+    """Stored BLOBs by id (for the cosine backfill)."""
+    if table not in ("memories", "episodes"):
+        raise ValueError(table)
+    out: dict[int, bytes] = {}
+    for start in range(0, len(ids), 500):
+        batch = list(ids[start : start + 500])
+        marks = ",".join("?" * len(batch))
+        for r in db.query(
+            f"SELECT id, embedding FROM {table} WHERE id IN ({marks}) AND embedding IS NOT NULL",
+            batch,
+        ):
+            out[r[0]] = bytes(r[1])
+    return out
+
+
+def pool_count(db: Database, scope: ScopeSql) -> int:
+    where, params = scope.where()
+    m = db.query_one(f"SELECT COUNT(*) FROM memories WHERE {where}", params)
+    e = db.query_one(f"SELECT COUNT(*) FROM episodes WHERE {where}", params)
+    return int(m[0] if m else 0) + int(e[0] if e else 0)
+
+
+def timestamp_span(db: Database, scope: ScopeSql) -> tuple[str | None, str | None]:
+    """MIN and MAX (text order) of memory timestamps that are non-empty and SQL-parseable."""
+    where, params = scope.where()
+    row = db.query_one(
+        f"""SELECT MIN(timestamp), MAX(timestamp) FROM memories
+            WHERE {where} AND timestamp != '' AND julianday(timestamp) IS NOT NULL""",
+        params,
+    )
+    return (row[0], row[1]) if row else (None, None)
+
+
+def latest_episode_created(db: Database, scope: ScopeSql) -> str | None:
+    """created_at of the newest episode in scope by parsed instant (unparseable last)."""
+    where, params = scope.where()
+    row = db.query_one(
+        f"""SELECT created_at FROM episodes WHERE {where}
+            ORDER BY datetime(created_at) IS NULL, datetime(created_at) DESC, created_at DESC
+            LIMIT 1""",
+        params,
+    )
+    return None if row is None else str(row[0])
+
+
+def recall_history(db: Database, ids: Sequence[int]) -> dict[int, tuple[int, str | None]]:
+    out: dict[int, tuple[int, str | None]] = {}
+    for start in range(0, len(ids), 500):
+        batch = list(ids[start : start + 500])
+        marks = ",".join("?" * len(batch))
+        for r in db.query(
+            f"SELECT id, recall_count, last_recalled_at FROM memories WHERE id IN ({marks})",
+            batch,
+        ):
+            out[r[0]] = (int(r[1]), r[2])
+    return out
+
+
+def bump_recall_counts(db: Database, ids: Sequence[int]) -> None:
+    if not ids:
+        return
+    with db.atomic() as conn:
+        for start in range(0, len(ids), 500):
+            batch = list(ids[start : start + 500])
+            marks = ",".join("?" * len(batch))
+            conn.execute(
+                f"""UPDATE memories SET recall_count = recall_count + 1,
+                    last_recalled_at = datetime('now') WHERE id IN ({marks})""",
+                batch,
+            )
