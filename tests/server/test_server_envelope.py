@@ -14,18 +14,19 @@ import pytest
 
 pytestmark = pytest.mark.anyio
 
+# The tools of issue 2 in registration order (the "#" column of surface.md §2).
 TOOLS = [
     "store",
+    "get_profile",
+    "update_profile",
     "archive_episode",
+    "list_memories",
+    "list_episodes",
+    "delete_memory",
+    "delete_episode",
     "update_memory",
     "lock_memory",
     "unlock_memory",
-    "delete_memory",
-    "delete_episode",
-    "get_profile",
-    "update_profile",
-    "list_memories",
-    "list_episodes",
 ]
 
 # (read_only, destructive, idempotent) of surface.md §2; None = the hint is not set.
@@ -59,7 +60,10 @@ REQUIRED = {
 
 
 async def test_tool_list(tools):
-    listed = (await tools.client.list_tools()).tools
+    everything = (await tools.client.list_tools()).tools
+    names = [t.name for t in everything]
+    assert len(names) == len(set(names))
+    listed = [t for t in everything if t.name in TOOLS]
     assert [t.name for t in listed] == TOOLS
     for tool in listed:
         schema = tool.input_schema
