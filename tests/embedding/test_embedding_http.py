@@ -232,3 +232,19 @@ def test_http_close_is_harmless(backend: Backend) -> None:
     p = provider(backend)
     p.close()
     assert p.embed(["x"]).shape == (1, 4)
+
+
+@pytest.mark.parametrize(
+    "raw, url, label",
+    [
+        ("http://h:8401/embed", "http://h:8401/embed", "http://h:8401/embed"),
+        ("HTTPS://Host.Example/v1/e", "https://host.example/v1/e", "https://host.example/v1/e"),
+        ("http://u:p@h/e?key=k#frag", "http://h/e?key=k", "http://h/e"),
+        ("http://[::1]:8401/embed", "http://[::1]:8401/embed", "http://[::1]:8401/embed"),
+        ("  http://h  ", "http://h", "http://h"),
+    ],
+)
+def test_http_endpoint_parsing(raw: str, url: str, label: str) -> None:
+    endpoint = _wire.parse_endpoint(raw, "X")
+    assert (endpoint.url, endpoint.label) == (url, label)
+    assert (endpoint.authorization is not None) == ("@" in raw)
