@@ -21,3 +21,11 @@ class StoreCorrupt(CPersonaError):
 
 class EmbeddingUnavailable(CPersonaError):
     """The embedding provider could not produce a vector for this call."""
+
+
+class EmbeddingMisconfigured(EmbeddingUnavailable):
+    """The call failed before any request left the process (bad URL, no model, mode none).
+
+    The recall health state reports such faults as `misconfigured` rather than `unreachable`
+    (spec surface.md §12.5).
+    """

@@ -13,7 +13,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from cpersona.errors import EmbeddingUnavailable
+from cpersona.errors import EmbeddingMisconfigured, EmbeddingUnavailable  # noqa: F401 (re-export)
 
 #: Who a text is for. Models trained with instruction prefixes embed queries and stored
 #: passages differently; the others (MiniLM, the http contract) ignore it.
@@ -22,14 +22,6 @@ Kind = Literal["query", "passage"]
 #: Most texts sent to a backend or through the local model at once. The http contract
 #: promises backends "at most 32 texts per request" (spec surface.md §12.1).
 MAX_BATCH = 32
-
-
-class EmbeddingMisconfigured(EmbeddingUnavailable):
-    """The call failed before any request left the process (bad URL, no model, mode none).
-
-    The recall health state reports such faults as `misconfigured` rather than `unreachable`
-    (spec surface.md §12.5).
-    """
 
 
 @runtime_checkable
