@@ -375,7 +375,7 @@ class Recaller:
                 hist = history.get(row.id, (0, None)) if row.kind == "mem" else (0, None)
                 row.confidence, row.confidence_detail = scoring.confidence(
                     row, span, hist, req.deep, now, s)
-            rows = sorted(rows, key=lambda r: -(r.confidence or 0.0))
+            rows = sorted(rows, key=scoring.confidence_order)
         fused_gate = self.thresholds.fused_gate(req.agent_id) if s.fused_gate_enabled else (None, None)
         kept = scoring.gate(rows, pool, req.deep, blank, fused_gate, s.rrf_k)
         fallback = False

@@ -134,6 +134,21 @@ def confidence(
     return score, detail
 
 
+_KIND_ORDER = {"mem": 0, "ep": 1, "profile": 2}
+
+
+def confidence_order(row: Candidate) -> tuple[float, float, int, int]:
+    """Sort key of the confidence ranking: score descending, ties broken without the fusion.
+
+    Contract 2: with confidence on, the fusion mode picks the candidates but not their order,
+    so rrf and rsf must order equal scores alike. A stable sort would keep each mode's fusion
+    order among ties (rounded scores tie often); instead ties go to the higher cosine, then
+    memories before episodes and the newer row (higher id), as in the vector lists (§5.5).
+    """
+    cosine = row.cosine if row.cosine is not None else -math.inf
+    return (-(row.confidence or 0.0), -cosine, _KIND_ORDER.get(row.kind, 2), -row.id)
+
+
 def heuristic_gate(pool: int) -> float:
     """m(N) of §7.1: 0.5 for an empty pool, falling to 0.2 at 499 rows."""
     if pool <= 0:
