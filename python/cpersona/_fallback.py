@@ -637,10 +637,17 @@ class VectorIndex:
         for lo in range(begin, end, chunk_rows):
             hi = min(lo + chunk_rows, end)
             chunk = slots[lo:hi]
-            scored = np.flatnonzero((flags[chunk] & _FLAG_FOREIGN) == 0)
-            scores = _dot_rows(vectors[chunk[scored]], query)
-            keep = scores.astype(np.float64) >= threshold
-            positions = scored[keep].astype(np.int64) + lo
+            first, last = int(chunk[0]), int(chunk[-1])
+            if first - last == hi - lo - 1 and np.all(np.diff(chunk) == -1):
+                # A run of consecutive slots, newest first (a file appended in time order):
+                # score the mapped rows in place, forwards through memory, without a gather.
+                scores = _dot_rows(vectors[last : first + 1], query)[::-1]
+            else:
+                scores = _dot_rows(vectors[chunk], query)
+            # Foreign-width slots hold zero vectors: scored harmlessly, then dropped.
+            keep = (flags[chunk] & _FLAG_FOREIGN) == 0
+            keep &= scores.astype(np.float64) >= threshold
+            positions = np.flatnonzero(keep).astype(np.int64) + lo
             # Per-chunk winners merged with the running best: memory stays O(chunk + k).
             best_pos, best_scores = _best(
                 np.concatenate([best_pos, positions]),

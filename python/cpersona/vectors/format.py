@@ -294,6 +294,41 @@ class VectorFileWriter:
                 hi = mid
         return lo
 
+    def extend(
+        self,
+        row_ids: npt.NDArray[np.int64],
+        keys: npt.NDArray[np.int64],
+        *,
+        agent: npt.NDArray[np.uint64],
+        project: npt.NDArray[np.uint64],
+        channel: npt.NDArray[np.uint64],
+        source: npt.NDArray[np.uint64],
+        vectors: npt.NDArray[np.float32],
+    ) -> None:
+        """Appends many full-width slots at once, then re-sorts ``order`` (for bulk loads).
+
+        Args:
+            row_ids, keys, agent, project, channel, source: (m,) arrays, as in ``append``.
+            vectors: (m, dim) float32.
+
+        Raises:
+            ValueError: shapes disagree, or the rows do not fit (call ``grow`` first).
+        """
+        m = int(np.shape(row_ids)[0])
+        count = self.count
+        if np.shape(vectors) != (m, self.dim):
+            raise ValueError(f"vectors must be ({m}, {self.dim}), got {np.shape(vectors)}")
+        if count + m > self.capacity:
+            raise ValueError(f"{m} rows do not fit: {count} of {self.capacity} slots used")
+        columns = {"ids": row_ids, "keys": keys, "agent": agent, "project": project}
+        columns |= {"channel": channel, "source": source, "vectors": vectors}
+        for name, values in columns.items():
+            self._views[name][count : count + m] = values
+        self._views["flags"][count : count + m] = 0
+        self._hdr["live"] = int(self._hdr["live"]) + m
+        self._hdr["count"] = count + m
+        self.rebuild_order()
+
     def set_deleted(self, slot: int) -> None:
         """Marks a slot deleted; it keeps its place in ``order`` but takes no scan position."""
         if not 0 <= slot < self.count:
