@@ -282,7 +282,9 @@ class Recaller:
         excluded = lambda r: is_excluded(r.content, exclusions)  # noqa: E731
         channels = [(near, True), (far, True), (episodes, False), (keyword, True)]
         by_key: dict[int, Candidate] = {}
-        for rows, filt in channels:
+        # The far list last: a row FTS or keyword search also returns keeps the row object
+        # (and so the gate signal) it has without the reach; a far vote only adds (§19.2).
+        for rows, filt in (channels[0], channels[2], channels[3], channels[1]):
             for r in rows:
                 if not (filt and excluded(r)):
                     by_key.setdefault(r.key, r)
