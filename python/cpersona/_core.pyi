@@ -7,6 +7,20 @@ from typing import final
 import numpy as np
 import numpy.typing as npt
 
+__all__ = [
+    "DEBUG_BUILD",
+    "DEFAULT_CHUNK_ROWS",
+    "KERNEL",
+    "VectorIndex",
+    "__version__",
+    "merge_top_k",
+    "rrf",
+    "rsf",
+    "scan_chunk",
+    "scan_dot",
+    "top_k",
+]
+
 __version__: str
 DEBUG_BUILD: bool
 KERNEL: str

@@ -419,6 +419,12 @@ class VectorIndex:
     """
 
     __slots__ = ("_capacity", "_db_uid", "_dim", "_mm", "_table", "_views")
+    _capacity: int
+    _db_uid: bytes
+    _dim: int
+    _mm: np.memmap[Any, Any]
+    _table: int
+    _views: dict[str, Array]
 
     def __init__(self) -> None:
         raise TypeError("use VectorIndex.open(path)")

@@ -320,8 +320,8 @@ class VectorFileWriter:
             raise ValueError(f"vectors must be ({m}, {self.dim}), got {np.shape(vectors)}")
         if count + m > self.capacity:
             raise ValueError(f"{m} rows do not fit: {count} of {self.capacity} slots used")
-        columns = {"ids": row_ids, "keys": keys, "agent": agent, "project": project}
-        columns |= {"channel": channel, "source": source, "vectors": vectors}
+        columns: dict[str, npt.NDArray[Any]] = {"ids": row_ids, "keys": keys, "agent": agent}
+        columns |= {"project": project, "channel": channel, "source": source, "vectors": vectors}
         for name, values in columns.items():
             self._views[name][count : count + m] = values
         self._views["flags"][count : count + m] = 0
