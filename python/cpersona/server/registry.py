@@ -117,8 +117,14 @@ def _fits(prop: dict[str, Any], value: Any) -> bool:
 
 
 def unstorable_text(arguments: dict[str, Any], path: str = "") -> str | None:
-    """Where a string holds a lone surrogate (it cannot be stored as UTF-8), or None."""
+    """Where a string or a key holds a lone surrogate (it cannot be stored as UTF-8), or None.
+
+    The answer never quotes the offending text: it could not be written back as UTF-8 either.
+    """
     for key, value in arguments.items():
+        pos = first_surrogate(str(key))
+        if pos is not None:
+            return f"a key of {path or 'the arguments'} (character {pos})"
         here = f"{path}.{key}" if path else str(key)
         if isinstance(value, str):
             pos = first_surrogate(value)

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
+from types import TracebackType
+from typing import Any
 
 import anyio
+import mcp_types as types
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from cpersona.config import Settings
 from cpersona.engine import Engine
+from cpersona.memory.text import first_surrogate
 
 log = logging.getLogger("cpersona")
 
@@ -30,7 +37,9 @@ def serve_stdio(settings: Settings) -> int:
 
     async def run() -> None:
         async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+            await server.run(
+                LoneSurrogateTolerant(read), write, server.create_initialization_options()
+            )
 
     try:
         anyio.run(run)
@@ -39,3 +48,77 @@ def serve_stdio(settings: Settings) -> int:
     finally:
         engine.close()
     return 0
+
+
+class LoneSurrogateTolerant:
+    """The transport's read stream, with tool calls whose arguments hold lone surrogates let in.
+
+    The SDK parses each stdin line with pydantic, which refuses a JSON string escape of a lone
+    UTF-16 surrogate (`"\\ud83d"`, what a JavaScript client sends for an emoji cut in half) as
+    invalid JSON; the request is then dropped unanswered and its caller waits forever. Python's
+    json accepts such a line: a `tools/call` whose only surrogates are inside its arguments is
+    let through, and the tool answers it with its own refusal (app.py: nothing is written).
+    Anything else the SDK refused stays refused.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        return _reparse(await self._inner.receive())
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> LoneSurrogateTolerant:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> LoneSurrogateTolerant:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+def _reparse(item: Any) -> Any:
+    """`item`, or the tool call that pydantic refused only for its lone surrogates."""
+    if not isinstance(item, ValidationError):
+        return item
+    errors = item.errors()
+    line = errors[0].get("input") if len(errors) == 1 else None
+    if errors[0].get("type") != "json_invalid" or not isinstance(line, str):
+        return item
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return item
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return item
+    params = message.get("params")
+    if not isinstance(params, dict) or not isinstance(params.get("arguments"), dict):
+        return item
+    # Only the arguments may carry them: the SDK echoes other fields (e.g. an unknown method)
+    # into its answers, and a lone surrogate cannot be written back as UTF-8.
+    envelope = {**message, "params": {k: v for k, v in params.items() if k != "arguments"}}
+    if first_surrogate(json.dumps(envelope, ensure_ascii=False)) is not None:
+        return item
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(message, by_name=False))
+    except ValidationError:
+        return item
