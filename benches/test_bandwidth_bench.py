@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import PROBE_BYTES, record
+from bench_support import PROBE_BYTES, record
 
 
 def test_bandwidth_probe(benchmark, bandwidth_gbs: float) -> None:

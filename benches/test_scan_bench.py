@@ -14,7 +14,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from conftest import record
+from bench_support import record
 from cpersona.vectors.format import VectorFileWriter
 
 WINDOW = 10_000
