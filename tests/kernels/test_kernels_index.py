@@ -331,3 +331,12 @@ def test_scan_rejects_wrong_query_width(backend: ModuleType, tmp_path: Path) -> 
     index = backend.VectorIndex.open(path)
     with pytest.raises(ValueError):
         index.scan(np.ones(3, np.float32), 1, NONE, NONE, NONE, 10, 0, -1.0, 5, 0)
+
+
+def test_create_over_a_mapped_file_leaves_the_reader_intact(backend, tmp_path: Path) -> None:
+    path = write(tmp_path / "r.vec", 2, [one(1, 1, [1, 2])])
+    index = backend.VectorIndex.open(path)
+    VectorFileWriter.create(path, 2, 1, UID, 0).close()  # a rebuild written in place
+    near_ids, *_ = index.scan(np.ones(2, np.float32), 1, NONE, NONE, NONE, 5, 0, -1.0, 5, 0)
+    assert near_ids.tolist() == [1]  # the old file, still mapped, not a SIGBUS
+    assert backend.VectorIndex.open(path).count == 0

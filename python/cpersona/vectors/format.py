@@ -27,6 +27,7 @@ existing reader keeps a consistent (older) mapping.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from dataclasses import dataclass
@@ -170,7 +171,9 @@ class VectorFileWriter:
             table: ``TABLE_MEMORIES`` or ``TABLE_EPISODES``.
 
         Writing straight to ``path`` is the caller's choice: a rebuild should create a
-        temporary path and ``os.replace`` it when complete.
+        temporary path and ``os.replace`` it when complete. An existing file at ``path`` is
+        unlinked, never truncated: a reader that still maps it would die of SIGBUS on the
+        truncated pages, while an unlinked file stays readable until its last mapping closes.
         """
         if dim < 1 or capacity < 0:
             raise ValueError(f"need dim >= 1 and capacity >= 0, got dim={dim}, capacity={capacity}")
@@ -184,7 +187,9 @@ class VectorFileWriter:
         header["capacity"] = capacity
         header["db_uid"] = np.void(bytes(db_uid))
         header["table"] = table
-        with open(path, "wb") as f:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        with open(path, "xb") as f:
             f.truncate(layout.file_len)
             f.write(header.tobytes())
         return cls(path)
