@@ -112,7 +112,8 @@ class Recaller:
             rows = self._fused(req, mode, scope, qvec, limit, exclusions, episodes_ok)
         result = RecallResult(rows=[])
         if rows and limit > 0:
-            result = self._score_and_gate(req, scope, rows, qvec, limit, blank)
+            rows, pool = self._score(req, scope, rows, qvec)
+            result = self._gate_and_cut(req, rows, pool, limit, blank)
         if s.degraded_advisory:
             result.advisory = self.health.advisory(req.session_key)
         return result
@@ -131,6 +132,32 @@ class Recaller:
         if not hit:
             self.health.observe_ok()
         return np.ascontiguousarray(vec, dtype=np.float32)
+
+    def score_without_gate(
+        self, agent_id: str, query: str, limit: int = 20, *, qvec: np.ndarray | None = None
+    ) -> list[Candidate]:
+        """The fused-gate calibration's pseudo-recall (retrieval.md §15.4), best first.
+
+        The active mode's fusion (cascade for a blank query or when the mode is neither rrf nor
+        rsf) with `limit`, agent-wide (every project and channel, no source filter, no
+        exclusions), then §6 scoring: no gate, no autocut, no bookkeeping. `qvec` is the
+        query's embedding when the caller already has it; otherwise the query is embedded here.
+        """
+        req = RecallRequest(agent_id=agent_id, query=query, limit=limit)
+        blank = not query.strip()
+        fused = not blank and self.s.recall_mode in ("rrf", "rsf")
+        mode = self.s.recall_mode if fused else "cascade"
+        scope = ScopeSql(agent_id, req.project, "")
+        if qvec is None and not blank:
+            qvec = self._embed_query(query)
+        if mode == "cascade":
+            rows = self._cascade(req, scope, qvec, limit, [], blank, True)
+        else:
+            rows = self._fused(req, mode, scope, qvec, limit, [], True)
+        if not rows or limit <= 0:
+            return []
+        rows, _ = self._score(req, scope, rows, qvec)
+        return rows
 
     # -- retrievers --------------------------------------------------------------------------
 
@@ -352,15 +379,14 @@ class Recaller:
                 row.cosine = float(kernels.scan_dot(np.ascontiguousarray(vec), qvec)[0])
                 row.backfilled = True
 
-    def _score_and_gate(
+    def _score(
         self,
         req: RecallRequest,
         scope: ScopeSql,
         rows: list[Candidate],
         qvec: np.ndarray | None,
-        limit: int,
-        blank: bool,
-    ) -> RecallResult:
+    ) -> tuple[list[Candidate], int]:
+        """§6 on the fused list: backfill, penalty, re-sort, confidence. Returns (rows, N_pool)."""
         s = self.s
         if s.confidence_enabled:
             self._backfill(rows, qvec)
@@ -378,6 +404,18 @@ class Recaller:
                 row.confidence, row.confidence_detail = scoring.confidence(
                     row, span, hist, req.deep, now, s)
             rows = sorted(rows, key=scoring.confidence_order)
+        return rows, pool
+
+    def _gate_and_cut(
+        self,
+        req: RecallRequest,
+        rows: list[Candidate],
+        pool: int,
+        limit: int,
+        blank: bool,
+    ) -> RecallResult:
+        """§7 gate, §9 rescue, §11 autocut, the limit cut and §12 bookkeeping."""
+        s = self.s
         fused_gate = self.thresholds.fused_gate(req.agent_id) if s.fused_gate_enabled else (None, None)
         kept = scoring.gate(rows, pool, req.deep, blank, fused_gate, s.rrf_k)
         fallback = False
