@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 from cpersona.config import Settings
 from cpersona.embedding.cache import CachedProvider
 from cpersona.memory.writes import Writer
+from cpersona.retrieval.calibration import CalibrationStopped, Calibrator
 from cpersona.retrieval.health import EmbeddingHealth
 from cpersona.retrieval.pipeline import Recaller
+from cpersona.retrieval.sidecar import Sidecar, sidecar_path
 from cpersona.retrieval.thresholds import Thresholds
 from cpersona.storage import Database, open_database
 from cpersona.vectors.index import VectorIndex
@@ -50,6 +52,15 @@ class Engine:
         self.recaller = Recaller(
             self.db, settings, self.embedder, self.indexes, self.thresholds, self.health
         )
+        self.calibrator = Calibrator(
+            self.db,
+            settings,
+            self.embedder,
+            self.thresholds,
+            self.recaller,
+            Sidecar(None if self.db.is_memory else sidecar_path(settings.db_path)),
+        )
+        self._calibration: threading.Thread | None = None
         self._closed = threading.Event()
 
     def _after_write(self) -> None:
@@ -67,10 +78,36 @@ class Engine:
             except Exception:
                 log.exception("could not bring the %s index current", index.table)
 
+    def start_calibration(self) -> threading.Thread | None:
+        """Restore or recalibrate thresholds and gates in the background (retrieval.md §15.2).
+
+        Only with embeddings; serving never waits for it. Returns the thread (tests join it).
+        """
+        if not self.embedder.available or self._calibration is not None:
+            return self._calibration
+        self._calibration = threading.Thread(
+            target=self._calibrate_at_start, name="cpersona-calibration", daemon=True
+        )
+        self._calibration.start()
+        return self._calibration
+
+    def _calibrate_at_start(self) -> None:
+        try:
+            self.calibrator.startup()
+        except CalibrationStopped:
+            pass
+        except Exception:
+            if not self._closed.is_set():  # a closing engine pulls the database away: expected
+                log.exception("startup calibration failed; recall keeps the heuristic gate")
+
     def close(self) -> None:
         if self._closed.is_set():
             return
         self._closed.set()
+        self.calibrator.stopping.set()
+        if self._calibration is not None:
+            # It checks `stopping` between pseudo-recalls and agents; don't hang shutdown on it.
+            self._calibration.join(timeout=5.0)
         try:
             self.embedder.close()
         finally:

@@ -245,6 +245,13 @@ GARBAGE: list[str | bytes] = [
     '{"jsonrpc":"2.0","method":"notifications/unknown"}',
     '{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"\\ud800","arguments":{}}}',
     "x" * 200_000,
+    # Nesting deeper than any JSON parser's recursion limit, with and without a surrogate escape.
+    '{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"store","arguments":'
+    '{"agent_id":"a","message":{"content":"x","metadata":'
+    + '{"k":' * 100_000 + "1" + "}" * 100_000 + "}}}}",
+    '{"jsonrpc":"2.0","id":18,"method":"tools/call","params":{"name":"store","arguments":'
+    '{"agent_id":"\\ud800","message":{"content":"x","metadata":'
+    + '{"k":' * 100_000 + "1" + "}" * 100_000 + "}}}}",
     '{"jsonrpc":"2.0","id":16,"method":"tools/call","params":{"name":"store","arguments":'
     '{"agent_id":"a","message":{"content":"' + "y" * 1_000_000 + '"}}}}',
 ]

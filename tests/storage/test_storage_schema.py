@@ -9,6 +9,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from cpersona.models import ProjectFilter
 from cpersona.storage import memories as memory_sql
 from cpersona.storage import open_database
 from storage_helpers import (
@@ -21,6 +22,7 @@ from storage_helpers import (
     table_rows,
 )
 
+_ANY = ProjectFilter(None)
 V13_TABLES = {"schema_version", "memories", "profiles", "episodes", "pending_memory_tasks"}
 FTS_TABLES = {
     f"{base}{suffix}"
@@ -452,6 +454,42 @@ async def test_migrated_database_serves(tmp_path, open_engine, fts):
     assert memory_sql.search_fts(engine.db, '"火曜日"', "alice", 10) == []
     engine.close()
     assert integrity(path) == "ok"
+    before = (file_schema(path), table_rows(path))
+    open_engine(path).close()
+    assert (file_schema(path), table_rows(path)) == before
+
+
+def test_sample_stays_writable_by_a_2_5_client_after_cpersona_opened_it(sample_path, open_engine):
+    """Writes made without cpersona (as 2.5.x makes them) keep working and are seen by it."""
+    open_engine(sample_path).close()
+    with closing(sqlite3.connect(sample_path)) as conn:
+        conn.execute("PRAGMA busy_timeout=5000")
+        conn.execute(
+            "INSERT INTO memories (agent_id, project_id, msg_id, content, source, timestamp, "
+            "metadata, embedding, channel) VALUES ('alice', '', 'legacy-1', "
+            "'written by the old server', '{}', '2026-11-30T00:00:00+00:00', '{}', NULL, '')"
+        )
+        conn.execute("UPDATE memories SET content = 'old server edit' WHERE id = 2")
+        conn.execute("DELETE FROM memories WHERE id = 3")
+        conn.execute("UPDATE memories SET recall_count = recall_count + 1 WHERE id = 4")
+        conn.commit()
+        fts = conn.execute(
+            "SELECT rowid FROM memories_fts WHERE memories_fts MATCH '\"old server\"' "
+            "ORDER BY rowid"
+        ).fetchall()
+        assert [r[0] for r in fts] == [2, 61]
+    assert integrity(sample_path) == "ok"
+    engine = open_engine(sample_path)
+    listed = {m.id: m.content for m in memory_sql.list_newest(engine.db, "alice", _ANY, 500)}
+    assert listed[61] == "written by the old server" and listed[2] == "old server edit"
+    assert 3 not in listed and len(listed) == 39
+
+
+def test_a_newer_schema_version_is_opened_as_is(tmp_path, open_engine):
+    path = fresh_file(tmp_path)
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("INSERT INTO schema_version(version) VALUES (14)")
+        conn.commit()
     before = (file_schema(path), table_rows(path))
     open_engine(path).close()
     assert (file_schema(path), table_rows(path)) == before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import threading
 from types import TracebackType
@@ -20,6 +21,9 @@ from cpersona.engine import Engine
 from cpersona.memory.text import first_surrogate
 
 log = logging.getLogger("cpersona")
+
+#: A JSON escape of a UTF-16 surrogate (`\\ud800` to `\\udfff`), paired or not.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def serve_stdio(settings: Settings) -> int:
@@ -100,25 +104,30 @@ def _reparse(item: Any) -> Any:
     """`item`, or the tool call that pydantic refused only for its lone surrogates."""
     if not isinstance(item, ValidationError):
         return item
-    errors = item.errors()
+    try:
+        call = _tool_call_with_surrogates(item)
+    except Exception:  # whatever this second reading trips on, the SDK's refusal stands
+        log.debug("could not re-read a refused line", exc_info=True)
+        return item
+    return item if call is None else call
+
+
+def _tool_call_with_surrogates(error: ValidationError) -> SessionMessage | None:
+    errors = error.errors()
     line = errors[0].get("input") if len(errors) == 1 else None
     if errors[0].get("type") != "json_invalid" or not isinstance(line, str):
-        return item
-    try:
-        message = json.loads(line)
-    except ValueError:
-        return item
+        return None
+    if not _SURROGATE_ESCAPE.search(line):
+        return None
+    message = json.loads(line)
     if not isinstance(message, dict) or message.get("method") != "tools/call":
-        return item
+        return None
     params = message.get("params")
     if not isinstance(params, dict) or not isinstance(params.get("arguments"), dict):
-        return item
+        return None
     # Only the arguments may carry them: the SDK echoes other fields (e.g. an unknown method)
     # into its answers, and a lone surrogate cannot be written back as UTF-8.
     envelope = {**message, "params": {k: v for k, v in params.items() if k != "arguments"}}
     if first_surrogate(json.dumps(envelope, ensure_ascii=False)) is not None:
-        return item
-    try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_python(message, by_name=False))
-    except ValidationError:
-        return item
+        return None
+    return SessionMessage(types.jsonrpc_message_adapter.validate_python(message, by_name=False))

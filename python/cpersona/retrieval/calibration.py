@@ -1,0 +1,687 @@
+"""Calibration of the vector threshold and the fused gate, and the precision knob (§15).
+
+The vector threshold separates a null distribution (dot products of random pairs of stored
+vectors: what unrelated memories score) from positives (memories written close together in
+time, or each vector's nearest neighbour). The fused gate does the same on the score recall's
+gate actually reads (confidence, rsf or rrf), measured by pseudo-recalls that use stored
+memories as queries. `set_recall_precision` moves the fused gate by changing beta, the weight of
+specificity in the separation objective.
+
+Recall never waits for any of this: until values land it uses CPERSONA_VECTOR_MIN_SIMILARITY
+and the heuristic gate (§15.2).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from cpersona.config import PRECISION_BETAS, Settings
+from cpersona.memory.text import parse_utc
+from cpersona.retrieval.candidates import Candidate
+from cpersona.retrieval.scoring import signal_of
+from cpersona.retrieval.sidecar import (
+    SCORING_VERSION,
+    Loaded,
+    Owned,
+    Payload,
+    Sidecar,
+    backup_label,
+)
+from cpersona.retrieval.thresholds import Thresholds
+from cpersona.storage import Database
+from cpersona.storage import calibration as cal_sql
+
+log = logging.getLogger("cpersona.calibration")
+
+METHODS = ("percentile", "separation", "zscore")
+#: Fewest vectors a threshold is derived from.
+MIN_EMBEDDINGS = 10
+#: Candidate thresholds tried by `sep` (evenly spaced over the observed range).
+SEP_CANDIDATES = 256
+#: Fused-gate draws need this many null and positive scores.
+MIN_NULL_SCORES = 10
+MIN_POS_SCORES = 5
+#: Rows each pseudo-recall fetches (§15.4).
+PSEUDO_RECALL_LIMIT = 20
+#: Rows of the Gram matrix computed at once (bounds the working memory at 5000 samples).
+_GRAM_BLOCK = 256
+
+
+def round4(x: float) -> float:
+    """round_4 of retrieval.md §0: Python's round (half-even on the exact binary value)."""
+    return round(float(x), 4)
+
+
+def precision_label(beta: float) -> str:
+    """strict / balanced / lenient for exactly 2.0 / 1.0 / 0.5, else custom."""
+    for name, value in PRECISION_BETAS.items():
+        if beta == value:
+            return name
+    return "custom"
+
+
+# -- the math (pure functions over numpy arrays) ---------------------------------------------
+
+
+def decode_modal(blobs: list[bytes]) -> np.ndarray:
+    """Stored BLOBs as rows of the most common width (ties -> the wider).
+
+    Blobs whose length is not a multiple of 4 or that hold a non-finite value are dropped.
+
+    Returns:
+        (n, dim) float32; (0, 0) when nothing usable is left.
+    """
+    by_width: dict[int, list[np.ndarray]] = {}
+    for blob in blobs:
+        if not blob or len(blob) % 4:
+            continue
+        vec = np.frombuffer(blob, dtype="<f4")
+        if not np.all(np.isfinite(vec)):
+            continue
+        by_width.setdefault(vec.shape[0], []).append(vec)
+    if not by_width:
+        return np.zeros((0, 0), dtype=np.float32)
+    width = max(by_width, key=lambda w: (len(by_width[w]), w))
+    return np.ascontiguousarray(np.stack(by_width[width]), dtype=np.float32)
+
+
+def gram_stats(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The null distribution and each vector's nearest-neighbour score.
+
+    Args:
+        vectors: (n, dim) float32, n >= 2; used raw (not re-normalised).
+
+    Returns:
+        (x, nn): x is every v_i . v_j with i < j, float64 of length n(n-1)/2, row by row;
+        nn[i] = max over j != i of v_i . v_j, float64 of length n.
+    """
+    v = vectors.astype(np.float64)
+    n = v.shape[0]
+    x = np.empty(n * (n - 1) // 2, dtype=np.float64)
+    nn = np.empty(n, dtype=np.float64)
+    at = 0
+    for start in range(0, n, _GRAM_BLOCK):
+        block = v[start : start + _GRAM_BLOCK] @ v.T
+        for r in range(block.shape[0]):
+            i = start + r
+            tail = block[r, i + 1 :]
+            x[at : at + tail.shape[0]] = tail
+            at += tail.shape[0]
+            block[r, i] = -np.inf
+        nn[start : start + block.shape[0]] = block.max(axis=1)
+    return x, nn
+
+
+def quantile(sorted_x: np.ndarray, p: float) -> float:
+    """The p-quantile with linear interpolation between order statistics (numpy 'linear')."""
+    m = sorted_x.shape[0]
+    h = (m - 1) * p
+    lo = math.floor(h)
+    hi = min(lo + 1, m - 1)
+    return float(sorted_x[lo] + (h - lo) * (sorted_x[hi] - sorted_x[lo]))
+
+
+def admit_rate(sorted_x: np.ndarray, total: int, threshold: float) -> float:
+    """|{x >= threshold}| / total over an ascending array without NaNs."""
+    if total <= 0:
+        return 0.0
+    kept = int(sorted_x.shape[0]) - int(np.searchsorted(sorted_x, threshold, side="left"))
+    return kept / total
+
+
+def sep(
+    null: np.ndarray | list[float],
+    pos: np.ndarray | list[float],
+    floor: float,
+    beta: float,
+) -> tuple[float, float]:
+    """The threshold that best separates positives from nulls, and Youden's J there.
+
+    Tries SEP_CANDIDATES evenly spaced values from the smallest to the largest score seen and
+    picks the first maximising TPR + beta * (1 - FPR); a larger beta weighs rejecting nulls
+    more, so the threshold moves up. NaNs are never admitted but count in the denominators.
+
+    Returns:
+        (max(candidate, floor), TPR - FPR at the candidate).
+    """
+    x = np.asarray(null, dtype=np.float64)
+    y = np.asarray(pos, dtype=np.float64)
+    xs = np.sort(x[~np.isnan(x)])
+    ys = np.sort(y[~np.isnan(y)])
+    if xs.size + ys.size == 0:
+        return floor, 0.0
+    lo = float(min(xs[0] if xs.size else np.inf, ys[0] if ys.size else np.inf))
+    hi = float(max(xs[-1] if xs.size else -np.inf, ys[-1] if ys.size else -np.inf))
+    if hi <= lo:
+        return max(lo, floor), 0.0
+    cands = np.linspace(lo, hi, SEP_CANDIDATES)
+    tpr = (ys.size - np.searchsorted(ys, cands, side="left")) / max(y.size, 1)
+    fpr = (xs.size - np.searchsorted(xs, cands, side="left")) / max(x.size, 1)
+    j = int(np.argmax(tpr + beta * (1.0 - fpr)))
+    return max(float(cands[j]), floor), float(tpr[j] - fpr[j])
+
+
+def temporal_positives(
+    rows: list[cal_sql.TimedEmbedding], width: int, window_seconds: float
+) -> np.ndarray:
+    """Cosines of consecutive memories (by time) written at most `window_seconds` apart.
+
+    Rows with an unparseable stamp, a corrupt BLOB or another width than `width` are dropped.
+    """
+    timed: list[tuple[datetime, np.ndarray]] = []
+    for row in rows:
+        t = parse_utc(row.timestamp)
+        if t is None or len(row.blob) != 4 * width:
+            continue
+        vec = np.frombuffer(row.blob, dtype="<f4").astype(np.float64)
+        if not np.all(np.isfinite(vec)):
+            continue
+        norm = float(np.linalg.norm(vec))
+        timed.append((t, vec / (norm if norm > 0 else 1.0)))
+    timed.sort(key=lambda item: item[0])
+    out = [
+        float(a @ b)
+        for (ta, a), (tb, b) in itertools.pairwise(timed)
+        if (tb - ta).total_seconds() <= window_seconds
+    ]
+    return np.asarray(out, dtype=np.float64)
+
+
+def fused_signal(settings: Settings) -> str | None:
+    """The score the fused gate is calibrated on: confidence, else the rank-fusion mode."""
+    if settings.confidence_enabled:
+        return "confidence"
+    if settings.recall_mode in ("rsf", "rrf"):
+        return settings.recall_mode
+    return None  # cascade without confidence: the heuristic gate only
+
+
+# -- the service -----------------------------------------------------------------------------
+
+
+class CalibrationStopped(Exception):
+    """The engine is closing; a running calibration gives up."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Scored:
+    """What one pseudo-recall row contributes to a draw."""
+
+    value: float
+    positive: bool
+
+
+class Calibrator:
+    """Runs calibrations, applies them to `Thresholds` and keeps the sidecar in step."""
+
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        embedder: Any,
+        thresholds: Thresholds,
+        recaller: Any,
+        sidecar: Sidecar,
+    ) -> None:
+        self.db = db
+        self.s = settings
+        self.embedder = embedder
+        self.thresholds = thresholds
+        self.recaller = recaller
+        self.sidecar = sidecar
+        #: Width the values in memory were measured at (loaded or calibrated).
+        self.embedding_dim: int | None = None
+        #: Sidecar entries this process loaded or wrote (see sidecar.Sidecar.write).
+        self.owned: Owned = set()
+        self.stopping = threading.Event()
+        # One calibration at a time: a tool call waits for at most one agent of the startup run.
+        self._lock = threading.RLock()
+
+    # -- calibrate_threshold (§15.3) ---------------------------------------------------------
+
+    def calibrate(
+        self,
+        agent_id: str,
+        sample_size: int = 0,
+        z_factor: float = 0.0,
+        method: str = "",
+        percentile: float = 0.0,
+        *,
+        paused: bool = False,
+    ) -> dict[str, Any]:
+        """Re-derive `agent_id`'s vector threshold (global for "") and its fused gate.
+
+        `paused` is the no-persist hook (issue 5): arguments are validated, then nothing is
+        computed or changed and the success shape comes back with its computed fields empty;
+        the caller adds the pause markers.
+        """
+        s = self.s
+        n = max(1, min(sample_size or s.calibrate_sample_size, s.calibrate_max_sample))
+        z = min(10.0, max(-10.0, float(z_factor or s.calibrate_z_factor)))
+        method = method or s.calibrate_method
+        given = percentile or s.calibrate_percentile
+        p = given / 100 if given > 1 else given
+        if not 0 < p <= 1:
+            return _fail(f"percentile must be in (0, 1] (or a percent 1-100), got {given:g}")
+        if method not in METHODS:
+            return _fail(f"Invalid method '{method}'. Supported: {', '.join(METHODS)}")
+        head: dict[str, Any] = {
+            "ok": True,
+            "sidecar_persisted": False,
+            "scope": "per_agent" if agent_id else "global",
+            "agent_id": agent_id,
+        }
+        if paused:
+            return {
+                **head,
+                "sampled_embeddings": 0,
+                "num_pairs": 0,
+                "method": method,
+                "z_factor": z,
+                "percentile": p,
+                "embedding_dim": None,
+                "embedding_model": self.embedder.name,
+                "distribution": None,
+                "null_admit_rate": None,
+                "old_threshold": self._old_threshold(agent_id),
+                "new_threshold": None,
+            }
+        with self._lock:
+            return self._calibrate(head, agent_id, n, z, method, p)
+
+    def _calibrate(
+        self, head: dict[str, Any], agent_id: str, n: int, z: float, method: str, p: float
+    ) -> dict[str, Any]:
+        s = self.s
+        blobs = cal_sql.sample_embeddings(self.db, agent_id, n)
+        if len(blobs) < MIN_EMBEDDINGS:
+            return _fail(f"Need at least {MIN_EMBEDDINGS} embeddings, found {len(blobs)}")
+        vectors = decode_modal(blobs)
+        if vectors.shape[0] < MIN_EMBEDDINGS:
+            found = vectors.shape[0]
+            return _fail(f"Need at least {MIN_EMBEDDINGS} same-dimension embeddings, found {found}")
+        width = int(vectors.shape[1])
+        x, nn = gram_stats(vectors)
+        xs = np.sort(x)
+        mean = float(x.mean())
+        extra: dict[str, Any] = {}
+        if method == "zscore":
+            raw = mean + z * float(x.std())
+        elif method == "percentile":
+            raw = quantile(xs, p)
+        else:
+            rows = cal_sql.newest_timed_embeddings(self.db, agent_id, n)
+            y = temporal_positives(rows, width, s.calibrate_temporal_window_min * 60.0)
+            proxy = "temporal"
+            if y.shape[0] < MIN_EMBEDDINGS:
+                y, proxy = nn, "nn_fallback"
+            raw, youden = sep(x, y, s.calibrate_floor, 1.0)
+            extra = {"proxy_source": proxy, "youden_j": round4(youden)}
+        threshold = round4(max(raw, s.calibrate_floor))
+        if method == "separation":
+            ys = np.sort(y)
+            extra["pos_admit_rate"] = round4(admit_rate(ys, ys.shape[0], threshold))
+            extra["pos_mean"] = round4(float(y.mean()))
+        old = self._old_threshold(agent_id)
+        with self.thresholds.lock:
+            if agent_id:
+                self.thresholds.agent_thresholds[agent_id] = threshold
+                self.owned.add(("agent_thresholds", agent_id))
+            else:
+                self.thresholds.global_threshold = threshold
+                self.owned.add(("global_threshold", ""))
+        self.embedding_dim = width
+        gate = self._calibrate_gate(agent_id) if agent_id and s.fused_gate_enabled else None
+        persisted = self.persist()
+        out = {
+            **head,
+            "sidecar_persisted": persisted,
+            "sampled_embeddings": int(vectors.shape[0]),
+            "num_pairs": int(x.shape[0]),
+            "method": method,
+            "z_factor": z,
+            "percentile": p,
+            "embedding_dim": width,
+            "embedding_model": self.embedder.name,
+            "distribution": {
+                "mean": round4(mean),
+                "std": round4(float(x.std())),
+                "median": round4(quantile(xs, 0.5)),
+                "p95": round4(quantile(xs, 0.95)),
+            },
+            "null_admit_rate": round4(admit_rate(xs, xs.shape[0], threshold)),
+            "old_threshold": old,
+            "new_threshold": threshold,
+            **extra,
+        }
+        if gate is not None:
+            out["fused_gate"] = gate
+        return out
+
+    def _old_threshold(self, agent_id: str) -> float:
+        with self.thresholds.lock:
+            if agent_id:
+                value = self.thresholds.agent_thresholds.get(
+                    agent_id, self.thresholds.global_threshold
+                )
+            else:
+                value = self.thresholds.global_threshold
+        return round4(value)
+
+    # -- the fused gate (§15.3 step 8, §15.4) ------------------------------------------------
+
+    def beta(self, agent_id: str) -> float:
+        """The agent's precision override, else the global CPERSONA_FUSED_GATE_BETA."""
+        with self.thresholds.lock:
+            return self.thresholds.agent_betas.get(agent_id, self.s.fused_beta)
+
+    def _calibrate_gate(self, agent_id: str) -> dict[str, Any] | None:
+        """Median of the draws; stored for the agent on success, untouched otherwise."""
+        try:
+            stats = self.fused_gate(agent_id, self.beta(agent_id))
+        except CalibrationStopped:
+            raise
+        except Exception:
+            log.exception("fused-gate calibration of %r failed; the heuristic gate stays", agent_id)
+            return None
+        if stats is None:
+            return None
+        with self.thresholds.lock:
+            self.thresholds.agent_fused_gates[agent_id] = stats["threshold"]
+            self.thresholds.fused_gate_signal = stats["signal"]
+        self.owned.update({("agent_fused_gates", agent_id), ("fused_gate_signal", "")})
+        return stats
+
+    def fused_gate(self, agent_id: str, beta: float) -> dict[str, Any] | None:
+        """CPERSONA_FUSED_GATE_CALIBRATION_DRAWS draws and their upper median; None if none held."""
+        signal = fused_signal(self.s)
+        if signal is None or not self.embedder.available:
+            return None
+        memo: dict[int, list[_Scored]] = {}
+        draws = []
+        for _ in range(self.s.fused_gate_calibration_draws):
+            stats = self.draw(agent_id, beta, signal, memo)
+            if stats is not None:
+                draws.append(stats)
+        if not draws:
+            return None
+        draws.sort(key=lambda d: d["threshold"])
+        out = dict(draws[len(draws) // 2])
+        if len(draws) > 1:
+            out["threshold_draws"] = [d["threshold"] for d in draws]
+        return out
+
+    def draw(
+        self,
+        agent_id: str,
+        beta: float,
+        signal: str,
+        memo: dict[int, list[_Scored]] | None = None,
+    ) -> dict[str, Any] | None:
+        """One §15.4 draw: pseudo-recalls from random memories of the agent, then `sep`.
+
+        `memo` keeps each query memory's scored rows across the draws of one calibration (a
+        small corpus draws the same memories every time; recomputing them changes nothing).
+        """
+        s = self.s
+        memo = {} if memo is None else memo
+        queries = []
+        for q in cal_sql.pseudo_queries(self.db, agent_id, s.fused_gate_sample_queries):
+            t = parse_utc(q.timestamp)
+            if q.content.strip() and t is not None:
+                queries.append((q, t))
+        todo = [(q, t) for q, t in queries if q.id not in memo]
+        if todo:
+            qvecs = self.embedder.embed([q.content for q, _ in todo], kind="query")
+            window = s.calibrate_temporal_window_min * 60.0
+            for (q, t), qvec in zip(todo, qvecs, strict=True):
+                if self.stopping.is_set():
+                    raise CalibrationStopped
+                rows = self.recaller.score_without_gate(
+                    agent_id,
+                    q.content,
+                    PSEUDO_RECALL_LIMIT,
+                    qvec=np.ascontiguousarray(qvec, dtype=np.float32),
+                )
+                memo[q.id] = _scored(rows, q.id, t, signal, window)
+        null = [r.value for q, _ in queries for r in memo[q.id] if not r.positive]
+        pos = [r.value for q, _ in queries for r in memo[q.id] if r.positive]
+        if len(null) < MIN_NULL_SCORES or len(pos) < MIN_POS_SCORES:
+            return None
+        raw, youden = sep(null, pos, s.calibrate_floor, beta)
+        threshold = round4(raw)
+        xs = np.sort(np.asarray(null, dtype=np.float64))
+        ys = np.sort(np.asarray(pos, dtype=np.float64))
+        return {
+            "threshold": threshold,
+            "signal": signal,
+            "beta": beta,
+            "youden_j": round4(youden),
+            "queries_run": len(queries),
+            "n_null": len(null),
+            "n_pos": len(pos),
+            "null_admit_rate": round4(admit_rate(xs, len(null), threshold)),
+            "pos_admit_rate": round4(admit_rate(ys, len(pos), threshold)),
+            "null_mean": round4(float(np.mean(null))),
+            "pos_mean": round4(float(np.mean(pos))),
+        }
+
+    # -- precision (§15.5, §15.6) ------------------------------------------------------------
+
+    def set_precision(
+        self, agent_id: str, precision: str = "", beta: float = 0.0, *, paused: bool = False
+    ) -> dict[str, Any]:
+        """Set (or clear) the agent's beta, then recalibrate it at once; rolled back on failure.
+
+        `paused` is the no-persist hook (issue 5): validation runs, nothing changes.
+        """
+        if not agent_id:
+            return _fail("agent_id is required")
+        if beta > 0:
+            value, label, cleared = float(beta), precision_label(float(beta)), False
+        elif precision:
+            label = precision.lower()
+            if label not in PRECISION_BETAS:
+                return _fail(
+                    f"Unknown precision '{precision}'; expected strict / balanced / lenient"
+                )
+            value, cleared = PRECISION_BETAS[label], False
+        else:
+            value, label, cleared = self.s.fused_beta, "default", True
+        base = {"agent_id": agent_id, "precision": label, "beta": value, "cleared": cleared}
+        if paused:
+            return {"ok": True, **base, "fused_gate": None, "calibrate": None}
+        key = ("agent_betas", agent_id)
+        with self._lock:
+            with self.thresholds.lock:
+                previous = self.thresholds.agent_betas.get(agent_id)
+                if cleared:
+                    self.thresholds.agent_betas.pop(agent_id, None)
+                else:
+                    self.thresholds.agent_betas[agent_id] = value
+            was_owned = key in self.owned
+            self.owned.add(key)
+            try:
+                result = self.calibrate(agent_id)
+            except Exception as exc:
+                log.exception("calibration after set_recall_precision(%r) failed", agent_id)
+                result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            if not result.get("ok") or result.get("new_threshold") is None:
+                with self.thresholds.lock:
+                    if previous is None:
+                        self.thresholds.agent_betas.pop(agent_id, None)
+                    else:
+                        self.thresholds.agent_betas[agent_id] = previous
+                if not was_owned:
+                    self.owned.discard(key)
+                error = result.get("error") or "calibration did not run"
+                return {"ok": False, **base, "error": error}
+        summary = {k: result[k] for k in ("ok", "scope", "new_threshold", "error") if k in result}
+        return {"ok": True, **base, "fused_gate": result.get("fused_gate"), "calibrate": summary}
+
+    def get_precision(self, agent_id: str) -> dict[str, Any]:
+        if not agent_id:
+            return _fail("agent_id is required")
+        with self.thresholds.lock:
+            override = self.thresholds.agent_betas.get(agent_id)
+        global_beta = self.s.fused_beta
+        beta = global_beta if override is None else override
+        return {
+            "ok": True,
+            "agent_id": agent_id,
+            "precision": precision_label(beta),
+            "beta": beta,
+            "overridden": override is not None,
+            "global_precision": precision_label(global_beta),
+            "global_beta": global_beta,
+        }
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def payload(self) -> Payload:
+        with self.thresholds.lock:
+            t = self.thresholds
+            return Payload(
+                embedding_dim=self.embedding_dim,
+                embedding_model=self.embedder.name,
+                scoring_version=SCORING_VERSION,
+                global_threshold=t.global_threshold
+                if ("global_threshold", "") in self.owned
+                else None,
+                agent_thresholds=dict(t.agent_thresholds),
+                global_fused_gate=t.global_fused_gate,
+                agent_fused_gates=dict(t.agent_fused_gates),
+                fused_gate_signal=t.fused_gate_signal,
+                agent_betas=dict(t.agent_betas),
+                calibrated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            )
+
+    def persist(self) -> bool:
+        """Merge this process's values into the sidecar; False when none was written."""
+        return self.sidecar.write(self.payload(), set(self.owned))
+
+    def forget_agent(self, agent_id: str) -> bool:
+        """Drop the agent's threshold, gate and beta here and in the sidecar (delete_agent_data)."""
+        with self._lock:
+            self.thresholds.forget_agent(agent_id)
+            self.owned.update(
+                (m, agent_id) for m in ("agent_thresholds", "agent_fused_gates", "agent_betas")
+            )
+            return self.persist()
+
+    def restore(self, stored: Payload) -> None:
+        """Apply a current, same-width sidecar payload; its entries become this process's own."""
+        with self.thresholds.lock:
+            t = self.thresholds
+            if stored.global_threshold is not None:
+                t.global_threshold = stored.global_threshold
+                self.owned.add(("global_threshold", ""))
+            if stored.global_fused_gate is not None:
+                t.global_fused_gate = stored.global_fused_gate
+                self.owned.add(("global_fused_gate", ""))
+            if stored.fused_gate_signal is not None:
+                t.fused_gate_signal = stored.fused_gate_signal
+                self.owned.add(("fused_gate_signal", ""))
+            for name in ("agent_thresholds", "agent_fused_gates", "agent_betas"):
+                values: dict[str, float] = getattr(stored, name)
+                getattr(t, name).update(values)
+                self.owned.update((name, agent) for agent in values)
+        self.embedding_dim = stored.embedding_dim
+
+    # -- startup (§15.2) ---------------------------------------------------------------------
+
+    def live_dim(self) -> int | None:
+        """Modal embedding width of all memories (ties -> the wider), in float32 components."""
+        widths = {
+            w: c for w, c in cal_sql.embedding_widths(self.db).items() if w > 0 and w % 4 == 0
+        }
+        if not widths:
+            return None
+        return max(widths, key=lambda w: (widths[w], w)) // 4
+
+    def startup(self) -> list[str]:
+        """Restore the sidecar or recalibrate, as §15.2 decides; returns the scopes calibrated.
+
+        Runs in a background thread; recall keeps the heuristic gate until values land.
+        """
+        if not self.embedder.available:
+            return []
+        with self._lock:
+            if not self._prepare_startup():
+                return []
+        done = []
+        for agent_id in ["", *cal_sql.embedded_agents(self.db)]:
+            if self.stopping.is_set():
+                break
+            try:
+                result = self.calibrate(agent_id)
+            except CalibrationStopped:
+                break
+            if result.get("ok"):
+                done.append(agent_id)
+            else:
+                log.info(
+                    "startup calibration of %r skipped: %s",
+                    agent_id or "(global)",
+                    result.get("error"),
+                )
+        return done
+
+    def _prepare_startup(self) -> bool:
+        """Restore, preload and back up as §15.2 says; True when a calibration run follows."""
+        s = self.s
+        live = self.live_dim()
+        loaded: Loaded = self.sidecar.load()
+        stored = loaded.payload
+        dim_changed = stored is not None and stored.embedding_dim != live
+        stale = stored is not None and stored.scoring_version != SCORING_VERSION
+        if stored is not None and not dim_changed and not stale and not s.auto_calibrate:
+            self.restore(stored)
+            if not (s.fused_gate_enabled and stored.fused_gate_signal is None):
+                return False
+            log.info("calibration restored; no fused-gate signal stored, calibrating the gates")
+        elif s.auto_calibrate or (
+            s.calibrate_on_model_change and (stored is None or dim_changed or stale)
+        ):
+            if stored is not None:
+                # Precision is policy, not measurement: it survives a recalibration.
+                with self.thresholds.lock:
+                    self.thresholds.agent_betas.update(stored.agent_betas)
+                self.owned.update(("agent_betas", a) for a in stored.agent_betas)
+            if loaded.state == "unreadable" or stale or dim_changed:
+                where = self.sidecar.backup(backup_label(loaded))
+                log.info(
+                    "calibration sidecar is %s; backed up to %s, recalibrating",
+                    "unreadable" if stored is None else "stale",
+                    where,
+                )
+        else:
+            return False
+        return True
+
+
+def _scored(
+    rows: list[Candidate], query_id: int, query_time: datetime, signal: str, window: float
+) -> list[_Scored]:
+    out = []
+    for row in rows:
+        if row.id <= 0 or (row.kind == "mem" and row.id == query_id):
+            continue  # the profile, and the query memory itself (an episode of that id stays)
+        if signal_of(row) != signal:
+            continue
+        t = parse_utc(row.timestamp)
+        positive = t is not None and abs((t - query_time).total_seconds()) <= window
+        out.append(_Scored(float(getattr(row, signal)), positive))
+    return out
+
+
+def _fail(error: str) -> dict[str, Any]:
+    return {"ok": False, "error": error}

@@ -1,0 +1,105 @@
+"""SQL of calibration (retrieval.md §15): random embedding samples, widths, pseudo-queries.
+
+Random samples draw ids first (`ORDER BY RANDOM()` over the integer key only) and read the
+BLOBs of the chosen ids afterwards, so a large table is never sorted together with its vectors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cpersona.storage.db import Database
+
+
+@dataclass(frozen=True, slots=True)
+class TimedEmbedding:
+    """A memory's caller-facing timestamp and its stored vector BLOB."""
+
+    timestamp: str
+    blob: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PseudoQuery:
+    """A memory drawn to act as a query in a fused-gate draw (§15.4)."""
+
+    id: int
+    content: str
+    timestamp: str
+
+
+def _agent_filter(agent_id: str) -> tuple[str, list[object]]:
+    # An empty agent id means every agent (global calibration, surface.md §6.3).
+    return ("agent_id = ?", [agent_id]) if agent_id else ("1", [])
+
+
+def sample_embeddings(db: Database, agent_id: str, n: int) -> list[bytes]:
+    """Up to `n` random embedded memories' BLOBs (all agents when `agent_id` is empty)."""
+    where, params = _agent_filter(agent_id)
+    ids = [
+        int(r[0])
+        for r in db.query(
+            f"""SELECT id FROM memories WHERE embedding IS NOT NULL AND {where}
+                ORDER BY RANDOM() LIMIT ?""",
+            [*params, n],
+        )
+    ]
+    return list(_blobs(db, ids).values())
+
+
+def _blobs(db: Database, ids: Sequence[int]) -> dict[int, bytes]:
+    out: dict[int, bytes] = {}
+    for start in range(0, len(ids), 500):
+        batch = list(ids[start : start + 500])
+        marks = ",".join("?" * len(batch))
+        for r in db.query(
+            f"SELECT id, embedding FROM memories WHERE id IN ({marks}) AND embedding IS NOT NULL",
+            batch,
+        ):
+            out[int(r[0])] = bytes(r[1])
+    return {i: out[i] for i in ids if i in out}
+
+
+def newest_timed_embeddings(db: Database, agent_id: str, n: int) -> list[TimedEmbedding]:
+    """Up to `n` embedded memories with a timestamp, newest first by the instant it names.
+
+    Stamps SQLite cannot read sort last; the caller parses (and drops) them with §0.1.
+    """
+    where, params = _agent_filter(agent_id)
+    rows = db.query(
+        f"""SELECT timestamp, embedding FROM memories
+            WHERE embedding IS NOT NULL AND timestamp IS NOT NULL AND {where}
+            ORDER BY julianday(timestamp) IS NULL, julianday(timestamp) DESC, id DESC
+            LIMIT ?""",
+        [*params, n],
+    )
+    return [TimedEmbedding(str(r[0]), bytes(r[1])) for r in rows]
+
+
+def embedding_widths(db: Database) -> dict[int, int]:
+    """{BLOB length in bytes: number of memories} over every embedded memory."""
+    rows = db.query(
+        "SELECT length(embedding), COUNT(*) FROM memories WHERE embedding IS NOT NULL GROUP BY 1"
+    )
+    return {int(r[0]): int(r[1]) for r in rows}
+
+
+def embedded_agents(db: Database) -> list[str]:
+    """Every agent with at least one embedded memory, in agent order."""
+    rows = db.query(
+        "SELECT DISTINCT agent_id FROM memories WHERE embedding IS NOT NULL ORDER BY agent_id"
+    )
+    return [str(r[0]) for r in rows]
+
+
+def pseudo_queries(db: Database, agent_id: str, n: int) -> list[PseudoQuery]:
+    """Up to `n` random memories of one agent with an embedding, content and a timestamp."""
+    rows = db.query(
+        """SELECT id, content, timestamp FROM memories
+           WHERE agent_id = ? AND embedding IS NOT NULL AND content IS NOT NULL
+             AND timestamp IS NOT NULL
+           ORDER BY RANDOM() LIMIT ?""",
+        [agent_id, n],
+    )
+    return [PseudoQuery(int(r[0]), str(r[1]), str(r[2])) for r in rows]
