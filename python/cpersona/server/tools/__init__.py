@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cpersona.config import Settings
 from cpersona.server.registry import ToolSpec
-from cpersona.server.tools import browse, memory, recall
+from cpersona.server.tools import browse, memory, quality, recall
 
 #: tools/list order of CPersona 2.5.12 (surface.md §2, the # column).
 REGISTRATION_ORDER = (
@@ -19,6 +19,11 @@ REGISTRATION_ORDER = (
 
 
 def all_tools(settings: Settings) -> list[ToolSpec]:
-    specs = [*memory.tools(settings), *browse.tools(settings), *recall.tools(settings)]
+    specs = [
+        *memory.tools(settings),
+        *browse.tools(settings),
+        *recall.tools(settings),
+        *quality.tools(settings),
+    ]
     rank = {name: i for i, name in enumerate(REGISTRATION_ORDER)}
     return sorted(specs, key=lambda spec: rank.get(spec.name, len(rank)))
