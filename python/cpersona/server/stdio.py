@@ -38,6 +38,7 @@ def serve_stdio(settings: Settings) -> int:
     print(banner(settings, engine.embedder.name), file=sys.stderr, flush=True)
     server = build_server(engine)
     threading.Thread(target=engine.warm_indexes, name="cpersona-index", daemon=True).start()
+    engine.start_calibration()
 
     async def run() -> None:
         async with stdio_server() as (read, write):
