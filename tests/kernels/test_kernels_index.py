@@ -340,3 +340,35 @@ def test_create_over_a_mapped_file_leaves_the_reader_intact(backend, tmp_path: P
     near_ids, *_ = index.scan(np.ones(2, np.float32), 1, NONE, NONE, NONE, 5, 0, -1.0, 5, 0)
     assert near_ids.tolist() == [1]  # the old file, still mapped, not a SIGBUS
     assert backend.VectorIndex.open(path).count == 0
+
+
+def test_extend_matches_appending_one_by_one(backend, tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    n, dim = 300, 5
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    keys = rng.integers(0, 40, n).astype(np.int64)
+    scopes = {name: rng.integers(1, 3, n).astype(np.uint64) for name in ("agent", "project")}
+    zeros = np.zeros(n, np.uint64)
+    vectors = rng.integers(-3, 4, (n, dim)).astype(np.float32)
+    bulk = VectorFileWriter.create(tmp_path / "bulk.vec", dim, n, UID, 0)
+    bulk.extend(ids, keys, channel=zeros, source=zeros, vectors=vectors, **scopes)
+    order = bulk.view("order")
+    pairs = [(int(keys[s]), int(ids[s])) for s in order]
+    assert pairs == sorted(pairs, reverse=True)
+    bulk.close()
+    slots = [
+        one(
+            int(ids[i]),
+            int(keys[i]),
+            vectors[i],
+            agent=int(scopes["agent"][i]),
+            project=int(scopes["project"][i]),
+        )
+        for i in range(n)
+    ]
+    single = write(tmp_path / "single.vec", dim, slots)
+    q = rng.integers(-3, 4, dim).astype(np.float32)
+    spec = ScanSpec(agent=1, projects=[2], window=40, reach=120, k=15, far_k=15)
+    a = as_lists(run_scan(backend.VectorIndex.open(tmp_path / "bulk.vec"), q, spec))
+    b = as_lists(run_scan(backend.VectorIndex.open(single), q, spec))
+    assert a == b == scan_oracle(slots, q, spec)
