@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from cpersona.memory.text import parse_utc
@@ -62,11 +63,18 @@ def conversation(entries: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
     return merged, sorted(other_roles)
 
 
+_UNDATED = datetime.min.replace(tzinfo=UTC)
+
+
 def chronological(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Undated (missing/unparseable) first in given order, then by instant; stable."""
-    def key(msg: dict[str, Any]) -> tuple[int, float]:
+    """Undated (missing/unparseable) first in given order, then by instant; stable.
+
+    Instants are compared as datetimes: a float POSIX timestamp drops microseconds far from
+    1970 (a double has ~16 digits), which would leave such stamps in merge order.
+    """
+    def key(msg: dict[str, Any]) -> tuple[int, datetime]:
         instant = parse_utc(msg.get("timestamp"))
-        return (0, 0.0) if instant is None else (1, instant.timestamp())
+        return (0, _UNDATED) if instant is None else (1, instant)
 
     return sorted(messages, key=key)
 
