@@ -469,3 +469,21 @@ async def test_embeddings_are_float32_blobs_of_the_provider_width(tools):
         vec = np.frombuffer(blob, dtype="<f4")
         assert np.array_equal(vec, provider.embed([text])[0])
         assert abs(float(np.linalg.norm(vec)) - 1.0) < 1e-5
+
+
+async def test_every_embedding_is_a_float32_blob_in_its_row(tools):
+    provider = HashingProvider()
+    mid = await store(tools, "first text")
+    await tools("update_memory", {"memory_id": mid, "content": "second text"})
+    await store(tools, "会議は毎週火曜日", agent="bob", channel="c", project_id="p")
+    ep = await tools("archive_episode", {"agent_id": "alice", "summary": "  the summary  ",
+                                         "keywords": "k"})
+    rows = tools.engine.db.query(
+        "SELECT 'memories', content, embedding FROM memories "
+        "UNION ALL SELECT 'episodes', summary, embedding FROM episodes"
+    )
+    assert len(rows) == 3
+    for table, text, blob in rows:
+        assert isinstance(blob, bytes) and len(blob) == 4 * provider.dim(), table
+        assert blob == provider.embed([text]).astype("<f4").tobytes(), (table, text)
+    assert ep["ok"] is True

@@ -1,0 +1,147 @@
+"""Random arguments for every tool: the answer is always a documented shape, never a crash.
+
+Each tool gets dicts of its own argument names (plus stray ones) holding random JSON values of
+the right or the wrong type: huge and negative integers, floats, unicode (lone surrogates
+included), nested lists and objects. The property (surface.md §1.2-§1.3): a schema violation
+answers `isError` with `Input validation error`; anything else is JSON whose `error`, when
+present, comes with `ok: false` (a bare `{"error"}` would be an exception escaping a handler).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from cpersona.config import Settings
+from cpersona.embedding.hashing import HashingProvider
+from cpersona.engine import Engine
+from cpersona.server.app import build_server
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mcp import Client
+
+TOOL_ARGS = {
+    "store": ["agent_id", "message", "channel", "project_id", "session_key"],
+    "archive_episode": ["agent_id", "summary", "history", "keywords", "resolved", "project_id",
+                        "channel", "session_key"],
+    "update_memory": ["memory_id", "content", "agent_id", "session_key"],
+    "lock_memory": ["memory_id", "agent_id", "session_key"],
+    "unlock_memory": ["memory_id", "agent_id", "session_key"],
+    "delete_memory": ["memory_id", "agent_id", "session_key"],
+    "delete_episode": ["episode_id", "agent_id", "session_key"],
+    "get_profile": ["agent_id"],
+    "update_profile": ["agent_id", "profile", "session_key"],
+    "list_memories": ["agent_id", "limit", "project_id"],
+    "list_episodes": ["agent_id", "limit", "project_id"],
+}  # fmt: skip
+
+# Keys cannot hold lone surrogates: the MCP client itself refuses to serialise them.
+keys = st.text(st.characters(exclude_categories=["Cs"]), max_size=8)
+texts = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["", " ", "alice", "bob", "[Memory from x]", "@auto", "\ud800", "a\udfffb"]),
+)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-3, max_value=5),
+    st.floats(allow_nan=False, allow_infinity=False),
+    texts,
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)),
+    max_leaves=12,
+)
+messages = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": st.one_of(texts, json_values),
+        "content": st.one_of(texts, json_values),
+        "source": st.one_of(
+            st.none(),
+            texts,
+            st.dictionaries(st.sampled_from(["type", "id", "name", "User", "System"]), json_values,
+                            max_size=3),
+            json_values,
+        ),
+        "timestamp": st.one_of(texts, st.just("2999-01-01T00:00:00Z"), json_values),
+        "metadata": json_values,
+    },
+)
+
+
+def argument(name: str) -> st.SearchStrategy[Any]:
+    if name == "message":
+        return st.one_of(messages, json_values)
+    if name in ("memory_id", "episode_id", "limit"):
+        return st.one_of(st.integers(min_value=-2, max_value=6), st.integers(), json_values)
+    if name == "history":
+        return st.one_of(st.lists(st.dictionaries(st.just("timestamp"), texts, max_size=1),
+                                  max_size=3), json_values)
+    return st.one_of(texts, json_values)
+
+
+@st.composite
+def calls(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    tool = draw(st.sampled_from(sorted(TOOL_ARGS)))
+    args = {}
+    for name in TOOL_ARGS[tool]:
+        if draw(st.integers(0, 9)) < 8:  # mostly present, sometimes missing
+            args[name] = draw(argument(name))
+    args.update(draw(st.dictionaries(keys, json_values, max_size=2)))
+    return tool, args
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Engine:
+    path = Path(tmp_path_factory.mktemp("fuzz")) / "fuzz.db"
+    engine = Engine(Settings(db_path=str(path), embedding_mode="hashing"),
+                    embedder=HashingProvider())
+    yield engine
+    engine.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def check(tool: str, result: Any) -> None:
+    assert len(result.content) == 1
+    text = result.content[0].text
+    if result.is_error:
+        assert text.startswith("Input validation error: "), text
+        return
+    out = json.loads(text)
+    assert isinstance(out, dict)
+    if "error" in out:  # a handler refusal, never an exception that escaped one
+        assert out.get("ok") is False, (tool, out)
+    if tool == "store":
+        assert out["result"] in ("stored", "skipped", "rejected"), out
+        assert out["ok"] is (out["result"] != "rejected")
+    elif tool in ("list_memories", "list_episodes"):
+        key = tool.split("_")[1]
+        assert isinstance(out[key], list) and out["count"] == len(out[key])
+    elif tool == "get_profile" and "error" not in out:
+        assert set(out) == {"profile"}
+    elif "ok" not in out:
+        raise AssertionError((tool, out))
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batch=st.lists(calls(), min_size=1, max_size=8))
+def test_random_arguments_get_documented_shapes(engine, batch):
+    async def run() -> None:
+        async with Client(build_server(engine), raise_exceptions=True) as client:
+            for tool, args in batch:
+                check(tool, await client.call_tool(tool, args))
+            # Still serving after the batch.
+            listed = await client.call_tool("list_memories", {"limit": 1})
+            assert not listed.is_error
+
+    anyio.run(run)
