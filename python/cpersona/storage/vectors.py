@@ -99,13 +99,15 @@ def rows_by_id(db: Database, table: str, ids: Sequence[int]) -> dict[int, IndexR
 
 
 def embedded_shape(db: Database, table: str) -> tuple[int, int | None]:
-    """(embedded rows, modal width in floats) of a table; width None when there are none."""
+    """(embedded rows, modal width in floats) of a table; width None when no BLOB is a vector
+    (a BLOB that is empty or not whole floats is counted but never sets the width)."""
     rows = db.query(
-        f"SELECT length(embedding) / 4 AS dim, COUNT(*) AS n FROM {_check(table)} "
-        "WHERE embedding IS NOT NULL GROUP BY dim ORDER BY n DESC, dim LIMIT 50"
+        f"SELECT length(embedding) AS len, COUNT(*) AS n FROM {_check(table)} "
+        "WHERE embedding IS NOT NULL GROUP BY len"
     )
     total = sum(int(r["n"]) for r in rows)
-    return total, (int(rows[0]["dim"]) if rows else None)
+    widths = [(int(r["n"]), -int(r["len"])) for r in rows if r["len"] and r["len"] % 4 == 0]
+    return total, (-max(widths)[1] // 4 if widths else None)
 
 
 def iter_rows(db: Database, table: str) -> Iterator[IndexRow]:

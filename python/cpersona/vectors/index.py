@@ -310,8 +310,15 @@ class VectorIndex:
             self._tmp.cleanup()
 
 
+def _vector(embedding: bytes) -> np.ndarray:
+    """A row's BLOB as float32; one that is not whole floats gives an empty (foreign) vector."""
+    if len(embedding) % 4:
+        return np.empty(0, dtype="<f4")
+    return np.frombuffer(embedding, dtype="<f4")
+
+
 def _append(writer: VectorFileWriter, row: IndexRow) -> int:
-    vector = np.frombuffer(row.embedding, dtype="<f4")
+    vector = _vector(row.embedding)
     return writer.append(
         row.id,
         row.key,
@@ -342,7 +349,7 @@ def _compare_slot(writer: VectorFileWriter, slot: int, row: IndexRow, table: str
     for section, value in expect.items():
         if int(writer.view(section)[slot]) != value:
             out.append(f"{table} {row.id}: {section} differs")
-    vector = np.frombuffer(row.embedding, dtype="<f4")
+    vector = _vector(row.embedding)
     if vector.shape == (writer.dim,):
         if not np.array_equal(writer.view("vectors")[slot], vector):
             out.append(f"{table} {row.id}: vector differs")
