@@ -28,8 +28,13 @@ from cpersona.storage import vectors as vector_sql
 from cpersona.storage.vectors import IndexRow
 from cpersona.vectors.format import (
     FLAG_DELETED,
+    HEADER_DTYPE,
+    HEADER_LEN,
+    MAGIC,
     TABLE_EPISODES,
     TABLE_MEMORIES,
+    VERSION,
+    Layout,
     VectorFileWriter,
     scope_hash,
 )
@@ -138,42 +143,56 @@ class VectorIndex:
 
     def _applied_seq_unlocked(self) -> int | None:
         """The file's applied_seq read without the lock (a hint: sync re-checks under lock)."""
+        header, problem = self._inspect()
+        return None if header is None or problem else int(header["applied_seq"])
+
+    def _inspect(self) -> tuple[np.void | None, str]:
+        """The file's header and why the file cannot be trusted ("" = it can), read with plain
+        file reads: every check of docs/vector-index.md that needs no mapping, so that a short,
+        oversized or garbled file is reported instead of failing to map."""
         try:
-            writer = VectorFileWriter(self.path)
-        except (OSError, ValueError):
-            return None
-        try:
-            header = writer.header()
-            if header.dirty or header.db_uid != self.db_uid():
-                return None
-            return header.applied_seq
-        finally:
-            _release(writer)
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                raw = f.read(HEADER_LEN)
+        except FileNotFoundError:
+            return None, "missing"
+        except OSError as exc:
+            return None, f"unreadable ({exc})"
+        if len(raw) < HEADER_LEN:
+            return None, f"truncated ({size} bytes, shorter than the header)"
+        header = np.frombuffer(raw, dtype=HEADER_DTYPE)[0]
+        dim, count, capacity = int(header["dim"]), int(header["count"]), int(header["capacity"])
+        if bytes(header["magic"]) != MAGIC:
+            return header, "not a cpersona vector file (wrong magic)"
+        if int(header["version"]) != VERSION:
+            return header, f"unsupported version {int(header['version'])}"
+        if dim < 1:
+            return header, "dim is 0"
+        if count > capacity:
+            return header, "count exceeds capacity"
+        expected = Layout.of(dim, capacity).file_len
+        if size != expected:
+            return header, f"size {size} != {expected}"
+        if int(header["dirty"]):
+            return header, "a writer stopped mid-update"
+        if bytes(header["db_uid"]) != self.db_uid():
+            return header, "it belongs to another database"
+        if int(header["table"]) != TABLE_CODES[self.table]:
+            return header, "it indexes another table"
+        return header, ""
 
     def _open_trusted(self) -> tuple[VectorFileWriter | None, str]:
-        if not self.path.exists():
-            return None, "missing"
+        _, problem = self._inspect()
+        if problem:
+            return None, problem
         try:
             writer = VectorFileWriter(self.path)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, TypeError) as exc:  # changed since _inspect (not by us)
             return None, f"unreadable ({exc})"
-        header = writer.header()
-        expected = writer.layout.file_len
-        actual = self.path.stat().st_size
-        problem = ""
-        if actual != expected:
-            problem = f"size {actual} != {expected}"
-        elif header.dirty:
-            problem = "a writer stopped mid-update"
-        elif header.db_uid != self.db_uid():
-            problem = "it belongs to another database"
-        elif header.table != TABLE_CODES[self.table]:
-            problem = "it indexes another table"
-        elif header.count > header.capacity:
-            problem = "count exceeds capacity"
-        if problem:
+        count = writer.count
+        if count and int(writer.view("order").max()) >= count:
             _release(writer)
-            return None, problem
+            return None, "its scan order names a slot beyond count"
         return writer, ""
 
     def _apply_locked(self, writer: VectorFileWriter) -> None:
@@ -272,22 +291,34 @@ class VectorIndex:
     def verify(self) -> list[str]:
         """Compare every row of the index with SQLite; the differences found (empty = same)."""
         self.sync()
-        problems: list[str] = []
-        with self._flock(exclusive=False):
-            writer, reason = self._open_trusted()
-            if writer is None:
-                return [f"{self.table}: index unusable: {reason}"]
-            try:
-                problems.extend(self._compare(writer))
-            finally:
-                _release(writer)
-        return problems
+        reason = ""
+        for attempt in range(2):
+            with self._flock(exclusive=False):
+                writer, reason = self._open_trusted()
+                if writer is not None:
+                    try:
+                        return self._compare(writer)
+                    finally:
+                        _release(writer)
+            if attempt == 0:
+                # Damage the header does not show (the scan order): rebuilt as a scan would.
+                log.info("rebuilding %s: %s", self.path.name, reason)
+                self.rebuild()
+        return [f"{self.table}: index unusable: {reason}"]
 
     def _compare(self, writer: VectorFileWriter) -> list[str]:
         problems: list[str] = []
         ids = writer.view("ids")
         flags = writer.view("flags")
-        live = {int(ids[s]): s for s in range(writer.count) if not flags[s] & FLAG_DELETED}
+        live_slots = [s for s in range(writer.count) if not flags[s] & FLAG_DELETED]
+        live = {int(ids[s]): s for s in live_slots}
+        if len(live) != len(live_slots):
+            problems.append(f"{self.table}: {len(live_slots) - len(live)} rows have two live slots")
+        if writer.header().live != len(live_slots):
+            problems.append(
+                f"{self.table}: header counts {writer.header().live} live slots, "
+                f"the flags {len(live_slots)}"
+            )
         seen = 0
         for row in vector_sql.iter_rows(self.db, self.table):
             seen += 1
@@ -299,6 +330,8 @@ class VectorIndex:
         for row_id in sorted(live):
             problems.append(f"{self.table} {row_id}: in the index, not an embedded row in SQLite")
         order = writer.view("order")
+        if not np.array_equal(np.sort(order), np.arange(writer.count)):
+            problems.append(f"{self.table}: scan order is not a permutation of the slots")
         keys, idv = writer.view("keys"), writer.view("ids")
         pairs = [(int(keys[s]), int(idv[s])) for s in order]
         if pairs != sorted(pairs, reverse=True):
