@@ -12,6 +12,7 @@ repaired on the next read. The file format is docs/vector-index.md.
 from __future__ import annotations
 
 import fcntl
+import glob
 import logging
 import os
 import tempfile
@@ -247,6 +248,7 @@ class VectorIndex:
             return self._rebuild_locked(progress)
 
     def _rebuild_locked(self, progress: Progress | None = None) -> int:
+        self._remove_stale_temporaries()
         log_seq = vector_sql.max_seq(self.db)
         total, dim = vector_sql.embedded_shape(self.db, self.table)
         tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
@@ -270,6 +272,14 @@ class VectorIndex:
         if progress is not None:
             progress(done, total)
         return done
+
+    def _remove_stale_temporaries(self) -> None:
+        # A rebuild's `.tmp<pid>` and a grow's `.grow` file exist only while their writer holds
+        # the exclusive lock, which we hold now: any found were left by a process that died.
+        stale = list(self.path.parent.glob(glob.escape(self.path.name) + ".tmp*"))
+        stale.append(self.path.with_name(self.path.name + ".grow"))
+        for path in stale:
+            path.unlink(missing_ok=True)
 
     # -- inspection --------------------------------------------------------------------------
 
