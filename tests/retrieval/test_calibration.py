@@ -467,7 +467,9 @@ async def test_calibrated_gate_keeps_what_the_heuristic_dropped(
         assert any(score < heuristic for score in after.values())  # heuristic would drop it
 
 
-async def test_calibrated_rrf_gate_drops_keyword_only_rows(connect: Callable[..., Any]) -> None:
+async def test_calibrated_rrf_gate_is_on_the_rrf_scale(connect: Callable[..., Any]) -> None:
+    # CPersona 2.5.12 floors an rrf gate at the cosine-scale 0.05, above every keyword-only
+    # row's best rrf (2/61); cpersona scales the floor by 3/(k+1) (docs/compatibility.md).
     async with connect() as tools:  # rrf: only rows without a vector hit are gated on rrf
         # A long row that names the query once: found by full-text search only.
         filler = " ".join(f"item{i} shelf{i}" for i in range(40))
@@ -482,9 +484,11 @@ async def test_calibrated_rrf_gate_drops_keyword_only_rows(connect: Callable[...
         assert len(before) == 1  # it passed the heuristic m(N) * 3/(k+1)
         out = await tools("calibrate_threshold", {"agent_id": "a"})
         gate = out["fused_gate"]
-        assert gate["signal"] == "rrf" and gate["threshold"] > max(before.values())
-        after = (await tools("recall", query))["messages"]
-        assert scored(after, "rrf") == {}
+        assert gate["signal"] == "rrf"
+        assert 0.05 * 3 / 61 - 1e-4 <= gate["threshold"] <= 3 / 61
+        after = scored((await tools("recall", query))["messages"], "rrf")
+        expect = {k: v for k, v in before.items() if v >= gate["threshold"]}
+        assert after == expect
 
 
 # -- the sidecar and startup ------------------------------------------------------------------

@@ -327,7 +327,7 @@ class Calibrator:
         pos = [r.value for q, _ in queries for r in memo[q.id] if r.positive]
         if len(null) < MIN_NULL_SCORES or len(pos) < MIN_POS_SCORES:
             return None
-        raw, youden = sep(null, pos, s.calibrate_floor, beta)
+        raw, youden = sep(null, pos, gate_floor(s, signal), beta)
         threshold = round4(raw)
         xs = np.sort(np.asarray(null, dtype=np.float64))
         ys = np.sort(np.asarray(pos, dtype=np.float64))
@@ -556,3 +556,17 @@ def _scored(
 
 def _fail(error: str) -> dict[str, Any]:
     return {"ok": False, "error": error}
+
+
+def gate_floor(s: Settings, signal: str) -> float:
+    """CALIBRATE_FLOOR on the gate signal's own scale.
+
+    The floor is a cosine-scale number. An rrf score is at most 3/(k+1) (three lists at rank
+    0), so a cosine-scale floor of 0.05 sits above every keyword-only row's best possible
+    score (2/61 = 0.033 at k=60) and a calibrated rrf gate would drop them all. The heuristic
+    gate maps onto the rrf scale by the same factor (retrieval.md §7.3); so does this floor.
+    A deliberate difference from CPersona 2.5.12 (docs/compatibility.md).
+    """
+    if signal == "rrf":
+        return s.calibrate_floor * 3 / (s.rrf_k + 1)
+    return s.calibrate_floor
