@@ -217,3 +217,11 @@ async def test_source_that_is_not_json_lists_as_an_empty_object(tools):
         nid = memory_sql.insert(conn, new)
     rows = {r["id"]: r for r in (await tools("list_memories", {}))["memories"]}
     assert rows[mid]["source"] == {} and rows[nid]["source"] == {}
+
+
+async def test_integral_float_limit_reads_as_the_default(tools):
+    # 3.0 passes the schema's integer check, then the coercer reads it as the default (§1.2).
+    all_ids = insert_memories(tools, [f"row {i}" for i in range(120)])
+    assert len(await ids(tools, limit=3.0)) == 100
+    assert len(await ids(tools, "list_episodes", limit=2.0)) == 0
+    assert len(all_ids) == 120
