@@ -117,3 +117,12 @@ def test_unavailable_transport_is_refused(tmp_path):
     out = run([], {"CPERSONA_TRANSPORT": "streamable-http"}, tmp_path)
     assert out.returncode != 0
     assert len(out.stderr.splitlines()) == 1 and "CPERSONA_TRANSPORT" in out.stderr
+
+
+def test_directory_as_database_stops_with_one_line(tmp_path):
+    folder = tmp_path / "a-directory"
+    folder.mkdir(mode=0o755)
+    out = run([], {"CPERSONA_DB_PATH": str(folder)}, tmp_path)
+    assert out.returncode != 0 and out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cpersona: cannot open the database"), lines

@@ -154,7 +154,7 @@ def _prepare_file(path: Path) -> None:
     if not path.exists():
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
         os.close(fd)
-    elif path.stat().st_mode & 0o077:
+    elif path.is_file() and path.stat().st_mode & 0o077:
         log.warning("database %s is readable by group or others; consider chmod 600", path)
 
 
