@@ -18,7 +18,7 @@ from typing import Any
 from cpersona.errors import ConfigError
 
 #: Embedding modes. `local` is the embedded default model; the others name a provider.
-EMBEDDING_MODES = ("local", "local-minilm", "http", "api", "none", "hashing")
+EMBEDDING_MODES = ("local", "local-e5", "local-minilm", "http", "api", "none", "hashing")
 PRECISION_BETAS = {"strict": 2.0, "balanced": 1.0, "lenient": 0.5}
 
 

