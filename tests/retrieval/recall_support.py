@@ -11,6 +11,15 @@ from mcp import Client
 
 AGENT = "alice"
 
+#: Found by FTS for IDENT; with the hashing embedder its cosine to the bare identifier is ~0.12:
+#: below the vector threshold under rrf / rsf (0.15), so only the lexical channels find it.
+IDENT = "CVE-2024-3094"
+LEXICAL = ("Quarterly security digest: we rotated credentials, refreshed dependency pins, "
+           "reviewed firewall rules, archived stale accounts, retrained staff on phishing, "
+           "replaced expiring certificates, validated backups, tightened container policies, "
+           "documented vendor contacts, rehearsed incident drills, updated asset inventories, "
+           "and confirmed the CVE-2024-3094 remediation across every fleet.")
+
 
 class Tools:
     """Calls tools through the MCP client and decodes their single JSON text content."""

@@ -9,19 +9,10 @@ the key never appears; an all-below-gate recall is simply empty. Spec: retrieval
 from __future__ import annotations
 
 import pytest
-from recall_support import AGENT
+from recall_support import AGENT, IDENT, LEXICAL
 
 pytestmark = pytest.mark.anyio
 
-IDENT = "CVE-2024-3094"
-# FTS finds the identifier; with the hashing embedder the long text's cosine to the bare
-# identifier is ~0.12: below the vector threshold (0.15 under rrf), so the row is lexical only,
-# and below the 0.20 cosine floor, so its confidence is 0.
-LEXICAL = ("Quarterly security digest: we rotated credentials, refreshed dependency pins, "
-           "reviewed firewall rules, archived stale accounts, retrained staff on phishing, "
-           "replaced expiring certificates, validated backups, tightened container policies, "
-           "documented vendor contacts, rehearsed incident drills, updated asset inventories, "
-           "and confirmed the CVE-2024-3094 remediation across every fleet.")
 # Cosine ~0.19: inside the vector list (native cosine) yet below the confidence gate.
 NATIVE = ("Security review notes: the team audited compression libraries, build scripts, "
           "release tarballs, signing keys, maintainers, mirrors, checksums and the backdoor "
