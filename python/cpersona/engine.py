@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING
 from cpersona.config import Settings
 from cpersona.embedding.cache import CachedProvider
 from cpersona.memory.writes import Writer
+from cpersona.operating_context import OperatingContext
 from cpersona.retrieval.calibration import CalibrationStopped, Calibrator
 from cpersona.retrieval.health import EmbeddingHealth
 from cpersona.retrieval.pipeline import Recaller
 from cpersona.retrieval.sidecar import Sidecar, sidecar_path
 from cpersona.retrieval.thresholds import Thresholds
+from cpersona.session import Pauses
 from cpersona.storage import Database, open_database
 from cpersona.vectors.index import VectorIndex
 
@@ -62,6 +64,9 @@ class Engine:
         )
         self._calibration: threading.Thread | None = None
         self._closed = threading.Event()
+        #: The no-persist pauses of this process (surface.md §10) and the operating context.
+        self.pause = Pauses()
+        self.operating_context = OperatingContext(settings)
 
     def _after_write(self) -> None:
         # The index is current after every acknowledged write (a crash before this point is

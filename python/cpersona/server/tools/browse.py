@@ -11,22 +11,21 @@ from cpersona.server.registry import Annotations, ToolSpec
 from cpersona.server.tools.memory import SESSION_KEY, STR
 
 
-def _project(a: dict[str, Any]) -> ProjectFilter:
-    return ProjectFilter(a["project_id"])
-
-
 def _list_memories(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
-    out = listing.list_memories(engine.db, engine.settings, a["agent_id"], _project(a), a["limit"])
-    if a["project_id"] == "@auto":
-        out["resolved_project_id"] = "@auto"
-    return out
+    # Reads never refuse at the OC gate (surface.md §6.6); they only resolve and warn.
+    gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=False)
+    out = listing.list_memories(
+        engine.db, engine.settings, a["agent_id"], ProjectFilter(gate.project_id), a["limit"]
+    )
+    return {**out, **gate.extra}
 
 
 def _list_episodes(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
-    out = listing.list_episodes(engine.db, engine.settings, a["agent_id"], _project(a), a["limit"])
-    if a["project_id"] == "@auto":
-        out["resolved_project_id"] = "@auto"
-    return out
+    gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=False)
+    out = listing.list_episodes(
+        engine.db, engine.settings, a["agent_id"], ProjectFilter(gate.project_id), a["limit"]
+    )
+    return {**out, **gate.extra}
 
 
 def _get_profile(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
@@ -34,6 +33,9 @@ def _get_profile(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _update_profile(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    skip = engine.pause.skip("update_profile", a["session_key"], profiles_updated=0)
+    if skip is not None:
+        return skip
     return engine.writer.update_profile(a["agent_id"], a["profile"])
 
 

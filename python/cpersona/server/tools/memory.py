@@ -14,48 +14,71 @@ SESSION_KEY = {
 }
 
 
-def _project_echo(args: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
-    # With no operating context, "@auto" is kept as a literal project id and echoed.
-    if args.get("project_id") == "@auto":
-        out["resolved_project_id"] = "@auto"
-    return out
-
-
 def _store(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
-    out = engine.writer.store(a["agent_id"], a["message"], a["channel"], a["project_id"])
-    return _project_echo(a, out)
+    # surface.md §1.5: the OC gate, then the pause, then the tool's own validation.
+    gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=True)
+    if gate.refusal is not None:
+        return {**gate.refused(), "result": "rejected", "reason": gate.refusal}
+    skip = engine.pause.skip("store", a["session_key"], result="skipped", id="no-persist",
+                             embedded=False)
+    if skip is not None:
+        return {**skip, **gate.extra}
+    out = engine.writer.store(a["agent_id"], a["message"], a["channel"], gate.project_id)
+    return {**out, **gate.extra}
 
 
 def _update_memory(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    skip = engine.pause.skip("update_memory", a["session_key"], updated_id=None)
+    if skip is not None:
+        return skip
     return engine.writer.update_memory(a["memory_id"], a["content"], a["agent_id"])
 
 
 def _delete_memory(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    skip = engine.pause.skip("delete_memory", a["session_key"], deleted_id=None)
+    if skip is not None:
+        return skip
     return engine.writer.delete_memory(a["memory_id"], a["agent_id"])
 
 
 def _lock(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    skip = engine.pause.skip("lock_memory", a["session_key"], locked_id=None)
+    if skip is not None:
+        return skip
     return engine.writer.set_lock(a["memory_id"], a["agent_id"], True)
 
 
 def _unlock(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    skip = engine.pause.skip("unlock_memory", a["session_key"], unlocked_id=None)
+    if skip is not None:
+        return skip
     return engine.writer.set_lock(a["memory_id"], a["agent_id"], False)
 
 
 def _archive_episode(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=True)
+    if gate.refusal is not None:
+        return gate.refused(episode_id=None)
+    skip = engine.pause.skip("archive_episode", a["session_key"], episode_id=None,
+                             id="no-persist", queued=False, task_id=None)
+    if skip is not None:
+        return {**skip, **gate.extra}
     out = engine.writer.archive_episode(
         a["agent_id"],
         a["summary"],
         a["history"],
         a["keywords"],
         a["resolved"],
-        a["project_id"],
+        gate.project_id,
         a["channel"],
     )
-    return _project_echo(a, out)
+    return {**out, **gate.extra}
 
 
 def _delete_episode(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    skip = engine.pause.skip("delete_episode", a["session_key"], deleted_id=None)
+    if skip is not None:
+        return skip
     return engine.writer.delete_episode(a["episode_id"], a["agent_id"])
 
 

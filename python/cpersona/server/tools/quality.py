@@ -2,41 +2,54 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from cpersona.config import PRECISION_BETAS, Settings
 from cpersona.retrieval.calibration import MIN_EMBEDDINGS
 from cpersona.server.registry import Annotations, ToolSpec
 from cpersona.server.tools.memory import SESSION_KEY, STR
+from cpersona.session import marked
 
 
-def _paused(engine: Any, a: dict[str, Any]) -> bool:
-    """Whether the caller's session bucket is paused (no-persist).
+def _marked(
+    engine: Any, tool: str, a: dict[str, Any], run: Callable[[bool], dict[str, Any]]
+) -> dict[str, Any]:
+    """Run a calibration service; while paused it validates, writes nothing, and is marked.
 
-    Issue 5 hook: the persistence pause lives elsewhere; until it lands nothing is paused. The
-    calibration services take `paused=True` and answer the skipped shape; the pause markers
-    (`persisted`, `dry_run`, `reason`) are that feature's to add.
+    surface.md §1.5: these tools validate their arguments before the pause check, so a bad
+    request is refused even while paused; a valid one answers the skip shape.
     """
-    return False
+    state = engine.pause.active(a["session_key"])
+    result: dict[str, Any] = run(state is not None)
+    if state is not None and result.get("ok"):
+        return marked(tool, state, result)
+    return result
 
 
 def _calibrate(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = engine.calibrator.calibrate(
-        a["agent_id"],
-        sample_size=a["sample_size"],
-        z_factor=a["z_factor"],
-        method=a["method"],
-        percentile=a["percentile"],
-        paused=_paused(engine, a),
-    )
-    return result
+    def run(paused: bool) -> dict[str, Any]:
+        result: dict[str, Any] = engine.calibrator.calibrate(
+            a["agent_id"],
+            sample_size=a["sample_size"],
+            z_factor=a["z_factor"],
+            method=a["method"],
+            percentile=a["percentile"],
+            paused=paused,
+        )
+        return result
+
+    return _marked(engine, "calibrate_threshold", a, run)
 
 
 def _set_precision(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = engine.calibrator.set_precision(
-        a["agent_id"], a["precision"], a["beta"], paused=_paused(engine, a)
-    )
-    return result
+    def run(paused: bool) -> dict[str, Any]:
+        result: dict[str, Any] = engine.calibrator.set_precision(
+            a["agent_id"], a["precision"], a["beta"], paused=paused
+        )
+        return result
+
+    return _marked(engine, "set_recall_precision", a, run)
 
 
 def _get_precision(engine: Any, a: dict[str, Any]) -> dict[str, Any]:

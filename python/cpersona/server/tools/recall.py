@@ -6,6 +6,7 @@ from typing import Any
 
 from cpersona.config import Settings
 from cpersona.models import ProjectFilter
+from cpersona.operating_context import Gate
 from cpersona.retrieval import context as ctx
 from cpersona.retrieval import messages as msgs
 from cpersona.retrieval.pipeline import RecallRequest, RecallResult
@@ -15,7 +16,7 @@ from cpersona.server.tools.memory import SESSION_KEY, STR
 LIMIT = {"type": "integer", "minimum": 0, "maximum": 100, "default": 10}
 
 
-def _request(a: dict[str, Any], exclude: list[str]) -> RecallRequest:
+def _request(engine: Any, a: dict[str, Any], gate: Gate, exclude: list[str]) -> RecallRequest:
     return RecallRequest(
         agent_id=a["agent_id"],
         query=a["query"],
@@ -23,13 +24,21 @@ def _request(a: dict[str, Any], exclude: list[str]) -> RecallRequest:
         deep=a["deep"],
         channel=a["channel"],
         exclude_contents=tuple(exclude),
-        project=ProjectFilter(a["project_id"]),
+        project=ProjectFilter(gate.project_id),
         source_id=a["source_id"],
         session_key=a["session_key"],
+        # While the caller's bucket is paused, recall-count bookkeeping is skipped (§10.3).
+        paused=engine.pause.active(a["session_key"]) is not None,
     )
 
 
-def _envelope(engine: Any, a: dict[str, Any], result: RecallResult,
+def _gate(engine: Any, a: dict[str, Any]) -> Gate:
+    # Reads never refuse at the OC gate (surface.md §6.6); they only resolve and warn.
+    gate: Gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=False)
+    return gate
+
+
+def _envelope(engine: Any, a: dict[str, Any], gate: Gate, result: RecallResult,
               messages: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"messages": messages}
     if result.gate_fallback:
@@ -42,15 +51,15 @@ def _envelope(engine: Any, a: dict[str, Any], result: RecallResult,
             out["full_content_budget_chars"] = msgs.FULL_CONTENT_BUDGET
     else:
         msgs.apply_preview(messages, cap)
-    if a["project_id"] == "@auto":
-        out["resolved_project_id"] = "@auto"
+    out.update(gate.extra)
     return out
 
 
 def _recall(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
-    result = engine.recaller.recall(_request(a, list(a["exclude_contents"])))
+    gate = _gate(engine, a)
+    result = engine.recaller.recall(_request(engine, a, gate, list(a["exclude_contents"])))
     messages = [msgs.message(r) for r in reversed(result.rows)]
-    return _envelope(engine, a, result, messages)
+    return _envelope(engine, a, gate, result, messages)
 
 
 def _recall_with_context(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
@@ -61,11 +70,12 @@ def _recall_with_context(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
         listed = ", ".join(f"[{i['index']}] {' '.join(i['fields'])}" for i in issues)
         return {"ok": False, "messages": [],
                 "error": f"external_context entries have fields that are not strings: {listed}"}
-    result = engine.recaller.recall(_request(a, ctx.exclusions(entries)))
+    gate = _gate(engine, a)
+    result = engine.recaller.recall(_request(engine, a, gate, ctx.exclusions(entries)))
     recalled = [msgs.message(r) for r in reversed(result.rows)]
     conversation, other_roles = ctx.conversation(entries)
     merged = ctx.chronological(recalled + conversation)
-    out = _envelope(engine, a, result, merged)
+    out = _envelope(engine, a, gate, result, merged)
     if other_roles:
         out["context_filter_only"] = {
             "roles": other_roles,

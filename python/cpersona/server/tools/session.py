@@ -1,0 +1,85 @@
+"""Session controls: pause_persistence, resume_persistence, persistence_status (surface.md §10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpersona.config import Settings
+from cpersona.server.registry import Annotations, ToolSpec
+from cpersona.server.tools.memory import SESSION_KEY
+from cpersona.session import DEFAULT_TTL, MAX_LIVE, MAX_TTL
+
+_AFFECTED = (
+    "store, archive_episode, update_memory, delete_memory, delete_episode, delete_agent_data, "
+    "lock_memory, unlock_memory, update_profile, import_memories and merge_memories (unless "
+    "dry_run), calibrate_threshold and set_recall_precision"
+)
+
+
+def _pause(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = engine.pause.pause(a["session_key"], a["ttl_seconds"])
+    return result
+
+
+def _resume(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = engine.pause.resume(a["session_key"])
+    return result
+
+
+def _status(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = engine.pause.status(a["session_key"])
+    return result
+
+
+def tools(settings: Settings) -> list[ToolSpec]:
+    return [
+        ToolSpec(
+            name="pause_persistence",
+            description=(
+                "Stop writing for a while (no-persist mode): until `ttl_seconds` elapse "
+                f"(default {DEFAULT_TTL}, 1 to {MAX_TTL}) or resume_persistence, these tools "
+                f"write nothing: {_AFFECTED}. They answer their success shape with "
+                "`persisted: false`, `dry_run: true` and a `reason`; branch on `persisted`. "
+                "check_health and deep_check run with fix forced off; recall does not count "
+                "recalls. Reads and export are unaffected. The pause belongs to your "
+                "`session_key` (`scope: session`); callers without a key share one pause "
+                "(`scope: process`). Pausing again replaces the deadline. It lives in this "
+                f"server process only (a restart clears it); at most {MAX_LIVE} live pauses."
+            ),
+            properties={
+                "ttl_seconds": {"type": "integer", "minimum": 1, "maximum": MAX_TTL,
+                                "default": DEFAULT_TTL,
+                                "description": "Seconds until writes resume by themselves."},
+                "session_key": SESSION_KEY,
+            },
+            required=(),
+            handler=_pause,
+            annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+            defaults={"ttl_seconds": DEFAULT_TTL},
+        ),
+        ToolSpec(
+            name="resume_persistence",
+            description=(
+                "End the no-persist pause of your `session_key` (or of the shared keyless "
+                "pause): writes persist again at once. `was_active` says whether a pause was "
+                "in force."
+            ),
+            properties={"session_key": SESSION_KEY},
+            required=(),
+            handler=_resume,
+            annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+        ),
+        ToolSpec(
+            name="persistence_status",
+            description=(
+                "Whether writes are paused for your `session_key`: `paused`, `expires_at` "
+                "(UTC) and `ttl_remaining_seconds` (whole seconds; both null when not "
+                "paused), and `scope` (`session` for a declared key, `process` for the "
+                "shared keyless pause)."
+            ),
+            properties={"session_key": SESSION_KEY},
+            required=(),
+            handler=_status,
+            annotations=Annotations(read_only=True),
+        ),
+    ]
