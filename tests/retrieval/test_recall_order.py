@@ -69,6 +69,23 @@ async def test_response_keys_on_success(tools):
     assert set(out) == {"messages"}
     for m in out["messages"]:
         assert m["ref"].startswith("mem:") and int(m["ref"][4:]) in ids
-        assert set(m) <= {"content", "ref", "source", "timestamp", "match_reason"}
-        assert next(iter(m)) == "content"
+        # A memory stored without a source keeps the stored "{}": `source` is present.
+        assert list(m) == ["content", "ref", "source", "timestamp", "match_reason"]
+        assert m["source"] == {}
         assert m["match_reason"]["signal"] in ("cosine", "rrf")
+
+
+async def test_message_fields_in_order(tools):
+    await tools.store("deploy pipeline friday", id="m-1", timestamp="2026-03-01T09:00:00+09:00",
+                      source={"type": "User", "id": "u1", "name": "Ann"})
+    await tools.episode("deploy pipeline retro", history=[{"timestamp": "2026-03-02T00:00:00Z"}])
+    messages = await tools.messages("deploy pipeline friday", deep=True)
+    by_kind = {m["ref"][:3]: m for m in messages}
+    assert list(by_kind["mem"]) == ["content", "ref", "source", "timestamp", "id", "match_reason"]
+    assert by_kind["mem"]["source"] == {"type": "User", "id": "u1", "name": "Ann"}
+    assert by_kind["mem"]["timestamp"] == "2026-03-01T09:00:00+09:00"
+    assert by_kind["mem"]["id"] == "m-1"
+    assert list(by_kind["ep:"]) == ["content", "ref", "source", "timestamp", "match_reason"]
+    assert by_kind["ep:"]["source"] == {"System": "episode"}
+    assert by_kind["ep:"]["timestamp"] == "2026-03-02T00:00:00Z"
+    assert by_kind["ep:"]["content"] == "[Episode] deploy pipeline retro"

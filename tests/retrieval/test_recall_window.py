@@ -167,3 +167,18 @@ async def test_the_like_fallback_reads_at_most_the_window(connect):
         assert await t.contents("zq", limit=10) == rows[-3:]  # the newest three, best last
     async with connect(recall_mode="cascade") as t:
         assert await t.contents("zq", limit=10) == rows
+
+
+async def test_rows_of_a_foreign_width_take_a_position_and_are_skipped(connect):
+    from cpersona.embedding.hashing import HashingProvider
+
+    async with connect() as t:
+        await t.store(X)
+        await t.store("an older filler")
+    async with connect(embedder=HashingProvider(64)) as t:  # another model's 64-wide vectors
+        await t.store("kubernetes rollout strategy notes")
+    # The window holds the newest 2 rows: the 64-wide one (skipped) and the filler; X is out.
+    got = await answer(connect, QUERY, max_memories=2)
+    assert X not in got and "cosine" not in got.get("kubernetes rollout strategy notes", {})
+    got = await answer(connect, QUERY, max_memories=3)
+    assert got[X]["signal"] == "cosine"

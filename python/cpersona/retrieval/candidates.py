@@ -24,7 +24,7 @@ class Candidate:
     kind: str  # "mem" | "ep" | "profile"
     id: int
     content: str
-    source: Any  # parsed JSON object, or None
+    source: Any  # parsed JSON, or None when the row has no source text
     timestamp: str
     msg_id: str = ""
     resolved: bool = False
@@ -46,10 +46,14 @@ class Candidate:
 
 
 def from_memory(hit: MemoryHit) -> Candidate:
-    try:
-        source = json.loads(hit.source) if hit.source else {}
-    except ValueError:
-        source = {}
+    # A stored source text (the default is "{}") always yields a `source` in the message,
+    # `{}` included; only an empty / NULL column yields none (retrieval.md §3.2).
+    source: Any = None
+    if hit.source:
+        try:
+            source = json.loads(hit.source)
+        except ValueError:
+            source = {}
     return Candidate(
         kind="mem",
         id=hit.id,

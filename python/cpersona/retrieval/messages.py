@@ -23,7 +23,7 @@ def message(row: Candidate) -> dict[str, Any]:
     out: dict[str, Any] = {"content": row.content}
     if row.id > 0:
         out["ref"] = f"{row.kind}:{row.id}"
-    if row.source:
+    if row.source is not None:
         out["source"] = row.source
     if row.timestamp and not row.is_profile:
         out["timestamp"] = row.timestamp
@@ -154,7 +154,7 @@ def _resolve(db: Database, agent_id: str, ref: Any) -> dict[str, Any] | None:
 
 def _cost(item: dict[str, Any]) -> int:
     total = 0
-    for key, value in item.items():
+    for value in item.values():
         if isinstance(value, str):
             total += len(value)
         else:
