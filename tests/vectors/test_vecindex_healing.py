@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import cpersona.vectors.index as index_mod
 import numpy as np
 import pytest
 from cpersona.embedding.hashing import HashingProvider
@@ -369,3 +370,91 @@ def test_verify_finds_structural_differences(tmp_path: Path) -> None:
     assert any("not a permutation" in p for p in problems), problems
     assert any("header counts 99 live slots" in p for p in problems), problems
     engine.close()
+
+
+# -- files of this database, from another point of its history ------------------------------
+
+
+def more_writes(engine: Engine) -> None:
+    for i in range(30):
+        engine.writer.store("a", {"content": f"later note {i} topic {i % 5}"}, "", "")
+        engine.writer.store("b", {"content": f"later b note {i} topic {i % 5}"}, "c1", "p1")
+    for row in (1, 2, 4, 5, 6, 7):
+        engine.writer.delete_memory(row, AGENTS[(row - 1) % 2])
+    for i in range(5):
+        engine.writer.archive_episode("a", f"later episode {i}", [], "", False, "", "")
+
+
+def check_all(engine: Engine) -> None:
+    for table in TABLES:
+        for p in probes(table):
+            check_probe(engine.db, engine.indexes, p, exact_ref=False)
+        assert engine.indexes[table].verify() == []
+
+
+def test_database_restored_from_an_older_backup(backend: str, world_dir: Path) -> None:
+    """The database goes back in time, its index files (same db_uid) do not: the files are
+    ahead of the database's log and must not be trusted."""
+    db = world_dir / "m.db"
+    shutil.copy2(db, world_dir / "backup.db")  # the template is closed: one consistent file
+    engine = new_engine(db)
+    more_writes(engine)
+    engine.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    shutil.copy2(world_dir / "backup.db", db)
+    engine = new_engine(db)
+    try:
+        check_all(engine)
+    finally:
+        engine.close()
+
+
+def test_older_index_file_after_the_log_was_trimmed(
+    backend: str, world_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index file from before the log entries it still needs were trimmed (a restored or
+    rewound file): the log can no longer bring it current, so it must be rebuilt."""
+    monkeypatch.setattr(index_mod, "TRIM_EVERY", 5)
+    db = world_dir / "m.db"
+    saved = {t: Path(f"{db}.{t}.vec").read_bytes() for t in TABLES}
+    engine = new_engine(db)
+    try:
+        more_writes(engine)
+        assert engine.db.query_one("SELECT COUNT(*) FROM vector_log")[0] < 20  # trimmed
+        for table in TABLES:
+            Path(f"{db}.{table}.vec").write_bytes(saved[table])
+        check_all(engine)
+    finally:
+        engine.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="storage/schema.py: REPLACE deletes the conflicting row without firing delete "
+    "triggers (recursive_triggers is off), and the update trigger does not watch `id`, so "
+    "vector_log misses both and the index keeps a row SQLite no longer has",
+)
+@pytest.mark.parametrize("write", ["insert-or-replace", "update-id"])
+def test_writes_the_log_does_not_see(world_dir: Path, write: str) -> None:
+    engine = new_engine(world_dir / "m.db")
+    try:
+        with engine.db.atomic() as conn:
+            if write == "insert-or-replace":  # hits the (agent, project, channel, content) index
+                row = conn.execute("SELECT * FROM memories WHERE id = 1").fetchone()
+                conn.execute(
+                    "INSERT OR REPLACE INTO memories(agent_id, project_id, channel, content, "
+                    "timestamp, embedding) VALUES (?, ?, ?, ?, 't', ?)",
+                    (
+                        row["agent_id"],
+                        row["project_id"],
+                        row["channel"],
+                        row["content"],
+                        row["embedding"],
+                    ),
+                )
+            else:
+                conn.execute("UPDATE memories SET id = 1000 WHERE id = 1")
+        check_all(engine)
+    finally:
+        engine.close()

@@ -99,8 +99,16 @@ class Probe:
 
     def __repr__(self) -> str:  # short enough to read in a falsifying example
         s = self.scope
+        q = (
+            self.query.tolist()
+            if self.query.shape[0] <= 16
+            else (
+                f"<{self.query.shape[0]} floats, blake2b "
+                f"{hashlib.blake2b(self.query.tobytes(), digest_size=4).hexdigest()}>"
+            )
+        )
         return (
-            f"Probe({self.table}, q={self.query.tolist()}, agent={s.agent_id!r}, "
+            f"Probe({self.table}, q={q}, agent={s.agent_id!r}, "
             f"project={s.project.value!r}, channel={s.channel!r}, source={s.source_prefix!r}, "
             f"window={self.window}, reach={self.reach}, threshold={self.threshold}, "
             f"k={self.k}, far_k={self.far_k}, chunk_rows={self.chunk_rows})"

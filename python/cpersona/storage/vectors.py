@@ -63,8 +63,15 @@ def db_uid(db: Database) -> bytes:
     return bytes(row[0])
 
 
+# The log's high-water mark: AUTOINCREMENT keeps the largest seq ever used in sqlite_sequence,
+# so trimming the log never lowers it, and an index file that has applied more than this comes
+# from another point of the database's history (a restored backup).
+_HIGH_WATER = "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'vector_log'), 0)"
+
+
 def max_seq(db: Database) -> int:
-    row = db.query_one("SELECT COALESCE(MAX(seq), 0) FROM vector_log")
+    """The largest `vector_log.seq` ever written (trimmed entries included)."""
+    row = db.query_one(_HIGH_WATER)
     return int(row[0]) if row else 0
 
 
@@ -74,7 +81,7 @@ def changes_since(db: Database, table: str, seq: int) -> Changes:
     # One snapshot for both statements, so no change slips between them.
     conn.execute("BEGIN")
     try:
-        top = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM vector_log").fetchone()[0]
+        top = conn.execute(_HIGH_WATER).fetchone()[0]
         rows = conn.execute(
             "SELECT row_id, MIN(seq) AS first FROM vector_log WHERE tbl = ? AND seq > ? "
             "AND seq <= ? GROUP BY row_id ORDER BY first",
@@ -122,11 +129,26 @@ def iter_rows(db: Database, table: str) -> Iterator[IndexRow]:
 
 
 def trim_log(db: Database, table: str, upto: int) -> int:
-    """Forget applied log entries of `table` (the index file remembers `applied_seq`)."""
+    """Forget applied log entries of `table` (the index file remembers `applied_seq`), and
+    remember how far: a file that has applied less can no longer be brought current."""
+    key = f"vector_log_trimmed_{_check(table)}"
     with db.atomic() as conn:
+        conn.execute(
+            "INSERT INTO cpersona_meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
+            "DO UPDATE SET value = MAX(value, excluded.value)",
+            (key, upto),
+        )
         return conn.execute(
-            "DELETE FROM vector_log WHERE tbl = ? AND seq <= ?", (_check(table), upto)
+            "DELETE FROM vector_log WHERE tbl = ? AND seq <= ?", (table, upto)
         ).rowcount
+
+
+def trimmed_upto(db: Database, table: str) -> int:
+    """The seq up to which `table`'s log entries were trimmed (0 = never)."""
+    row = db.query_one(
+        "SELECT value FROM cpersona_meta WHERE key = ?", (f"vector_log_trimmed_{_check(table)}",)
+    )
+    return int(row[0]) if row else 0
 
 
 def window_rows(

@@ -122,7 +122,7 @@ class VectorIndex:
         """Apply every logged write the file has not seen; rebuild a file that cannot be trusted."""
         log_seq = vector_sql.max_seq(self.db)
         applied = self._applied_seq_unlocked()
-        if applied is not None and applied >= log_seq:
+        if applied == log_seq:  # ahead of the log is a file from another point in history
             return
         with self._thread_lock, self._flock(exclusive=True):
             writer, reason = self._open_trusted()
@@ -183,7 +183,9 @@ class VectorIndex:
         return header, ""
 
     def _open_trusted(self) -> tuple[VectorFileWriter | None, str]:
-        _, problem = self._inspect()
+        header, problem = self._inspect()
+        if header is not None and not problem:
+            problem = self._history_problem(int(header["applied_seq"]))
         if problem:
             return None, problem
         try:
@@ -195,6 +197,18 @@ class VectorIndex:
             _release(writer)
             return None, "its scan order names a slot beyond count"
         return writer, ""
+
+    def _history_problem(self, applied_seq: int) -> str:
+        """Whether this database's log can bring a file that has applied `applied_seq` current.
+
+        Under either lock, a trusted file has applied at most the log's high-water mark and at
+        least what was trimmed (a trim follows an apply), so neither test can fire on a file
+        this database's own syncs wrote."""
+        if applied_seq > vector_sql.max_seq(self.db):
+            return "it is ahead of this database's log (a database restored from a backup?)"
+        if applied_seq < vector_sql.trimmed_upto(self.db, self.table):
+            return "log entries it has not applied were trimmed"
+        return ""
 
     def _apply_locked(self, writer: VectorFileWriter) -> None:
         header = writer.header()
