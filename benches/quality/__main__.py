@@ -1,0 +1,5 @@
+import sys
+
+from benches.quality.run import main
+
+sys.exit(main())
