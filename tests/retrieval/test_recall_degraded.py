@@ -170,3 +170,16 @@ async def test_recovery_clears_the_advisory_and_cache_hits_change_nothing(connec
     assert "advisory" not in recovered
     assert "advisory" not in healthy
     assert recovered["messages"][-1]["match_reason"]["signal"] == "cosine"
+
+
+async def test_keyless_http_callers_always_get_the_full_fault_runbook(connect):
+    provider = HttpProvider(closed_port_url(), timeout=2)
+    async with connect(embedding_mode="http", embedder=provider,
+                       transport="streamable-http") as t:
+        await t.recall("deploy")
+        keyless = [(await t.recall("deploy"))["advisory"] for _ in range(2)]
+        keyed = [(await t.recall("deploy", session_key="s1"))["advisory"] for _ in range(2)]
+    assert all(a["runbook"].startswith("**Notify the user:**") for a in keyless)
+    assert all(a["advisory_scope"] == "process" for a in keyless)
+    assert keyed[0]["runbook"].startswith("**Notify the user:**")
+    assert keyed[1]["runbook"].startswith("Reminder:")

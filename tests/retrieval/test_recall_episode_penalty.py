@@ -13,7 +13,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from recall_support import hours_before, iso
+from recall_support import IDENT, LEXICAL, hours_before, iso
 
 pytestmark = pytest.mark.anyio
 
@@ -166,3 +166,16 @@ async def test_penalty_resorts_fused_rows_without_confidence(connect):
     assert penalised[-1]["content"] == "ledger entry beta"
     rrf = [m["match_reason"]["rrf"] for m in penalised]
     assert rrf == sorted(rrf)
+
+
+async def test_backfilled_cosines_are_penalised_too(connect):
+    # Under confidence a lexical-only row gets its cosine backfilled first, then penalised.
+    knobs = {"confidence_enabled": True, "autocut_enabled": False}
+    async with connect(**knobs) as on, connect(episode_penalty_enabled=False, **knobs) as off:
+        ep = await on.episode("security retro")
+        boundary = await on.episode_created_at(ep)
+        await on.store(LEXICAL, timestamp=hours_before(boundary, 24))
+        a = (await reasons(on, IDENT))[LEXICAL]
+        b = (await reasons(off, IDENT))[LEXICAL]
+    assert a["signal"] == b["signal"] == "confidence"
+    assert a["cosine"] == pytest.approx(b["cosine"] * math.exp(-0.24), rel=1e-12)
