@@ -113,10 +113,12 @@ def test_not_a_database_stops_without_a_traceback(tmp_path):
     assert bad.read_bytes() == b"this is not an sqlite file at all" * 100
 
 
-def test_unavailable_transport_is_refused(tmp_path):
+def test_unauthenticated_http_transport_is_refused(tmp_path):
+    # The HTTP transport itself is tested in tests/http; this is the one-line start-up refusal.
     out = run([], {"CPERSONA_TRANSPORT": "streamable-http"}, tmp_path)
     assert out.returncode != 0
-    assert len(out.stderr.splitlines()) == 1 and "CPERSONA_TRANSPORT" in out.stderr
+    assert len(out.stderr.splitlines()) == 1 and "CPERSONA_AUTH_TOKEN" in out.stderr
+    assert not (tmp_path / "cli.db").exists()
 
 
 def test_directory_as_database_stops_with_one_line(tmp_path):

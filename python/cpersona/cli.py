@@ -69,16 +69,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(settings: Settings, transport: str) -> int:
+    import dataclasses
+
+    from cpersona.server.acl import LOCAL, Guard, load_acl
+
+    settings = dataclasses.replace(settings, transport=transport)
+    # ACL mode is loaded first and any defect refuses start-up, on both transports (§14.2).
+    acl = None
+    if settings.acl_file:
+        try:
+            acl = load_acl(settings.acl_file)
+        except ConfigError as exc:
+            print(f"cpersona: {exc}", file=sys.stderr)
+            return 2
+        if settings.auth_token:
+            log.warning(
+                "CPERSONA_AUTH_TOKEN is ignored in ACL mode (CPERSONA_ACL_FILE); "
+                "to keep using that token, list it as a client in the ACL file"
+            )
+    if transport == "streamable-http":
+        from cpersona.server.http import serve_http
+
+        return serve_http(settings, acl)
     from cpersona.server.stdio import serve_stdio
 
-    if transport != "stdio":
-        print(
-            f"cpersona: CPERSONA_TRANSPORT={transport} is not available in this build; "
-            "use stdio",
-            file=sys.stderr,
-        )
-        return 2
-    return serve_stdio(settings)
+    if acl is None:
+        return serve_stdio(settings)
+    # stdio calls run as the reserved principal `local` (surface.md §11.4).
+    guard = Guard(acl, lambda: LOCAL, export_dir_set=bool(settings.export_dir))
+    return serve_stdio(settings, authorize=guard)
 
 
 def banner(settings: Settings, embedder_name: str) -> str:

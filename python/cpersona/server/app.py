@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -18,6 +19,9 @@ from cpersona.server.tools import all_tools
 log = logging.getLogger("cpersona.server")
 
 SERVER_NAME = "cloto-mcp-cpersona"
+
+#: The ACL hook (surface.md §11.4): None lets the call through, a dict is the denial to answer.
+Authorize = Callable[[str, Mapping[str, Any]], dict[str, Any] | None]
 
 
 def _text(payload: dict[str, Any], *, ascii_only: bool = False) -> types.CallToolResult:
@@ -37,8 +41,14 @@ def _tool(spec: ToolSpec) -> types.Tool:
     )
 
 
-def build_server(engine: Engine, *, instructions: str | None = None) -> Server[Any]:
-    """The MCP server over one open Engine. Tool listing never touches the database or model."""
+def build_server(
+    engine: Engine, *, instructions: str | None = None, authorize: Authorize | None = None
+) -> Server[Any]:
+    """The MCP server over one open Engine. Tool listing never touches the database or model.
+
+    `authorize` (ACL mode only) runs after schema validation and before anything else reads
+    the arguments (surface.md §1.5); a denied call never reaches its handler.
+    """
     specs = {spec.name: spec for spec in all_tools(engine.settings)}
     listed = types.ListToolsResult(tools=[_tool(spec) for spec in specs.values()])
 
@@ -56,6 +66,13 @@ def build_server(engine: Engine, *, instructions: str | None = None) -> Server[A
                 content=[types.TextContent(type="text", text=f"Input validation error: {problem}")],
                 isError=True,
             )
+        # --- ACL guard (server/acl.py): wins over every refusal except the schema's ---
+        if authorize is not None:
+            denial = authorize(spec.name, arguments)
+            if denial is not None:
+                # The denial echoes the agent id it refused; a lone surrogate there cannot be
+                # written as UTF-8, so such a denial is sent \u-escaped.
+                return _text(denial, ascii_only=unstorable_text(denial) is not None)
         bad = unstorable_text(arguments)
         if bad is not None:
             return _text(spec.fail(

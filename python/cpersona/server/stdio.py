@@ -8,7 +8,7 @@ import re
 import sys
 import threading
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
@@ -20,13 +20,17 @@ from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.memory.text import first_surrogate
 
+if TYPE_CHECKING:
+    from cpersona.server.app import Authorize
+
 log = logging.getLogger("cpersona")
 
 #: A JSON escape of a UTF-16 surrogate (`\\ud800` to `\\udfff`), paired or not.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-def serve_stdio(settings: Settings) -> int:
+def serve_stdio(settings: Settings, *, authorize: Authorize | None = None) -> int:
+    """Serve one client on stdin/stdout; `authorize` is the ACL guard in ACL mode."""
     from cpersona.cli import banner
     from cpersona.server.app import build_server
 
@@ -36,7 +40,7 @@ def serve_stdio(settings: Settings) -> int:
         print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=sys.stderr)
         return 1
     print(banner(settings, engine.embedder.name), file=sys.stderr, flush=True)
-    server = build_server(engine)
+    server = build_server(engine, authorize=authorize)
     threading.Thread(target=engine.warm_indexes, name="cpersona-index", daemon=True).start()
     engine.start_calibration()
 

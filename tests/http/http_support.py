@@ -1,0 +1,140 @@
+"""A real `cpersona serve --transport streamable-http` process on a loopback port, and the
+official MCP client talking to it with a bearer token.
+
+The server is started with `CPERSONA_HTTP_PORT=0` (the OS picks a free port) and the URL is read
+from its start-up banner, so parallel runs never race for a port. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+WAIT = 30.0  # seconds any start, stop or answer may take before the test fails (no timing claim)
+_URL = re.compile(r"^  url: (http://127\.0\.0\.1:\d+/mcp)$", re.MULTILINE)
+
+
+class HttpServer:
+    """One server process; `start()` returns once the banner names the URL."""
+
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None, name: str = "server"):
+        self.workdir = workdir
+        self.db = workdir / f"{name}.db"
+        base = {
+            k: os.environ[k]
+            for k in ("PATH", "HOME", "SYSTEMROOT", "PYTHONPATH")
+            if k in os.environ
+        }
+        self.env = {
+            **base,
+            "CPERSONA_DB_PATH": str(self.db),
+            "CPERSONA_EMBEDDING_MODE": "hashing",
+            "CPERSONA_HTTP_HOST": "127.0.0.1",
+            "CPERSONA_HTTP_PORT": "0",
+            **(env or {}),
+        }
+        self.stderr_path = workdir / f"{name}.stderr"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def launch(self) -> subprocess.Popen[bytes]:
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "cpersona", "serve", "--transport", "streamable-http"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=self.env,
+                cwd=self.workdir,
+            )
+        return self.proc
+
+    def start(self) -> str:
+        proc = self.launch()
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            found = _URL.search(self.stderr)
+            if found:
+                self.url = found.group(1)
+                return self.url
+            if proc.poll() is not None:
+                raise AssertionError(f"server exited {proc.returncode}:\n{self.stderr}")
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError(f"no URL in the banner within {WAIT}s:\n{self.stderr}")
+
+    def wait_exit(self) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout=WAIT)
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=WAIT)
+            raise AssertionError(f"server ignored SIGTERM:\n{self.stderr}") from None
+
+
+class Tools:
+    """Calls tools over one MCP connection and decodes their single JSON text content."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def raw(self, name: str, args: dict[str, Any] | None = None) -> Any:
+        return await self.client.call_tool(name, args or {})
+
+    async def __call__(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = await self.raw(name, args)
+        assert not result.is_error, result.content[0].text
+        assert len(result.content) == 1
+        return json.loads(result.content[0].text)
+
+
+@contextlib.asynccontextmanager
+async def connect(url: str, token: str | None, *, mode: str = "auto") -> AsyncIterator[Tools]:
+    """The official client over streamable HTTP, sending `Authorization: Bearer <token>`.
+
+    `mode="auto"` negotiates the 2026 per-request protocol; `"legacy"` the initialize handshake.
+    """
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(WAIT)) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+    ):
+        yield Tools(client)
+
+
+def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> httpx2.Response:
+    """One raw POST (for what the MCP client cannot send: no token, an oversized body)."""
+    base = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    return httpx2.post(url, content=body, headers={**base, **(headers or {})}, timeout=WAIT)
+
+
+def initialize_body() -> bytes:
+    return json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "tests", "version": "1"}},
+    }).encode()  # fmt: skip
