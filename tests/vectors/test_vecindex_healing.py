@@ -458,3 +458,59 @@ def test_writes_the_log_does_not_see(world_dir: Path, write: str) -> None:
         check_all(engine)
     finally:
         engine.close()
+
+
+def test_rebuild_while_rows_arrive(world_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows committed by another writer between the rebuild's row count and its row read (more
+    than the spare slots) must not make the rebuild fail."""
+    engine = new_engine(world_dir / "m.db")
+    shape = index_mod.vector_sql.embedded_shape
+    emb = HashingProvider()
+
+    def shape_then_commit(db: object, table: str) -> tuple[int, int | None]:
+        counted = shape(db, table)
+        with engine.db.atomic() as conn:  # lands after the count, before the read
+            for i in range(5):
+                conn.execute(
+                    "INSERT INTO memories(agent_id, content, timestamp, embedding) "
+                    "VALUES ('a', ?, 't', ?)",
+                    (f"arrived {i} {table}", emb.embed([f"arrived {i}"])[0].tobytes()),
+                )
+        return counted
+
+    monkeypatch.setattr(index_mod, "HEADROOM", 1)
+    monkeypatch.setattr(index_mod.vector_sql, "embedded_shape", shape_then_commit)
+    try:
+        engine.indexes["memories"].rebuild()
+        monkeypatch.undo()
+        check_all(engine)
+    finally:
+        engine.close()
+
+
+def test_unwritable_index_falls_back_to_sqlite(
+    backend: str, world_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index is optional (retrieval.md §4.4: any doubt falls back to the scan): when its file
+    cannot be written (disk full), scans answer from SQLite and writes still succeed."""
+    import errno
+
+    from cpersona.vectors.format import VectorFileWriter
+
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    engine = new_engine(world_dir / "m.db")
+    try:
+        for table in TABLES:
+            engine.indexes[table].path.unlink()
+        monkeypatch.setattr(VectorFileWriter, "create", no_space)
+        out = engine.writer.store("a", {"content": "written while the disk is full"}, "", "")
+        assert out["result"] == "stored"
+        for table in TABLES:
+            for p in probes(table):
+                check_probe(engine.db, engine.indexes, p, exact_ref=False)
+        monkeypatch.undo()
+        check_all(engine)
+    finally:
+        engine.close()

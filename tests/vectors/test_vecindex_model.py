@@ -318,3 +318,29 @@ def test_index_scan_equals_sqlite_scan(
             m.setattr(index_mod, "HEADROOM", 1)
             m.setattr(index_mod, "TRIM_EVERY", 3)
         run_model(data, max_steps=25)
+
+
+def test_in_memory_database(backend: str) -> None:
+    """A `:memory:` database keeps its index in a private temporary directory, same answers."""
+    engine = new_engine(":memory:", IntEmbedder(DIM))
+    directory = engine.indexes["memories"].path.parent
+    try:
+        for i in range(30):
+            engine.writer.store(
+                AGENTS[i % 2], {"content": f"{WORDS[i % 8]} {i}"}, "", PROJECTS[i % 3]
+            )
+            if i % 4 == 0:
+                engine.writer.archive_episode("a", f"episode {i}", [], "", False, "", "")
+        engine.writer.delete_memory(3, "a")
+        for table in TABLES:
+            for agent in AGENTS:
+                for window, reach in ((5, 20), (0, 0), (100, 0)):
+                    probe = Probe(
+                        table, int_vector("alpha 1", DIM), scope(agent), window, reach, 0.0, 4, 4
+                    )
+                    check_probe(engine.db, engine.indexes, probe)
+            assert engine.indexes[table].verify() == []
+        assert directory.exists()
+    finally:
+        engine.close()
+    assert not directory.exists()

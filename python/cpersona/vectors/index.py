@@ -249,8 +249,6 @@ class VectorIndex:
             writer.set_deleted(old)
         if row is None:
             return writer
-        if writer.count >= writer.capacity:
-            writer.grow(max(2 * writer.capacity, writer.capacity + HEADROOM))
         slots[row_id] = _append(writer, row)
         return writer
 
@@ -375,6 +373,8 @@ def _vector(embedding: bytes) -> np.ndarray:
 
 
 def _append(writer: VectorFileWriter, row: IndexRow) -> int:
+    if writer.count >= writer.capacity:  # a rebuild also grows: rows may arrive after its count
+        writer.grow(max(2 * writer.capacity, writer.capacity + HEADROOM))
     vector = _vector(row.embedding)
     return writer.append(
         row.id,

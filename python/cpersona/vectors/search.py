@@ -8,6 +8,7 @@ ASC). The result never depends on which path ran.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +20,8 @@ from cpersona.storage import Database
 from cpersona.storage import vectors as vector_sql
 from cpersona.vectors.format import scope_hash
 from cpersona.vectors.index import VectorIndex
+
+log = logging.getLogger("cpersona.vectors")
 
 _NONE_I = np.empty(0, dtype=np.int64)
 _NONE_F = np.empty(0, dtype=np.float32)
@@ -87,7 +90,14 @@ def scan(
                 )
                 return Hits(near_ids, near_scores, far_ids, far_scores)
     except StoreCorrupt:
-        index.rebuild()
+        try:
+            index.rebuild()
+        except OSError as exc:
+            log.warning("cannot rebuild the vector index %s: %s", index.path.name, exc)
+    except OSError as exc:
+        # The index is optional: a file that cannot be written or locked (disk full, read-only
+        # directory) never fails a scan; the SQLite window gives the same answer.
+        log.warning("vector index %s unusable, scanning SQLite: %s", index.path.name, exc)
     return scan_sqlite(index.db, index.table, query, scope, window=window, reach=reach,
                        threshold=threshold, k=k, far_k=far_k, chunk_rows=chunk_rows)
 
