@@ -52,6 +52,17 @@ def test_two_processes_write_and_scan(tmp_path: Path, tiny: bool) -> None:
         )
         for seed, name in enumerate(("left", "right"), start=1)
     ]
+    # Meanwhile an operator rebuilds the files from the command line, three times.
+    cli_env = {**os.environ, "CPERSONA_DB_PATH": str(db)}
+    for _ in range(3):
+        rebuild = subprocess.run(
+            [sys.executable, "-m", "cpersona", "index", "rebuild"],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert rebuild.returncode == 0, rebuild.stderr
     outputs = []
     for proc in procs:
         out, err = proc.communicate(timeout=240)

@@ -63,35 +63,40 @@ class Acks:
 
 
 def run_writer(db: Path, seed: int, pause: str, headroom: str, rng: random.Random) -> str:
-    """Starts a writer, kills it at its pause point (or after a random delay); its output."""
+    """Starts a writer, kills it at its pause point (or after a random number of acknowledged
+    lines); all it printed."""
     env = {
         **os.environ,
         "VECTEST_PAUSE": "" if pause == "random" else pause,
+        # the first time for a rebuild (a writer rebuilds once), else a random later write
+        "VECTEST_PAUSE_AT": str(1 if pause in ("mid_rebuild", "mid_grow") else rng.randint(1, 40)),
         "VECTEST_HEADROOM": headroom,
     }
-    proc = subprocess.Popen(
+    seen: list[str] = []
+    with subprocess.Popen(
         [sys.executable, str(WRITER), str(db), str(seed), "400"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    assert proc.stdout is not None
-    seen: list[str] = []
-    try:
-        if pause == "random":
-            time.sleep(rng.uniform(0.3, 1.2))  # start-up takes a while; kill at a random write
-        else:
+    ) as proc:  # closes the pipes and reaps the process however we leave
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            # A random kill lands somewhere in the write after the n-th acknowledged line.
+            lines = rng.randint(1, 150) if pause == "random" else None
             for line in proc.stdout:  # bounded: the writer does at most 400 steps
                 seen.append(line)
-                if line.startswith("PAUSE"):
+                if line.startswith("PAUSE") or len(seen) == lines:
                     break
-        proc.send_signal(signal.SIGKILL)
-        rest, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            if lines is not None:
+                time.sleep(rng.uniform(0, 0.02))
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        # Through the same buffered reader the loop used (communicate() would read the raw
+        # pipe and miss lines already buffered); the process is gone, so both reads end.
+        rest = proc.stdout.read()
+        err = proc.stderr.read()
     assert proc.returncode in (-signal.SIGKILL, 0), err
     return "".join(seen) + rest
 
@@ -136,8 +141,9 @@ def test_kill_at_random_and_chosen_points(tmp_path: Path) -> None:
     acks = Acks()
     rng = random.Random(20240611)
     for seed, (pause, headroom) in enumerate(PLAN, start=1):
-        if pause == "mid_rebuild":
-            Path(f"{db}.memories.vec").unlink()  # the writer's first sync rebuilds it
+        if pause in ("mid_rebuild", "mid_grow"):
+            # The writer's first sync rebuilds it (with its own headroom: a grow comes soon).
+            Path(f"{db}.memories.vec").unlink()
         out = run_writer(db, seed, pause, headroom, rng)
         markers = acks.read(out)
         state = crash_state(db)

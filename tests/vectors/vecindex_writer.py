@@ -6,7 +6,8 @@ and archives in a loop, printing one line per step, flushed:
     deleting <id>           before a delete is attempted (it may commit even if we die next)
     stored <id> / updated <id> / deleted <id> / archived <id>    once acknowledged
 
-`VECTEST_PAUSE` makes the process announce `PAUSE <point>` and sleep (the test kills it there):
+`VECTEST_PAUSE` makes the process announce `PAUSE <point>` and sleep (the test kills it there)
+the `VECTEST_PAUSE_AT`-th time (default 1) it reaches the point:
 
     after_commit  in the post-write hook: the row is committed, the index not yet updated
     mid_apply     after the first row of a sync was applied: the file is marked dirty
@@ -30,10 +31,16 @@ from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 
 PAUSE = os.environ.get("VECTEST_PAUSE", "")
+PAUSE_AT = int(os.environ.get("VECTEST_PAUSE_AT", "1"))
+reached = 0
 
 
 def hold(point: str) -> None:
-    if point == PAUSE:
+    global reached
+    if point != PAUSE:
+        return
+    reached += 1
+    if reached == PAUSE_AT:
         print(f"PAUSE {point}", flush=True)
         time.sleep(120)  # killed here; the sleep only bounds a test that forgot to
         sys.exit(3)
