@@ -8,8 +8,9 @@ differ. Every message then carries `confidence` and a `match_reason` whose signa
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+import cpersona.retrieval.pipeline as pipeline
 import pytest
 from recall_support import AGENT, hours_before
 
@@ -59,6 +60,22 @@ async def _answers(t, deep: bool) -> list[list[tuple[str, object]]]:
 
 
 NOW = datetime.now(UTC).replace(microsecond=0)
+# The clock of the confidence scoring, frozen an hour ahead for the rrf-vs-rsf comparison: the
+# two databases are asked milliseconds apart, and a 4-decimal score may round differently
+# across that gap. An hour ahead of every recall-count stamp keeps those out of the 5-minute
+# recent-recall window in both databases alike.
+FROZEN = NOW + timedelta(hours=1)
+
+
+class _FrozenClock(datetime):
+    @classmethod
+    def now(cls, tz=None):  # type: ignore[override]
+        return FROZEN if tz is not None else FROZEN.replace(tzinfo=None)
+
+
+@pytest.fixture
+def frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pipeline, "datetime", _FrozenClock)
 
 
 async def _corpus(t) -> None:
@@ -71,7 +88,7 @@ CONF = {"confidence_enabled": True, "autocut_enabled": False}
 
 
 @pytest.mark.parametrize("deep", [False, True])
-async def test_rrf_and_rsf_agree_under_confidence(connect, deep):
+async def test_rrf_and_rsf_agree_under_confidence(connect, frozen, deep):
     async with connect(path="rrf.db", recall_mode="rrf", **CONF) as rrf, \
             connect(path="rsf.db", recall_mode="rsf", **CONF) as rsf:
         await _corpus(rrf)

@@ -83,10 +83,11 @@ async def test_confidence_recall_marks_returned_memories_only(connect):
         fresh = await _scores(b, "ledger note alpha")
         await a.messages("ledger note alpha", limit=1)  # returns (and marks) alpha only
         later = await _scores(a, "ledger note alpha")
-    assert later["ledger note alpha"] == pytest.approx(fresh["ledger note alpha"] * 0.7, abs=1e-4)
+    # Scores are rounded to 4 decimals and the two recalls run milliseconds apart.
+    assert later["ledger note alpha"] == pytest.approx(fresh["ledger note alpha"] * 0.7, abs=2e-4)
     for other in NOTES[1:]:
         if other in fresh:
-            assert later[other] == fresh[other]
+            assert later[other] == pytest.approx(fresh[other], abs=2e-4)
 
 
 @pytest.mark.parametrize("first", [{"deep": True}, {"confidence": False}],
@@ -99,7 +100,8 @@ async def test_no_bookkeeping_for_deep_or_confidence_off(connect, first):
             await t.store_all(NOTES)
         runner = plain if first.get("confidence") is False else a
         assert await runner.messages("ledger note alpha", deep=first.get("deep", False))
-        assert await _scores(a, "ledger note alpha") == await _scores(b, "ledger note alpha")
+        marked, fresh = await _scores(a, "ledger note alpha"), await _scores(b, "ledger note alpha")
+    assert marked == pytest.approx(fresh, abs=2e-4)  # no 0.7 recent-recall penalty
 
 
 async def test_blank_query_under_confidence_scores_without_cosines(connect):
