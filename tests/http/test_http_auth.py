@@ -198,3 +198,14 @@ def test_http_budget_warn_mode_serves_and_logs(tmp_path):
         assert srv.stop() == 0
     assert srv.stderr.count("CPERSONA_HTTP_MAX_BODY_BYTES=1024") == 1  # the 1st, not the 2nd
     assert memory_count(srv.db) == 1  # the second is a duplicate (skipped), never refused
+
+
+def test_http_auth_loopback_bind_refuses_foreign_host_and_origin(server):
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    rebound = post(server.url, initialize_body(), {**auth, "Host": "attacker.example:80"})
+    assert rebound.status_code == 421
+    foreign = post(server.url, initialize_body(), {**auth, "Origin": "https://attacker.example"})
+    assert foreign.status_code == 403
+    claude = post(server.url, initialize_body(), {**auth, "Origin": "https://claude.ai"})
+    assert claude.status_code == 200
+    assert claude.headers["access-control-allow-origin"] == "https://claude.ai"
