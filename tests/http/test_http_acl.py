@@ -227,3 +227,27 @@ async def test_http_acl_stdio_runs_as_local(tmp_path):
             (await mcp.call_tool("store", store_args("beta", "no"))).content[0].text
         )
         assert denied["error"] == "permission_denied" and denied["client_id"] == "local"
+
+
+@pytest.mark.anyio
+async def test_http_acl_concurrent_clients_never_share_an_identity(server, seeded):
+    """Interleaved calls of two clients with opposite grants: each answer is its caller's."""
+    import anyio
+
+    mistakes: list[str] = []
+
+    async def hammer(client_id: str, task: int) -> None:
+        mine, theirs = ("alpha", "beta") if client_id == "alpha-writer" else ("beta", "alpha")
+        async with connect(server.url, TOKENS[client_id]) as tools:
+            for step in range(12):
+                agent = mine if step % 2 == 0 else theirs
+                answer = await tools("get_profile", {"agent_id": agent})
+                denied = answer.get("error") == "permission_denied"
+                if denied != (agent == theirs) or (denied and answer["client_id"] != client_id):
+                    mistakes.append(f"{client_id}#{task} step {step} on {agent}: {answer}")
+
+    async with anyio.create_task_group() as tg:
+        for task in range(4):
+            tg.start_soon(hammer, "alpha-writer", task)
+            tg.start_soon(hammer, "all-but-alpha", task)
+    assert mistakes == []
