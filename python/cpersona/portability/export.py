@@ -1,0 +1,105 @@
+"""`export_memories`: one agent's (or every agent's) rows as a JSONL file (surface.md §8.1).
+
+The file is written from one read snapshot, so the header's counts equal the body, into a
+temp file beside the target (0600) that is fsynced and renamed over it: a crash or a full disk
+never leaves a half-written backup under the target's name, nor destroys the previous one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from cpersona.portability import records
+from cpersona.portability.paths import confine, refusal
+from cpersona.storage import portability as sql
+
+if TYPE_CHECKING:
+    from cpersona.engine import Engine
+
+log = logging.getLogger("cpersona.portability")
+
+
+def export_memories(
+    engine: Engine,
+    agent_id: str,
+    output_path: str,
+    include_embeddings: bool = False,
+    *,
+    confined: bool = True,
+) -> dict[str, Any]:
+    """Write the JSONL export; the tool's response object.
+
+    `confined=False` (the operator's command line) skips the `CPERSONA_EXPORT_DIR` check,
+    which guards MCP callers, not the operator who runs the process.
+    """
+    if not output_path:
+        return {"ok": False, "error": "output_path is required"}
+    path = confine(output_path, engine.settings.export_dir if confined else None)
+    if path is None:
+        return {"ok": False, "error": refusal("output_path", output_path)}
+    try:
+        counts = _write(engine, agent_id, path, include_embeddings)
+    except (OSError, ValueError, sqlite3.Error) as exc:
+        # 2.5.x lets these escape as a bare {"error"}; the response-shape rule wants ok:false.
+        return {"ok": False, "error": f"could not write {path}: {exc}"}
+    log.info("exported %s memories, %s episodes, %s profiles to %s", *counts, path)
+    return {
+        "ok": True,
+        "path": path,
+        "memories": counts[0],
+        "episodes": counts[1],
+        "profiles": counts[2],
+    }
+
+
+def _write(
+    engine: Engine, agent_id: str, path: str, include_embeddings: bool
+) -> tuple[int, int, int]:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=directory)
+    scope = agent_id or None
+    written = [0, 0, 0]
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
+            with sql.read_snapshot(engine.db) as conn:
+                totals = sql.count_rows(conn, scope)
+                out.write(
+                    records.dumps(
+                        records.header(agent_id, totals.memories, totals.episodes, totals.profiles)
+                    )
+                    + "\n"
+                )
+                for mem in sql.iter_memories(conn, scope, with_embeddings=include_embeddings):
+                    out.write(records.dumps(records.memory_json(mem, include_embeddings)) + "\n")
+                    written[0] += 1
+                for ep in sql.iter_episodes(conn, scope, with_embeddings=include_embeddings):
+                    out.write(records.dumps(records.episode_json(ep, include_embeddings)) + "\n")
+                    written[1] += 1
+                for prof in sql.iter_profiles(conn, scope):
+                    out.write(records.dumps(records.profile_json(prof)) + "\n")
+                    written[2] += 1
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+    return written[0], written[1], written[2]
+
+
+def _fsync_dir(directory: str) -> None:
+    # The rename is durable only once the directory entry is; best effort where unsupported.
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,569 @@
+"""`import_memories`: read a JSONL export back, idempotently (surface.md §8.2).
+
+Three phases, so that neither file I/O nor the embedding model ever runs while SQLite's write
+lock is held:
+
+1. *Plan*: read the (size-bounded) file and turn each line into a sanitised record or an
+   error line. Nothing touches the database.
+2. *Preview*: replay the dedup rules against one read snapshot. This is the whole of a dry run
+   and tells a real run which rows will be written; those of them the file carries no usable
+   vector for are embedded now, in batches (an improvement over 2.5.x, which leaves them
+   unsearchable until a health repair; docs/compatibility.md).
+3. *Write*: one transaction re-runs the probes (authoritative against concurrent writers) and
+   inserts. Any failure, including a header whose counts disagree with the body, rolls the
+   whole import back.
+
+Memories dedupe on msg_id and on exact content within their exact project/channel bucket,
+episodes on exact summary within theirs; a profile overwrites the one of the same
+(agent_id, user_id). So importing a file twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from cpersona.errors import EmbeddingUnavailable
+from cpersona.memory.text import parse_utc, sanitize, utc_now_iso
+from cpersona.portability import records
+from cpersona.portability.paths import confine, refusal
+from cpersona.storage import portability as sql
+from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRecord
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from cpersona.engine import Engine
+
+log = logging.getLogger("cpersona.portability")
+
+#: Records between two progress lines of a long import.
+PROGRESS_EVERY = 2000
+#: Texts per embedding call (the providers split further to their own batch limits).
+EMBED_BATCH = 64
+
+Progress = Callable[[str], None]
+Kind = Literal["memory", "episode", "profile"]
+
+
+@dataclass(slots=True)
+class _Item:
+    kind: Kind
+    line: int
+    record: MemoryRecord | EpisodeRecord | ProfileRecord
+    #: The file gave no usable vector for this row (memories and episodes only).
+    needs_vector: bool = False
+    #: The vector was computed by this server during the import.
+    embedded_here: bool = False
+
+
+@dataclass(slots=True)
+class _Plan:
+    items: list[_Item] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    skipped_memories: int = 0
+    skipped_episodes: int = 0
+    header: dict[str, Any] | None = None
+    present: list[int] = field(default_factory=lambda: [0, 0, 0])
+
+    def mismatch(self) -> str | None:
+        """Why the body disagrees with the header's declared counts, or None."""
+        if self.header is None:
+            return None
+        declared = [self.header.get(k) for k in ("memory_count", "episode_count", "profile_count")]
+        for value, found in zip(declared, self.present, strict=True):
+            if isinstance(value, int) and not isinstance(value, bool) and value != found:
+                shown = [
+                    "?" if not isinstance(v, int) or isinstance(v, bool) else v for v in declared
+                ]
+                return (
+                    "file truncated or inconsistent: the header declares "
+                    f"{shown[0]} memories / {shown[1]} episodes / {shown[2]} profiles, "
+                    f"the file holds {self.present[0]} / {self.present[1]} / {self.present[2]}"
+                )
+        return None
+
+
+@dataclass(slots=True)
+class _Tally:
+    imported_memories: int = 0
+    skipped_memories: int = 0
+    imported_episodes: int = 0
+    skipped_episodes: int = 0
+    profile_updated: bool = False
+    future_timestamps: int = 0
+    embedded_here: int = 0
+    without_vector: int = 0
+    #: Items the preview found would be written (a real run embeds these).
+    written: list[_Item] = field(default_factory=list)
+
+
+class _Aborted(Exception):
+    pass
+
+
+def import_memories(
+    engine: Engine,
+    input_path: str,
+    target_agent_id: str = "",
+    dry_run: bool = False,
+    *,
+    paused: bool = False,
+    confined: bool = True,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Import a JSONL export; the tool's response object.
+
+    `paused` is the no-persist hook (issue 5): the path and size checks run, then a non-dry
+    run answers the skipped zero tally without reading the file; the pause feature adds its
+    markers. `confined=False` (the operator's command line) skips the `CPERSONA_EXPORT_DIR`
+    check. `progress` receives one line every few thousand records (default: the log).
+    """
+    report = progress or log.info
+    s = engine.settings
+    if not input_path:
+        return _fail("input_path is required")
+    path = confine(input_path, s.export_dir if confined else None)
+    if path is None:
+        return _fail(refusal("input_path", input_path))
+    raw = _read_bounded(path, s.max_import_bytes, nofollow=confined and s.export_dir is not None)
+    if isinstance(raw, dict):
+        return raw
+    if paused and not dry_run:
+        return _tally_shape(_Tally(), dry_run=True)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _fail(f"could not read {path}: {exc}")
+
+    plan = _plan(text, target_agent_id, s.max_content_length, s.max_profile_length)
+    mismatch = plan.mismatch()
+    tally = _Tally(skipped_memories=plan.skipped_memories, skipped_episodes=plan.skipped_episodes)
+    try:
+        if dry_run or mismatch is not None:
+            with sql.read_snapshot(engine.db) as conn:
+                _apply(conn, plan, tally, s, write=False, report=report)
+            if mismatch is not None:
+                raise _Aborted(mismatch)
+        else:
+            with sql.read_snapshot(engine.db) as conn:
+                _apply(conn, plan, _Tally(), s, write=False, report=None, keep=tally.written)
+            _embed(engine, [i for i in tally.written if i.needs_vector], report)
+            with engine.db.atomic() as conn:
+                _apply(conn, plan, tally, s, write=True, report=report)
+    except Exception as exc:  # one transaction: everything rolled back
+        if not isinstance(exc, _Aborted):
+            log.exception("import of %s failed", path)
+        return _aborted(exc, dry_run, tally, plan.errors)
+    if not dry_run:
+        engine._after_write()
+        log.info(
+            "imported %s memories (%s skipped), %s episodes (%s skipped) from %s",
+            tally.imported_memories,
+            tally.skipped_memories,
+            tally.imported_episodes,
+            tally.skipped_episodes,
+            path,
+        )
+    out = _tally_shape(tally, dry_run=dry_run)
+    if tally.future_timestamps:
+        out["future_timestamps"] = tally.future_timestamps
+    if not dry_run and tally.embedded_here:
+        out["embedded_on_import"] = tally.embedded_here
+    if not dry_run and tally.without_vector:
+        out["missing_embeddings"] = tally.without_vector
+        out["missing_embeddings_hint"] = (
+            f"{tally.without_vector} imported rows have no vector (embedding unavailable) "
+            "and are found only by full-text and keyword search until "
+            "check_health(fix=true) re-embeds them"
+        )
+    if plan.errors:
+        out["errors"] = plan.errors
+    return out
+
+
+# -- file ----------------------------------------------------------------------------------------
+
+
+def _read_bounded(path: str, cap: int, *, nofollow: bool) -> bytes | dict[str, Any]:
+    """The file's bytes, or the refusal. Checks run on the opened descriptor (no stat/open race);
+    O_NONBLOCK keeps a FIFO from hanging the open before it is refused."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if nofollow:
+        # The path was resolved already: a symlink here was swapped in since.
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return _fail(f"File not found: {path}")
+    except OSError as exc:
+        if nofollow and exc.errno is not None and exc.errno == getattr(os, "ELOOP", -1):
+            return _fail(refusal("input_path", path))
+        return _fail(f"could not read {path}: {exc}")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return _fail(f"input_path is not a regular file: {path}")
+        if info.st_size > cap:
+            return _fail(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {path}")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(cap + 1)
+    except OSError as exc:
+        return _fail(f"could not read {path}: {exc}")
+    finally:
+        os.close(fd)
+    if len(data) > cap:  # it grew after the stat
+        return _fail(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {path}")
+    return data
+
+
+# -- plan ----------------------------------------------------------------------------------------
+
+
+def _plan(text: str, target: str, content_cap: int, profile_cap: int) -> _Plan:
+    plan = _Plan()
+    # '\n' only: U+2028 and friends are legal unescaped inside JSON strings.
+    for number, line in enumerate(text.split("\n"), 1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            plan.errors.append(f"Line {number}: invalid JSON: {exc}")
+            continue
+        if not isinstance(record, dict):
+            plan.errors.append(f"Line {number}: not a JSON object")
+            continue
+        kind = record.get("_type")
+        if kind == "header":
+            plan.header = record
+        elif kind in ("memory", "episode", "profile"):
+            slot = ("memory", "episode", "profile").index(kind)
+            plan.present[slot] += 1  # records present, before any other check
+            agent = target or records.text_field(record, "agent_id")
+            if not agent:
+                plan.errors.append(f"Line {number}: {kind} missing agent_id")
+            elif kind == "memory":
+                _plan_memory(plan, number, record, agent, content_cap)
+            elif kind == "episode":
+                _plan_episode(plan, number, record, agent, content_cap)
+            else:
+                _plan_profile(plan, number, record, agent, profile_cap)
+        elif kind not in (None, ""):
+            plan.errors.append(f"Line {number}: unknown type '{kind}'")
+    return plan
+
+
+def _stamp(plan: _Plan, number: int, record: dict[str, Any], key: str) -> str | None:
+    stamp, usable = records.sqlite_stamp(record.get(key))
+    if not usable:
+        plan.errors.append(
+            f"Line {number}: {key} {record.get(key)!r} names no instant; the import time is used"
+            if key != "last_recalled_at"
+            else f"Line {number}: last_recalled_at {record.get(key)!r} names no instant; dropped"
+        )
+    return stamp
+
+
+def _vector(plan: _Plan, number: int, record: dict[str, Any]) -> bytes | None:
+    blob, why = records.decode_embedding(record.get("embedding_b64"))
+    if why is not None:
+        plan.errors.append(f"Line {number}: {why}; the file's vector was not used")
+    return blob
+
+
+def _plan_memory(plan: _Plan, number: int, record: dict[str, Any], agent: str, cap: int) -> None:
+    raw = record.get("content")
+    if not isinstance(raw, str) or not raw:
+        plan.skipped_memories += 1
+        if raw not in (None, ""):
+            plan.errors.append(f"Line {number}: memory content is not a string; not imported")
+        return
+    content, truncated = sanitize(raw, cap)
+    if not content:
+        plan.skipped_memories += 1
+        plan.errors.append(f"Line {number}: memory is empty after sanitisation; not imported")
+        return
+    if truncated:
+        plan.errors.append(
+            f"Line {number}: memory content exceeded the {cap}-character cap and was truncated"
+        )
+    created_at = _stamp(plan, number, record, "created_at")
+    timestamp = records.text_field(record, "timestamp") or _timestamp_from(created_at)
+    embedding = _vector(plan, number, record)
+    rec = MemoryRecord(
+        id=records.int_field(record, "id"),
+        agent_id=agent,
+        project_id=records.text_field(record, "project_id"),
+        msg_id=records.text_field(record, "msg_id"),
+        content=content,
+        source=records.json_text(record.get("source")),
+        timestamp=timestamp,
+        metadata=records.json_text(record.get("metadata")),
+        channel=records.text_field(record, "channel"),
+        recall_count=max(0, records.int_field(record, "recall_count")),
+        last_recalled_at=_stamp(plan, number, record, "last_recalled_at"),
+        locked=records.int_field(record, "locked") != 0,
+        created_at=created_at,
+        embedding=embedding,
+    )
+    plan.items.append(_Item("memory", number, rec, needs_vector=embedding is None))
+
+
+def _timestamp_from(created_at: str | None) -> str:
+    # A record without a timestamp gets its insertion instant in the server's default format
+    # (what the invalid_timestamp repair would derive), else now.
+    instant = parse_utc(created_at) if created_at else None
+    return instant.isoformat() if instant is not None else utc_now_iso()
+
+
+def _plan_episode(plan: _Plan, number: int, record: dict[str, Any], agent: str, cap: int) -> None:
+    raw = record.get("summary")
+    if not isinstance(raw, str) or not raw:
+        return  # ignored, not counted (2.5.x)
+    summary, truncated = sanitize(raw, cap)
+    if not summary:
+        plan.skipped_episodes += 1
+        plan.errors.append(
+            f"Line {number}: episode summary is empty after sanitisation; not imported"
+        )
+        return
+    if truncated:
+        plan.errors.append(
+            f"Line {number}: episode summary exceeded the {cap}-character cap and was truncated"
+        )
+    keywords = record.get("keywords")
+    if isinstance(keywords, list):
+        words = " ".join(str(k) for k in keywords)
+    else:
+        words = keywords if isinstance(keywords, str) else ""
+    resolved = record.get("resolved")
+    embedding = _vector(plan, number, record)
+    rec = EpisodeRecord(
+        id=records.int_field(record, "id"),
+        agent_id=agent,
+        project_id=records.text_field(record, "project_id"),
+        summary=summary,
+        keywords=words,
+        start_time=records.optional_text(record, "start_time"),
+        end_time=records.optional_text(record, "end_time"),
+        resolved=resolved is True or (isinstance(resolved, int) and resolved != 0),
+        channel=records.text_field(record, "channel"),
+        created_at=_stamp(plan, number, record, "created_at"),
+        embedding=embedding,
+    )
+    plan.items.append(_Item("episode", number, rec, needs_vector=embedding is None))
+
+
+def _plan_profile(plan: _Plan, number: int, record: dict[str, Any], agent: str, cap: int) -> None:
+    raw = record.get("content")
+    if not isinstance(raw, str) or not raw:
+        plan.errors.append(f"Line {number}: profile has no content; the existing profile was kept")
+        return
+    content, truncated = sanitize(raw, cap)
+    if not content:
+        plan.errors.append(
+            f"Line {number}: profile is empty after sanitisation; the existing profile was kept"
+        )
+        return
+    if truncated:
+        plan.errors.append(
+            f"Line {number}: profile exceeded the {cap}-character profile cap and was truncated"
+        )
+    rec = ProfileRecord(
+        id=0,
+        agent_id=agent,
+        user_id=records.text_field(record, "user_id"),
+        project_id=records.text_field(record, "project_id"),
+        content=content,
+        updated_at=_stamp(plan, number, record, "updated_at"),
+    )
+    plan.items.append(_Item("profile", number, rec))
+
+
+# -- preview and write -----------------------------------------------------------------------------
+
+
+def _apply(
+    conn: sqlite3.Connection,
+    plan: _Plan,
+    tally: _Tally,
+    settings: Any,
+    *,
+    write: bool,
+    report: Progress | None,
+    keep: list[_Item] | None = None,
+) -> None:
+    """Run the dedup rules over every planned record; insert them when `write`.
+
+    A preview cannot see rows it did not insert, so it remembers the identities it has
+    passed (within-file duplicates are skipped exactly as a real run skips them).
+    """
+    seen_msg: set[tuple[str, str, str]] = set()
+    seen_content: set[tuple[str, str, str, str]] = set()
+    seen_episode: set[tuple[str, str, str, str]] = set()
+    total = len(plan.items)
+    for done, item in enumerate(plan.items, 1):
+        rec = item.record
+        if isinstance(rec, MemoryRecord):
+            msg_key = (rec.agent_id, rec.project_id, rec.msg_id)
+            content_key = (rec.agent_id, rec.project_id, rec.channel, rec.content)
+            duplicate = (
+                (rec.msg_id != "" and msg_key in seen_msg)
+                or content_key in seen_content
+                or sql.memory_exists(
+                    conn, rec.agent_id, rec.project_id, rec.channel, rec.msg_id, rec.content
+                )
+            )
+            if not duplicate and write:
+                duplicate = sql.insert_memory(conn, rec) is None
+            if duplicate:
+                tally.skipped_memories += 1
+            else:
+                if not write:
+                    if rec.msg_id:
+                        seen_msg.add(msg_key)
+                    seen_content.add(content_key)
+                tally.imported_memories += 1
+                if _ahead(rec.timestamp, settings):
+                    tally.future_timestamps += 1
+                _count_vector(tally, item)
+                if keep is not None:
+                    keep.append(item)
+        elif isinstance(rec, EpisodeRecord):
+            key = (rec.agent_id, rec.project_id, rec.channel, rec.summary)
+            if key in seen_episode or sql.episode_exists(conn, *key):
+                tally.skipped_episodes += 1
+            else:
+                if write:
+                    sql.insert_episode(conn, rec)
+                else:
+                    seen_episode.add(key)
+                tally.imported_episodes += 1
+                _count_vector(tally, item)
+                if keep is not None:
+                    keep.append(item)
+        else:
+            if write:
+                sql.upsert_profile(conn, rec)
+            tally.profile_updated = True
+        if (
+            write
+            and report is not None
+            and total >= PROGRESS_EVERY
+            and (done % PROGRESS_EVERY == 0 or done == total)
+        ):
+            report(f"import: {done}/{total} records written")
+
+
+def _count_vector(tally: _Tally, item: _Item) -> None:
+    rec = item.record
+    if isinstance(rec, ProfileRecord):
+        return
+    if item.embedded_here:
+        tally.embedded_here += 1
+    elif rec.embedding is None:
+        tally.without_vector += 1
+
+
+def _ahead(timestamp: str, settings: Any) -> bool:
+    if settings.future_timestamp_mode == "off":
+        return False
+    instant = parse_utc(timestamp)
+    if instant is None:
+        return False
+    ahead = (instant - datetime.now(UTC)).total_seconds()
+    return bool(ahead > settings.future_timestamp_skew_seconds)
+
+
+def _embed(engine: Engine, items: list[_Item], report: Progress) -> None:
+    """Give the rows the file carried no vector for one from this server's model, in batches.
+
+    Runs before the write transaction. When embedding is unavailable the rows keep a NULL
+    embedding and are counted in the response (`missing_embeddings`).
+    """
+    if not items or not engine.embedder.available:
+        return
+    for start in range(0, len(items), EMBED_BATCH):
+        batch = items[start : start + EMBED_BATCH]
+        texts = [_passage(i.record) for i in batch]
+        try:
+            vectors = engine.embedder.embed(texts, kind="passage")
+        except EmbeddingUnavailable as exc:
+            log.warning(
+                "import: embedding unavailable (%s); %s rows are stored without a vector",
+                exc,
+                len(items) - start,
+            )
+            return
+        for item, row in zip(batch, vectors, strict=True):
+            blob = records.vector_blob(row)
+            rec = item.record
+            if blob is not None and isinstance(rec, MemoryRecord | EpisodeRecord):
+                item.record = dataclasses.replace(rec, embedding=blob)
+                item.embedded_here = True
+        done = start + len(batch)
+        if len(items) >= PROGRESS_EVERY and (
+            done % PROGRESS_EVERY < EMBED_BATCH or done == len(items)
+        ):
+            report(f"import: embedded {done}/{len(items)} rows without a vector in the file")
+
+
+def _passage(rec: MemoryRecord | EpisodeRecord | ProfileRecord) -> str:
+    """The text a row's vector embeds: a memory's content, an episode's summary."""
+    if isinstance(rec, MemoryRecord):
+        return rec.content
+    if isinstance(rec, EpisodeRecord):
+        return rec.summary
+    return rec.content
+
+
+# -- responses -----------------------------------------------------------------------------------
+
+
+def _fail(error: str) -> dict[str, Any]:
+    return {"ok": False, "error": error}
+
+
+def _tally_shape(tally: _Tally, *, dry_run: bool) -> dict[str, Any]:
+    return {
+        "ok": True,
+        "dry_run": dry_run,
+        "imported_memories": tally.imported_memories,
+        "skipped_memories": tally.skipped_memories,
+        "imported_episodes": tally.imported_episodes,
+        "skipped_episodes": tally.skipped_episodes,
+        "profile_updated": tally.profile_updated,
+    }
+
+
+def _aborted(exc: Exception, dry_run: bool, tally: _Tally, errors: list[str]) -> dict[str, Any]:
+    how = "aborted (dry run — nothing was written)" if dry_run else "aborted and rolled back"
+    out: dict[str, Any] = {
+        "ok": False,
+        "error": f"import {how}: {exc}",
+        "dry_run": dry_run,
+        "imported_memories": 0,
+        "skipped_memories": tally.skipped_memories,
+        "imported_episodes": 0,
+        "skipped_episodes": tally.skipped_episodes,
+        "profile_updated": False,
+    }
+    if errors:
+        out["errors"] = errors
+    return out
+
+
+def failure_shape(error: str) -> dict[str, Any]:
+    """The tool's failure object for a refusal made before the handler (keys kept present)."""
+    out = _tally_shape(_Tally(), dry_run=False)
+    out.update(ok=False, error=error)
+    return out

@@ -1,0 +1,230 @@
+"""`merge_memories`: copy or move one agent's rows into another (surface.md §8.3).
+
+An export→import without a file, in one transaction: either every row the merge decides to
+copy lands in the target (and, for a move, leaves the source) or, on any failure, neither agent
+changes. Rows are copied verbatim (content is not re-sanitised; source, metadata, timestamps,
+embedding, lock flag and recall stats come along). Duplicates are skipped and the target's
+version kept: a memory whose (project, msg_id) or (project, channel, content) the target
+already holds, an episode whose (project, channel, summary) it holds, a profile of a user_id it
+has. A lock does not stop a move (surface.md §15 row 9): a copied locked row leaves the source
+and arrives locked. A move deletes exactly the rows it copied; skipped rows stay and are
+reported in `left_at_source`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from cpersona.portability.agents import forget_agent
+from cpersona.storage import portability as sql
+
+if TYPE_CHECKING:
+    from cpersona.engine import Engine
+
+log = logging.getLogger("cpersona.portability")
+
+STRATEGIES = ("skip",)
+MODES = ("copy", "move")
+
+
+@dataclass(slots=True)
+class _Tally:
+    merged_memories: int = 0
+    skipped_memories: int = 0
+    merged_episodes: int = 0
+    skipped_episodes: int = 0
+    profile_copied: bool = False
+    skipped_profile: bool = False
+    copied: dict[str, list[int]] = field(
+        default_factory=lambda: {"memories": [], "episodes": [], "profiles": []}
+    )
+
+
+def validate(source: str, target: str, strategy: str, mode: str) -> str | None:
+    """The refusal for arguments no merge can run with, or None (checked before the pause)."""
+    if not source:
+        return "source_agent_id is required"
+    if not target:
+        return "target_agent_id is required"
+    if source == target:
+        return "source_agent_id and target_agent_id must differ"
+    if strategy not in STRATEGIES:
+        return f"Unsupported strategy '{strategy}'. Currently supported: 'skip'"
+    if mode not in MODES:
+        return f"Invalid mode '{mode}'. Supported: 'copy', 'move'"
+    return None
+
+
+def merge_memories(
+    engine: Engine,
+    source: str,
+    target: str,
+    strategy: str = "skip",
+    mode: str = "copy",
+    dry_run: bool = False,
+    *,
+    paused: bool = False,
+) -> dict[str, Any]:
+    """Merge `source` into `target`; the tool's response object.
+
+    `paused` is the no-persist hook (issue 5): after validation a non-dry run answers the zero
+    tally with `dry_run: true`; the pause feature adds its markers.
+    """
+    problem = validate(source, target, strategy, mode)
+    if problem is not None:
+        return {"ok": False, "error": problem}
+    head = {
+        "source_agent_id": source,
+        "target_agent_id": target,
+    }
+    tally = _Tally()
+    if paused and not dry_run:
+        return _success(head, strategy, mode, tally, dry_run=True)
+    moved: dict[str, Any] | None = None
+    try:
+        if dry_run:
+            with sql.read_snapshot(engine.db) as conn:
+                _copy_all(conn, source, target, tally, write=False)
+        else:
+            with engine.db.atomic() as conn:
+                _copy_all(conn, source, target, tally, write=True)
+                if mode == "move":
+                    moved = _delete_copied(conn, source, tally)
+    except Exception as exc:  # one transaction: both agents are as they were
+        log.warning("merge %s -> %s rolled back: %s", source, target, exc)
+        return {
+            "ok": False,
+            "error": f"merge aborted and rolled back: {exc}",
+            "dry_run": dry_run,
+            **head,
+            "merged_memories": 0,
+            "skipped_memories": tally.skipped_memories,
+            "merged_episodes": 0,
+            "skipped_episodes": tally.skipped_episodes,
+            "profile_copied": False,
+            "skipped_profile": tally.skipped_profile,
+        }
+    if not dry_run:
+        engine._after_write()
+    out = _success(head, strategy, mode, tally, dry_run=dry_run)
+    if moved is not None:
+        left = moved.pop("left")
+        if not any(left.values()):
+            # The source agent is gone: its calibration goes with it (as delete_agent_data).
+            forget_agent(engine, source)
+        out["source_deleted"] = {"ok": True, "agent_id": source, **moved}
+        out["left_at_source"] = left
+    log.info(
+        "merge %s -> %s (%s%s): %s memories (+%s skipped), %s episodes (+%s skipped)",
+        source,
+        target,
+        mode,
+        ", dry run" if dry_run else "",
+        tally.merged_memories,
+        tally.skipped_memories,
+        tally.merged_episodes,
+        tally.skipped_episodes,
+    )
+    return out
+
+
+def _success(
+    head: dict[str, Any], strategy: str, mode: str, tally: _Tally, *, dry_run: bool
+) -> dict[str, Any]:
+    return {
+        "ok": True,
+        "dry_run": dry_run,
+        **head,
+        "strategy": strategy,
+        "mode": mode,
+        "merged_memories": tally.merged_memories,
+        "skipped_memories": tally.skipped_memories,
+        "merged_episodes": tally.merged_episodes,
+        "skipped_episodes": tally.skipped_episodes,
+        "profile_copied": tally.profile_copied,
+        "skipped_profile": tally.skipped_profile,
+    }
+
+
+def _copy_all(
+    conn: sqlite3.Connection, source: str, target: str, tally: _Tally, *, write: bool
+) -> None:
+    """Decide (and when `write`, perform) every copy. A preview remembers what it would have
+    copied, so a duplicate later in the source is counted as a real run counts it."""
+    seen_msg: set[tuple[str, str]] = set()
+    seen_content: set[tuple[str, str, str]] = set()
+    for mem in sql.iter_memories(conn, source, with_embeddings=write):
+        if not mem.content:
+            continue
+        msg_key, content_key = (
+            (mem.project_id, mem.msg_id),
+            (
+                mem.project_id,
+                mem.channel,
+                mem.content,
+            ),
+        )
+        duplicate = (
+            (mem.msg_id != "" and msg_key in seen_msg)
+            or content_key in seen_content
+            or sql.memory_exists(conn, target, mem.project_id, mem.channel, mem.msg_id, mem.content)
+        )
+        if not duplicate and write:
+            duplicate = sql.insert_memory(conn, replace(mem, agent_id=target)) is None
+        if duplicate:
+            tally.skipped_memories += 1
+            continue
+        if not write:
+            if mem.msg_id:
+                seen_msg.add(msg_key)
+            seen_content.add(content_key)
+        tally.merged_memories += 1
+        tally.copied["memories"].append(mem.id)
+
+    seen_episode: set[tuple[str, str, str]] = set()
+    for ep in sql.iter_episodes(conn, source, with_embeddings=write):
+        if not ep.summary:
+            continue
+        key = (ep.project_id, ep.channel, ep.summary)
+        if key in seen_episode or sql.episode_exists(conn, target, *key):
+            tally.skipped_episodes += 1
+            continue
+        if write:
+            sql.insert_episode(conn, replace(ep, agent_id=target))
+        else:
+            seen_episode.add(key)
+        tally.merged_episodes += 1
+        tally.copied["episodes"].append(ep.id)
+
+    for prof in list(sql.iter_profiles(conn, source)):
+        if not prof.content:
+            continue
+        if sql.profile_exists(conn, target, prof.user_id):
+            tally.skipped_profile = True
+            continue
+        if write:
+            sql.insert_profile(conn, replace(prof, agent_id=target))
+        tally.profile_copied = True
+        tally.copied["profiles"].append(prof.id)
+
+
+def _delete_copied(conn: sqlite3.Connection, source: str, tally: _Tally) -> dict[str, Any]:
+    """Remove from the source exactly what was copied; the counts and what is left."""
+    deleted = {
+        f"deleted_{table}": sql.delete_ids(conn, table, source, ids)
+        for table, ids in tally.copied.items()
+    }
+    left = sql.count_rows(conn, source)
+    remaining = {"memories": left.memories, "episodes": left.episodes, "profiles": left.profiles}
+    # The legacy task queue is per agent, not per row: cleared only when the agent is gone.
+    pending = 0 if any(remaining.values()) else sql.delete_pending_tasks(conn, source)
+    return {
+        "deleted_memories": deleted["deleted_memories"],
+        "deleted_profiles": deleted["deleted_profiles"],
+        "deleted_episodes": deleted["deleted_episodes"],
+        "deleted_pending_tasks": pending,
+        "left": remaining,
+    }

@@ -1,0 +1,36 @@
+"""Where export may write and import may read: `CPERSONA_EXPORT_DIR` confinement (surface.md §8.1).
+
+With an export directory configured, a caller's path is resolved with every symlink followed
+(`os.path.realpath`) and must land in that directory; the resolved path is what is used, so a
+symlink swapped in later cannot redirect the file. A relative path is taken relative to the
+export directory (the caller cannot know the server's working directory). Without one, any
+path is accepted except one with a `..` segment. A `..` segment is refused in both modes: a
+caller that needs one is escaping, not organising.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+_SEGMENTS = re.compile(r"[\\/]")
+
+
+def confine(path: str, export_dir: str | None) -> str | None:
+    """The path to use, or None when `path` must be refused."""
+    if not path or "\x00" in path:
+        return None
+    if ".." in _SEGMENTS.split(path):
+        return None
+    if export_dir is None:
+        return path
+    root = os.path.realpath(os.path.expanduser(export_dir))
+    candidate = path if os.path.isabs(path) else os.path.join(root, path)
+    real = os.path.realpath(candidate)
+    inside = real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+    return real if inside else None
+
+
+def refusal(argument: str, path: str) -> str:
+    """The refusal text (2.5.x's wording, which callers may match)."""
+    return f"{argument} rejected (path traversal or outside export dir): {path}"

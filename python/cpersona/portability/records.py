@@ -1,0 +1,183 @@
+"""The JSONL record format of `cpersona-export/1.0` (surface.md §8.1) and its field rules.
+
+One JSON object per line, UTF-8, non-ASCII unescaped. Export writes these; import reads them
+leniently (a missing or mistyped field takes its default) because a file may come from 2.5.x,
+from cpersona, or from a hand edit.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from cpersona.memory.text import parse_utc
+from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRecord
+
+FORMAT_VERSION = "cpersona-export/1.0"
+
+
+def dumps(obj: dict[str, Any]) -> str:
+    """One JSONL line (without the newline)."""
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def header(agent_id: str, memories: int, episodes: int, profiles: int) -> dict[str, Any]:
+    return {
+        "_type": "header",
+        "version": FORMAT_VERSION,
+        "agent_id": agent_id,
+        "exported_at": datetime.now(UTC).isoformat(),
+        "memory_count": memories,
+        "episode_count": episodes,
+        "has_profile": profiles > 0,
+        "profile_count": profiles,
+    }
+
+
+def _parsed(text: str) -> Any:
+    """A stored JSON column as a value; `{}` when empty or unparseable."""
+    if not text:
+        return {}
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {}
+
+
+def _b64(blob: bytes | None) -> str | None:
+    return base64.b64encode(blob).decode("ascii") if blob else None
+
+
+def memory_json(rec: MemoryRecord, include_embeddings: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "_type": "memory",
+        "id": rec.id,
+        "agent_id": rec.agent_id,
+        "msg_id": rec.msg_id,
+        "content": rec.content,
+        "source": _parsed(rec.source),
+        "timestamp": rec.timestamp,
+        "metadata": _parsed(rec.metadata),
+        "created_at": rec.created_at,
+        "project_id": rec.project_id,
+        "channel": rec.channel,
+        "locked": 1 if rec.locked else 0,
+        "recall_count": rec.recall_count,
+        "last_recalled_at": rec.last_recalled_at,
+    }
+    encoded = _b64(rec.embedding) if include_embeddings else None
+    if encoded is not None:
+        out["embedding_b64"] = encoded
+    return out
+
+
+def episode_json(rec: EpisodeRecord, include_embeddings: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "_type": "episode",
+        "id": rec.id,
+        "agent_id": rec.agent_id,
+        "summary": rec.summary,
+        "keywords": rec.keywords,
+        "start_time": rec.start_time,
+        "end_time": rec.end_time,
+        "created_at": rec.created_at,
+        "resolved": rec.resolved,
+        "project_id": rec.project_id,
+        "channel": rec.channel,
+    }
+    encoded = _b64(rec.embedding) if include_embeddings else None
+    if encoded is not None:
+        out["embedding_b64"] = encoded
+    return out
+
+
+def profile_json(rec: ProfileRecord) -> dict[str, Any]:
+    return {
+        "_type": "profile",
+        "agent_id": rec.agent_id,
+        "user_id": rec.user_id,
+        "content": rec.content,
+        "updated_at": rec.updated_at,
+        "project_id": rec.project_id,
+    }
+
+
+# -- reading fields back -------------------------------------------------------------------------
+
+
+def text_field(record: dict[str, Any], key: str, default: str = "") -> str:
+    """A string field; anything else (absent, null, a number) reads as `default`."""
+    value = record.get(key)
+    return value if isinstance(value, str) else default
+
+
+def optional_text(record: dict[str, Any], key: str) -> str | None:
+    value = record.get(key)
+    return value if isinstance(value, str) else None
+
+
+def int_field(record: dict[str, Any], key: str) -> int:
+    value = record.get(key)
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and -(2**63) <= value < 2**63:
+        return value
+    return 0
+
+
+def json_text(value: Any) -> str:
+    """A `source` / `metadata` value re-serialised as stored JSON text (2.5.x's byte style).
+
+    Not normalised and not size-capped (surface.md §8.2, §15 row 15); absent or null -> `{}`.
+    """
+    return "{}" if value is None else json.dumps(value)
+
+
+def sqlite_stamp(value: Any) -> tuple[str | None, bool]:
+    """A `created_at` / `updated_at` / `last_recalled_at` in SQLite's `YYYY-MM-DD HH:MM:SS` (UTC).
+
+    Returns (stamp, usable): (None, True) when absent, (None, False) when present but naming no
+    instant. The vector index orders rows by this column, so it must be canonical.
+    """
+    if value is None or value == "":
+        return None, True
+    instant = parse_utc(value)
+    if instant is None:
+        return None, False
+    return (
+        f"{instant.year:04d}-{instant.month:02d}-{instant.day:02d} "
+        f"{instant.hour:02d}:{instant.minute:02d}:{instant.second:02d}",
+        True,
+    )
+
+
+def decode_embedding(value: Any) -> tuple[bytes | None, str | None]:
+    """(float32 BLOB, None) from `embedding_b64`, or (None, why it was refused); (None, None)
+    when the record carries none."""
+    if value is None or value == "":
+        return None, None
+    if not isinstance(value, str):
+        return None, "embedding_b64 is not a string"
+    try:
+        blob = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None, "embedding_b64 is not valid base64"
+    if not blob or len(blob) % 4:
+        return None, f"embedding_b64 holds {len(blob)} bytes, not a whole number of float32s"
+    vector = np.frombuffer(blob, dtype="<f4")
+    if not np.all(np.isfinite(vector)):
+        return None, "embedding_b64 holds a non-finite value"
+    return blob, None
+
+
+def vector_blob(row: np.ndarray) -> bytes | None:
+    """A provider's output row as a float32 BLOB, or None when it is not a usable vector."""
+    flat = np.asarray(row, dtype=np.float32).reshape(-1)
+    if flat.size == 0 or not np.all(np.isfinite(flat)):
+        return None
+    return flat.astype("<f4").tobytes()

@@ -1,0 +1,449 @@
+"""SQL behind export, import, merge, channel migration and delete_agent_data (surface.md §4.9, §8).
+
+Rows cross into `portability/` as the full-row records below (embedding included), never as
+tuples. Dedup here is the *exact-bucket* probe of import and merge (surface.md §8.2-8.3), not
+the wider γ-visible probe of `store` (storage/memories.py).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from cpersona.storage.db import Database
+
+#: Rows fetched per round trip when streaming a table, and ids bound per DELETE.
+PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """Every column of one `memories` row. `id` is the source row's id (ignored on insert)."""
+
+    id: int
+    agent_id: str
+    project_id: str
+    msg_id: str
+    content: str
+    source: str  # JSON text
+    timestamp: str
+    metadata: str  # JSON text
+    channel: str
+    recall_count: int
+    last_recalled_at: str | None
+    locked: bool
+    created_at: str | None  # None on insert = datetime('now')
+    embedding: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeRecord:
+    """Every column of one `episodes` row."""
+
+    id: int
+    agent_id: str
+    project_id: str
+    summary: str
+    keywords: str
+    start_time: str | None
+    end_time: str | None
+    resolved: bool
+    channel: str
+    created_at: str | None
+    embedding: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRecord:
+    """Every column of one `profiles` row."""
+
+    id: int
+    agent_id: str
+    user_id: str
+    project_id: str
+    content: str
+    updated_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRows:
+    """How many rows of each kind one agent holds (or a delete removed)."""
+
+    memories: int
+    episodes: int
+    profiles: int
+    pending_tasks: int = 0
+
+
+# -- snapshots ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def read_snapshot(db: Database) -> Iterator[sqlite3.Connection]:
+    """This thread's reader inside one read transaction: every statement sees one snapshot."""
+    conn = db.reader()
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.execute("COMMIT")
+
+
+def _agent(agent_id: str | None, column: str = "agent_id") -> tuple[str, tuple[str, ...]]:
+    return (f"{column} = ?", (agent_id,)) if agent_id is not None else ("1", ())
+
+
+def count_rows(conn: sqlite3.Connection, agent_id: str | None) -> AgentRows:
+    """Memories, episodes and profiles of one agent (None = all agents)."""
+    where, params = _agent(agent_id)
+    counts = [
+        int(conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}", params).fetchone()[0])
+        for table in ("memories", "episodes", "profiles")
+    ]
+    return AgentRows(*counts)
+
+
+# -- streaming reads ---------------------------------------------------------------------------
+
+_MEMORY_COLUMNS = (
+    "id, agent_id, project_id, msg_id, content, source, timestamp, metadata, channel, "
+    "recall_count, last_recalled_at, locked, created_at"
+)
+_EPISODE_COLUMNS = (
+    "id, agent_id, project_id, summary, keywords, start_time, end_time, resolved, channel, "
+    "created_at"
+)
+
+
+def _memory(row: sqlite3.Row, with_embedding: bool) -> MemoryRecord:
+    blob = row["embedding"] if with_embedding else None
+    return MemoryRecord(
+        id=row["id"],
+        agent_id=row["agent_id"],
+        project_id=row["project_id"],
+        msg_id=row["msg_id"],
+        content=row["content"],
+        source=row["source"],
+        timestamp=row["timestamp"],
+        metadata=row["metadata"],
+        channel=row["channel"],
+        recall_count=int(row["recall_count"] or 0),
+        last_recalled_at=row["last_recalled_at"],
+        locked=bool(row["locked"]),
+        created_at=row["created_at"],
+        embedding=bytes(blob) if blob is not None else None,
+    )
+
+
+def _episode(row: sqlite3.Row, with_embedding: bool) -> EpisodeRecord:
+    blob = row["embedding"] if with_embedding else None
+    return EpisodeRecord(
+        id=row["id"],
+        agent_id=row["agent_id"],
+        project_id=row["project_id"],
+        summary=row["summary"],
+        keywords=row["keywords"],
+        start_time=row["start_time"],
+        end_time=row["end_time"],
+        resolved=bool(row["resolved"]),
+        channel=row["channel"],
+        created_at=row["created_at"],
+        embedding=bytes(blob) if blob is not None else None,
+    )
+
+
+def _profile(row: sqlite3.Row) -> ProfileRecord:
+    return ProfileRecord(
+        id=row["id"],
+        agent_id=row["agent_id"],
+        user_id=row["user_id"],
+        project_id=row["project_id"],
+        content=row["content"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _pages(
+    conn: sqlite3.Connection, table: str, columns: str, agent_id: str | None
+) -> Iterator[sqlite3.Row]:
+    # Keyset pages by id: a page never re-reads or skips rows however the table is written in
+    # between (merge inserts the target's rows while it reads the source's).
+    where, params = _agent(agent_id)
+    last = -(2**63)
+    while True:
+        rows = conn.execute(
+            f"SELECT {columns} FROM {table} WHERE {where} AND id > ? ORDER BY id LIMIT ?",
+            (*params, last, PAGE),
+        ).fetchall()
+        if not rows:
+            return
+        yield from rows
+        last = rows[-1]["id"]
+
+
+def iter_memories(
+    conn: sqlite3.Connection, agent_id: str | None, *, with_embeddings: bool
+) -> Iterator[MemoryRecord]:
+    """Memories of one agent (None = all) by id; embeddings only when asked for."""
+    columns = _MEMORY_COLUMNS + (", embedding" if with_embeddings else "")
+    for row in _pages(conn, "memories", columns, agent_id):
+        yield _memory(row, with_embeddings)
+
+
+def iter_episodes(
+    conn: sqlite3.Connection, agent_id: str | None, *, with_embeddings: bool
+) -> Iterator[EpisodeRecord]:
+    columns = _EPISODE_COLUMNS + (", embedding" if with_embeddings else "")
+    for row in _pages(conn, "episodes", columns, agent_id):
+        yield _episode(row, with_embeddings)
+
+
+def iter_profiles(conn: sqlite3.Connection, agent_id: str | None) -> Iterator[ProfileRecord]:
+    """Profiles by agent_id (then user_id): the export order of surface.md §8.1."""
+    where, params = _agent(agent_id)
+    cur = conn.execute(
+        "SELECT id, agent_id, user_id, project_id, content, updated_at FROM profiles "
+        f"WHERE {where} ORDER BY agent_id, user_id, id",
+        params,
+    )
+    while rows := cur.fetchmany(PAGE):
+        yield from (_profile(r) for r in rows)
+
+
+# -- exact-bucket dedup probes -----------------------------------------------------------------
+
+
+def memory_exists(
+    conn: sqlite3.Connection,
+    agent_id: str,
+    project_id: str,
+    channel: str,
+    msg_id: str,
+    content: str,
+) -> bool:
+    """A row in exactly this bucket with this msg_id (if any) or this exact content."""
+    if (
+        msg_id
+        and conn.execute(
+            "SELECT 1 FROM memories WHERE agent_id = ? AND project_id = ? AND msg_id = ? LIMIT 1",
+            (agent_id, project_id, msg_id),
+        ).fetchone()
+    ):
+        return True
+    row = conn.execute(
+        "SELECT 1 FROM memories WHERE agent_id = ? AND project_id = ? AND channel = ? "
+        "AND content = ? LIMIT 1",
+        (agent_id, project_id, channel, content),
+    ).fetchone()
+    return row is not None
+
+
+def episode_exists(
+    conn: sqlite3.Connection, agent_id: str, project_id: str, channel: str, summary: str
+) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM episodes WHERE agent_id = ? AND project_id = ? AND channel = ? "
+        "AND summary = ? LIMIT 1",
+        (agent_id, project_id, channel, summary),
+    ).fetchone()
+    return row is not None
+
+
+def profile_exists(conn: sqlite3.Connection, agent_id: str, user_id: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM profiles WHERE agent_id = ? AND user_id = ? LIMIT 1", (agent_id, user_id)
+    ).fetchone()
+    return row is not None
+
+
+# -- writes --------------------------------------------------------------------------------------
+
+
+def insert_memory(conn: sqlite3.Connection, rec: MemoryRecord) -> int | None:
+    """INSERT OR IGNORE every column; the new id, or None when a UNIQUE index absorbed it."""
+    cur = conn.execute(
+        """INSERT OR IGNORE INTO memories
+           (agent_id, project_id, channel, msg_id, content, source, timestamp, metadata,
+            embedding, locked, recall_count, last_recalled_at, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, datetime('now')))""",
+        (
+            rec.agent_id,
+            rec.project_id,
+            rec.channel,
+            rec.msg_id,
+            rec.content,
+            rec.source,
+            rec.timestamp,
+            rec.metadata,
+            rec.embedding,
+            1 if rec.locked else 0,
+            rec.recall_count,
+            rec.last_recalled_at,
+            rec.created_at,
+        ),
+    )
+    return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid is not None else None
+
+
+def insert_episode(conn: sqlite3.Connection, rec: EpisodeRecord) -> int:
+    cur = conn.execute(
+        """INSERT INTO episodes
+           (agent_id, project_id, channel, summary, keywords, start_time, end_time, resolved,
+            embedding, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, datetime('now')))""",
+        (
+            rec.agent_id,
+            rec.project_id,
+            rec.channel,
+            rec.summary,
+            rec.keywords,
+            rec.start_time,
+            rec.end_time,
+            1 if rec.resolved else 0,
+            rec.embedding,
+            rec.created_at,
+        ),
+    )
+    assert cur.lastrowid is not None
+    return int(cur.lastrowid)
+
+
+def upsert_profile(conn: sqlite3.Connection, rec: ProfileRecord) -> None:
+    """Import's profile write: insert, or overwrite the one of the same (agent_id, user_id)."""
+    conn.execute(
+        """INSERT INTO profiles (agent_id, project_id, user_id, content, updated_at)
+           VALUES (?, ?, ?, ?, COALESCE(?, datetime('now')))
+           ON CONFLICT(agent_id, user_id) DO UPDATE SET
+               content = excluded.content,
+               project_id = excluded.project_id,
+               updated_at = excluded.updated_at""",
+        (rec.agent_id, rec.project_id, rec.user_id, rec.content, rec.updated_at),
+    )
+
+
+def insert_profile(conn: sqlite3.Connection, rec: ProfileRecord) -> None:
+    """Merge's profile write: a new row stamped now (the caller checked it does not exist)."""
+    conn.execute(
+        "INSERT INTO profiles (agent_id, project_id, user_id, content, updated_at) "
+        "VALUES (?, ?, ?, ?, datetime('now'))",
+        (rec.agent_id, rec.project_id, rec.user_id, rec.content),
+    )
+
+
+_TABLES = {"memories": "memories", "episodes": "episodes", "profiles": "profiles"}
+
+
+def delete_ids(conn: sqlite3.Connection, table: str, agent_id: str, ids: Sequence[int]) -> int:
+    """Delete these rows of one agent (locked ones too); the number removed."""
+    name = _TABLES[table]
+    removed = 0
+    for start in range(0, len(ids), PAGE):
+        batch = list(ids[start : start + PAGE])
+        marks = ",".join("?" * len(batch))
+        cur = conn.execute(
+            f"DELETE FROM {name} WHERE agent_id = ? AND id IN ({marks})", (agent_id, *batch)
+        )
+        removed += cur.rowcount
+    return removed
+
+
+def delete_pending_tasks(conn: sqlite3.Connection, agent_id: str) -> int:
+    return conn.execute("DELETE FROM pending_memory_tasks WHERE agent_id = ?", (agent_id,)).rowcount
+
+
+def delete_agent(conn: sqlite3.Connection, agent_id: str) -> AgentRows:
+    """Every row of one agent in every project and channel, locked memories included."""
+    memories = conn.execute("DELETE FROM memories WHERE agent_id = ?", (agent_id,)).rowcount
+    episodes = conn.execute("DELETE FROM episodes WHERE agent_id = ?", (agent_id,)).rowcount
+    profiles = conn.execute("DELETE FROM profiles WHERE agent_id = ?", (agent_id,)).rowcount
+    return AgentRows(memories, episodes, profiles, delete_pending_tasks(conn, agent_id))
+
+
+# -- channel migration (surface.md §8.4) ---------------------------------------------------------
+
+# json_extract raises on malformed JSON even behind AND; CASE evaluates only its chosen branch,
+# so a row with unparseable metadata reads as "no session_id" instead of failing the statement.
+_SESSION_ID = "CASE WHEN json_valid(metadata) THEN json_extract(metadata, '$.session_id') END"
+#: A Discord snowflake channel id, then ':' (`<channel>:<user>:<chunk>` or `<channel>:shared`).
+SNOWFLAKE_SESSION_GLOB = "[0-9]*:*"
+_RECOVERED = f"substr({_SESSION_ID}, 1, instr({_SESSION_ID}, ':') - 1)"
+_RECOVERABLE = f"channel = 'discord' AND {_SESSION_ID} GLOB ?"
+_UNRECOVERABLE = f"channel = 'discord' AND ({_SESSION_ID} IS NULL OR NOT ({_SESSION_ID} GLOB ?))"
+_INVALID_METADATA = "channel = 'discord' AND json_valid(metadata) = 0"
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelReport:
+    """What a `discord`-channel migration would do."""
+
+    by_channel: list[tuple[str, int]]  # recovered channel, rows; most rows first
+    discord_total: int
+    invalid_metadata_total: int
+    invalid_metadata_ids: list[int]
+    samples: list[tuple[int, str, str]]  # id, recovered channel, session_id
+
+    @property
+    def recoverable_total(self) -> int:
+        return sum(n for _, n in self.by_channel)
+
+
+def channel_report(
+    conn: sqlite3.Connection, agent_id: str | None, *, sample: int = 5, invalid_ids: int = 10
+) -> ChannelReport:
+    where, params = _agent(agent_id)
+    glob = (SNOWFLAKE_SESSION_GLOB, *params)
+    by_channel = [
+        (str(r[0]), int(r[1]))
+        for r in conn.execute(
+            f"SELECT {_RECOVERED} AS ch, COUNT(*) AS n FROM memories "
+            f"WHERE {_RECOVERABLE} AND {where} GROUP BY ch ORDER BY n DESC, ch",
+            glob,
+        )
+    ]
+    total = int(
+        conn.execute(
+            f"SELECT COUNT(*) FROM memories WHERE channel = 'discord' AND {where}", params
+        ).fetchone()[0]
+    )
+    invalid_total = int(
+        conn.execute(
+            f"SELECT COUNT(*) FROM memories WHERE {_INVALID_METADATA} AND {where}", params
+        ).fetchone()[0]
+    )
+    invalid = [
+        int(r[0])
+        for r in conn.execute(
+            f"SELECT id FROM memories WHERE {_INVALID_METADATA} AND {where} ORDER BY id LIMIT ?",
+            (*params, invalid_ids),
+        )
+    ]
+    samples = [
+        (int(r[0]), str(r[1]), str(r[2]))
+        for r in conn.execute(
+            f"SELECT id, {_RECOVERED}, {_SESSION_ID} FROM memories "
+            f"WHERE {_RECOVERABLE} AND {where} ORDER BY id LIMIT ?",
+            (*glob, sample),
+        )
+    ]
+    return ChannelReport(by_channel, total, invalid_total, invalid, samples)
+
+
+def rechannel_recoverable(conn: sqlite3.Connection, agent_id: str | None) -> int:
+    """Move recoverable `discord` rows to their channel; a row whose new identity collides
+    with the content UNIQUE index stays unchanged. The number of rows moved."""
+    where, params = _agent(agent_id)
+    return conn.execute(
+        f"UPDATE OR IGNORE memories SET channel = {_RECOVERED} WHERE {_RECOVERABLE} AND {where}",
+        (SNOWFLAKE_SESSION_GLOB, *params),
+    ).rowcount
+
+
+def globalize_unrecoverable(conn: sqlite3.Connection, agent_id: str | None) -> int:
+    """Move the unrecoverable `discord` rows to channel '' (collisions stay); rows moved."""
+    where, params = _agent(agent_id)
+    return conn.execute(
+        f"UPDATE OR IGNORE memories SET channel = '' WHERE {_UNRECOVERABLE} AND {where}",
+        (SNOWFLAKE_SESSION_GLOB, *params),
+    ).rowcount
