@@ -1,0 +1,75 @@
+"""The CPersona 2.5.12 fixture database: cpersona exports it and imports the export into an
+empty database, and every row comes along with its embedding (`embedding_b64`)."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from portability_support import read_jsonl
+
+pytestmark = pytest.mark.anyio
+
+FIXTURE = Path("/work/shared/fixtures/cpersona-2.5.12-sample.db")
+
+
+def memory_rows(db: Path) -> dict[tuple[str, str, str, str], tuple[object, ...]]:
+    """(agent, project, channel, content) -> the row's other fields, embedding included."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT agent_id, project_id, channel, content, msg_id, source, timestamp, metadata, "
+            "locked, created_at, embedding FROM memories"
+        ).fetchall()
+    finally:
+        conn.close()
+    return {tuple(r[:4]): tuple(r[4:]) for r in rows}
+
+
+@pytest.fixture
+def fixture_copy(tmp_path: Path) -> Path:
+    if not FIXTURE.exists():
+        pytest.skip(f"{FIXTURE} is not available")
+    # Never written in place: cpersona migrates what it opens.
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{FIXTURE}{suffix}").exists():
+            shutil.copyfile(f"{FIXTURE}{suffix}", tmp_path / f"fixture.db{suffix}")
+    return tmp_path / "fixture.db"
+
+
+async def test_portability_fixture_export_imports_with_embeddings(
+    open_client, fixture_copy: Path, tmp_path: Path, export_dir: Path
+):
+    original = memory_rows(fixture_copy)  # read before cpersona opens (and migrates) it
+    assert len(original) == 59 and all(row[-1] for row in original.values())
+    async with open_client(db_path=str(fixture_copy)) as old:
+        out = await old(
+            "export_memories",
+            {"agent_id": "", "output_path": "v2512.jsonl", "include_embeddings": True},
+        )
+        assert out["ok"] and (out["memories"], out["episodes"], out["profiles"]) == (59, 3, 1)
+    exported = read_jsonl(export_dir / "v2512.jsonl")
+    assert all("embedding_b64" in r for r in exported if r["_type"] in ("memory", "episode"))
+
+    restored_db = tmp_path / "restored.db"
+    async with open_client(db_path=str(restored_db)) as new:
+        out = await new("import_memories", {"input_path": "v2512.jsonl"})
+        assert out == {
+            "ok": True,
+            "dry_run": False,
+            "imported_memories": 59,
+            "skipped_memories": 0,
+            "imported_episodes": 3,
+            "skipped_episodes": 0,
+            "profile_updated": True,
+        }
+        alice = await new("list_memories", {"agent_id": "alice", "limit": 500})
+        assert alice["count"] == 39
+        assert sum(1 for m in alice["memories"] if m["locked"]) == 1
+        assert (await new("get_profile", {"agent_id": "alice"}))["profile"]
+        episodes = await new("list_episodes", {"agent_id": "alice"})
+        assert episodes["count"] == 3
+    # Every field and the very bytes of every embedding, row for row.
+    assert memory_rows(restored_db) == original

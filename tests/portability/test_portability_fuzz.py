@@ -1,0 +1,132 @@
+"""Random arguments for the portability tools: always a documented shape, never a crash, and no
+file written outside the export directory."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from cpersona.config import Settings
+from cpersona.embedding.hashing import HashingProvider
+from cpersona.engine import Engine
+from cpersona.server.app import build_server
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mcp import Client
+
+TOOL_ARGS = {
+    "export_memories": ["agent_id", "output_path", "include_embeddings"],
+    "import_memories": ["input_path", "target_agent_id", "dry_run", "session_key"],
+    "merge_memories": ["source_agent_id", "target_agent_id", "strategy", "mode", "dry_run",
+                       "session_key"],
+    "migrate_channel_axis": ["agent_id", "dry_run", "globalize_unrecoverable", "session_key"],
+    "delete_agent_data": ["agent_id", "session_key"],
+    "store": ["agent_id", "message", "channel"],
+}  # fmt: skip
+
+keys = st.text(st.characters(exclude_categories=["Cs"]), max_size=8)
+texts = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(["", "alice", "bob", "skip", "copy", "move", "discord", "\ud800"]),
+)
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), texts),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(keys, inner, max_size=3)),
+    max_leaves=8,
+)
+paths = st.one_of(
+    st.sampled_from([
+        "all.jsonl", "alice.jsonl", "sub/new.jsonl", "bad.jsonl", "../x.jsonl", "/tmp",
+        "/etc/passwd", "", ".", "sub", "a\x00b",
+    ]),
+    st.text(max_size=20),
+)  # fmt: skip
+messages = st.fixed_dictionaries(
+    {"content": st.sampled_from(["kettle", "tea", "pot", "spoon"])},
+    optional={"metadata": st.sampled_from([{}, {"session_id": "12:3"}, {"session_id": "x"}])},
+)
+
+
+def argument(name: str) -> st.SearchStrategy[Any]:
+    if name in ("output_path", "input_path"):
+        return st.one_of(paths, json_values)
+    if name == "message":
+        return messages
+    if name in ("agent_id", "source_agent_id", "target_agent_id"):
+        return st.one_of(st.sampled_from(["", "alice", "bob", "carol"]), json_values)
+    return st.one_of(texts, json_values)
+
+
+@st.composite
+def calls(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    tool = draw(st.sampled_from(sorted(TOOL_ARGS)))
+    args = {}
+    for name in TOOL_ARGS[tool]:
+        if draw(st.integers(0, 9)) < 8:
+            args[name] = draw(argument(name))
+    args.update(draw(st.dictionaries(keys, json_values, max_size=2)))
+    return tool, args
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    root = Path(tmp_path_factory.mktemp("portability-fuzz"))
+    exports = root / "exports"
+    exports.mkdir()
+    (exports / "bad.jsonl").write_text('{"_type": "memory"\n[]\n', encoding="utf-8")
+    engine = Engine(
+        Settings(db_path=str(root / "fuzz.db"), embedding_mode="hashing",
+                 export_dir=str(exports), operating_context_path=str(root / "no-oc.toml")),
+        embedder=HashingProvider(),
+    )  # fmt: skip
+    yield engine
+    engine.close()
+    with closing(sqlite3.connect(root / "fuzz.db")) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    outside = {p.name for p in root.iterdir()} - {
+        "exports",
+        "fuzz.db",
+        "fuzz.db-wal",
+        "fuzz.db-shm",
+    }
+    assert not {n for n in outside if not n.startswith("fuzz.db.")}, outside
+
+
+def check(tool: str, result: Any) -> None:
+    assert len(result.content) == 1
+    text = result.content[0].text
+    if result.is_error:
+        assert text.startswith("Input validation error: "), text
+        return
+    out = json.loads(text)
+    assert isinstance(out, dict)
+    if "error" in out:
+        assert out.get("ok") is False, (tool, out)
+        return
+    if tool == "migrate_channel_axis":
+        assert "ok" not in out and isinstance(out["recoverable_by_channel"], list)
+    elif tool == "store":
+        assert out["result"] in ("stored", "skipped", "rejected"), out
+    else:
+        assert out["ok"] is True, (tool, out)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(batch=st.lists(calls(), min_size=1, max_size=8))
+def test_portability_fuzz_documented_shapes(engine, batch):
+    async def run() -> None:
+        async with Client(build_server(engine), raise_exceptions=True) as client:
+            for tool, args in batch:
+                check(tool, await client.call_tool(tool, args))
+
+    anyio.run(run)
