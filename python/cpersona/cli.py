@@ -37,6 +37,14 @@ def _parser() -> argparse.ArgumentParser:
     index = sub.add_parser("index", help="inspect or repair the vector index files")
     index.add_argument("action", choices=("status", "rebuild", "verify"))
     index.add_argument("--table", choices=("memories", "episodes"), help="default: both")
+    export = sub.add_parser("export", help="write a JSONL backup (export_memories)")
+    export.add_argument("path")
+    export.add_argument("--agent", default="", help="one agent (default: every agent)")
+    export.add_argument("--embeddings", action="store_true", help="include stored vectors")
+    restore = sub.add_parser("import", help="read a JSONL backup back (import_memories)")
+    restore.add_argument("path")
+    restore.add_argument("--agent", default="", help="write every record under this agent")
+    restore.add_argument("--dry-run", action="store_true", help="count without writing")
     return parser
 
 
@@ -65,6 +73,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cpersona.vectors.cli import run_index_command
 
         return run_index_command(settings, args.action, args.table)
+    if command in ("export", "import"):
+        from cpersona.portability import commands
+
+        if command == "export":
+            return commands.run_export(settings, args.path, args.agent, args.embeddings)
+        return commands.run_import(settings, args.path, args.agent, args.dry_run)
     return 2
 
 
