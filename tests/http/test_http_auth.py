@@ -209,3 +209,18 @@ def test_http_auth_loopback_bind_refuses_foreign_host_and_origin(server):
     claude = post(server.url, initialize_body(), {**auth, "Origin": "https://claude.ai"})
     assert claude.status_code == 200
     assert claude.headers["access-control-allow-origin"] == "https://claude.ai"
+
+
+def test_http_busy_port_stops_with_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        srv = HttpServer(tmp_path, {"CPERSONA_AUTH_TOKEN": TOKEN, "CPERSONA_HTTP_PORT": str(port)})
+        srv.launch()
+        assert srv.wait_exit() == 1
+    lines = srv.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"cpersona: cannot listen on 127.0.0.1:{port}")
+    assert not srv.db.exists()
