@@ -118,17 +118,22 @@ def locomo(path: Path | None = None, *, conversations: int | None = None) -> Cor
     return corpus
 
 
-def jsquad(path: Path | None = None, *, questions: int | None = None) -> Corpus:
+def jsquad(
+    path: Path | None = None, *, questions: int | None = None, article_step: int = 1
+) -> Corpus:
     """JSQuAD: every paragraph is a memory of one agent; a question's own paragraph is relevant.
 
+    With `article_step` n, only every n-th article is read (the quick run's smaller corpus).
     With `questions`, that many questions are taken evenly across the whole set (articles come
-    in blocks, so the first N would test only a few of them); the corpus is always complete.
+    in blocks, so the first N would test only a few of them).
     """
     data = json.loads((path or data_dir() / "jsquad-valid-v1.3.json").read_text("utf-8"))
     corpus = Corpus("jsquad")
     agent = "jsquad"
     everything: list[Query] = []
     for a, article in enumerate(data["data"]):
+        if a % article_step:
+            continue
         for p, para in enumerate(article["paragraphs"]):
             key = f"p{a}.{p}"
             corpus.docs.append(Doc(key, agent, para["context"]))

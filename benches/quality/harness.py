@@ -136,8 +136,14 @@ async def run(
     template: Path,
     refs: dict[str, str],
     workdir: Path,
+    *,
+    calibrate: bool = False,
 ) -> RunResult:
-    """Ask every question of `corpus` through `recall` on a copy of the loaded `template`."""
+    """Ask every question of `corpus` through `recall` on a copy of the loaded `template`.
+
+    With `calibrate`, each agent is first calibrated with `calibrate_threshold` (vector
+    threshold and fused gate, as a restarted server does in the background, §15.2).
+    """
     if workdir.exists():
         shutil.rmtree(workdir)
     shutil.copytree(template, workdir)
@@ -146,6 +152,13 @@ async def run(
     started = time.monotonic()
     try:
         async with Client(build_server(engine), raise_exceptions=True) as client:
+            if calibrate and config.embedder != "none":
+                for agent in dict.fromkeys(d.agent for d in corpus.docs):
+                    out = _decode(
+                        await client.call_tool("calibrate_threshold", {"agent_id": agent})
+                    )
+                    if not out.get("ok"):
+                        raise RuntimeError(f"calibrate_threshold failed: {out}")
             for query in corpus.queries:
                 out = _decode(
                     await client.call_tool(

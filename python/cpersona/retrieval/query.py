@@ -6,6 +6,8 @@ import re
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff66-\uff9f"
 _TOKENS = re.compile(f"([{_CJK}]+)|([^\\s{_CJK}]+)")
+#: Punctuation and symbols at either end of a token ("group?", "(Alps)", "CVE-2024-3094,").
+_EDGES = re.compile(r"^[\W_]+|[\W_]+$")
 #: Shorter runs cannot match a trigram index; they go to the keyword (LIKE) path.
 FTS_MIN_TERM = 3
 #: Exclusion entries shorter than this must match a row's whole text.
@@ -18,6 +20,13 @@ def match_expression(query: str) -> str:
     CJK runs (no spaces between words) become every overlapping 3-character window; other
     tokens are kept whole with their punctuation (`CVE-2024-3094`). Terms are quoted, so FTS5
     syntax characters in a query are literal text, and joined with OR.
+
+    Deviation from 2.5.x (docs/compatibility.md): a token that starts or ends in punctuation
+    also contributes its core, the token without it (`group?` adds `group`), when the core
+    is long enough. 2.5.x keeps only `group?`, whose trigram phrase needs the question mark
+    in the memory, so the last word of every question was lost: on LoCoMo that cost FTS a
+    quarter of its R@10 (docs/quality.md). The original token stays a term, so every row the
+    2.5.x expression matches still matches.
     """
     terms: list[str] = []
     seen: set[str] = set()
@@ -25,7 +34,8 @@ def match_expression(query: str) -> str:
         if cjk:
             pieces = [cjk[i : i + 3] for i in range(len(cjk) - 2)]
         else:
-            pieces = [other] if len(other) >= FTS_MIN_TERM else []
+            core = _EDGES.sub("", other)
+            pieces = [t for t in dict.fromkeys((other, core)) if len(t) >= FTS_MIN_TERM]
         for piece in pieces:
             if piece not in seen:
                 seen.add(piece)
