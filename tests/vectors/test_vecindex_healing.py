@@ -330,8 +330,15 @@ def test_cli_verify_exit_1_on_differences(cli_db: Path) -> None:
     assert cli(cli_db, "verify").returncode == 0
 
 
-@pytest.mark.parametrize("what", ["directory", "not-sqlite"])
+@pytest.mark.parametrize("what", ["directory", "not-sqlite", "missing"])
 def test_cli_exit_2_when_the_database_cannot_be_opened(tmp_path: Path, what: str) -> None:
+    if what == "missing":  # a mistyped path: reported, not created
+        db = tmp_path / "nowhere" / "typo.db"
+        r = cli(db, "status")
+        assert (r.returncode, r.stdout) == (2, "")
+        assert f"no database at {db}" in r.stderr
+        assert not db.parent.exists()
+        return
     if what == "directory":
         db = tmp_path / "adir"
         db.mkdir(mode=0o700)

@@ -7,6 +7,7 @@ unusable file; 2 = the database could not be opened.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from cpersona.config import Settings
 from cpersona.storage import open_database
@@ -24,6 +25,10 @@ def _progress(table: str):  # type: ignore[no-untyped-def]
 
 
 def run_index_command(settings: Settings, action: str, table: str | None) -> int:
+    if settings.db_path != ":memory:" and not Path(settings.db_path).exists():
+        # Opening would create an empty database (and report on its empty index).
+        print(f"cpersona: no database at {settings.db_path}", file=sys.stderr)
+        return 2
     try:
         db = open_database(settings.db_path, fts_enabled=settings.fts_enabled)
     except Exception as exc:
