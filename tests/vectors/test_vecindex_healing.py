@@ -521,3 +521,22 @@ def test_unwritable_index_falls_back_to_sqlite(
         check_all(engine)
     finally:
         engine.close()
+
+
+def test_scan_inside_a_read_snapshot(world_dir: Path) -> None:
+    """A scan (which brings the index current) from a thread whose reader is inside a read
+    transaction, as the portability tools hold one: no 'transaction within a transaction'."""
+    engine = new_engine(world_dir / "m.db")
+    try:
+        with engine.db.atomic() as conn:  # a change the index has not applied yet
+            conn.execute("DELETE FROM memories WHERE id = 2")
+        reader = engine.db.reader()
+        reader.execute("BEGIN")
+        try:
+            for p in probes("memories"):
+                check_probe(engine.db, engine.indexes, p, exact_ref=False)
+        finally:
+            reader.execute("COMMIT")
+        check_all(engine)
+    finally:
+        engine.close()

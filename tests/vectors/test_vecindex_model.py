@@ -31,11 +31,12 @@ from vecindex_support import (
 )
 
 DIM = 7
-AGENTS = ("a", "b", "c")
+AGENTS = ("a", "b", "")  # '' is a real agent bucket
 PROJECTS = ("", "p1", "p2")
 CHANNELS = ("", "c1")
 # Source shapes: none, string ids sharing prefixes, a numeric id (compared as its text), a
-# canonical {type, id, name} object, and a source without an id.
+# canonical {type, id, name} object, a source without an id, non-ASCII ids (prefixes count
+# characters, not bytes), an empty id, and an id holding LIKE wildcards.
 SOURCES: tuple[Any, ...] = (
     None,
     {"id": "s1"},
@@ -45,8 +46,12 @@ SOURCES: tuple[Any, ...] = (
     {"id": 7},
     {"type": "User", "id": "s1x", "name": "n"},
     {"type": "User", "name": "no id"},
+    {"id": "日本語"},
+    {"id": "😀s1"},
+    {"id": ""},
+    {"id": "s%_1"},
 )
-PREFIXES = ("", "", "s", "s1", "s12", "7", "t", "zz")
+PREFIXES = ("", "", "s", "s1", "s12", "7", "t", "zz", "日", "日本", "😀", "😀s", "s%", "s_")
 # Canonical stamps an import carries: the past, before 1970 (a negative key), the future.
 OLD_STAMPS = (
     "2020-01-01 00:00:00",

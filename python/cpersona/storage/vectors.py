@@ -78,8 +78,11 @@ def max_seq(db: Database) -> int:
 def changes_since(db: Database, table: str, seq: int) -> Changes:
     """Distinct row ids of `table` logged after `seq`, oldest change first, and the log's max."""
     conn = db.reader()
-    # One snapshot for both statements, so no change slips between them.
-    conn.execute("BEGIN")
+    # One snapshot for both statements, so no change slips between them (the caller's, when
+    # this thread's reader is already inside a read transaction: BEGIN would fail there).
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
     try:
         top = conn.execute(_HIGH_WATER).fetchone()[0]
         rows = conn.execute(
@@ -88,7 +91,8 @@ def changes_since(db: Database, table: str, seq: int) -> Changes:
             (_check(table), seq, top),
         ).fetchall()
     finally:
-        conn.execute("COMMIT")
+        if own:
+            conn.execute("COMMIT")
     return Changes([int(r[0]) for r in rows], int(top))
 
 
