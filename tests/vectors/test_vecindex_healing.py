@@ -201,7 +201,6 @@ def test_silent_corruption_is_found_by_verify(world_dir: Path) -> None:
     """A file that passes every structural check but holds wrong data: verify names the rows."""
     engine = new_engine(world_dir / "m.db")
     index = engine.indexes["memories"]
-    ids = [int(r[0]) for r in engine.db.query("SELECT id FROM memories ORDER BY id")]
     dim, capacity = header_field(index.path, 12, 4), header_field(index.path, 24, 8)
     offsets = Layout.of(dim, capacity).offsets
     with open(index.path, "r+b") as f:
@@ -214,7 +213,6 @@ def test_silent_corruption_is_found_by_verify(world_dir: Path) -> None:
     assert any("agent differs" in p for p in problems), problems
     index.rebuild()
     assert index.verify() == []
-    assert ids
     engine.close()
 
 

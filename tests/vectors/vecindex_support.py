@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 from cpersona.config import Settings
 from cpersona.embedding.base import check_texts, empty
 from cpersona.embedding.hashing import HashingProvider
@@ -62,6 +65,21 @@ def int_vector(text: str, dim: int) -> np.ndarray:
 
 def blob(vector: Sequence[float] | np.ndarray) -> bytes:
     return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def kernel_module(name: str) -> ModuleType:
+    """`cpersona._core` or `cpersona._fallback`; a missing extension skips (fails in CI)."""
+    if name == "numpy":
+        from cpersona import _fallback
+
+        return _fallback
+    try:
+        from cpersona import _core
+    except ImportError:
+        if os.environ.get("CPERSONA_REQUIRE_RUST") == "1":
+            raise
+        pytest.skip("the Rust extension is not built")
+    return _core
 
 
 def new_engine(db_path: Any, embedder: Any = None) -> Engine:
