@@ -81,7 +81,12 @@ def frozen(monkeypatch: pytest.MonkeyPatch) -> None:
 async def _corpus(t) -> None:
     for content, hours in CORPUS:
         await t.store(content, timestamp=hours_before(NOW, hours))
-    await t.episode("friday deploy retro: pipeline was slow", keywords="deploy retro")
+    ep = await t.episode("friday deploy retro: pipeline was slow", keywords="deploy retro")
+    # The episode boundary is the server's created_at (one-second resolution): pin it, so
+    # twin databases written a second apart penalise their rows by exactly the same factor.
+    with t.engine.db.atomic() as conn:
+        conn.execute("UPDATE episodes SET created_at = ? WHERE id = ?",
+                     (NOW.strftime("%Y-%m-%d %H:%M:%S"), ep))
 
 
 CONF = {"confidence_enabled": True, "autocut_enabled": False}
