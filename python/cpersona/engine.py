@@ -17,6 +17,8 @@ from cpersona.retrieval.sidecar import Sidecar, sidecar_path
 from cpersona.retrieval.thresholds import Thresholds
 from cpersona.session import Pauses
 from cpersona.storage import Database, open_database
+from cpersona.tasks import TaskQueue
+from cpersona.update import UpdateCheck
 from cpersona.vectors.index import VectorIndex
 
 if TYPE_CHECKING:
@@ -67,6 +69,10 @@ class Engine:
         #: The no-persist pauses of this process (surface.md §10) and the operating context.
         self.pause = Pauses()
         self.operating_context = OperatingContext(settings)
+        #: `initialize.instructions`: the OC summary, read once at start (surface.md §1.1).
+        self.instructions = self.operating_context.instructions()
+        self.tasks = TaskQueue(self.db, settings, self.writer, self.pause)
+        self.updates = UpdateCheck(settings)
 
     def _after_write(self) -> None:
         # The index is current after every acknowledged write (a crash before this point is
@@ -110,6 +116,7 @@ class Engine:
             return
         self._closed.set()
         self.calibrator.stopping.set()
+        self.tasks.stop()
         if self._calibration is not None:
             # It checks `stopping` between pseudo-recalls and agents; don't hang shutdown on it.
             self._calibration.join(timeout=5.0)

@@ -51,6 +51,8 @@ def build_server(
     """
     specs = {spec.name: spec for spec in all_tools(engine.settings)}
     listed = types.ListToolsResult(tools=[_tool(spec) for spec in specs.values()])
+    if instructions is None:
+        instructions = engine.instructions
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return listed

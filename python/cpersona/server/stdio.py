@@ -43,6 +43,7 @@ def serve_stdio(settings: Settings, *, authorize: Authorize | None = None) -> in
     server = build_server(engine, authorize=authorize)
     threading.Thread(target=engine.warm_indexes, name="cpersona-index", daemon=True).start()
     engine.start_calibration()
+    engine.tasks.start()  # drains legacy pending_memory_tasks rows (surface.md §9.6)
 
     async def run() -> None:
         async with stdio_server() as (read, write):

@@ -1,0 +1,76 @@
+"""Operator-facing tools: get_operating_context, get_queue_status, check_update."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpersona.config import Settings
+from cpersona.server.registry import Annotations, ToolSpec
+
+
+def _operating_context(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = engine.operating_context.describe(a["section"])
+    return result
+
+
+def _queue_status(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = engine.tasks.status()
+    return result
+
+
+def _check_update(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = engine.updates.report(a["refresh"], a["apply"])
+    return result
+
+
+def tools(settings: Settings) -> list[ToolSpec]:
+    checks = "on" if settings.update_check else "off"
+    return [
+        ToolSpec(
+            name="get_operating_context",
+            description=(
+                "Read the operator's operating context (a TOML file the operator edits on "
+                "disk; re-read when it changes). Without `section`: the revision, the "
+                "instructions summary, the project registry and its enforcement, the agent -> "
+                "default project map used by project_id '@auto', and the doctrine section "
+                "names. With `section`: that doctrine section's body. `ok: false, enabled: "
+                "false` while no usable file exists."
+            ),
+            properties={"section": {"type": "string",
+                                    "description": "A doctrine section name; '' = preview."}},
+            required=(),
+            handler=_operating_context,
+            annotations=Annotations(read_only=True),
+        ),
+        ToolSpec(
+            name="get_queue_status",
+            description=(
+                "The legacy pending-task queue: `enabled`, `pending` rows, `max_retries`, "
+                "`retry_delay` (seconds). Nothing enqueues any more; the server only drains "
+                "rows an older version left behind, so `pending: 0` is normal. While the queue "
+                "is disabled `pending` reads 0."
+            ),
+            properties={},
+            required=(),
+            handler=_queue_status,
+            annotations=Annotations(read_only=True),
+        ),
+        ToolSpec(
+            name="check_update",
+            description=(
+                "Report this server's version (`running`) and, only when the operator enabled "
+                f"release checks (CPERSONA_UPDATE_CHECK=true; now {checks}), whether a newer "
+                "release exists: `state` is disabled, ok, newer, yanked, unlisted or unknown. "
+                "`refresh=true` looks the index up now. Nothing is ever installed by itself; "
+                "`apply=true` runs the shown install command only while checks are enabled "
+                "and a newer release is known, and the server must be restarted afterwards."
+            ),
+            properties={
+                "refresh": {"type": "boolean", "description": "Look the release index up now."},
+                "apply": {"type": "boolean", "description": "Install the newer release."},
+            },
+            required=(),
+            handler=_check_update,
+            annotations=Annotations(read_only=False),
+        ),
+    ]
