@@ -39,24 +39,29 @@ def is_row_id(value: int) -> bool:
 class Database:
     """One SQLite database file: a guarded writer connection and per-thread readers."""
 
-    def __init__(self, path: str, *, tracer: Tracer | None = None) -> None:
+    def __init__(self, path: str, *, tracer: Tracer | None = None, read_only: bool = False) -> None:
+        """Open `path`. `read_only` (report-only maintenance, surface.md §7.7) sets only
+        `busy_timeout`: no journal-mode change, nothing created, and a missing file fails."""
         self.path = path
         self.is_memory = path == ":memory:"
+        self.read_only = read_only and not self.is_memory
         # A private shared-cache name lets several connections see one in-memory database.
-        self._uri = (
-            f"file:cpersona-{uuid.uuid4().hex}?mode=memory&cache=shared"
-            if self.is_memory
-            else None
-        )
+        self._uri: str | None = None
+        if self.is_memory:
+            self._uri = f"file:cpersona-{uuid.uuid4().hex}?mode=memory&cache=shared"
+        elif self.read_only:
+            self._uri = f"{Path(path).resolve().as_uri()}?mode=ro"
         self._tracer = tracer
         self._write_lock = threading.RLock()
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         self._closed = False
-        if not self.is_memory:
+        if not self.is_memory and not self.read_only:
             _prepare_file(Path(path))
         self._writer = self._connect()
+        if self.read_only:
+            return
         if not self.is_memory:
             mode = self._writer.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":

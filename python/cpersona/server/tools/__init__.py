@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from cpersona.config import Settings
 from cpersona.server.registry import ToolSpec
-from cpersona.server.tools import admin, browse, memory, portability, quality, recall, session
+from cpersona.server.tools import (
+    admin,
+    browse,
+    health,
+    memory,
+    portability,
+    quality,
+    recall,
+    session,
+)
 
 #: tools/list order of CPersona 2.5.12 (surface.md §2, the # column).
 REGISTRATION_ORDER = (
@@ -27,6 +36,7 @@ def all_tools(settings: Settings) -> list[ToolSpec]:
         *portability.tools(settings),
         *session.tools(settings),
         *admin.tools(settings),
+        *health.tools(settings),
     ]
     rank = {name: i for i, name in enumerate(REGISTRATION_ORDER)}
     return sorted(specs, key=lambda spec: rank.get(spec.name, len(rank)))

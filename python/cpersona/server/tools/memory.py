@@ -187,7 +187,9 @@ def tools(settings: Settings) -> list[ToolSpec]:
         ),
         ToolSpec(
             name="unlock_memory",
-            description="Remove the protection lock_memory set; unlocking an unlocked row succeeds.",
+            description=(
+                "Remove the protection lock_memory set; unlocking an unlocked row succeeds."
+            ),
             properties={"memory_id": {"type": "integer"}, "agent_id": STR,
                         "session_key": SESSION_KEY},
             required=("memory_id",),

@@ -1,0 +1,110 @@
+"""What one health run works on: the database, the settings, the embedder and the derived files.
+
+A `HealthContext` is built from a running `Engine` (the MCP tools) or from the pieces the
+checkup CLI opens itself (a read-only database for report-only runs, §7.7). Checks read
+through `conn`: the reader for report-only runs, the write transaction inside a fix run.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cpersona.config import Settings
+from cpersona.embedding.base import MAX_BATCH, EmbeddingProvider
+from cpersona.errors import EmbeddingUnavailable
+from cpersona.operating_context import OperatingContext
+from cpersona.retrieval.health import EmbeddingHealth
+from cpersona.retrieval.sidecar import Sidecar
+from cpersona.storage import Database
+from cpersona.vectors.index import VectorIndex
+
+
+@dataclass
+class Probe:
+    """What a fix run learned from the embedding backend before taking the write lock."""
+
+    ran: bool = False
+    error: str | None = None
+    misconfigured: bool = False
+
+
+@dataclass
+class HealthContext:
+    db: Database
+    settings: Settings
+    embedder: EmbeddingProvider | None  # None: no embedding backend (`none` mode)
+    oc: OperatingContext
+    sidecar: Sidecar | None
+    indexes: dict[str, VectorIndex] | None
+    embedding_health: EmbeddingHealth | None = None
+    read_only: bool = False
+    agent_id: str = ""
+    fix: bool = False
+    conn: sqlite3.Connection | None = None
+    #: The provider's vector width (known, or probed in a fix run); None = unknown.
+    dim: int | None = None
+    probe: Probe = field(default_factory=Probe)
+    #: Vectors computed before the write lock: table -> [(row id, float32 BLOB)].
+    prepared: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)
+    #: Re-embeds still allowed this run (CPERSONA_REEMBED_ROW_CAP is per run).
+    reembed_budget: int = 0
+    #: The embedding_model probe: (rows sampled, rows whose stored vector differs) or None.
+    model_probe: tuple[int, int] | None = None
+    #: Per-check scratch data a repair needs from its detection (never returned).
+    scratch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def c(self) -> sqlite3.Connection:
+        return self.conn if self.conn is not None else self.db.reader()
+
+    @property
+    def stores_blobs(self) -> bool:
+        s = self.settings
+        return s.vector_search_mode == "local" or s.store_blob
+
+    @property
+    def local_embedder(self) -> bool:
+        """Whether embedding costs no network request (probes may then run in any run)."""
+        return self.settings.embedding_provider not in ("http", "api")
+
+    def embed(self, texts: Sequence[str]) -> list[bytes | None]:
+        """float32 BLOBs of `texts` in batches of the http contract's size (None = unusable).
+
+        Raises:
+            EmbeddingUnavailable: the backend failed.
+        """
+        assert self.embedder is not None
+        out: list[bytes | None] = []
+        for i in range(0, len(texts), MAX_BATCH):
+            rows = np.asarray(self.embedder.embed(list(texts[i:i + MAX_BATCH]), kind="passage"),
+                              dtype=np.float32)
+            for row in rows:
+                ok = row.size > 0 and bool(np.all(np.isfinite(row)))
+                out.append(row.astype("<f4").tobytes() if ok else None)
+        return out
+
+    def try_embed(self, texts: Sequence[str]) -> tuple[list[bytes | None], str | None]:
+        try:
+            return self.embed(texts), None
+        except EmbeddingUnavailable as exc:
+            return [], str(exc)
+
+
+def from_engine(engine: Any, agent_id: str = "") -> HealthContext:
+    """The context of one tool call over a running Engine."""
+    embedder = engine.embedder if engine.embedder.available else None
+    return HealthContext(
+        db=engine.db,
+        settings=engine.settings,
+        embedder=embedder,
+        oc=engine.operating_context,
+        sidecar=engine.calibrator.sidecar,
+        indexes=engine.indexes,
+        embedding_health=engine.health,
+        agent_id=agent_id,
+    )

@@ -1,0 +1,104 @@
+"""Health tools: check_health, get_session_findings, deep_check (surface.md §9)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpersona.config import Settings
+from cpersona.health.context import from_engine
+from cpersona.health.deep import DEEP_NAMES, deep_check, session_findings
+from cpersona.health.registry import NAMES, REPORT_ONLY, check_health
+from cpersona.server.registry import Annotations, ToolSpec
+from cpersona.server.tools.memory import SESSION_KEY, STR
+from cpersona.session import bucket
+
+CHECKS = {"type": "array", "items": {"type": "string"}}
+
+
+def _paused(engine: Any, a: dict[str, Any]) -> bool:
+    return engine.pause.active(a["session_key"]) is not None
+
+
+def _check_health(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    ctx = from_engine(engine, a["agent_id"])
+    return check_health(ctx, requested=a["checks"], fix=a["fix"], paused=_paused(engine, a),
+                        extra_issues=engine.updates.health_issues())
+
+
+def _deep_check(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    ctx = from_engine(engine, a["agent_id"])
+    return deep_check(ctx, requested=a["checks"], fix=a["fix"], paused=_paused(engine, a))
+
+
+def _findings(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+    shared = engine.settings.transport != "stdio" and not bucket(a["session_key"]).declared
+    return session_findings(from_engine(engine), per_kind_limit=a["per_kind_limit"],
+                            include_summary=a["include_summary"], identity_shared=shared,
+                            extra_issues=engine.updates.health_issues())
+
+
+def _health_failure(error: str) -> dict[str, Any]:
+    return {"ok": False, "error": error, "checks_run": []}
+
+
+def tools(settings: Settings) -> list[ToolSpec]:
+    return [
+        ToolSpec(
+            name="check_health",
+            description=(
+                f"Check the database with {len(NAMES)} checks, in this order: "
+                f"{', '.join(NAMES)}. Each issue has `type`, `severity` (critical / warn / "
+                "info) and `check`. `status` is the verdict: `unhealthy` if any critical, "
+                "else `degraded` if any warn, else `healthy` (info never degrades). It judges "
+                "what is stored, not whether embedding works: a corpus without vectors can be "
+                "healthy. `agent_id` '' checks every agent. `checks` picks names (an unknown "
+                "name refuses the call). `fix=true` repairs what the fixable checks found and "
+                "reports what it did per issue (`fixed`, `fix_error`, ...); `status` then "
+                "judges the state after the repairs. Repairs skip locked rows and stay within "
+                "`agent_id`, except: the embedding repairs rewrite vectors of locked rows "
+                "too, `dedup_msg_id_index` acts across all agents, schema / FTS / index-file "
+                "repairs act on the whole database, `file_permissions` chmods files. "
+                "`oversized_content` and `oversized_profile` are lossy (they cut text). "
+                f"Report-only (fix accepted, nothing written): {', '.join(REPORT_ONLY)}; "
+                "critical file-integrity findings are never auto-repaired. While persistence "
+                "is paused, fix is forced off (`repairs_skipped`)."
+            ),
+            properties={"agent_id": STR, "fix": {"type": "boolean"}, "checks": CHECKS,
+                        "session_key": SESSION_KEY},
+            required=(),
+            handler=_check_health,
+            annotations=Annotations(read_only=False),
+            failure=_health_failure,
+        ),
+        ToolSpec(
+            name="get_session_findings",
+            description=(
+                "Every check_health check, read-only, over the whole database, as findings "
+                "grouped by `kind` (at most `per_kind_limit` each, default 5; `capped_kinds` "
+                "lists the kinds that had more), with counts by kind and severity and, unless "
+                "`include_summary` is false, the `status` verdict. Never writes."
+            ),
+            properties={"session_key": SESSION_KEY,
+                        "per_kind_limit": {"type": "integer", "default": 5},
+                        "include_summary": {"type": "boolean", "default": True}},
+            required=(),
+            handler=_findings,
+            annotations=Annotations(read_only=True),
+            defaults={"per_kind_limit": 5, "include_summary": True},
+        ),
+        ToolSpec(
+            name="deep_check",
+            description=(
+                f"Data-quality heuristics for one agent ('' is the empty-agent bucket): "
+                f"{', '.join(DEEP_NAMES)}. Only anonymous_source (recover names written as "
+                "'[name] ...') and short_content (DELETES unlocked memories of 5 characters "
+                "or fewer) act on `fix=true`; while persistence is paused fix is forced off."
+            ),
+            properties={"agent_id": STR, "fix": {"type": "boolean"}, "checks": CHECKS,
+                        "session_key": SESSION_KEY},
+            required=("agent_id",),
+            handler=_deep_check,
+            annotations=Annotations(read_only=False),
+            failure=_health_failure,
+        ),
+    ]

@@ -1,0 +1,612 @@
+"""SQL of the health registry (surface.md §9.2): what each check reads and each repair writes.
+
+Functions take the connection the caller is working on: a reader for report-only runs, the
+write transaction's connection inside a fix run (so a check sees its own repairs). An agent
+scope of "" means every agent.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from cpersona.storage import schema
+from cpersona.storage.db import quote_identifier
+
+Conn = sqlite3.Connection
+Params = list[Any]
+
+#: The 18 schema objects the `schema_objects` check verifies: name -> (kind, DDL, critical).
+SCHEMA_OBJECTS: dict[str, tuple[str, str, bool]] = {}
+
+
+def _register_objects() -> None:
+    ddl = {
+        "idx_memories_dedup_content": (schema.DEDUP_INDEXES[0], True),
+        "idx_memories_dedup_msg_id": (schema.DEDUP_INDEXES[1], True),
+    }
+    for text in schema.FTS_INSERT_DELETE_TRIGGERS + schema.FTS_UPDATE_TRIGGERS:
+        name = text.split()[2] if "IF NOT EXISTS" not in text else text.split()[5]
+        ddl[name] = (text, True)
+    perf = (
+        "CREATE INDEX IF NOT EXISTS idx_memories_agent ON memories(agent_id, created_at DESC)",
+        "CREATE INDEX IF NOT EXISTS idx_memories_msg_id ON memories(agent_id, msg_id)",
+        "CREATE INDEX IF NOT EXISTS idx_episodes_agent ON episodes(agent_id, created_at DESC)",
+        "CREATE INDEX IF NOT EXISTS idx_memories_agent_channel "
+        "ON memories(agent_id, channel, created_at DESC)",
+        "CREATE INDEX IF NOT EXISTS idx_episodes_agent_channel "
+        "ON episodes(agent_id, channel, created_at DESC)",
+        *schema.BOOT_INDEXES,
+    )
+    for text in perf:
+        ddl[text.split()[5]] = (text, False)
+    for name, (text, critical) in ddl.items():
+        kind = "trigger" if "TRIGGER" in text.split("\n")[0] else "index"
+        SCHEMA_OBJECTS[name] = (kind, text, critical)
+
+
+_register_objects()
+
+
+def _scope(agent_id: str, column: str = "agent_id") -> tuple[str, Params]:
+    return (f" AND {column} = ?", [agent_id]) if agent_id else ("", [])
+
+
+def _ids_clause(ids: Sequence[int]) -> str:
+    return ",".join("?" * len(ids))
+
+
+def _chunks(ids: Sequence[int], size: int = 500) -> Iterator[Sequence[int]]:
+    for i in range(0, len(ids), size):
+        yield ids[i:i + size]
+
+
+# -- counts and stats ------------------------------------------------------------------------
+
+
+def count(conn: Conn, table: str, agent_id: str = "") -> int:
+    where, params = _scope(agent_id)
+    row = conn.execute(f"SELECT COUNT(*) FROM {quote_identifier(table)} WHERE 1=1{where}",
+                       params).fetchone()
+    return int(row[0])
+
+
+def db_size(conn: Conn) -> int:
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    return int(pages) * int(size)
+
+
+def axis_counts(conn: Conn, column: str, agent_id: str, limit: int = 20) -> list[tuple[str, int]]:
+    where, params = _scope(agent_id)
+    rows = conn.execute(
+        f"SELECT {column}, COUNT(*) AS n FROM memories WHERE 1=1{where} "
+        f"GROUP BY {column} ORDER BY n DESC, {column} LIMIT ?", [*params, limit]
+    ).fetchall()
+    return [(str(r[0]), int(r[1])) for r in rows]
+
+
+def project_ids(conn: Conn, agent_id: str) -> list[str]:
+    where, params = _scope(agent_id)
+    rows = conn.execute(
+        f"SELECT project_id FROM memories WHERE 1=1{where} UNION "
+        f"SELECT project_id FROM episodes WHERE 1=1{where}", params + params
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def agents(conn: Conn) -> list[str]:
+    rows = conn.execute(
+        "SELECT agent_id FROM memories UNION SELECT agent_id FROM profiles "
+        "UNION SELECT agent_id FROM episodes ORDER BY 1"
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+# -- content ---------------------------------------------------------------------------------
+
+
+def memories_containing(conn: Conn, needle: str, agent_id: str) -> list[sqlite3.Row]:
+    where, params = _scope(agent_id)
+    return conn.execute(
+        "SELECT id, agent_id, project_id, channel, content, locked FROM memories "
+        f"WHERE instr(content, ?) > 0{where} ORDER BY id", [needle, *params]
+    ).fetchall()
+
+
+def oversized_memories(conn: Conn, cap: int, agent_id: str) -> list[sqlite3.Row]:
+    where, params = _scope(agent_id)
+    return conn.execute(
+        "SELECT id, agent_id, project_id, channel, content, locked, length(content) AS n "
+        f"FROM memories WHERE length(content) > ?{where} ORDER BY id", [cap, *params]
+    ).fetchall()
+
+
+def rewrite_content(conn: Conn, memory_id: int, content: str) -> str:
+    """Set a memory's text (its embedding becomes NULL); a row whose new text collides with
+    another row's on the content UNIQUE index is deleted instead. Returns what happened."""
+    row = conn.execute("SELECT agent_id, project_id, channel FROM memories WHERE id = ?",
+                       (memory_id,)).fetchone()
+    if row is None:
+        return "missing"
+    clash = conn.execute(
+        "SELECT 1 FROM memories WHERE agent_id = ? AND project_id = ? AND channel = ? "
+        "AND content = ? AND id != ?", (row[0], row[1], row[2], content, memory_id)
+    ).fetchone()
+    if clash is not None:
+        conn.execute("DELETE FROM memories WHERE id = ? AND locked = 0", (memory_id,))
+        return "deleted"
+    conn.execute("UPDATE memories SET content = ?, embedding = NULL WHERE id = ? AND locked = 0",
+                 (content, memory_id))
+    return "updated"
+
+
+def duplicate_groups(conn: Conn, agent_id: str) -> list[list[sqlite3.Row]]:
+    """Groups of memories sharing (agent_id, project_id, content), across channels."""
+    where, params = _scope(agent_id, "m.agent_id")
+    rows = conn.execute(
+        "SELECT m.id, m.agent_id, m.project_id, m.channel, m.locked, d.g FROM memories m JOIN ("
+        "  SELECT agent_id, project_id, content, MIN(id) AS g FROM memories"
+        "  GROUP BY agent_id, project_id, content HAVING COUNT(*) > 1"
+        ") d ON m.agent_id = d.agent_id AND m.project_id = d.project_id AND m.content = d.content"
+        f" WHERE 1=1{where} ORDER BY d.g, m.id", params
+    ).fetchall()
+    groups: dict[int, list[sqlite3.Row]] = {}
+    for r in rows:
+        groups.setdefault(int(r["g"]), []).append(r)
+    return list(groups.values())
+
+
+def delete_unlocked_memories(conn: Conn, ids: Sequence[int]) -> int:
+    deleted = 0
+    for chunk in _chunks(list(ids)):
+        deleted += conn.execute(
+            f"DELETE FROM memories WHERE locked = 0 AND id IN ({_ids_clause(chunk)})", chunk
+        ).rowcount
+    return deleted
+
+
+def empty_content(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+    where, params = _scope(agent_id)
+    return conn.execute(
+        f"SELECT id, locked FROM memories WHERE trim(content) = ''{where} ORDER BY id", params
+    ).fetchall()
+
+
+def short_content(conn: Conn, agent_id: str, max_len: int) -> list[sqlite3.Row]:
+    return conn.execute(
+        "SELECT id, content, locked FROM memories WHERE agent_id = ? "
+        "AND length(trim(content)) <= ? ORDER BY id", (agent_id, max_len)
+    ).fetchall()
+
+
+# -- embeddings ------------------------------------------------------------------------------
+
+
+def wrong_width(conn: Conn, table: str, width_bytes: int, agent_id: str) -> list[int]:
+    where, params = _scope(agent_id)
+    rows = conn.execute(
+        f"SELECT id FROM {quote_identifier(table)} WHERE embedding IS NOT NULL "
+        f"AND length(embedding) != ?{where} ORDER BY id", [width_bytes, *params]
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def width_counts(conn: Conn, table: str, agent_id: str) -> dict[int, int]:
+    """Stored vector widths (in float32 components) -> rows."""
+    where, params = _scope(agent_id)
+    rows = conn.execute(
+        f"SELECT length(embedding) / 4 AS w, COUNT(*) FROM {quote_identifier(table)} "
+        f"WHERE embedding IS NOT NULL{where} GROUP BY w", params
+    ).fetchall()
+    return {int(r[0]): int(r[1]) for r in rows}
+
+
+def iter_embeddings(
+    conn: Conn, table: str, agent_id: str, batch: int = 2000, newest_first: bool = False,
+    limit: int | None = None,
+) -> Iterator[list[tuple[int, bytes]]]:
+    """Batches of (id, BLOB) of the embedded rows, by id (or newest first)."""
+    where, params = _scope(agent_id)
+    order = "DESC" if newest_first else "ASC"
+    last: int | None = None
+    taken = 0
+    while limit is None or taken < limit:
+        size = batch if limit is None else min(batch, limit - taken)
+        cursor = "" if last is None else (" AND id < ?" if newest_first else " AND id > ?")
+        rows = conn.execute(
+            f"SELECT id, embedding FROM {quote_identifier(table)} WHERE embedding IS NOT NULL"
+            f"{where}{cursor} ORDER BY id {order} LIMIT ?",
+            [*params, *([] if last is None else [last]), size],
+        ).fetchall()
+        if not rows:
+            return
+        last = int(rows[-1][0])
+        taken += len(rows)
+        yield [(int(r[0]), bytes(r[1])) for r in rows]
+
+
+def null_embeddings(conn: Conn, table: str, ids: Sequence[int]) -> int:
+    changed = 0
+    for chunk in _chunks(list(ids)):
+        changed += conn.execute(
+            f"UPDATE {quote_identifier(table)} SET embedding = NULL "
+            f"WHERE id IN ({_ids_clause(chunk)})", chunk
+        ).rowcount
+    return changed
+
+
+def null_all_embeddings(conn: Conn, table: str, agent_id: str) -> int:
+    where, params = _scope(agent_id)
+    return conn.execute(
+        f"UPDATE {quote_identifier(table)} SET embedding = NULL "
+        f"WHERE embedding IS NOT NULL{where}", params
+    ).rowcount
+
+
+def missing_embeddings(conn: Conn, table: str, agent_id: str) -> int:
+    where, params = _scope(agent_id)
+    row = conn.execute(
+        f"SELECT COUNT(*) FROM {quote_identifier(table)} WHERE embedding IS NULL{where}", params
+    ).fetchone()
+    return int(row[0])
+
+
+def texts_to_embed(conn: Conn, table: str, agent_id: str, limit: int) -> list[tuple[int, str]]:
+    """(id, text) of rows without an embedding, oldest first, at most `limit`."""
+    column = "content" if table == "memories" else "summary"
+    where, params = _scope(agent_id)
+    rows = conn.execute(
+        f"SELECT id, {column} FROM {quote_identifier(table)} WHERE embedding IS NULL{where} "
+        "ORDER BY id LIMIT ?", [*params, limit]
+    ).fetchall()
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def texts_by_id(conn: Conn, table: str, ids: Sequence[int]) -> dict[int, str]:
+    column = "content" if table == "memories" else "summary"
+    out: dict[int, str] = {}
+    for chunk in _chunks(list(ids)):
+        for r in conn.execute(f"SELECT id, {column} FROM {quote_identifier(table)} "
+                              f"WHERE id IN ({_ids_clause(chunk)})", chunk):
+            out[int(r[0])] = str(r[1])
+    return out
+
+
+def set_embeddings(conn: Conn, table: str, rows: Sequence[tuple[int, bytes]]) -> int:
+    """Write vectors to rows that still have none (a row re-embedded meanwhile is left)."""
+    changed = 0
+    for row_id, blob in rows:
+        changed += conn.execute(
+            f"UPDATE {quote_identifier(table)} SET embedding = ? "
+            "WHERE id = ? AND embedding IS NULL", (blob, row_id)
+        ).rowcount
+    return changed
+
+
+# -- FTS and schema objects ------------------------------------------------------------------
+
+
+def table_exists(conn: Conn, name: str) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                       (name,)).fetchone()
+    return row is not None
+
+
+def fts_problem(conn: Conn, name: str) -> str | None:
+    """None when the FTS5 index agrees with its content table, else SQLite's complaint."""
+    try:
+        conn.execute(
+            f"INSERT INTO {quote_identifier(name)}({quote_identifier(name)}, rank) "
+            "VALUES ('integrity-check', 1)"
+        )
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    return None
+
+
+def fts_rebuild(conn: Conn) -> None:
+    """Create missing FTS tables and triggers, then rebuild both indexes from their tables."""
+    for ddl in schema.FTS_TABLES + schema.FTS_INSERT_DELETE_TRIGGERS:
+        conn.execute(ddl)
+    for name in ("memories_fts_au", "episodes_au"):
+        if object_sql(conn, name) is None:
+            conn.execute(next(t for t in schema.FTS_UPDATE_TRIGGERS if name in t.split()[2]))
+    conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('rebuild')")
+    conn.execute("INSERT INTO episodes_fts(episodes_fts) VALUES ('rebuild')")
+
+
+def schema_version(conn: Conn) -> int:
+    return int(conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0])
+
+
+def object_sql(conn: Conn, name: str) -> str | None:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = ? AND type IN "
+                       "('index', 'trigger')", (name,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def drop_object(conn: Conn, kind: str, name: str) -> None:
+    conn.execute(f"DROP {'TRIGGER' if kind == 'trigger' else 'INDEX'} IF EXISTS "
+                 f"{quote_identifier(name)}")
+
+
+def execute(conn: Conn, ddl: str) -> None:
+    """Run one of the schema module's DDL statements (never caller text)."""
+    conn.execute(ddl)
+
+
+def blank_colliding_msg_ids(conn: Conn) -> int:
+    """Blank the msg_id of older unlocked rows colliding on (agent, project, msg_id), every
+    agent (the `dedup_msg_id_index` repair, exactly as migration step 12 does it)."""
+    return conn.execute(
+        """UPDATE memories SET msg_id = '' WHERE locked = 0 AND msg_id != '' AND id NOT IN (
+               SELECT MAX(id) FROM memories WHERE msg_id != ''
+               GROUP BY agent_id, project_id, msg_id)"""
+    ).rowcount
+
+
+def msg_id_colliders(conn: Conn) -> list[bool]:
+    """The `locked` flag of every row that blocks the msg_id UNIQUE index (all but the newest
+    row of each (agent, project, msg_id) group)."""
+    rows = conn.execute(
+        "SELECT locked FROM memories WHERE msg_id != '' AND id NOT IN (SELECT MAX(id) "
+        "FROM memories WHERE msg_id != '' GROUP BY agent_id, project_id, msg_id)"
+    ).fetchall()
+    return [bool(r[0]) for r in rows]
+
+
+def quick_check(conn: Conn) -> list[str]:
+    return [str(r[0]) for r in conn.execute("PRAGMA quick_check(10)").fetchall()]
+
+
+# -- JSON, timestamps, sources ---------------------------------------------------------------
+
+
+def invalid_json(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+    where, params = _scope(agent_id)
+    return conn.execute(
+        "SELECT id, locked, json_valid(source) AS source_ok, json_valid(metadata) AS meta_ok "
+        f"FROM memories WHERE (json_valid(source) = 0 OR json_valid(metadata) = 0){where}",
+        params,
+    ).fetchall()
+
+
+def reset_json(conn: Conn, ids: Sequence[int]) -> int:
+    changed = 0
+    for chunk in _chunks(list(ids)):
+        changed += conn.execute(
+            "UPDATE memories SET "
+            "source = CASE WHEN json_valid(source) THEN source ELSE '{}' END, "
+            "metadata = CASE WHEN json_valid(metadata) THEN metadata ELSE '{}' END "
+            f"WHERE locked = 0 AND id IN ({_ids_clause(chunk)})", chunk
+        ).rowcount
+    return changed
+
+
+_CANON = "strftime('%Y-%m-%dT%H:%M:%S+00:00', created_at)"
+
+
+def unparseable_timestamps(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+    where, params = _scope(agent_id)
+    return conn.execute(
+        f"SELECT id, locked, julianday(created_at) IS NOT NULL AS fixable FROM memories "
+        f"WHERE timestamp != '' AND julianday(timestamp) IS NULL{where} ORDER BY id", params
+    ).fetchall()
+
+
+def future_timestamps(conn: Conn, skew_seconds: int, agent_id: str) -> list[sqlite3.Row]:
+    where, params = _scope(agent_id)
+    return conn.execute(
+        "SELECT id, locked, julianday(created_at) <= julianday('now') + ? / 86400.0 AS fixable "
+        "FROM memories WHERE julianday(timestamp) > julianday('now') + ? / 86400.0"
+        f"{where} ORDER BY id", [skew_seconds, skew_seconds, *params]
+    ).fetchall()
+
+
+def timestamps_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
+    changed = 0
+    for chunk in _chunks(list(ids)):
+        changed += conn.execute(
+            f"UPDATE memories SET timestamp = {_CANON} WHERE locked = 0 "
+            f"AND julianday(created_at) IS NOT NULL AND id IN ({_ids_clause(chunk)})", chunk
+        ).rowcount
+    return changed
+
+
+def episodes_without_start(conn: Conn, agent_id: str) -> list[int]:
+    where, params = _scope(agent_id)
+    rows = conn.execute(
+        "SELECT id FROM episodes WHERE (start_time IS NULL OR start_time = '')"
+        f"{where} ORDER BY id", params
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def start_times_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
+    changed = 0
+    for chunk in _chunks(list(ids)):
+        changed += conn.execute(
+            f"UPDATE episodes SET start_time = {_CANON} WHERE julianday(created_at) IS NOT NULL "
+            f"AND id IN ({_ids_clause(chunk)})", chunk
+        ).rowcount
+    return changed
+
+
+def memory_timestamps(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+    where, params = _scope(agent_id)
+    return conn.execute(
+        f"SELECT id, timestamp, locked FROM memories WHERE timestamp != ''{where}", params
+    ).fetchall()
+
+
+def set_timestamps(conn: Conn, rows: Sequence[tuple[int, str]]) -> int:
+    changed = 0
+    for row_id, stamp in rows:
+        changed += conn.execute(
+            "UPDATE memories SET timestamp = ? WHERE id = ? AND locked = 0", (stamp, row_id)
+        ).rowcount
+    return changed
+
+
+def episode_times(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+    where, params = _scope(agent_id)
+    return conn.execute(
+        f"SELECT id, start_time, end_time, created_at, {_CANON} AS canon FROM episodes "
+        f"WHERE (COALESCE(start_time, '') != '' OR COALESCE(end_time, '') != ''){where}", params
+    ).fetchall()
+
+
+def set_episode_times(conn: Conn, rows: Sequence[tuple[int, str | None, str | None]]) -> int:
+    changed = 0
+    for row_id, start, end in rows:
+        changed += conn.execute(
+            "UPDATE episodes SET start_time = ?, end_time = ? WHERE id = ?", (start, end, row_id)
+        ).rowcount
+    return changed
+
+
+def untyped_sources(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+    """Valid-JSON sources whose `type` is missing or not canonical (not `{}` or `null`)."""
+    where, params = _scope(agent_id)
+    return conn.execute(
+        "SELECT id, source, locked FROM memories WHERE json_valid(source) "
+        "AND source NOT IN ('{}', 'null') AND trim(source) NOT IN ('{}', 'null') AND "
+        "(json_type(source) != 'object' OR json_type(source, '$.type') IS NOT 'text' OR "
+        "json_extract(source, '$.type') NOT IN ('User', 'Agent', 'System'))"
+        f"{where} ORDER BY id", params
+    ).fetchall()
+
+
+def set_sources(conn: Conn, rows: Sequence[tuple[int, str]]) -> int:
+    changed = 0
+    for row_id, source in rows:
+        changed += conn.execute("UPDATE memories SET source = ? WHERE id = ? AND locked = 0",
+                                (source, row_id)).rowcount
+    return changed
+
+
+def anonymous_sources(conn: Conn, agent_id: str) -> tuple[int, int]:
+    """(rows with the anonymous User sentinel, rows with `{}` / `null` / empty sources)."""
+    where, params = _scope(agent_id)
+    row = conn.execute(
+        "SELECT "
+        "SUM(CASE WHEN json_valid(source) AND json_type(source) = 'object' "
+        "  AND json_extract(source, '$.type') = 'User' AND COALESCE(json_extract(source, '$.id'),"
+        "  '') = '' AND COALESCE(json_extract(source, '$.name'), '') = '' THEN 1 ELSE 0 END), "
+        "SUM(CASE WHEN trim(source) IN ('{}', 'null', '') THEN 1 ELSE 0 END) "
+        f"FROM memories WHERE 1=1{where}", params
+    ).fetchone()
+    return int(row[0] or 0), int(row[1] or 0)
+
+
+def sentinel_rows(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+    return conn.execute(
+        "SELECT id, content, locked FROM memories WHERE agent_id = ? AND json_valid(source) "
+        "AND json_type(source) = 'object' AND json_extract(source, '$.type') = 'User' "
+        "AND COALESCE(json_extract(source, '$.id'), '') = '' "
+        "AND COALESCE(json_extract(source, '$.name'), '') = '' ORDER BY id", (agent_id,)
+    ).fetchall()
+
+
+# -- profiles, tasks, episodes ---------------------------------------------------------------
+
+
+def oversized_profiles(conn: Conn, cap: int, agent_id: str) -> list[sqlite3.Row]:
+    where, params = _scope(agent_id)
+    return conn.execute(
+        f"SELECT id, length(content) AS n FROM profiles WHERE length(content) > ?{where}",
+        [cap, *params],
+    ).fetchall()
+
+
+def truncate_profiles(conn: Conn, ids: Sequence[int], cap: int) -> int:
+    changed = 0
+    for chunk in _chunks(list(ids)):
+        changed += conn.execute(
+            "UPDATE profiles SET content = substr(content, 1, ?), updated_at = datetime('now') "
+            f"WHERE id IN ({_ids_clause(chunk)})", [cap, *chunk]
+        ).rowcount
+    return changed
+
+
+def truncate_memories(conn: Conn, ids: Sequence[int], cap: int) -> list[int]:
+    """Cut unlocked memories to `cap` characters (NULL embedding); ids that collided on the
+    content UNIQUE index once cut are returned (their text is unchanged)."""
+    clashed = []
+    for row_id in ids:
+        try:
+            conn.execute("SAVEPOINT cut")
+            conn.execute(
+                "UPDATE memories SET content = substr(content, 1, ?), embedding = NULL "
+                "WHERE id = ? AND locked = 0", (cap, row_id)
+            )
+            conn.execute("RELEASE cut")
+        except sqlite3.IntegrityError:
+            conn.execute("ROLLBACK TO cut")
+            conn.execute("RELEASE cut")
+            clashed.append(row_id)
+    return clashed
+
+
+def stale_tasks(conn: Conn, agent_id: str, hours: int = 1) -> list[int]:
+    where, params = _scope(agent_id)
+    rows = conn.execute(
+        "SELECT id FROM pending_memory_tasks WHERE julianday(created_at) < "
+        f"julianday('now') - ? / 24.0{where} ORDER BY id", [hours, *params]
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def delete_tasks(conn: Conn, ids: Sequence[int]) -> int:
+    deleted = 0
+    for chunk in _chunks(list(ids)):
+        deleted += conn.execute(
+            f"DELETE FROM pending_memory_tasks WHERE id IN ({_ids_clause(chunk)})", chunk
+        ).rowcount
+    return deleted
+
+
+def agents_without_profile(conn: Conn, agent_id: str) -> list[str]:
+    where, params = _scope(agent_id, "m.agent_id")
+    rows = conn.execute(
+        "SELECT DISTINCT m.agent_id FROM memories m LEFT JOIN profiles p "
+        f"ON p.agent_id = m.agent_id WHERE p.id IS NULL{where} ORDER BY 1", params
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def profile_updated_at(conn: Conn, agent_id: str) -> tuple[str, float] | None:
+    """(updated_at, age in days) of the agent's profile, or None."""
+    row = conn.execute(
+        "SELECT updated_at, julianday('now') - julianday(updated_at) FROM profiles "
+        "WHERE agent_id = ? AND user_id = ''", (agent_id,)
+    ).fetchone()
+    return None if row is None else (str(row[0]), float(row[1] or 0.0))
+
+
+def orphaned_episodes(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+    """Episodes with a start and end but no memory of the agent stamped inside that span."""
+    return conn.execute(
+        "SELECT e.id, e.start_time, e.end_time FROM episodes e WHERE e.agent_id = ? "
+        "AND julianday(e.start_time) IS NOT NULL AND julianday(e.end_time) IS NOT NULL "
+        "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.agent_id = e.agent_id "
+        "AND julianday(m.timestamp) BETWEEN julianday(e.start_time) AND julianday(e.end_time))"
+        " ORDER BY e.id", (agent_id,)
+    ).fetchall()
+
+
+def newest_texts(conn: Conn, table: str, column: str, agent_id: str,
+                 limit: int) -> list[tuple[int, str]]:
+    where, params = _scope(agent_id)
+    rows = conn.execute(
+        f"SELECT id, {column} FROM {quote_identifier(table)} WHERE 1=1{where} "
+        "ORDER BY id DESC LIMIT ?", [*params, limit]
+    ).fetchall()
+    return [(int(r[0]), str(r[1] or "")) for r in rows]
+
+
+def set_source(conn: Conn, memory_id: int, source: str) -> int:
+    return conn.execute("UPDATE memories SET source = ? WHERE id = ? AND locked = 0",
+                        (source, memory_id)).rowcount

@@ -1,0 +1,121 @@
+"""The checkup CLI: exit codes a CI job can gate on, JSON output, read-only report runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cpersona.engine import Engine
+from cpersona.health.checkup import main
+from health_support import plant
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch, oc_path: Path) -> None:
+    monkeypatch.setenv("CPERSONA_EMBEDDING_MODE", "hashing")
+    monkeypatch.setenv("CPERSONA_OPERATING_CONTEXT_PATH", str(oc_path))
+    monkeypatch.delenv("CPERSONA_DB_PATH", raising=False)
+
+
+def _database(make_engine: Callable[..., Engine], *damage: str) -> str:
+    engine = make_engine()
+    with engine.db.atomic() as conn:
+        for i in range(4):
+            conn.execute("INSERT INTO memories(agent_id, content, timestamp, source) VALUES "
+                         "('a', ?, '2024-01-01T00:00:00+00:00', ?)",
+                         (f"note {i}", '{"type": "User", "id": "u", "name": "U"}'))
+    engine.writer.update_profile("a", "likes notes")
+    plant(engine, "UPDATE memories SET embedding = NULL")
+    plant(engine, *damage) if damage else None
+    path = engine.settings.db_path
+    engine.close()
+    return path
+
+
+def _digest(path: str) -> dict[str, str]:
+    """Hashes of the database and of a non-empty WAL (SQLite itself may leave an empty WAL and
+    a shared-memory index behind a read-only WAL reader: they carry no data)."""
+    out = {}
+    for suffix in ("", "-wal"):
+        file = Path(path + suffix)
+        if file.exists() and file.stat().st_size:
+            out[suffix] = hashlib.sha256(file.read_bytes()).hexdigest()
+    return out
+
+
+def test_checkup_exit_codes_follow_the_verdict(make_engine: Callable[..., Engine],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # Rows without vectors (every one: critical) -> 2; --fix re-embeds -> 0 after.
+    path = _database(make_engine)
+    before = _digest(path)
+    assert main(["--db", path]) == 2
+    assert _digest(path) == before  # report-only: nothing written
+    out = capsys.readouterr().out
+    assert out.startswith("cpersona checkup: 4 memories, 1 critical / 0 warn / ")
+    assert "[critical] null_embedding: " in out and out.rstrip().endswith("exit=2 (unhealthy)")
+    assert main(["--db", path, "--fix"]) == 0
+    assert "(fix applied)" in capsys.readouterr().out
+    assert main(["--db", path]) == 0
+
+
+def test_checkup_degraded_is_one_and_json(make_engine: Callable[..., Engine],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    path = _database(make_engine,
+                     "INSERT INTO pending_memory_tasks(task_type, agent_id, payload, created_at) "
+                     "VALUES ('update_profile', 'a', '{}', datetime('now', '-3 hours'))")
+    assert main(["--db", path, "--fix", "--json", "--deep"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["fixed"] is True and report["status"] == "healthy"
+    assert set(report["deep"]) == {"a"} and "short_content" in report["deep"]["a"]["results"]
+    engine = make_engine()
+    plant(engine, "INSERT INTO pending_memory_tasks(task_type, agent_id, payload, created_at) "
+          "VALUES ('update_profile', 'a', '{}', datetime('now', '-3 hours'))")
+    engine.close()
+    assert main(["--db", path, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "degraded" and report["fixed"] is False
+    assert main(["--db", path, "--strict"]) == 1
+
+
+def test_checkup_could_not_run_is_three(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere.db"
+    assert main(["--db", str(missing)]) == 3
+    assert not missing.exists()  # report-only never creates a database
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not sqlite" * 100)
+    assert main(["--db", str(garbage)]) == 3
+    assert "could not run" in capsys.readouterr().err
+
+
+def test_checkup_opens_a_2_5_12_database_read_only(tmp_path: Path) -> None:
+    fixture = Path("/work/shared/fixtures/cpersona-2.5.12-sample.db")
+    if not fixture.exists():
+        pytest.skip("the 2.5.12 fixture is not available")
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{fixture}{suffix}").exists():
+            shutil.copy(f"{fixture}{suffix}", tmp_path / f"old.db{suffix}")
+    path = str(tmp_path / "old.db")
+    os.chmod(path, 0o600)
+    before = _digest(path)
+    # Hashing vectors of another embedder: the model check sees it (degraded), nothing else.
+    assert main(["--db", path, "--json"]) == 1
+    assert _digest(path) == before
+    assert not any(p.name.endswith((".vec", ".vec.lock")) for p in tmp_path.iterdir())
+
+
+def test_checkup_as_a_module(make_engine: Callable[..., Engine]) -> None:
+    path = _database(make_engine)
+    env: dict[str, Any] = {**os.environ, "CPERSONA_DB_PATH": path}
+    done = subprocess.run([sys.executable, "-m", "cpersona.checkup"], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "exit=2 (unhealthy)" in done.stdout
