@@ -93,6 +93,7 @@ class UpdateCheck:
         self.fetch = fetch or _fetch_index
         db = settings.db_path
         self.cache = None if db == ":memory:" else Path(db).resolve().parent / "update-check.json"
+        self._told: set[str] = set()
 
     def _read_cache(self) -> dict[str, Any] | None:
         if self.cache is None:
@@ -197,6 +198,22 @@ class UpdateCheck:
         tail = (done.stdout + done.stderr).splitlines()[-OUTPUT_TAIL_LINES:]
         return {"applied": done.returncode == 0, "exit_code": done.returncode,
                 "output_tail": tail, "restart_required": True, "install": install}
+
+    def notice(self, bucket: str) -> dict[str, Any] | None:
+        """The recall `update` notice: at most once per session bucket, from the cached verdict
+        (never looks anything up), and only while checks are enabled."""
+        if not self.enabled or bucket in self._told:
+            return None
+        cached = self._read_cache()
+        v = cached.get("verdict", {}) if cached is not None else {}
+        if v.get("kind") not in ("newer", "yanked", "prerelease_final"):
+            return None
+        self._told.add(bucket)
+        hint = install_hint()
+        return {"kind": v["kind"], "running": __version__, "available": v.get("available"),
+                "install": {"method": hint["method"], "command": hint["command"],
+                            "restart_required": True},
+                "message": v.get("reason"), "reason": v.get("reason")}
 
     def health_issues(self) -> list[dict[str, Any]]:
         """`update_available` / `version_yanked` from the cached verdict (never looks up)."""

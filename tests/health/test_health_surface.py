@@ -95,7 +95,7 @@ async def test_health_operating_context_checks(connect: Any, oc_path: Any) -> No
 
 async def test_deep_check_results_and_fixes(tools: Any) -> None:
     await corpus(tools)
-    short = await tools("store", {"agent_id": "a", "message": {"content": "ok"}})
+    await tools("store", {"agent_id": "a", "message": {"content": "ok"}})
     locked = await tools("store", {"agent_id": "a", "message": {"content": "yes"}})
     await tools("lock_memory", {"memory_id": locked["id"]})
     anon = {"type": "User", "id": "", "name": ""}
@@ -163,6 +163,7 @@ async def test_check_update_disabled_by_default(tools: Any) -> None:
     assert called == []  # nothing is ever looked up while disabled
     assert not os.path.exists(os.path.join(os.path.dirname(tools.engine.settings.db_path),
                                            "update-check.json"))
+    assert "update" not in await tools("recall", {"agent_id": "a", "query": "x"})
 
 
 async def test_check_update_enabled_verdicts(connect: Any) -> None:
@@ -181,6 +182,13 @@ async def test_check_update_enabled_verdicts(connect: Any) -> None:
         assert (await tools("check_update"))["state"] == "newer"
         health = await tools("check_health", {"checks": ["schema_version"]})
         assert of(health, "update_status")[0]["type"] == "update_available"
+        # recall tells each session once.
+        recalled = await tools("recall", {"agent_id": "a", "query": "x", "session_key": "s"})
+        assert recalled["update"]["kind"] == "newer"
+        assert recalled["update"]["install"]["restart_required"] is True
+        assert "update" not in await tools("recall", {"agent_id": "a", "query": "x",
+                                                      "session_key": " s "})
+        assert "update" in await tools("recall", {"agent_id": "a", "query": "x"})
         updates.fetch = lambda: {__version__: True, "0.0.1": False}
         out = await tools("check_update", {"refresh": True, "apply": True})
         assert out["state"] == "yanked"

@@ -12,6 +12,7 @@ from cpersona.retrieval import messages as msgs
 from cpersona.retrieval.pipeline import RecallRequest, RecallResult
 from cpersona.server.registry import Annotations, ToolSpec
 from cpersona.server.tools.memory import SESSION_KEY, STR
+from cpersona.session import bucket
 
 LIMIT = {"type": "integer", "minimum": 0, "maximum": 100, "default": 10}
 
@@ -45,6 +46,9 @@ def _envelope(engine: Any, a: dict[str, Any], gate: Gate, result: RecallResult,
         out["gate_fallback"] = True
     if result.advisory is not None:
         out["advisory"] = result.advisory
+    notice = engine.updates.notice(bucket(a["session_key"]).name)
+    if notice is not None:
+        out["update"] = notice
     cap = engine.settings.recall_preview_chars
     if a["full_content"]:
         if msgs.apply_full_content_budget(messages, cap):
