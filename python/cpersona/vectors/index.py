@@ -77,12 +77,12 @@ class VectorIndex:
             raise ValueError(f"no vector index for table {table!r}")
         self.db = db
         self.table = table
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if db.is_memory:
             # An in-memory database keeps its index in a private temporary directory.
             self._tmp = tempfile.TemporaryDirectory(prefix="cpersona-vec-")
             base = Path(self._tmp.name) / "memory.db"
         else:
-            self._tmp = None
             base = Path(directory) / Path(db.path).name if directory else Path(db.path)
         self.path = Path(f"{base}.{table}.vec")
         self.lock_path = Path(f"{self.path}.lock")
