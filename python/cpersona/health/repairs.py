@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from cpersona.health.checks import TABLES, Issue
 from cpersona.health.context import HealthContext
@@ -120,7 +119,7 @@ def dedup_msg_id_index(ctx: HealthContext, issues: list[Issue]) -> None:
     for i in issues:
         i["msg_ids_blanked"] = blanked
         try:
-            with _savepoint(conn, "msgidx"):
+            with sql.savepoint(conn, "msgidx"):
                 sql.execute(conn, ddl)
             i["fixed"] = True
         except sqlite3.IntegrityError as exc:
@@ -136,7 +135,7 @@ def schema_objects(ctx: HealthContext, issues: list[Issue]) -> None:
         kind, ddl, state = plan[i["object"]]
         try:
             # A drifted object is dropped and recreated; on failure the savepoint restores it.
-            with _savepoint(conn, "schemaobj"):
+            with sql.savepoint(conn, "schemaobj"):
                 if state == "drifted":
                     sql.drop_object(conn, kind, i["object"])
                 sql.execute(conn, ddl)
@@ -246,18 +245,6 @@ def embedding_model(ctx: HealthContext, issues: list[Issue]) -> None:
     for i in issues:
         i["fixed"] = sum(len(ids) for ids in nulled.values())
         i["_nulled_tables"] = nulled
-
-
-@contextmanager
-def _savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
-    conn.execute(f"SAVEPOINT {name}")
-    try:
-        yield
-    except BaseException:
-        conn.execute(f"ROLLBACK TO {name}")
-        conn.execute(f"RELEASE {name}")
-        raise
-    conn.execute(f"RELEASE {name}")
 
 
 #: Post-commit repairs (outside the write lock): the vector index rebuild.

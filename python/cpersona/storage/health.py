@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from cpersona.storage import schema
@@ -330,6 +331,19 @@ def object_sql(conn: Conn, name: str) -> str | None:
 def drop_object(conn: Conn, kind: str, name: str) -> None:
     conn.execute(f"DROP {'TRIGGER' if kind == 'trigger' else 'INDEX'} IF EXISTS "
                  f"{quote_identifier(name)}")
+
+
+@contextmanager
+def savepoint(conn: Conn, name: str) -> Iterator[None]:
+    """A nested savepoint: rolled back alone (restoring what it dropped) when the block fails."""
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        conn.execute(f"ROLLBACK TO {name}")
+        conn.execute(f"RELEASE {name}")
+        raise
+    conn.execute(f"RELEASE {name}")
 
 
 def execute(conn: Conn, ddl: str) -> None:
