@@ -434,12 +434,7 @@ def test_older_index_file_after_the_log_was_trimmed(
         engine.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="storage/schema.py: REPLACE deletes the conflicting row without firing delete "
-    "triggers (recursive_triggers is off), and the update trigger does not watch `id`, so "
-    "vector_log misses both and the index keeps a row SQLite no longer has",
-)
+# REPLACE fires delete triggers (recursive_triggers is on) and the update trigger watches `id`.
 @pytest.mark.parametrize("write", ["insert-or-replace", "update-id"])
 def test_writes_the_log_does_not_see(world_dir: Path, write: str) -> None:
     engine = new_engine(world_dir / "m.db")

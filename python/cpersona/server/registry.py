@@ -78,7 +78,7 @@ def coerce(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for name, prop in spec.properties.items():
-        default = spec.defaults.get(name, _DEFAULTS.get(_first_type(prop), None))
+        default = spec.defaults.get(name, _DEFAULTS.get(_first_type(prop)))
         value = arguments.get(name, _MISSING)
         out[name] = value if _fits(prop, value) else default
     return out

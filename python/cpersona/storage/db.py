@@ -78,6 +78,9 @@ class Database:
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA foreign_keys=ON")
+        # REPLACE conflict resolution then fires delete triggers, so the FTS index and the
+        # vector log also see rows a REPLACE removes.
+        conn.execute("PRAGMA recursive_triggers=ON")
         if self._tracer is not None:
             tracer = self._tracer
             conn.set_trace_callback(lambda sql: tracer(sql, None))

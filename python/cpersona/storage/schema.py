@@ -165,8 +165,11 @@ END""",
         f"""CREATE TRIGGER IF NOT EXISTS cpersona_vlog_{table}_ad AFTER DELETE ON {table} BEGIN
     INSERT INTO vector_log(tbl, row_id, op) VALUES ('{table}', old.id, 'd');
 END""",
-        f"""CREATE TRIGGER IF NOT EXISTS cpersona_vlog_{table}_au AFTER UPDATE OF {cols} ON {table} BEGIN
-    INSERT INTO vector_log(tbl, row_id, op) VALUES ('{table}', new.id, 'u');
+        # Watches `id` too and logs both ids: a row renumbered leaves its old slot behind.
+        f"""CREATE TRIGGER IF NOT EXISTS cpersona_vlog_{table}_au AFTER UPDATE OF id, {cols} ON {table}
+BEGIN
+    INSERT INTO vector_log(tbl, row_id, op) VALUES ('{table}', old.id, 'u');
+    INSERT INTO vector_log(tbl, row_id, op) SELECT '{table}', new.id, 'u' WHERE new.id <> old.id;
 END""",
     )
 
@@ -294,9 +297,16 @@ LADDER: tuple[Step, ...] = (
     Step("v13_column_scoped_triggers", _step13, 13),
 )
 
+def _vector_log_watches_ids(conn: sqlite3.Connection, fts: bool) -> None:
+    for table in ("memories", "episodes"):
+        conn.execute(f"DROP TRIGGER IF EXISTS cpersona_vlog_{table}_au")
+    _vector_log(conn, fts)
+
+
 OWN_STEPS: tuple[Step, ...] = (
     Step("cpersona_0001_meta", _meta),
     Step("cpersona_0002_vector_log", _vector_log),
+    Step("cpersona_0003_vector_log_watches_ids", _vector_log_watches_ids),
 )
 
 
