@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings as hyp_settings
+from hypothesis import HealthCheck
+from hypothesis import settings as hyp_settings
 
 hyp_settings.register_profile("dev", max_examples=50, deadline=None)
 hyp_settings.register_profile(

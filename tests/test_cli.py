@@ -51,8 +51,9 @@ def test_console_script_is_installed(tmp_path):
     script = Path(sys.executable).with_name("cpersona")
     if not script.exists():
         pytest.skip("console script not beside this interpreter")
-    out = subprocess.run([str(script), "--version"], capture_output=True, text=True,
-                         timeout=TIMEOUT)
+    out = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, timeout=TIMEOUT
+    )
     assert (out.returncode, out.stdout.strip()) == (0, f"cpersona {__version__}")
 
 

@@ -28,7 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"cpersona {__version__}")
     sub = parser.add_subparsers(dest="command")
-    serve = sub.add_parser("serve", help="serve MCP (stdio unless CPERSONA_TRANSPORT says otherwise)")
+    serve = sub.add_parser(
+        "serve", help="serve MCP (stdio unless CPERSONA_TRANSPORT says otherwise)"
+    )
     serve.add_argument(
         "--transport",
         choices=("stdio", "streamable-http"),

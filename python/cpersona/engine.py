@@ -30,9 +30,7 @@ log = logging.getLogger("cpersona")
 class Engine:
     """Opened once per server process (or per test) and closed at shutdown."""
 
-    def __init__(
-        self, settings: Settings, *, embedder: EmbeddingProvider | None = None
-    ) -> None:
+    def __init__(self, settings: Settings, *, embedder: EmbeddingProvider | None = None) -> None:
         self.settings = settings
         if embedder is None:
             from cpersona.embedding import make_provider
@@ -47,9 +45,7 @@ class Engine:
         self.db: Database = open_database(
             settings.db_path, fts_enabled=settings.fts_enabled, tracer=tracer
         )
-        self.indexes = {
-            table: VectorIndex(self.db, table) for table in ("memories", "episodes")
-        }
+        self.indexes = {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
         self.writer = Writer(self.db, settings, self.embedder, after_write=self._after_write)
         self.thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
         self.health = EmbeddingHealth(settings.transport)

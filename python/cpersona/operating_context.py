@@ -56,8 +56,12 @@ class Gate:
 
     def refused(self, **collection: Any) -> dict[str, Any]:
         """The refusal shape: `{ok: false, error, operating_context_revision, ...collection}`."""
-        return {"ok": False, "error": self.refusal, "operating_context_revision": self.revision,
-                **collection}
+        return {
+            "ok": False,
+            "error": self.refusal,
+            "operating_context_revision": self.revision,
+            **collection,
+        }
 
 
 class SchemaError(ValueError):
@@ -126,8 +130,10 @@ class OperatingContext:
         if auto:
             mapped = context.defaults.get(agent_id)
             if mapped is None:
-                text = (f"@auto has no [defaults] mapping for agent_id '{agent_id}' (rev {rev}); "
-                        "resolved to '' (global pool)")
+                text = (
+                    f"@auto has no [defaults] mapping for agent_id '{agent_id}' (rev {rev}); "
+                    "resolved to '' (global pool)"
+                )
                 if write and context.enforce == "reject":
                     return Gate(project_id, refusal=text, revision=rev)
                 value = ""
@@ -135,8 +141,12 @@ class OperatingContext:
                     warning = text
             else:
                 value = mapped
-        if (value and context.enforce != "off" and context.project_ids is not None
-                and value not in context.project_ids):
+        if (
+            value
+            and context.enforce != "off"
+            and context.project_ids is not None
+            and value not in context.project_ids
+        ):
             text = f"project_id '{value}' not in registry (rev {rev})"
             if write and context.enforce == "reject":
                 return Gate(project_id, refusal=text, revision=rev)
@@ -153,24 +163,32 @@ class OperatingContext:
     def describe(self, section: str) -> dict[str, Any]:
         context, why = self.load()
         if context is None:
-            return {"ok": False, "enabled": False,
-                    "error": f"operating context is dormant — {why}"}
+            return {"ok": False, "enabled": False, "error": f"operating context is dormant — {why}"}
         names = sorted(context.doctrine)
         if not section:
             return {
                 "ok": True,
                 "context_revision": context.revision,
                 "instructions_summary": context.summary,
-                "registry": {"project_ids": list(context.project_ids or ()),
-                             "enforce": context.enforce},
+                "registry": {
+                    "project_ids": list(context.project_ids or ()),
+                    "enforce": context.enforce,
+                },
                 "defaults": dict(context.defaults),
                 "doctrine_sections": names,
             }
         if section not in context.doctrine:
-            return {"ok": False, "error": f"unknown doctrine section '{section}'",
-                    "doctrine_sections": names}
-        return {"ok": True, "context_revision": context.revision, "section": section,
-                "body": context.doctrine[section]}
+            return {
+                "ok": False,
+                "error": f"unknown doctrine section '{section}'",
+                "doctrine_sections": names,
+            }
+        return {
+            "ok": True,
+            "context_revision": context.revision,
+            "section": section,
+            "body": context.doctrine[section],
+        }
 
 
 def _read(path: str) -> tuple[Context | None, str]:
@@ -206,8 +224,7 @@ def parse(data: dict[str, Any]) -> Context:
         raise SchemaError("[instructions].summary must be a string")
     registry = _table(data, "registry")
     ids = registry.get("project_ids")
-    if ids is not None and (not isinstance(ids, list)
-                            or not all(isinstance(p, str) for p in ids)):
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(p, str) for p in ids)):
         raise SchemaError("[registry].project_ids must be an array of strings")
     enforce = registry.get("enforce", "warn")
     if enforce not in ENFORCE_MODES:

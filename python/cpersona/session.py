@@ -69,8 +69,13 @@ def skip_reason(tool: str, state: str) -> str:
 
 def skip_shape(tool: str, state: str, **fields: Any) -> dict[str, Any]:
     """`{ok: true, **fields, persisted: false, dry_run: true, reason}` for a paused write."""
-    return {"ok": True, **fields, "persisted": False, "dry_run": True,
-            "reason": skip_reason(tool, state)}
+    return {
+        "ok": True,
+        **fields,
+        "persisted": False,
+        "dry_run": True,
+        "reason": skip_reason(tool, state),
+    }
 
 
 def marked(tool: str, state: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -114,8 +119,7 @@ class Pauses:
                     f"{_iso(earliest)}; retry then, or resume a pause you hold.",
                 }
             live[b.name] = now + ttl  # re-pausing replaces the deadline (no stacking)
-        return {"paused": True, "expires_at": _iso(now + ttl), "ttl_seconds": ttl,
-                "scope": b.scope}
+        return {"paused": True, "expires_at": _iso(now + ttl), "ttl_seconds": ttl, "scope": b.scope}
 
     def resume(self, session_key: Any) -> dict[str, Any]:
         b = bucket(session_key)
@@ -129,8 +133,12 @@ class Pauses:
             now = self.clock()
             deadline = self._live(now).get(b.name)
         if deadline is None:
-            return {"paused": False, "expires_at": None, "ttl_remaining_seconds": None,
-                    "scope": b.scope}
+            return {
+                "paused": False,
+                "expires_at": None,
+                "ttl_remaining_seconds": None,
+                "scope": b.scope,
+            }
         return {
             "paused": True,
             "expires_at": _iso(deadline),

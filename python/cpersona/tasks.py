@@ -44,8 +44,12 @@ class TaskQueue:
     def status(self) -> dict[str, Any]:
         s = self.settings
         pending = task_sql.count(self.db) if s.task_queue_enabled else 0
-        return {"enabled": s.task_queue_enabled, "pending": pending,
-                "max_retries": s.task_max_retries, "retry_delay": s.task_retry_delay}
+        return {
+            "enabled": s.task_queue_enabled,
+            "pending": pending,
+            "max_retries": s.task_max_retries,
+            "retry_delay": s.task_retry_delay,
+        }
 
     def start(self) -> threading.Thread | None:
         """Drain leftover rows in the background (only when the queue is enabled)."""
@@ -81,8 +85,12 @@ class TaskQueue:
                     task_sql.bump_retries(self.db, task.id)
                     self.stopping.wait(self.settings.task_retry_delay)
                     continue
-                log.warning("task %d (%s) failed %d times; discarded", task.id, task.task_type,
-                            task.retries + 1)
+                log.warning(
+                    "task %d (%s) failed %d times; discarded",
+                    task.id,
+                    task.task_type,
+                    task.retries + 1,
+                )
             task_sql.delete(self.db, task.id)
             done += 1
         return done
@@ -95,8 +103,14 @@ class TaskQueue:
             log.warning("task %d discarded: its payload is not JSON", task.id)
             return True
         if task.task_type == "update_profile" and isinstance(payload, dict):
-            text = next((payload[k] for k in ("profile", "content", "text")
-                         if isinstance(payload.get(k), str)), None)
+            text = next(
+                (
+                    payload[k]
+                    for k in ("profile", "content", "text")
+                    if isinstance(payload.get(k), str)
+                ),
+                None,
+            )
             if text is None:
                 log.warning("task %d discarded: no profile text in its payload", task.id)
                 return True

@@ -73,15 +73,25 @@ def install_hint() -> dict[str, Any]:
     for parent in here.parents:
         if (parent / ".git").exists() and (parent / "pyproject.toml").exists():
             command = ["git", "-C", str(parent), "pull", "--ff-only"]
-            return {"method": "checkout", "command": command,
-                    "note": "a source checkout: pull, then rebuild (maturin develop)",
-                    "restart_required": True}
+            return {
+                "method": "checkout",
+                "command": command,
+                "note": "a source checkout: pull, then rebuild (maturin develop)",
+                "restart_required": True,
+            }
     if "uv" in Path(sys.prefix).parts and "tools" in Path(sys.prefix).parts:
-        return {"method": "uvx", "command": ["uvx", "cpersona@latest"],
-                "note": "uvx runs the newest release on the next start", "restart_required": True}
-    return {"method": "pip",
-            "command": [sys.executable, "-m", "pip", "install", "--upgrade", "cpersona"],
-            "note": "installs into this interpreter's environment", "restart_required": True}
+        return {
+            "method": "uvx",
+            "command": ["uvx", "cpersona@latest"],
+            "note": "uvx runs the newest release on the next start",
+            "restart_required": True,
+        }
+    return {
+        "method": "pip",
+        "command": [sys.executable, "-m", "pip", "install", "--upgrade", "cpersona"],
+        "note": "installs into this interpreter's environment",
+        "restart_required": True,
+    }
 
 
 class UpdateCheck:
@@ -121,29 +131,50 @@ class UpdateCheck:
     def _judge(self, versions: dict[str, bool]) -> dict[str, Any]:
         running = __version__
         if running not in versions:
-            return {"state": "unlisted", "kind": None, "available": None,
-                    "reason": f"cpersona {running} is not on the package index; releases "
-                    "listed there under this name may belong to another project, so none "
-                    "is suggested"}
+            return {
+                "state": "unlisted",
+                "kind": None,
+                "available": None,
+                "reason": f"cpersona {running} is not on the package index; releases "
+                "listed there under this name may belong to another project, so none "
+                "is suggested",
+            }
         finals = [v for v in versions if _key(v)[1] and not versions[v]]
         newest = max(finals, key=_key, default=None)
         if versions[running]:
-            return {"state": "yanked", "kind": "yanked", "available": newest,
-                    "reason": f"every file of cpersona {running} was withdrawn from the index"}
+            return {
+                "state": "yanked",
+                "kind": "yanked",
+                "available": newest,
+                "reason": f"every file of cpersona {running} was withdrawn from the index",
+            }
         if newest is not None and _key(newest) > _key(running):
             kind = "newer" if _key(running)[1] else "prerelease_final"
-            return {"state": "newer", "kind": kind, "available": newest,
-                    "reason": f"cpersona {newest} is available"}
-        return {"state": "ok", "kind": None, "available": None,
-                "reason": f"cpersona {running} is the newest release"}
+            return {
+                "state": "newer",
+                "kind": kind,
+                "available": newest,
+                "reason": f"cpersona {newest} is available",
+            }
+        return {
+            "state": "ok",
+            "kind": None,
+            "available": None,
+            "reason": f"cpersona {running} is the newest release",
+        }
 
     def verdict(self, refresh: bool = False) -> dict[str, Any]:
         """The current verdict; looks up the index only when enabled (and due or asked)."""
         base = {"running": __version__, "checked_at": None, "refreshed": False}
         if not self.enabled:
-            return {**base, "state": "disabled", "kind": None, "available": None,
-                    "reason": "release checks are off (CPERSONA_UPDATE_CHECK=true turns them "
-                    "on); nothing was looked up"}
+            return {
+                **base,
+                "state": "disabled",
+                "kind": None,
+                "available": None,
+                "reason": "release checks are off (CPERSONA_UPDATE_CHECK=true turns them "
+                "on); nothing was looked up",
+            }
         cached = self._read_cache()
         now = datetime.now(UTC)
         if cached is not None and not refresh:
@@ -156,11 +187,21 @@ class UpdateCheck:
         try:
             judged = self._judge(self.fetch())
         except Exception as exc:  # any network or format failure: no verdict, never fatal
-            return {**base, "state": "unknown", "kind": None, "available": None,
-                    "reason": f"the release check failed: {type(exc).__name__}: {exc}"}
+            return {
+                **base,
+                "state": "unknown",
+                "kind": None,
+                "available": None,
+                "reason": f"the release check failed: {type(exc).__name__}: {exc}",
+            }
         stamp = now.isoformat(timespec="seconds")
-        self._write_cache({"fetched_at": stamp, "running": __version__,
-                           "verdict": {**judged, "running": __version__}})
+        self._write_cache(
+            {
+                "fetched_at": stamp,
+                "running": __version__,
+                "verdict": {**judged, "running": __version__},
+            }
+        )
         return {**base, **judged, "checked_at": stamp, "refreshed": True}
 
     def report(self, refresh: bool, apply: bool) -> dict[str, Any]:
@@ -168,10 +209,16 @@ class UpdateCheck:
         v = self.verdict(refresh and self.enabled)
         install = install_hint()
         if v.get("available") and install["method"] == "pip":
-            install = {**install, "command": [*install["command"][:-1],
-                                              f"cpersona=={v['available']}"]}
-        out: dict[str, Any] = {"enabled": self.enabled, **v, "install": install,
-                               "_meta": {"server_version": __version__}}
+            install = {
+                **install,
+                "command": [*install["command"][:-1], f"cpersona=={v['available']}"],
+            }
+        out: dict[str, Any] = {
+            "enabled": self.enabled,
+            **v,
+            "install": install,
+            "_meta": {"server_version": __version__},
+        }
         if v["state"] in ("newer", "yanked"):
             out["message"] = v["reason"]
         if apply:
@@ -180,24 +227,46 @@ class UpdateCheck:
 
     def _apply(self, v: dict[str, Any], install: dict[str, Any]) -> dict[str, Any]:
         if not self.enabled:
-            return {"applied": False, "restart_required": False, "install": install,
-                    "reason": "release checks are off (CPERSONA_UPDATE_CHECK=true); nothing "
-                    "was installed"}
+            return {
+                "applied": False,
+                "restart_required": False,
+                "install": install,
+                "reason": "release checks are off (CPERSONA_UPDATE_CHECK=true); nothing "
+                "was installed",
+            }
         if v["state"] != "newer":
-            return {"applied": False, "restart_required": False, "install": install,
-                    "reason": f"no newer release is known (state {v['state']})"}
+            return {
+                "applied": False,
+                "restart_required": False,
+                "install": install,
+                "reason": f"no newer release is known (state {v['state']})",
+            }
         if install["method"] not in ("pip", "checkout"):
-            return {"applied": False, "restart_required": False, "install": install,
-                    "reason": f"cannot install automatically for method {install['method']}"}
+            return {
+                "applied": False,
+                "restart_required": False,
+                "install": install,
+                "reason": f"cannot install automatically for method {install['method']}",
+            }
         try:
-            done = subprocess.run(install["command"], capture_output=True, text=True,
-                                  timeout=600, check=False)
+            done = subprocess.run(
+                install["command"], capture_output=True, text=True, timeout=600, check=False
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            return {"applied": False, "restart_required": False, "install": install,
-                    "reason": f"{type(exc).__name__}: {exc}"}
+            return {
+                "applied": False,
+                "restart_required": False,
+                "install": install,
+                "reason": f"{type(exc).__name__}: {exc}",
+            }
         tail = (done.stdout + done.stderr).splitlines()[-OUTPUT_TAIL_LINES:]
-        return {"applied": done.returncode == 0, "exit_code": done.returncode,
-                "output_tail": tail, "restart_required": True, "install": install}
+        return {
+            "applied": done.returncode == 0,
+            "exit_code": done.returncode,
+            "output_tail": tail,
+            "restart_required": True,
+            "install": install,
+        }
 
     def notice(self, bucket: str) -> dict[str, Any] | None:
         """The recall `update` notice: at most once per session bucket, from the cached verdict
@@ -210,10 +279,18 @@ class UpdateCheck:
             return None
         self._told.add(bucket)
         hint = install_hint()
-        return {"kind": v["kind"], "running": __version__, "available": v.get("available"),
-                "install": {"method": hint["method"], "command": hint["command"],
-                            "restart_required": True},
-                "message": v.get("reason"), "reason": v.get("reason")}
+        return {
+            "kind": v["kind"],
+            "running": __version__,
+            "available": v.get("available"),
+            "install": {
+                "method": hint["method"],
+                "command": hint["command"],
+                "restart_required": True,
+            },
+            "message": v.get("reason"),
+            "reason": v.get("reason"),
+        }
 
     def health_issues(self) -> list[dict[str, Any]]:
         """`update_available` / `version_yanked` from the cached verdict (never looks up)."""
@@ -224,9 +301,23 @@ class UpdateCheck:
             return []
         v = cached.get("verdict", {})
         if v.get("state") == "newer":
-            return [{"type": "update_available", "severity": "info", "check": "update_status",
-                     "running": __version__, "available": v.get("available")}]
+            return [
+                {
+                    "type": "update_available",
+                    "severity": "info",
+                    "check": "update_status",
+                    "running": __version__,
+                    "available": v.get("available"),
+                }
+            ]
         if v.get("state") == "yanked":
-            return [{"type": "version_yanked", "severity": "warn", "check": "update_status",
-                     "running": __version__, "reason": v.get("reason")}]
+            return [
+                {
+                    "type": "version_yanked",
+                    "severity": "warn",
+                    "check": "update_status",
+                    "running": __version__,
+                    "reason": v.get("reason"),
+                }
+            ]
         return []

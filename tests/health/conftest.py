@@ -90,4 +90,3 @@ def connect(make_engine: Callable[..., Engine]) -> Callable[..., Any]:
 async def tools(connect: Callable[..., Any]) -> AsyncIterator[Tools]:
     async with connect() as t:
         yield t
-

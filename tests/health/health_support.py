@@ -29,9 +29,17 @@ def rows(engine: Engine, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[A
 async def corpus(tools: Any, n: int = 6, agent: str = "a") -> list[int]:
     ids = []
     for i in range(n):
-        out = await tools("store", {"agent_id": agent, "message": {
-            "content": f"memory {i}: the release train leaves at {i} o'clock from platform {i}",
-            "source": {"type": "User", "id": "u1", "name": "Ann"}}})
+        out = await tools(
+            "store",
+            {
+                "agent_id": agent,
+                "message": {
+                    "content": f"memory {i}: the release train leaves at {i} o'clock "
+                    f"from platform {i}",
+                    "source": {"type": "User", "id": "u1", "name": "Ann"},
+                },
+            },
+        )
         ids.append(out["id"])
     await tools("update_profile", {"agent_id": agent, "profile": "likes trains"})
     return ids

@@ -29,9 +29,11 @@ def _database(make_engine: Callable[..., Engine], *damage: str) -> str:
     engine = make_engine()
     with engine.db.atomic() as conn:
         for i in range(4):
-            conn.execute("INSERT INTO memories(agent_id, content, timestamp, source) VALUES "
-                         "('a', ?, '2024-01-01T00:00:00+00:00', ?)",
-                         (f"note {i}", '{"type": "User", "id": "u", "name": "U"}'))
+            conn.execute(
+                "INSERT INTO memories(agent_id, content, timestamp, source) VALUES "
+                "('a', ?, '2024-01-01T00:00:00+00:00', ?)",
+                (f"note {i}", '{"type": "User", "id": "u", "name": "U"}'),
+            )
     engine.writer.update_profile("a", "likes notes")
     plant(engine, "UPDATE memories SET embedding = NULL")
     plant(engine, *damage) if damage else None
@@ -51,8 +53,9 @@ def _digest(path: str) -> dict[str, str]:
     return out
 
 
-def test_checkup_exit_codes_follow_the_verdict(make_engine: Callable[..., Engine],
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_checkup_exit_codes_follow_the_verdict(
+    make_engine: Callable[..., Engine], capsys: pytest.CaptureFixture[str]
+) -> None:
     # Rows without vectors (every one: critical) -> 2; --fix re-embeds -> 0 after.
     path = _database(make_engine)
     before = _digest(path)
@@ -66,18 +69,24 @@ def test_checkup_exit_codes_follow_the_verdict(make_engine: Callable[..., Engine
     assert main(["--db", path]) == 0
 
 
-def test_checkup_degraded_is_one_and_json(make_engine: Callable[..., Engine],
-                                          capsys: pytest.CaptureFixture[str]) -> None:
-    path = _database(make_engine,
-                     "INSERT INTO pending_memory_tasks(task_type, agent_id, payload, created_at) "
-                     "VALUES ('update_profile', 'a', '{}', datetime('now', '-3 hours'))")
+def test_checkup_degraded_is_one_and_json(
+    make_engine: Callable[..., Engine], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _database(
+        make_engine,
+        "INSERT INTO pending_memory_tasks(task_type, agent_id, payload, created_at) "
+        "VALUES ('update_profile', 'a', '{}', datetime('now', '-3 hours'))",
+    )
     assert main(["--db", path, "--fix", "--json", "--deep"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["fixed"] is True and report["status"] == "healthy"
     assert set(report["deep"]) == {"a"} and "short_content" in report["deep"]["a"]["results"]
     engine = make_engine()
-    plant(engine, "INSERT INTO pending_memory_tasks(task_type, agent_id, payload, created_at) "
-          "VALUES ('update_profile', 'a', '{}', datetime('now', '-3 hours'))")
+    plant(
+        engine,
+        "INSERT INTO pending_memory_tasks(task_type, agent_id, payload, created_at) "
+        "VALUES ('update_profile', 'a', '{}', datetime('now', '-3 hours'))",
+    )
     engine.close()
     assert main(["--db", path, "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
@@ -85,8 +94,7 @@ def test_checkup_degraded_is_one_and_json(make_engine: Callable[..., Engine],
     assert main(["--db", path, "--strict"]) == 1
 
 
-def test_checkup_could_not_run_is_three(tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_checkup_could_not_run_is_three(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nowhere.db"
     assert main(["--db", str(missing)]) == 3
     assert not missing.exists()  # report-only never creates a database
@@ -115,7 +123,13 @@ def test_checkup_opens_a_2_5_12_database_read_only(tmp_path: Path) -> None:
 def test_checkup_as_a_module(make_engine: Callable[..., Engine]) -> None:
     path = _database(make_engine)
     env: dict[str, Any] = {**os.environ, "CPERSONA_DB_PATH": path}
-    done = subprocess.run([sys.executable, "-m", "cpersona.checkup"], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "cpersona.checkup"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2, done.stderr
     assert "exit=2 (unhealthy)" in done.stdout

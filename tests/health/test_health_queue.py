@@ -27,8 +27,12 @@ def _drain(tools: Any) -> None:
 
 
 async def test_queue_status_empty_is_normal(tools: Any) -> None:
-    assert await tools("get_queue_status") == {"enabled": True, "pending": 0, "max_retries": 3,
-                                               "retry_delay": 30}
+    assert await tools("get_queue_status") == {
+        "enabled": True,
+        "pending": 0,
+        "max_retries": 3,
+        "retry_delay": 30,
+    }
 
 
 async def test_queue_drains_legacy_rows(connect: Any) -> None:
@@ -36,8 +40,12 @@ async def test_queue_drains_legacy_rows(connect: Any) -> None:
         plant(tools.engine, TASKS)
         assert (await tools("get_queue_status"))["pending"] == 5
         _drain(tools)
-        assert await tools("get_queue_status") == {"enabled": True, "pending": 0,
-                                                   "max_retries": 2, "retry_delay": 0}
+        assert await tools("get_queue_status") == {
+            "enabled": True,
+            "pending": 0,
+            "max_retries": 2,
+            "retry_delay": 0,
+        }
         assert (await tools("get_profile", {"agent_id": "a"})) == {"profile": "likes rain"}
         assert (await tools("get_profile", {"agent_id": "c"})) == {"profile": ""}
         assert (await tools("list_episodes", {}))["count"] == 0
@@ -54,7 +62,11 @@ async def test_queue_discards_while_keyless_bucket_paused(tools: Any) -> None:
 async def test_queue_disabled_reports_zero_and_never_drains(connect: Any) -> None:
     async with connect(task_queue_enabled=False) as tools:
         plant(tools.engine, TASKS)
-        assert await tools("get_queue_status") == {"enabled": False, "pending": 0,
-                                                   "max_retries": 3, "retry_delay": 30}
+        assert await tools("get_queue_status") == {
+            "enabled": False,
+            "pending": 0,
+            "max_retries": 3,
+            "retry_delay": 30,
+        }
         assert tools.engine.tasks.start() is None
         assert rows(tools.engine, "SELECT COUNT(*) FROM pending_memory_tasks") == [(5,)]

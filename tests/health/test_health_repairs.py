@@ -18,8 +18,9 @@ from health_support import corpus, of, plant, rows
 pytestmark = pytest.mark.anyio
 
 
-async def cycle(tools: Any, check: str, *, status: str, finding: str | None = None,
-                severity: str | None = None) -> dict[str, Any]:
+async def cycle(
+    tools: Any, check: str, *, status: str, finding: str | None = None, severity: str | None = None
+) -> dict[str, Any]:
     """Report (finds it) -> fix (repairs it, residual healthy) -> report (healthy)."""
     report = await tools("check_health")
     found = of(report, check)
@@ -58,28 +59,39 @@ async def test_health_clean_database_is_healthy(tools: Any) -> None:
 async def test_health_duplicate_rows(tools: Any) -> None:
     ids = await corpus(tools)
     text = rows(tools.engine, "SELECT content FROM memories WHERE id = ?", (ids[0],))[0][0]
-    plant(tools.engine,
-          "DROP INDEX idx_memories_dedup_content",
-          ("INSERT INTO memories(agent_id, content, timestamp) VALUES ('a', ?, 'now')", (text,)),
-          ("INSERT INTO memories(agent_id, content, timestamp, channel) "
-           "VALUES ('a', ?, 'now', 'x')", (text,)))
+    plant(
+        tools.engine,
+        "DROP INDEX idx_memories_dedup_content",
+        ("INSERT INTO memories(agent_id, content, timestamp) VALUES ('a', ?, 'now')", (text,)),
+        (
+            "INSERT INTO memories(agent_id, content, timestamp, channel) "
+            "VALUES ('a', ?, 'now', 'x')",
+            (text,),
+        ),
+    )
     report = await tools("check_health")
     dup = of(report, "duplicate_content")[0]
     assert (dup["groups"], dup["total_extra"], dup["repairable"]) == (1, 2, 2)
     assert of(report, "schema_objects")[0]["type"] == "schema_object_missing"
     await cycle(tools, "duplicate_content", status="unhealthy")
     # The survivor is the lowest id in the channel-global bucket; the index is back.
-    assert rows(tools.engine, "SELECT id FROM memories WHERE content = ?", (text,)) == [
-        (ids[0],)]
-    assert rows(tools.engine, "SELECT name FROM sqlite_master WHERE name = "
-                "'idx_memories_dedup_content'")
+    assert rows(tools.engine, "SELECT id FROM memories WHERE content = ?", (text,)) == [(ids[0],)]
+    assert rows(
+        tools.engine, "SELECT name FROM sqlite_master WHERE name = 'idx_memories_dedup_content'"
+    )
 
 
 async def test_health_locked_duplicate_is_respected(tools: Any) -> None:
     ids = await corpus(tools)
     text = rows(tools.engine, "SELECT content FROM memories WHERE id = ?", (ids[0],))[0][0]
-    plant(tools.engine, ("INSERT INTO memories(agent_id, content, timestamp, channel, locked) "
-                         "VALUES ('a', ?, 'now', 'x', 1)", (text,)))
+    plant(
+        tools.engine,
+        (
+            "INSERT INTO memories(agent_id, content, timestamp, channel, locked) "
+            "VALUES ('a', ?, 'now', 'x', 1)",
+            (text,),
+        ),
+    )
     report = await tools("check_health", {"fix": True})
     dup = of(report, "duplicate_content")[0]
     assert dup["repairable"] == 0 and dup["needs_human_review"] and dup["severity"] == "info"
@@ -87,16 +99,19 @@ async def test_health_locked_duplicate_is_respected(tools: Any) -> None:
     assert len(rows(tools.engine, "SELECT id FROM memories WHERE content = ?", (text,))) == 2
 
 
-@pytest.mark.parametrize("damage", [
-    "INSERT INTO memories_fts(memories_fts) VALUES ('delete-all')",
-    "DELETE FROM memories_fts_data WHERE id > 1",
-], ids=["delete-all", "data-rows-deleted"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "INSERT INTO memories_fts(memories_fts) VALUES ('delete-all')",
+        "DELETE FROM memories_fts_data WHERE id > 1",
+    ],
+    ids=["delete-all", "data-rows-deleted"],
+)
 async def test_health_broken_fts_index(tools: Any, damage: str) -> None:
     await corpus(tools)
     plant(tools.engine, damage)
     await cycle(tools, "fts_integrity", status="unhealthy", severity="critical")
-    hits = rows(tools.engine, "SELECT rowid FROM memories_fts WHERE memories_fts MATCH "
-                "'platform'")
+    hits = rows(tools.engine, "SELECT rowid FROM memories_fts WHERE memories_fts MATCH 'platform'")
     assert len(hits) == 6
     recalled = await tools("recall", {"agent_id": "a", "query": "platform 3"})
     assert any("platform 3" in m["content"] for m in recalled["messages"])
@@ -105,8 +120,11 @@ async def test_health_broken_fts_index(tools: Any, damage: str) -> None:
 async def test_health_missing_embeddings_are_re_embedded(tools: Any) -> None:
     ids = await corpus(tools)
     before = dict(rows(tools.engine, "SELECT id, embedding FROM memories"))
-    plant(tools.engine, f"UPDATE memories SET embedding = NULL WHERE id IN ({ids[1]}, {ids[4]})",
-          "UPDATE episodes SET embedding = NULL")
+    plant(
+        tools.engine,
+        f"UPDATE memories SET embedding = NULL WHERE id IN ({ids[1]}, {ids[4]})",
+        "UPDATE episodes SET embedding = NULL",
+    )
     fixed = await cycle(tools, "null_embedding", status="degraded", severity="warn")
     issue = of(fixed, "null_embedding")[0]
     assert (issue["count"], issue["re_embedded"], issue["remaining"]) == (2, 2, 0)
@@ -143,10 +161,12 @@ async def test_health_null_embeddings_without_backend_are_info(connect: Any) -> 
 async def test_health_oversized_row_is_cut(connect: Any) -> None:
     async with connect(max_content_length=100) as tools:
         ids = await corpus(tools, n=3)
-        plant(tools.engine,
-              f"UPDATE memories SET content = content || printf('%.200c', 'x') WHERE id = {ids[0]}",
-              f"UPDATE memories SET content = content || printf('%.300c', 'y'), locked = 1 "
-              f"WHERE id = {ids[1]}")
+        plant(
+            tools.engine,
+            f"UPDATE memories SET content = content || printf('%.200c', 'x') WHERE id = {ids[0]}",
+            f"UPDATE memories SET content = content || printf('%.300c', 'y'), locked = 1 "
+            f"WHERE id = {ids[1]}",
+        )
         report = await tools("check_health")
         issue = of(report, "oversized_content")[0]
         assert (issue["count"], issue["repairable"], issue["locked"]) == (2, 1, 1)
@@ -155,18 +175,21 @@ async def test_health_oversized_row_is_cut(connect: Any) -> None:
         assert of(fixed, "oversized_content")[0]["re_embedded"] == 1
         lengths = dict(rows(tools.engine, "SELECT id, length(content) FROM memories"))
         assert lengths[ids[0]] == 100 and lengths[ids[1]] > 300  # the locked row is kept
-        embedded = rows(tools.engine, "SELECT embedding IS NOT NULL FROM memories WHERE id = ?",
-                        (ids[0],))
+        embedded = rows(
+            tools.engine, "SELECT embedding IS NOT NULL FROM memories WHERE id = ?", (ids[0],)
+        )
         assert embedded == [(1,)]
 
 
 async def test_health_stale_pending_task(tools: Any) -> None:
     await corpus(tools)
-    plant(tools.engine,
-          "INSERT INTO pending_memory_tasks(task_type, agent_id, payload, created_at) "
-          "VALUES ('update_profile', 'a', '{}', datetime('now', '-2 hours'))",
-          "INSERT INTO pending_memory_tasks(task_type, agent_id, payload) "
-          "VALUES ('update_profile', 'a', '{}')")
+    plant(
+        tools.engine,
+        "INSERT INTO pending_memory_tasks(task_type, agent_id, payload, created_at) "
+        "VALUES ('update_profile', 'a', '{}', datetime('now', '-2 hours'))",
+        "INSERT INTO pending_memory_tasks(task_type, agent_id, payload) "
+        "VALUES ('update_profile', 'a', '{}')",
+    )
     fixed = await cycle(tools, "stale_pending_tasks", status="degraded")
     assert of(fixed, "stale_pending_tasks")[0]["fixed"] == 1
     assert len(rows(tools.engine, "SELECT id FROM pending_memory_tasks")) == 1  # the fresh one
@@ -191,8 +214,9 @@ async def test_health_corrupt_vector_index_file(tools: Any, how: str) -> None:
     report = await tools("check_health")
     issue = of(report, "vector_index")[0]
     assert issue["severity"] == "warn"
-    assert issue["type"] == ("vector_index_mismatch" if how == "vector-bytes"
-                             else "vector_index_unusable")
+    assert issue["type"] == (
+        "vector_index_mismatch" if how == "vector-bytes" else "vector_index_unusable"
+    )
     await cycle(tools, "vector_index", status="degraded")
     assert tools.engine.indexes["memories"].verify() == []
 
@@ -217,9 +241,11 @@ async def test_health_nonfinite_embedding(tools: Any) -> None:
 
 async def test_health_annotation_and_mention_rewrites(tools: Any) -> None:
     ids = await corpus(tools)
-    plant(tools.engine,
-          f"UPDATE memories SET content = '[Memory from 2024] trains run late' WHERE id = {ids[0]}",
-          f"UPDATE memories SET content = 'ping <@123> about <@!456> trains' WHERE id = {ids[1]}")
+    plant(
+        tools.engine,
+        f"UPDATE memories SET content = '[Memory from 2024] trains run late' WHERE id = {ids[0]}",
+        f"UPDATE memories SET content = 'ping <@123> about <@!456> trains' WHERE id = {ids[1]}",
+    )
     report = await tools("check_health")
     assert of(report, "memory_annotation")[0]["severity"] == "info"
     assert report["status"] == "healthy"  # info never degrades
@@ -233,8 +259,11 @@ async def test_health_annotation_and_mention_rewrites(tools: Any) -> None:
 
 async def test_health_invalid_json_and_empty_content(tools: Any) -> None:
     ids = await corpus(tools)
-    plant(tools.engine, f"UPDATE memories SET source = 'not json' WHERE id = {ids[0]}",
-          f"UPDATE memories SET content = '   ' WHERE id = {ids[1]}")
+    plant(
+        tools.engine,
+        f"UPDATE memories SET source = 'not json' WHERE id = {ids[0]}",
+        f"UPDATE memories SET content = '   ' WHERE id = {ids[1]}",
+    )
     await cycle(tools, "invalid_json", status="degraded")
     assert rows(tools.engine, "SELECT source FROM memories WHERE id = ?", (ids[0],)) == [("{}",)]
     assert not rows(tools.engine, "SELECT id FROM memories WHERE id = ?", (ids[1],))
@@ -243,8 +272,9 @@ async def test_health_invalid_json_and_empty_content(tools: Any) -> None:
 async def test_health_missing_msg_id_index(tools: Any) -> None:
     for i in range(2):
         await tools("store", {"agent_id": "a", "message": {"id": f"m{i}", "content": f"x{i}"}})
-    plant(tools.engine, "DROP INDEX idx_memories_dedup_msg_id",
-          "UPDATE memories SET msg_id = 'same'")
+    plant(
+        tools.engine, "DROP INDEX idx_memories_dedup_msg_id", "UPDATE memories SET msg_id = 'same'"
+    )
     report = await tools("check_health")
     missing = of(report, "dedup_msg_id_index")[0]
     assert missing["type"] == "dedup_msg_id_index_missing" and missing["colliding_rows"] == 1
@@ -255,26 +285,32 @@ async def test_health_missing_msg_id_index(tools: Any) -> None:
 
 async def test_health_drifted_and_missing_perf_index(tools: Any) -> None:
     await corpus(tools)
-    plant(tools.engine, "DROP INDEX idx_memories_span",
-          "DROP INDEX idx_memories_agent",
-          "CREATE INDEX idx_memories_agent ON memories(agent_id)")
+    plant(
+        tools.engine,
+        "DROP INDEX idx_memories_span",
+        "DROP INDEX idx_memories_agent",
+        "CREATE INDEX idx_memories_agent ON memories(agent_id)",
+    )
     report = await tools("check_health")
     found = {(i["object"], i["type"], i["severity"]) for i in of(report, "schema_objects")}
-    assert found == {("idx_memories_span", "schema_object_missing", "warn"),
-                     ("idx_memories_agent", "schema_object_drifted", "warn")}
+    assert found == {
+        ("idx_memories_span", "schema_object_missing", "warn"),
+        ("idx_memories_agent", "schema_object_drifted", "warn"),
+    }
     await cycle(tools, "schema_objects", status="degraded")
 
 
 async def test_health_profile_timestamps_and_permissions(tools: Any) -> None:
     ids = await corpus(tools)
-    plant(tools.engine,
-          "UPDATE profiles SET content = printf('%.3000c', 'p')",
-          f"UPDATE memories SET timestamp = '2999-01-01T00:00:00+00:00' WHERE id = {ids[0]}",
-          f"UPDATE memories SET timestamp = 'last tuesday' WHERE id = {ids[1]}")
+    plant(
+        tools.engine,
+        "UPDATE profiles SET content = printf('%.3000c', 'p')",
+        f"UPDATE memories SET timestamp = '2999-01-01T00:00:00+00:00' WHERE id = {ids[0]}",
+        f"UPDATE memories SET timestamp = 'last tuesday' WHERE id = {ids[1]}",
+    )
     os.chmod(tools.engine.settings.db_path, 0o644)
     report = await tools("check_health")
-    for check in ("oversized_profile", "future_timestamp", "invalid_timestamp",
-                  "file_permissions"):
+    for check in ("oversized_profile", "future_timestamp", "invalid_timestamp", "file_permissions"):
         assert of(report, check) and of(report, check)[0]["severity"] == "warn", check
     fixed = await tools("check_health", {"fix": True})
     assert fixed["status"] == "healthy", fixed["issues"]
@@ -287,8 +323,13 @@ async def test_health_profile_timestamps_and_permissions(tools: Any) -> None:
 
 
 async def test_health_offset_timestamps_are_normalised(tools: Any) -> None:
-    await tools("store", {"agent_id": "a", "message": {
-        "content": "tokyo", "timestamp": "2024-05-01T09:00:00+09:00"}})
+    await tools(
+        "store",
+        {
+            "agent_id": "a",
+            "message": {"content": "tokyo", "timestamp": "2024-05-01T09:00:00+09:00"},
+        },
+    )
     await tools("store", {"agent_id": "a", "message": {"content": "utc"}})
     fixed = await cycle(tools, "timestamp_format_drift", status="degraded")
     assert of(fixed, "timestamp_format_drift")[0]["fixed"] == 1
@@ -303,10 +344,13 @@ async def test_health_embedding_model_mismatch_re_embeds(tools: Any) -> None:
     for row_id in ids:
         vec = rng.standard_normal(384).astype("<f4")
         vec /= np.linalg.norm(vec)
-        plant(tools.engine, ("UPDATE memories SET embedding = ? WHERE id = ?",
-                             (vec.tobytes(), row_id)))
-    fixed = await cycle(tools, "embedding_model", status="degraded",
-                        finding="embedding_model_mismatch")
+        plant(
+            tools.engine,
+            ("UPDATE memories SET embedding = ? WHERE id = ?", (vec.tobytes(), row_id)),
+        )
+    fixed = await cycle(
+        tools, "embedding_model", status="degraded", finding="embedding_model_mismatch"
+    )
     assert of(fixed, "embedding_model")[0]["re_embedded"] >= len(ids)
 
 

@@ -14,13 +14,16 @@ from health_support import corpus, of, plant, rows
 pytestmark = pytest.mark.anyio
 
 
-@pytest.mark.parametrize(("severities", "status"), [
-    ([], "healthy"),
-    (["info", "info"], "healthy"),
-    (["info", "warn"], "degraded"),
-    (["warn", "critical", "info"], "unhealthy"),
-    (["critical"], "unhealthy"),
-])
+@pytest.mark.parametrize(
+    ("severities", "status"),
+    [
+        ([], "healthy"),
+        (["info", "info"], "healthy"),
+        (["info", "warn"], "degraded"),
+        (["warn", "critical", "info"], "unhealthy"),
+        (["critical"], "unhealthy"),
+    ],
+)
 def test_health_verdict_rule(severities: list[str], status: str) -> None:
     summary = summarise([{"severity": s} for s in severities])
     assert set(summary) == {"critical", "warn", "info"}
@@ -29,12 +32,23 @@ def test_health_verdict_rule(severities: list[str], status: str) -> None:
 
 def test_health_registry_names() -> None:
     assert len(NAMES) == 33 and NAMES[-1] == "embedding_model"
-    assert NAMES[:4] == ("memory_annotation", "discord_mention", "oversized_content",
-                         "duplicate_content")
-    assert set(REPORT_ONLY) == {"embedding_backend", "schema_version", "sqlite_integrity",
-                                "axis_hygiene", "missing_profile", "anonymous_source",
-                                "vector_fallback_config", "operating_context_parse",
-                                "operating_context_size"}
+    assert NAMES[:4] == (
+        "memory_annotation",
+        "discord_mention",
+        "oversized_content",
+        "duplicate_content",
+    )
+    assert set(REPORT_ONLY) == {
+        "embedding_backend",
+        "schema_version",
+        "sqlite_integrity",
+        "axis_hygiene",
+        "missing_profile",
+        "anonymous_source",
+        "vector_fallback_config",
+        "operating_context_parse",
+        "operating_context_size",
+    }
 
 
 async def test_health_unknown_check_names_refuse(tools: Any) -> None:
@@ -48,8 +62,9 @@ async def test_health_unknown_check_names_refuse(tools: Any) -> None:
 
 
 async def test_health_selected_checks_dedup_in_request_order(tools: Any) -> None:
-    out = await tools("check_health", {"checks": ["schema_version", "null_embedding",
-                                                  "schema_version"]})
+    out = await tools(
+        "check_health", {"checks": ["schema_version", "null_embedding", "schema_version"]}
+    )
     assert out["checks_run"] == ["schema_version", "null_embedding"]
 
 
@@ -73,8 +88,11 @@ async def test_health_pause_downgrades_fix(tools: Any) -> None:
 async def test_health_agent_scope(tools: Any) -> None:
     await corpus(tools, agent="a")
     await corpus(tools, agent="b")
-    plant(tools.engine, "UPDATE memories SET content = '' WHERE agent_id IN ('a', 'b') "
-          "AND id IN (SELECT MIN(id) FROM memories GROUP BY agent_id)")
+    plant(
+        tools.engine,
+        "UPDATE memories SET content = '' WHERE agent_id IN ('a', 'b') "
+        "AND id IN (SELECT MIN(id) FROM memories GROUP BY agent_id)",
+    )
     out = await tools("check_health", {"agent_id": "b", "fix": True})
     assert out["stats"]["agent_memories"] == 5 and out["total_memories"] == 5
     assert of(out, "empty_content")[0]["fixed"] == 1
@@ -85,8 +103,9 @@ async def test_health_agent_scope(tools: Any) -> None:
 async def test_health_operating_context_checks(connect: Any, oc_path: Any) -> None:
     oc_path.write_text('version = 1\n[instructions]\nsummary = "' + "s" * 3100 + '"\n')
     async with connect() as tools:
-        out = await tools("check_health", {"checks": ["operating_context_parse",
-                                                      "operating_context_size"]})
+        out = await tools(
+            "check_health", {"checks": ["operating_context_parse", "operating_context_size"]}
+        )
         assert [i["type"] for i in out["issues"]] == ["operating_context_size"]
         oc_path.write_text("version = [")
         out = await tools("check_health", {"checks": ["operating_context_parse"]})
@@ -99,10 +118,10 @@ async def test_deep_check_results_and_fixes(tools: Any) -> None:
     locked = await tools("store", {"agent_id": "a", "message": {"content": "yes"}})
     await tools("lock_memory", {"memory_id": locked["id"]})
     anon = {"type": "User", "id": "", "name": ""}
-    await tools("store", {"agent_id": "a", "message": {"content": "[Kim] hello again",
-                                                       "source": anon}})
-    await tools("store", {"agent_id": "a", "message": {"content": "who said this",
-                                                       "source": anon}})
+    await tools(
+        "store", {"agent_id": "a", "message": {"content": "[Kim] hello again", "source": anon}}
+    )
+    await tools("store", {"agent_id": "a", "message": {"content": "who said this", "source": anon}})
     out = await tools("deep_check", {"agent_id": "a"})
     assert "ok" not in out and out["fixed"] is False
     r = out["results"]
@@ -112,8 +131,10 @@ async def test_deep_check_results_and_fixes(tools: Any) -> None:
     assert r["embedding_norm"]["count"] == 0 and r["unnormalized_content"]["count"] == 0
     assert r["calibration_staleness"]["status"] == "never_calibrated"
     assert r["stale_profile"]["count"] == 0
-    fixed = await tools("deep_check", {"agent_id": "a", "fix": True,
-                                       "checks": ["short_content", "anonymous_source"]})
+    fixed = await tools(
+        "deep_check",
+        {"agent_id": "a", "fix": True, "checks": ["short_content", "anonymous_source"]},
+    )
     assert fixed["checks_run"] == ["short_content", "anonymous_source"]
     assert fixed["results"]["short_content"]["fixed"] == 1  # the locked one stays
     assert fixed["results"]["anonymous_source"]["fixed"] == 1
@@ -133,8 +154,11 @@ async def test_deep_check_near_duplicates(tools: Any) -> None:
 
 async def test_session_findings_shape(tools: Any) -> None:
     await corpus(tools)
-    plant(tools.engine, "UPDATE memories SET embedding = NULL WHERE id > 1",
-          "UPDATE memories SET source = 'x' WHERE id = 1")
+    plant(
+        tools.engine,
+        "UPDATE memories SET embedding = NULL WHERE id > 1",
+        "UPDATE memories SET source = 'x' WHERE id = 1",
+    )
     out = await tools("get_session_findings", {"per_kind_limit": 1})
     assert "ok" not in out and out["_meta"] == {"server_version": __version__}
     kinds = {f["kind"] for f in out["findings"]}
@@ -142,8 +166,7 @@ async def test_session_findings_shape(tools: Any) -> None:
     assert all(out["counts_by_kind"][k] >= 1 for k in kinds)
     assert out["summary"]["status"] == "unhealthy"
     assert "identity_shared" not in out  # stdio
-    assert (await tools("get_session_findings", {"include_summary": False})).get(
-        "summary") is None
+    assert (await tools("get_session_findings", {"include_summary": False})).get("summary") is None
     bad = await tools("get_session_findings", {"per_kind_limit": 0})
     assert bad == {"ok": False, "error": "per_kind_limit must be >= 1", "per_kind_limit": 0}
     # Read-only: nothing was repaired.
@@ -161,8 +184,9 @@ async def test_check_update_disabled_by_default(tools: Any) -> None:
     tools.engine.updates.fetch = lambda: called.append(1) or {}
     await tools("check_update", {"refresh": True})
     assert called == []  # nothing is ever looked up while disabled
-    assert not os.path.exists(os.path.join(os.path.dirname(tools.engine.settings.db_path),
-                                           "update-check.json"))
+    assert not os.path.exists(
+        os.path.join(os.path.dirname(tools.engine.settings.db_path), "update-check.json")
+    )
     assert "update" not in await tools("recall", {"agent_id": "a", "query": "x"})
 
 
@@ -186,8 +210,9 @@ async def test_check_update_enabled_verdicts(connect: Any) -> None:
         recalled = await tools("recall", {"agent_id": "a", "query": "x", "session_key": "s"})
         assert recalled["update"]["kind"] == "newer"
         assert recalled["update"]["install"]["restart_required"] is True
-        assert "update" not in await tools("recall", {"agent_id": "a", "query": "x",
-                                                      "session_key": " s "})
+        assert "update" not in await tools(
+            "recall", {"agent_id": "a", "query": "x", "session_key": " s "}
+        )
         assert "update" in await tools("recall", {"agent_id": "a", "query": "x"})
         updates.fetch = lambda: {__version__: True, "0.0.1": False}
         out = await tools("check_update", {"refresh": True, "apply": True})
@@ -206,8 +231,11 @@ async def test_check_update_enabled_verdicts(connect: Any) -> None:
 async def test_health_fix_on_an_in_memory_database(connect: Any) -> None:
     async with connect(db_path=":memory:") as tools:
         await corpus(tools)
-        plant(tools.engine, "UPDATE memories SET embedding = NULL WHERE id = 2",
-              "INSERT INTO memories_fts(memories_fts) VALUES ('delete-all')")
+        plant(
+            tools.engine,
+            "UPDATE memories SET embedding = NULL WHERE id = 2",
+            "INSERT INTO memories_fts(memories_fts) VALUES ('delete-all')",
+        )
         assert (await tools("check_health"))["status"] == "unhealthy"
         fixed = await tools("check_health", {"fix": True})
         assert fixed["status"] == "healthy", fixed["issues"]

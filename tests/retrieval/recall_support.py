@@ -14,11 +14,13 @@ AGENT = "alice"
 #: Found by FTS for IDENT; with the hashing embedder its cosine to the bare identifier is ~0.12:
 #: below the vector threshold under rrf / rsf (0.15), so only the lexical channels find it.
 IDENT = "CVE-2024-3094"
-LEXICAL = ("Quarterly security digest: we rotated credentials, refreshed dependency pins, "
-           "reviewed firewall rules, archived stale accounts, retrained staff on phishing, "
-           "replaced expiring certificates, validated backups, tightened container policies, "
-           "documented vendor contacts, rehearsed incident drills, updated asset inventories, "
-           "and confirmed the CVE-2024-3094 remediation across every fleet.")
+LEXICAL = (
+    "Quarterly security digest: we rotated credentials, refreshed dependency pins, "
+    "reviewed firewall rules, archived stale accounts, retrained staff on phishing, "
+    "replaced expiring certificates, validated backups, tightened container policies, "
+    "documented vendor contacts, rehearsed incident drills, updated asset inventories, "
+    "and confirmed the CVE-2024-3094 remediation across every fleet."
+)
 
 
 class Tools:
@@ -40,8 +42,9 @@ class Tools:
     async def store(self, content: str, agent: str = AGENT, **message: Any) -> int:
         """Store one memory (message fields as keywords; `channel`/`project_id` too); its id."""
         extra = {k: message.pop(k) for k in ("channel", "project_id") if k in message}
-        out = await self("store", {"agent_id": agent,
-                                   "message": {"content": content, **message}, **extra})
+        out = await self(
+            "store", {"agent_id": agent, "message": {"content": content, **message}, **extra}
+        )
         assert out["result"] == "stored", out
         return int(out["id"])
 

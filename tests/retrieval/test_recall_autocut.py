@@ -41,15 +41,23 @@ async def test_min_results_and_gap_ratio_change_nothing_under_fusion(connect, mo
     await _corpus(connect)
     base = await counts(connect, recall_mode=mode, autocut_enabled=False)
     assert max(base) >= 3
-    for knobs in ({}, {"autocut_min_results": 2}, {"autocut_min_results": 50},
-                  {"autocut_min_gap_ratio": 0.0}, {"autocut_min_gap_ratio": 0.99}):
+    for knobs in (
+        {},
+        {"autocut_min_results": 2},
+        {"autocut_min_results": 50},
+        {"autocut_min_gap_ratio": 0.0},
+        {"autocut_min_gap_ratio": 0.99},
+    ):
         assert await counts(connect, recall_mode=mode, **knobs) == base, knobs
 
 
 @pytest.mark.parametrize(
     "settings",
-    [{"recall_mode": "cascade"}, {"confidence_enabled": True},
-     {"confidence_enabled": True, "recall_mode": "rsf"}],
+    [
+        {"recall_mode": "cascade"},
+        {"confidence_enabled": True},
+        {"confidence_enabled": True, "recall_mode": "rsf"},
+    ],
     ids=["cascade-cosine", "confidence-rrf", "confidence-rsf"],
 )
 async def test_autocut_fires_on_similarity_signals(connect, settings):
@@ -72,8 +80,10 @@ async def test_cascade_with_lexical_rows_is_inert(connect):
     # FTS / keyword rows carry no cosine: the list is not homogeneous, nothing is cut.
     async with connect() as t:
         await t.store_all(CORPUS)
-        await t.store("Quarterly digest: we rotated credentials, refreshed pins, reviewed "
-                      "firewall rules, archived accounts and scheduled the next deploy window")
+        await t.store(
+            "Quarterly digest: we rotated credentials, refreshed pins, reviewed "
+            "firewall rules, archived accounts and scheduled the next deploy window"
+        )
         await t.store_all([f"filler row {i}" for i in range(100)])  # unscored rows pass
     async with connect(recall_mode="cascade") as t:
         cut = await t.messages("deploy", deep=True)

@@ -85,8 +85,10 @@ async def _corpus(t) -> None:
     # The episode boundary is the server's created_at (one-second resolution): pin it, so
     # twin databases written a second apart penalise their rows by exactly the same factor.
     with t.engine.db.atomic() as conn:
-        conn.execute("UPDATE episodes SET created_at = ? WHERE id = ?",
-                     (NOW.strftime("%Y-%m-%d %H:%M:%S"), ep))
+        conn.execute(
+            "UPDATE episodes SET created_at = ? WHERE id = ?",
+            (NOW.strftime("%Y-%m-%d %H:%M:%S"), ep),
+        )
 
 
 CONF = {"confidence_enabled": True, "autocut_enabled": False}
@@ -94,8 +96,10 @@ CONF = {"confidence_enabled": True, "autocut_enabled": False}
 
 @pytest.mark.parametrize("deep", [False, True])
 async def test_rrf_and_rsf_agree_under_confidence(connect, frozen, deep):
-    async with connect(path="rrf.db", recall_mode="rrf", **CONF) as rrf, \
-            connect(path="rsf.db", recall_mode="rsf", **CONF) as rsf:
+    async with (
+        connect(path="rrf.db", recall_mode="rrf", **CONF) as rrf,
+        connect(path="rsf.db", recall_mode="rsf", **CONF) as rsf,
+    ):
         await _corpus(rrf)
         await _corpus(rsf)
         a = await _answers(rrf, deep)
@@ -107,14 +111,17 @@ async def test_rrf_and_rsf_agree_under_confidence(connect, frozen, deep):
 
 
 async def test_rrf_and_rsf_differ_without_confidence(connect):
-    async with connect(path="rrf.db", recall_mode="rrf") as rrf, \
-            connect(path="rsf.db", recall_mode="rsf") as rsf:
+    async with (
+        connect(path="rrf.db", recall_mode="rrf") as rrf,
+        connect(path="rsf.db", recall_mode="rsf") as rsf,
+    ):
         await _corpus(rrf)
         await _corpus(rsf)
         a = await _answers(rrf, True)
         b = await _answers(rsf, True)
-    differ = [q for q, x, y in zip(QUERIES, a, b, strict=True)
-              if [c for c, _ in x] != [c for c, _ in y]]
+    differ = [
+        q for q, x, y in zip(QUERIES, a, b, strict=True) if [c for c, _ in x] != [c for c, _ in y]
+    ]
     assert differ
 
 

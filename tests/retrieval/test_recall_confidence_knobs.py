@@ -38,8 +38,9 @@ T_MIN = NOW - timedelta(hours=1100)
 QUERY = "alpha ledger note"
 
 
-def expected(msg: dict, history: tuple[int, datetime | None], deep: bool, now: datetime,
-             s: Settings) -> float:
+def expected(
+    msg: dict, history: tuple[int, datetime | None], deep: bool, now: datetime, s: Settings
+) -> float:
     def hours(d: timedelta) -> float:
         return d.total_seconds() / 3600
 
@@ -74,21 +75,26 @@ def expected(msg: dict, history: tuple[int, datetime | None], deep: bool, now: d
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The corpus, written once per module; each test recalls from its own copy."""
     path = tmp_path_factory.mktemp("knobs") / "template.db"
-    engine = Engine(Settings(db_path=str(path), embedding_mode="hashing"),
-                    embedder=HashingProvider())
+    engine = Engine(
+        Settings(db_path=str(path), embedding_mode="hashing"), embedder=HashingProvider()
+    )
     try:
         w = engine.writer
         for content, hours in MEMORIES:
             stamp = (NOW - timedelta(hours=hours)).isoformat()
             assert w.store(AGENT, {"content": content, "timestamp": stamp}, "", "")["id"]
-        for summary, resolved, hours in (("alpha ledger retro", False, 50),
-                                         ("alpha ledger review", True, 60)):
+        for summary, resolved, hours in (
+            ("alpha ledger retro", False, 50),
+            ("alpha ledger review", True, 60),
+        ):
             stamp = (NOW - timedelta(hours=hours)).isoformat()
-            assert w.archive_episode(AGENT, summary, [{"timestamp": stamp}], "", resolved,
-                                     "", "")["ok"]
+            assert w.archive_episode(AGENT, summary, [{"timestamp": stamp}], "", resolved, "", "")[
+                "ok"
+            ]
         for i in range(46):  # a pool of 50 rows and more lets the profile through
-            assert w.store(AGENT, {"content": f"pool row {i}", "timestamp": T_MAX.isoformat()},
-                           "", "")["id"]
+            assert w.store(
+                AGENT, {"content": f"pool row {i}", "timestamp": T_MAX.isoformat()}, "", ""
+            )["id"]
         assert w.update_profile(AGENT, "keeps the ledger")["ok"]
     finally:
         engine.close()
@@ -108,8 +114,7 @@ def corpus(template: Path, tmp_path: Path) -> None:
 def _set_history(t, count: int, last: datetime | None) -> None:
     stamp = None if last is None else last.strftime("%Y-%m-%d %H:%M:%S")
     with t.engine.db.atomic() as conn:
-        conn.execute("UPDATE memories SET recall_count = ?, last_recalled_at = ?",
-                     (count, stamp))
+        conn.execute("UPDATE memories SET recall_count = ?, last_recalled_at = ?", (count, stamp))
 
 
 KNOBS = [
@@ -135,12 +140,17 @@ async def _check(connect, knob: dict, deep: bool) -> None:
     knob = dict(knob)
     count, hours_ago = knob.pop("history", (0, None))
     # No episode penalty: it would halve the old rows' cosines (tested on its own elsewhere).
-    settings = {"confidence_enabled": True, "autocut_enabled": False,
-                "episode_penalty_enabled": False, **knob}
+    settings = {
+        "confidence_enabled": True,
+        "autocut_enabled": False,
+        "episode_penalty_enabled": False,
+        **knob,
+    }
     async with connect(**settings) as t:
         now = datetime.now(UTC)
-        last = None if hours_ago is None else (now - timedelta(hours=hours_ago)).replace(
-            microsecond=0)
+        last = (
+            None if hours_ago is None else (now - timedelta(hours=hours_ago)).replace(microsecond=0)
+        )
         _set_history(t, count, last)
         out = await t.recall(QUERY, deep=deep, limit=100)
         now = datetime.now(UTC)
@@ -150,8 +160,9 @@ async def _check(connect, knob: dict, deep: bool) -> None:
     if deep:  # half the gate: the resolved episode (x0.3 without deep) is in too
         assert "ep:" in kinds
     s = dataclasses.replace(Settings(), **settings)
-    default = dataclasses.replace(Settings(), confidence_enabled=True,
-                                  episode_penalty_enabled=False)
+    default = dataclasses.replace(
+        Settings(), confidence_enabled=True, episode_penalty_enabled=False
+    )
     moved = 0
     for m in messages:
         resolved = m["confidence"].get("resolved", False)
@@ -174,8 +185,12 @@ async def test_confidence_follows_each_weight(connect, corpus, knob):
 
 @pytest.mark.parametrize(
     "knob",
-    [{}, {"decay_floor": 0.6}, {"resolved_decay_factor": 0.9},
-     {"recent_recall_penalty": 0.9, "history": (1, 0.05)}],
+    [
+        {},
+        {"decay_floor": 0.6},
+        {"resolved_decay_factor": 0.9},
+        {"recent_recall_penalty": 0.9, "history": (1, 0.05)},
+    ],
     ids=lambda k: ",".join(k) or "defaults",
 )
 async def test_deep_ignores_decay_resolution_and_recent_recall(connect, corpus, knob):

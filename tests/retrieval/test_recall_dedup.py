@@ -24,11 +24,12 @@ async def test_changed_content_under_the_same_msg_id_is_not_recalled(tools):
     first = await _store(tools, "the staging database password rotates monthly", "m-1")
     again = await _store(tools, "the staging database password rotates weekly", "m-1")
     assert again["result"] == "skipped" and again["id"] == first["id"]
-    for query in ("staging database password rotates weekly",
-                  "the staging database password rotates monthly"):
+    for query in (
+        "staging database password rotates weekly",
+        "the staging database password rotates monthly",
+    ):
         messages = await tools.messages(query, deep=True)
-        assert [m["content"] for m in messages] == [
-            "the staging database password rotates monthly"]
+        assert [m["content"] for m in messages] == ["the staging database password rotates monthly"]
         assert messages[0]["id"] == "m-1" and messages[0]["ref"] == f"mem:{first['id']}"
 
 

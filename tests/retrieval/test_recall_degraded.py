@@ -22,8 +22,12 @@ from recall_support import AGENT
 pytestmark = pytest.mark.anyio
 
 ADVISORY_KEYS = {"degraded", "severity", "reason", "evidence", "runbook", "advisory_scope"}
-NOTES = ["the deploy pipeline runs on friday", "staging deploy needs manual approval",
-         "lunch order is ramen on friday", "database backups run nightly"]
+NOTES = [
+    "the deploy pipeline runs on friday",
+    "staging deploy needs manual approval",
+    "lunch order is ramen on friday",
+    "database backups run nightly",
+]
 
 
 def none_mode(**kw):
@@ -92,8 +96,10 @@ async def test_none_mode_matches_the_lexical_channels_of_a_vector_engine(connect
 async def test_the_full_runbook_once_per_session(connect):
     async with connect(**none_mode()) as t:
         await t.store_all(NOTES)
-        runbooks = [(await t.recall("deploy", session_key=key))["advisory"]["runbook"]
-                    for key in ("s1", "s1", "s2", "", "", " transport ", "s2")]
+        runbooks = [
+            (await t.recall("deploy", session_key=key))["advisory"]["runbook"]
+            for key in ("s1", "s1", "s2", "", "", " transport ", "s2")
+        ]
     full = [r.startswith("**Notify the user:**") for r in runbooks]
     # s1 full then short; s2 full; the keyless bucket full once ("transport" is keyless).
     assert full == [True, False, True, True, False, False, False]
@@ -111,8 +117,10 @@ async def test_degraded_advisory_false_removes_the_key(connect):
     async with connect(**none_mode(degraded_advisory=False)) as t:
         await t.store_all(NOTES)
         out = await t.recall("deploy", deep=True)
-        ctx = await t("recall_with_context", {"agent_id": AGENT, "query": "deploy",
-                                              "deep": True, "external_context": []})
+        ctx = await t(
+            "recall_with_context",
+            {"agent_id": AGENT, "query": "deploy", "deep": True, "external_context": []},
+        )
     assert set(out) == {"messages"} and len(out["messages"]) == 2
     assert set(ctx) == {"messages"}
 
@@ -120,8 +128,9 @@ async def test_degraded_advisory_false_removes_the_key(connect):
 async def test_recall_with_context_forwards_the_one_advisory(connect):
     async with connect(**none_mode()) as t:
         await t.store_all(NOTES)
-        ctx = await t("recall_with_context", {"agent_id": AGENT, "query": "deploy",
-                                              "external_context": []})
+        ctx = await t(
+            "recall_with_context", {"agent_id": AGENT, "query": "deploy", "external_context": []}
+        )
         after = await t.recall("deploy")
     assert ctx["advisory"]["runbook"].startswith("**Notify the user:**")
     assert after["advisory"]["runbook"].startswith("Reminder:")
@@ -174,8 +183,7 @@ async def test_recovery_clears_the_advisory_and_cache_hits_change_nothing(connec
 
 async def test_keyless_http_callers_always_get_the_full_fault_runbook(connect):
     provider = HttpProvider(closed_port_url(), timeout=2)
-    async with connect(embedding_mode="http", embedder=provider,
-                       transport="streamable-http") as t:
+    async with connect(embedding_mode="http", embedder=provider, transport="streamable-http") as t:
         await t.recall("deploy")
         keyless = [(await t.recall("deploy"))["advisory"] for _ in range(2)]
         keyed = [(await t.recall("deploy", session_key="s1"))["advisory"] for _ in range(2)]

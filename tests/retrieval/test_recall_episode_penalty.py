@@ -29,8 +29,9 @@ def note(hours: float) -> str:
 
 
 async def reasons(t, query: str, **kw) -> dict[str, dict]:
-    return {m["content"]: m["match_reason"]
-            for m in await t.messages(query, deep=True, limit=50, **kw)}
+    return {
+        m["content"]: m["match_reason"] for m in await t.messages(query, deep=True, limit=50, **kw)
+    }
 
 
 async def _set_created_at(t, table: str, row_id: int, stamp: str) -> None:
@@ -44,8 +45,10 @@ async def _set_created_at(t, table: str, row_id: int, stamp: str) -> None:
 @pytest.mark.parametrize("mode", ["rrf", "rsf", "cascade"])
 async def test_factor_on_every_score(connect, mode, rate, floor):
     knobs = {"recall_mode": mode, "episode_decay_rate": rate, "episode_decay_floor": floor}
-    async with connect(episode_penalty_enabled=True, **knobs) as on, \
-            connect(episode_penalty_enabled=False, **knobs) as off:
+    async with (
+        connect(episode_penalty_enabled=True, **knobs) as on,
+        connect(episode_penalty_enabled=False, **knobs) as off,
+    ):
         ep = await on.episode("migration retro", keywords="retro")
         boundary = await on.episode_created_at(ep)
         for h in HOURS:
@@ -91,8 +94,10 @@ async def test_rows_at_or_after_the_boundary_episodes_and_undated_rows_keep_thei
         await on.store("release note from long ago", timestamp="2020-01-01T00:00:00+09:00")
         a = await reasons(on, "release planning note spring launch")
         b = await reasons(off, "release planning note spring launch")
-    assert a["[Episode] release planning for the spring launch"] == \
-        b["[Episode] release planning for the spring launch"]
+    assert (
+        a["[Episode] release planning for the spring launch"]
+        == b["[Episode] release planning for the spring launch"]
+    )
     assert old > 0
     assert a["release note at the boundary"] == b["release note at the boundary"]
     assert a["release note without a usable stamp"] == b["release note without a usable stamp"]
@@ -126,8 +131,9 @@ async def test_foreign_episodes_do_not_move_the_boundary(connect, foreign, recal
     async with connect() as t, connect(episode_penalty_enabled=False) as off:
         # The in-scope boundary lies 48 h in the past; the foreign episode is newer (now).
         ep = await t.episode("in-scope retro")
-        await _set_created_at(t, "episodes", ep, (now - timedelta(hours=48)).strftime(
-            "%Y-%m-%d %H:%M:%S"))
+        await _set_created_at(
+            t, "episodes", ep, (now - timedelta(hours=48)).strftime("%Y-%m-%d %H:%M:%S")
+        )
         await t.store("ledger entry one", timestamp=hours_before(now, 72))  # 24 h before B
         await t.store("ledger entry two", timestamp=hours_before(now, 24))  # after B
         first = await reasons(t, "ledger entry", **recall_kw)
@@ -137,7 +143,8 @@ async def test_foreign_episodes_do_not_move_the_boundary(connect, foreign, recal
     assert second == first
     assert first["ledger entry two"] == plain["ledger entry two"]
     assert first["ledger entry one"]["cosine"] == pytest.approx(
-        plain["ledger entry one"]["cosine"] * math.exp(-0.24), rel=1e-12)
+        plain["ledger entry one"]["cosine"] * math.exp(-0.24), rel=1e-12
+    )
 
 
 async def test_in_scope_episode_in_another_channel_applies_without_a_channel_filter(tools):
@@ -149,7 +156,8 @@ async def test_in_scope_episode_in_another_channel_applies_without_a_channel_fil
     filtered = await reasons(tools, "ledger entry one", channel="c1")
     assert filtered == before
     assert unfiltered["ledger entry one"]["cosine"] == pytest.approx(
-        before["ledger entry one"]["cosine"] * math.exp(-0.24), abs=2e-5)
+        before["ledger entry one"]["cosine"] * math.exp(-0.24), abs=2e-5
+    )
 
 
 async def test_penalty_resorts_fused_rows_without_confidence(connect):

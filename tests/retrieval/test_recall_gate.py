@@ -31,7 +31,7 @@ async def cosines(t, deep: bool) -> dict[str, float]:
 
 @pytest.mark.parametrize("extra", [0, 40, 150])
 async def test_cosine_rows_pass_iff_above_m_of_the_pool(connect, extra):
-    notes = [" ".join(WORDS[i:i + 3]) for i in range(len(WORDS) - 2)]
+    notes = [" ".join(WORDS[i : i + 3]) for i in range(len(WORDS) - 2)]
     notes += [f"{WORDS[i]} note" for i in range(len(WORDS))]
     async with connect() as t:
         await t.store_all(notes)
@@ -68,8 +68,9 @@ async def test_rrf_only_rows_use_the_rrf_scale(connect):
 
 
 async def _scores(t, query: str) -> dict[str, float]:
-    return {msg["content"]: msg["confidence"]["score"]
-            for msg in await t.messages(query, limit=100)}
+    return {
+        msg["content"]: msg["confidence"]["score"] for msg in await t.messages(query, limit=100)
+    }
 
 
 NOTES = ["ledger note alpha", "ledger note beta", "ledger note gamma"]
@@ -90,12 +91,15 @@ async def test_confidence_recall_marks_returned_memories_only(connect):
             assert later[other] == pytest.approx(fresh[other], abs=2e-4)
 
 
-@pytest.mark.parametrize("first", [{"deep": True}, {"confidence": False}],
-                         ids=["deep", "confidence-off"])
+@pytest.mark.parametrize(
+    "first", [{"deep": True}, {"confidence": False}], ids=["deep", "confidence-off"]
+)
 async def test_no_bookkeeping_for_deep_or_confidence_off(connect, first):
-    async with connect(path="a.db", confidence_enabled=True) as a, \
-            connect(path="a.db") as plain, \
-            connect(path="b.db", confidence_enabled=True) as b:
+    async with (
+        connect(path="a.db", confidence_enabled=True) as a,
+        connect(path="a.db") as plain,
+        connect(path="b.db", confidence_enabled=True) as b,
+    ):
         for t in (a, b):
             await t.store_all(NOTES)
         runner = plain if first.get("confidence") is False else a
@@ -109,5 +113,7 @@ async def test_blank_query_under_confidence_scores_without_cosines(connect):
         await t.store_all(NOTES)
         messages = await t.messages("  ")
     assert [m["content"] for m in messages][-1] in NOTES
-    assert all("cosine" not in m["confidence"] and m["match_reason"]["signal"] == "confidence"
-               for m in messages)
+    assert all(
+        "cosine" not in m["confidence"] and m["match_reason"]["signal"] == "confidence"
+        for m in messages
+    )

@@ -14,10 +14,12 @@ from recall_support import AGENT, IDENT, LEXICAL
 pytestmark = pytest.mark.anyio
 
 # Cosine ~0.19: inside the vector list (native cosine) yet below the confidence gate.
-NATIVE = ("Security review notes: the team audited compression libraries, build scripts, "
-          "release tarballs, signing keys, maintainers, mirrors, checksums and the backdoor "
-          "tracked as CVE-2024-3094 was patched in staging, production, laptops and "
-          "containers last week after lengthy discussion")
+NATIVE = (
+    "Security review notes: the team audited compression libraries, build scripts, "
+    "release tarballs, signing keys, maintainers, mirrors, checksums and the backdoor "
+    "tracked as CVE-2024-3094 was patched in staging, production, laptops and "
+    "containers last week after lengthy discussion"
+)
 OTHERS = ["lunch order is ramen on friday", "the release train leaves on friday afternoon"]
 
 
@@ -80,14 +82,17 @@ async def test_the_profile_joins_a_rescue_only_when_it_passes_the_gate(connect):
     assert [m["content"] for m in small["messages"]] == [LEXICAL]
     assert large["gate_fallback"] is True
     assert sorted(m["content"] for m in large["messages"]) == sorted(
-        [LEXICAL, "[Profile] security lead"])
+        [LEXICAL, "[Profile] security lead"]
+    )
 
 
 async def test_a_rescue_writes_no_recall_counts(connect):
     # A recall that returned LEXICAL normally would mark it recalled (a 0.7 penalty on its
     # next confidence within 5 minutes); the rescue does not. Compare with a twin database.
-    async with connect(path="a.db", confidence_enabled=True) as a, \
-            connect(path="b.db", confidence_enabled=True) as b:
+    async with (
+        connect(path="a.db", confidence_enabled=True) as a,
+        connect(path="b.db", confidence_enabled=True) as b,
+    ):
         for t in (a, b):
             await t.store_all([LEXICAL, *OTHERS])
         assert (await a.recall(IDENT))["gate_fallback"] is True
@@ -95,6 +100,7 @@ async def test_a_rescue_writes_no_recall_counts(connect):
         fresh = (await b.messages(LEXICAL))[-1]
         again = (await a.messages(LEXICAL))[-1]
     assert rescued_then["content"] == fresh["content"] == LEXICAL
-    assert rescued_then["confidence"]["score"] == pytest.approx(fresh["confidence"]["score"],
-                                                                abs=2e-4)
+    assert rescued_then["confidence"]["score"] == pytest.approx(
+        fresh["confidence"]["score"], abs=2e-4
+    )
     assert again["confidence"]["score"] < fresh["confidence"]["score"]

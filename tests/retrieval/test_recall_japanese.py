@@ -67,7 +67,8 @@ async def test_rsf_ranks_the_bm25_strongest_row_last(connect):
             "SELECT m.content, bm25(memories_fts) AS b FROM memories_fts "
             "JOIN memories m ON m.id = memories_fts.rowid WHERE memories_fts MATCH ? "
             "ORDER BY b, m.id",
-            ['"会議室" OR "議室の" OR "室の予" OR "の予約"'])
+            ['"会議室" OR "議室の" OR "室の予" OR "の予約"'],
+        )
     oracle = [r["content"] for r in rows]  # bm25-strongest first
     assert len(oracle) >= 4 and len({r["b"] for r in rows}) == len(rows)
     got = await lexical(connect, query, mode="rsf")

@@ -38,8 +38,9 @@ async def test_a_locked_row_ranks_exactly_as_unlocked(connect, settings):
             locked = await t("lock_memory", {"memory_id": memory_id, "agent_id": AGENT})
             assert locked == {"ok": True, "locked_id": memory_id}
         after = [await t.messages(q, deep=True) for q in QUERIES]
-        refused = await t("update_memory", {"memory_id": chosen[0], "content": "x",
-                                            "agent_id": AGENT})
+        refused = await t(
+            "update_memory", {"memory_id": chosen[0], "content": "x", "agent_id": AGENT}
+        )
         await t("unlock_memory", {"memory_id": chosen[0], "agent_id": AGENT})
         unlocked = [await t.messages(q, deep=True) for q in QUERIES]
     assert refused["ok"] is False

@@ -76,8 +76,12 @@ async def test_response_keys_on_success(tools):
 
 
 async def test_message_fields_in_order(tools):
-    await tools.store("deploy pipeline friday", id="m-1", timestamp="2026-03-01T09:00:00+09:00",
-                      source={"type": "User", "id": "u1", "name": "Ann"})
+    await tools.store(
+        "deploy pipeline friday",
+        id="m-1",
+        timestamp="2026-03-01T09:00:00+09:00",
+        source={"type": "User", "id": "u1", "name": "Ann"},
+    )
     await tools.episode("deploy pipeline retro", history=[{"timestamp": "2026-03-02T00:00:00Z"}])
     messages = await tools.messages("deploy pipeline friday", deep=True)
     by_kind = {m["ref"][:3]: m for m in messages}

@@ -74,8 +74,7 @@ async def test_full_content_budget_spent_from_the_last_message(connect):
     assert len(messages) == 15
     assert out["full_content_budget_chars"] == 200_000
     # 13 * 15,000 = 195,000 fit; the 14th would pass 200,000: it and every earlier row preview.
-    assert all(len(m["content"]) == 15_000 and "content_truncated" not in m
-               for m in messages[-13:])
+    assert all(len(m["content"]) == 15_000 and "content_truncated" not in m for m in messages[-13:])
     for m in messages[:2]:
         assert len(m["content"]) == 500 and m["content_len"] == 15_000
     assert "full_content_budget_chars" not in whole
@@ -119,11 +118,24 @@ async def test_full_content_with_preview_disabled_returns_everything(connect):
 async def test_budget_counts_conversation_turns_but_never_cuts_them(connect):
     await _budget_corpus(connect, [15_000] * 3)
     async with connect() as t:
-        turns = [{"role": "user", "content": long_text(f"turn{i}", 15_000),
-                  "timestamp": "2999-01-01T00:00:00Z"} for i in range(13)]
-        out = await t("recall_with_context", {
-            "agent_id": AGENT, "query": "budget ledger entry", "deep": True,
-            "external_context": turns, "full_content": True})
+        turns = [
+            {
+                "role": "user",
+                "content": long_text(f"turn{i}", 15_000),
+                "timestamp": "2999-01-01T00:00:00Z",
+            }
+            for i in range(13)
+        ]
+        out = await t(
+            "recall_with_context",
+            {
+                "agent_id": AGENT,
+                "query": "budget ledger entry",
+                "deep": True,
+                "external_context": turns,
+                "full_content": True,
+            },
+        )
     messages = out["messages"]
     assert out["full_content_budget_chars"] == 200_000
     assert all("context_type" in m and len(m["content"]) == 15_000 for m in messages[-13:])
@@ -136,29 +148,71 @@ async def test_budget_counts_conversation_turns_but_never_cuts_them(connect):
 
 async def test_get_contents_items_and_missing(tools):
     text = long_text("alpha", 1200)
-    mem = await tools.store(text, id="m-9", timestamp="2026-03-01T00:00:00Z",
-                            source={"type": "User", "id": "u1", "name": "Ann"},
-                            project_id="p1", channel="c1")
-    ep = await tools.episode("retro summary", resolved=True,
-                             history=[{"timestamp": "2026-02-01T00:00:00Z"}])
+    mem = await tools.store(
+        text,
+        id="m-9",
+        timestamp="2026-03-01T00:00:00Z",
+        source={"type": "User", "id": "u1", "name": "Ann"},
+        project_id="p1",
+        channel="c1",
+    )
+    ep = await tools.episode(
+        "retro summary", resolved=True, history=[{"timestamp": "2026-02-01T00:00:00Z"}]
+    )
     foreign = await tools.store("bob's row", agent="bob")
-    out = await tools("get_contents", {"agent_id": AGENT, "refs": [
-        f"mem:{mem}", f"ep:{ep}", f"mem:{foreign}", "mem:99999", "doc:1", "mem:abc",
-        "mem:0", "mem:-1", "nonsense", f"ep:{mem + 500}", f"mem: {mem}"]})
+    out = await tools(
+        "get_contents",
+        {
+            "agent_id": AGENT,
+            "refs": [
+                f"mem:{mem}",
+                f"ep:{ep}",
+                f"mem:{foreign}",
+                "mem:99999",
+                "doc:1",
+                "mem:abc",
+                "mem:0",
+                "mem:-1",
+                "nonsense",
+                f"ep:{mem + 500}",
+                f"mem: {mem}",
+            ],
+        },
+    )
     assert set(out) == {"items", "missing", "count"}
     assert out["items"] == [
-        {"ref": f"mem:{mem}", "content": text,
-         "source": {"type": "User", "id": "u1", "name": "Ann"},
-         "timestamp": "2026-03-01T00:00:00Z", "id": "m-9"},
-        {"ref": f"ep:{ep}", "content": "[Episode] retro summary",
-         "source": {"System": "episode"}, "timestamp": "2026-02-01T00:00:00Z",
-         "resolved": True},
-        {"ref": f"mem: {mem}", "content": text,
-         "source": {"type": "User", "id": "u1", "name": "Ann"},
-         "timestamp": "2026-03-01T00:00:00Z", "id": "m-9"},
+        {
+            "ref": f"mem:{mem}",
+            "content": text,
+            "source": {"type": "User", "id": "u1", "name": "Ann"},
+            "timestamp": "2026-03-01T00:00:00Z",
+            "id": "m-9",
+        },
+        {
+            "ref": f"ep:{ep}",
+            "content": "[Episode] retro summary",
+            "source": {"System": "episode"},
+            "timestamp": "2026-02-01T00:00:00Z",
+            "resolved": True,
+        },
+        {
+            "ref": f"mem: {mem}",
+            "content": text,
+            "source": {"type": "User", "id": "u1", "name": "Ann"},
+            "timestamp": "2026-03-01T00:00:00Z",
+            "id": "m-9",
+        },
     ]
-    assert out["missing"] == [f"mem:{foreign}", "mem:99999", "doc:1", "mem:abc", "mem:0",
-                              "mem:-1", "nonsense", f"ep:{mem + 500}"]
+    assert out["missing"] == [
+        f"mem:{foreign}",
+        "mem:99999",
+        "doc:1",
+        "mem:abc",
+        "mem:0",
+        "mem:-1",
+        "nonsense",
+        f"ep:{mem + 500}",
+    ]
     assert out["count"] == 3
 
 
@@ -174,7 +228,9 @@ async def test_get_contents_expands_a_recalled_preview(tools):
 async def test_get_contents_refusals(tools):
     mem = await tools.store("short row")
     assert await tools("get_contents", {"agent_id": "", "refs": [f"mem:{mem}"]}) == {
-        "ok": False, "error": "agent_id is required"}
+        "ok": False,
+        "error": "agent_id is required",
+    }
     empty = await tools("get_contents", {"agent_id": AGENT, "refs": []})
     assert empty["ok"] is False and empty["error"]
     twenty = await tools("get_contents", {"agent_id": AGENT, "refs": [f"mem:{mem}"] * 20})
@@ -184,15 +240,17 @@ async def test_get_contents_refusals(tools):
 
 
 def cost(item: dict) -> int:
-    return sum(len(v) if isinstance(v, str) else len(json.dumps(v, ensure_ascii=False))
-               for v in item.values())
+    return sum(
+        len(v) if isinstance(v, str) else len(json.dumps(v, ensure_ascii=False))
+        for v in item.values()
+    )
 
 
 @pytest.mark.parametrize("extra", [0, 1])
 async def test_get_contents_budget_defers_the_rest(connect, extra):
     async with connect(max_content_length=50_000) as t:
         first = await t.store(long_text("first", 15_000))
-        probe = (await t("get_contents", {"agent_id": AGENT, "refs": [f"mem:{first}"]}))
+        probe = await t("get_contents", {"agent_id": AGENT, "refs": [f"mem:{first}"]})
         spent = cost(probe["items"][0])
         ref_and_stamp = spent - 15_000
         # The second item fills the 40,000 budget exactly (extra=0) or by one more character.

@@ -19,8 +19,7 @@ PROFILE_MESSAGE = {"content": PROFILE, "source": {"System": "profile"}}
 
 async def _pool(t, memories: int, episodes: int = 0, agent: str = AGENT, **kw) -> None:
     tag = "".join(f" {v}" for v in kw.values())
-    await t.store_all([f"pool row {i} of {agent}{tag}" for i in range(memories)],
-                      agent=agent, **kw)
+    await t.store_all([f"pool row {i} of {agent}{tag}" for i in range(memories)], agent=agent, **kw)
     for i in range(episodes):
         await t.episode(f"pool episode {i}", agent=agent, **kw)
 
@@ -79,8 +78,10 @@ async def test_confidence_on_profile_ranks_high_and_survives_the_limit(connect):
         got = await t.messages("pool row", limit=3)
     assert PROFILE in [m["content"] for m in got]
     (profile,) = [m for m in got if m["content"] == PROFILE]
-    assert profile["match_reason"] == {"signal": "confidence",
-                                       "score": profile["confidence"]["score"]}
+    assert profile["match_reason"] == {
+        "signal": "confidence",
+        "score": profile["confidence"]["score"],
+    }
 
 
 async def test_cascade_places_the_profile_before_the_keyword_fill(connect):
@@ -88,8 +89,10 @@ async def test_cascade_places_the_profile_before_the_keyword_fill(connect):
         await _profile(t)
         await _pool(t, 120)  # >= 100 rows: unscored keyword rows pass the gate
         await t.store("the schedule")
-        await t.store("Quarterly digest: we rotated credentials, refreshed pins, reviewed "
-                      "firewall rules, archived accounts and agreed the release schedule")
+        await t.store(
+            "Quarterly digest: we rotated credentials, refreshed pins, reviewed "
+            "firewall rules, archived accounts and agreed the release schedule"
+        )
         got = await t.messages("schedule", limit=30)
     contents = [m["content"] for m in got]
     # Worst first: the keyword-fill row (no match_reason), the profile, the vector row.

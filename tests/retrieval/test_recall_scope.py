@@ -28,14 +28,16 @@ async def seen(t, agent: str = AGENT, **kw) -> set[str]:
 
 async def test_isolation_axes(tools):
     await _scoped_corpus(tools)
-    mine = {"ledger row global", "ledger row p1", "ledger row p2", "ledger row c1",
-            "ledger row c2"}
+    mine = {"ledger row global", "ledger row p1", "ledger row p2", "ledger row c1", "ledger row c2"}
     assert await seen(tools) == mine  # project absent: no project filter
     assert await seen(tools, project_id="") == mine - {"ledger row p1", "ledger row p2"}
     assert await seen(tools, project_id="p1") == mine - {"ledger row p2"}
     assert await seen(tools, channel="c1") == mine - {"ledger row c2"}
     assert await seen(tools, project_id="p1", channel="c2") == {
-        "ledger row global", "ledger row p1", "ledger row c2"}
+        "ledger row global",
+        "ledger row p1",
+        "ledger row c2",
+    }
     assert await seen(tools, "bob") == {"ledger row of bob"}
     assert await seen(tools, "") == {"ledger row of the empty agent"}  # a real bucket
     assert await seen(tools, "carol") == set()
@@ -56,13 +58,14 @@ async def test_source_id_prefix_and_the_episode_source_rule(tools):
     everything = set(await tools.contents("ledger", deep=True))
     assert "[Episode] ledger episode" in everything and len(everything) == 5
     assert set(await tools.contents("ledger", deep=True, source_id="discord:")) == {
-        "ledger from discord"}
+        "ledger from discord"
+    }
     assert set(await tools.contents("ledger", deep=True, source_id="Discord:")) == set()
     assert set(await tools.contents("ledger", deep=True, source_id="42")) == {
-        "ledger with a numeric id"}
+        "ledger with a numeric id"
+    }
     # With a channel, episodes are admitted again (scoped by channel).
-    with_channel = set(await tools.contents("ledger", deep=True, source_id="slack",
-                                            channel="c9"))
+    with_channel = set(await tools.contents("ledger", deep=True, source_id="slack", channel="c9"))
     assert with_channel == {"ledger from slack", "[Episode] ledger episode"}
 
 
@@ -72,30 +75,43 @@ async def test_exclude_contents(tools):
     await tools.episode("ledger row one")
     base = await tools.contents("ledger row one", deep=True)
     assert "ledger row one" in base and "[Episode] ledger row one" in base
-    out = await tools.contents("ledger row one", deep=True,
-                               exclude_contents=["  LEDGER ROW ONE ", "", "ledger row"])
+    out = await tools.contents(
+        "ledger row one", deep=True, exclude_contents=["  LEDGER ROW ONE ", "", "ledger row"]
+    )
     # Exact below 32 characters ("ledger row" excludes nothing); memories and the episode's
     # vector row compare their own text, so the episode stays.
     assert "ledger row one" not in out and "ledger row two" in out
     assert "[Episode] ledger row one" in out
-    gone = await tools.contents("migration plan billing ledger", deep=True,
-                                exclude_contents=[long_row[:40] + " and more words after it"])
+    gone = await tools.contents(
+        "migration plan billing ledger",
+        deep=True,
+        exclude_contents=[long_row[:40] + " and more words after it"],
+    )
     assert long_row in gone  # neither is a prefix of the other
-    gone = await tools.contents("migration plan billing ledger", deep=True,
-                                exclude_contents=[long_row[:35]])
+    gone = await tools.contents(
+        "migration plan billing ledger", deep=True, exclude_contents=[long_row[:35]]
+    )
     assert long_row not in gone
-    gone = await tools.contents("migration plan billing ledger", deep=True,
-                                exclude_contents=[long_row + " plus the tail of a longer echo"])
+    gone = await tools.contents(
+        "migration plan billing ledger",
+        deep=True,
+        exclude_contents=[long_row + " plus the tail of a longer echo"],
+    )
     assert long_row not in gone
 
 
 async def test_excluded_rows_keep_their_rank_positions_under_rrf(connect):
     async with connect() as t:
         await t.store_all(["ledger row one", "ledger row two", "ledger row three"])
-        base = {m["content"]: m["match_reason"] for m in await t.messages(
-            "ledger row one", deep=True)}
-        out = {m["content"]: m["match_reason"] for m in await t.messages(
-            "ledger row one", deep=True, exclude_contents=["ledger row one"])}
+        base = {
+            m["content"]: m["match_reason"] for m in await t.messages("ledger row one", deep=True)
+        }
+        out = {
+            m["content"]: m["match_reason"]
+            for m in await t.messages(
+                "ledger row one", deep=True, exclude_contents=["ledger row one"]
+            )
+        }
     assert "ledger row one" not in out
     for content, reason in out.items():
         assert reason["rrf"] == base[content]["rrf"]

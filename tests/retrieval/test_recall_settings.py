@@ -39,8 +39,10 @@ async def answer(connect, query: str, **settings) -> list[dict]:
 
 async def test_recall_mode_picks_the_fusion(connect):
     await _corpus(connect)
-    got = {mode: await answer(connect, "deploy pipeline", recall_mode=mode)
-           for mode in ("rrf", "rsf", "cascade")}
+    got = {
+        mode: await answer(connect, "deploy pipeline", recall_mode=mode)
+        for mode in ("rrf", "rsf", "cascade")
+    }
     assert {m["match_reason"]["signal"] for m in got["rsf"]} == {"rsf"}
     assert all("rrf" in m["match_reason"] for m in got["rrf"])
     assert all(set(m["match_reason"]) == {"signal", "score", "cosine"} for m in got["cascade"])
@@ -49,8 +51,7 @@ async def test_recall_mode_picks_the_fusion(connect):
 async def test_library_max_limit_clamps_the_limit(connect):
     await _corpus(connect)
     assert len(await answer(connect, "deploy pipeline friday", limit=10)) >= 4
-    clamped = await answer(connect, "deploy pipeline friday", limit=10,
-                           recall_library_max_limit=2)
+    clamped = await answer(connect, "deploy pipeline friday", limit=10, recall_library_max_limit=2)
     full = await answer(connect, "deploy pipeline friday", limit=2)
     assert clamped == full and len(clamped) == 2
 
@@ -62,8 +63,17 @@ async def test_scan_chunk_rows_changes_nothing(connect, chunk):
         base = await answer(connect, query, limit=20)
         assert await answer(connect, query, limit=20, vector_scan_chunk_rows=chunk) == base
         windowed = await answer(connect, query, limit=20, max_memories=9, vector_reach=15)
-        assert await answer(connect, query, limit=20, max_memories=9, vector_reach=15,
-                            vector_scan_chunk_rows=chunk) == windowed
+        assert (
+            await answer(
+                connect,
+                query,
+                limit=20,
+                max_memories=9,
+                vector_reach=15,
+                vector_scan_chunk_rows=chunk,
+            )
+            == windowed
+        )
 
 
 async def test_vector_min_similarity_is_the_vector_threshold(connect):
@@ -76,15 +86,17 @@ async def test_vector_min_similarity_is_the_vector_threshold(connect):
     cut = sorted(cosines)[len(cosines) // 2]
     got = await answer(connect, "deploy pipeline friday", vector_min_similarity=cut, **cascade)
     assert [m["match_reason"]["cosine"] for m in got] == [c for c in cosines if c >= cut]
-    assert await answer(connect, "deploy pipeline friday", vector_min_similarity=1.5,
-                        **cascade) == []
+    assert (
+        await answer(connect, "deploy pipeline friday", vector_min_similarity=1.5, **cascade) == []
+    )
 
 
 async def test_rrf_threshold_factor_scales_the_threshold_in_fusion(connect):
     await _corpus(connect)
     base = await answer(connect, "deploy pipeline")  # T = 0.3 * 0.5 = 0.15
-    vector = {m["content"]: m["match_reason"]["cosine"] for m in base
-              if "cosine" in m["match_reason"]}
+    vector = {
+        m["content"]: m["match_reason"]["cosine"] for m in base if "cosine" in m["match_reason"]
+    }
     assert min(vector.values()) < 0.3 <= max(vector.values())
     strict = await answer(connect, "deploy pipeline", rrf_threshold_factor=1.0)  # T = 0.3
     kept = {m["content"]: m["match_reason"].get("cosine") for m in strict}

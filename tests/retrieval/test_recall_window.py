@@ -32,8 +32,7 @@ async def _corpus(connect) -> None:
 
 async def answer(connect, query: str = QUERY, **settings) -> dict[str, dict]:
     async with connect(**settings) as t:
-        return {m["content"]: m.get("match_reason")
-                for m in await t.messages(query, deep=True)}
+        return {m["content"]: m.get("match_reason") for m in await t.messages(query, deep=True)}
 
 
 async def test_a_row_leaves_the_vector_window_but_stays_reachable(connect):
@@ -83,9 +82,11 @@ async def test_cascade_ignores_the_reach(connect):
 
 
 async def test_far_limit_caps_the_far_votes_only(connect):
-    olds = ["rollout strategy for kubernetes clusters",
-            "kubernetes rollout strategy",
-            "strategy for rollout of clusters"]
+    olds = [
+        "rollout strategy for kubernetes clusters",
+        "kubernetes rollout strategy",
+        "strategy for rollout of clusters",
+    ]
     async with connect() as t:
         await t.store_all(olds)
         await t.store_all(FILLERS)
@@ -94,8 +95,9 @@ async def test_far_limit_caps_the_far_votes_only(connect):
     assert set(olds) <= set(full)
     best_first = sorted(olds, key=lambda c: -full[c]["cosine"])
     for far_limit, expect in ((1, 1), (2, 2), (3, 3), (50, 3)):
-        got = await answer(connect, max_memories=window, vector_reach=100,
-                           vector_far_limit=far_limit)
+        got = await answer(
+            connect, max_memories=window, vector_reach=100, vector_far_limit=far_limit
+        )
         assert [c for c in best_first if c in got] == best_first[:expect]
         for c in best_first[:expect]:
             assert got[c] == full[c]  # never changes a score

@@ -44,9 +44,17 @@ TURNS = [
 
 
 async def merged(t, turns, query: str = "standup note", **kw) -> dict:
-    out = await t("recall_with_context", {"agent_id": AGENT, "query": query,
-                                          "external_context": turns, "deep": True,
-                                          "limit": 20, **kw})
+    out = await t(
+        "recall_with_context",
+        {
+            "agent_id": AGENT,
+            "query": query,
+            "external_context": turns,
+            "deep": True,
+            "limit": 20,
+            **kw,
+        },
+    )
     assert "ok" not in out, out
     return out
 
@@ -57,73 +65,122 @@ async def test_chronology_across_offsets_with_undated_first(tools):
     out = await merged(tools, TURNS)
     messages = out["messages"]
     assert len(messages) == len(MEMORIES) + len(TURNS)
-    undated = [m for m in messages if m["timestamp"] in ("", "last tuesday")
-               or m["timestamp"].startswith(("0001-", "9999-"))]
+    undated = [
+        m
+        for m in messages
+        if m["timestamp"] in ("", "last tuesday") or m["timestamp"].startswith(("0001-", "9999-"))
+    ]
     n = len(undated)
     assert messages[:n] == undated
     # Merge order among undated: recalled rows (worst first) before the turns, turns as given.
     kinds = ["conversation" if "context_type" in m else "recalled" for m in undated]
     assert kinds == sorted(kinds, key=lambda k: k == "conversation")
     assert [m["content"] for m in undated if "context_type" in m] == [
-        "same time", "ok", "bad stamp"]
+        "same time",
+        "ok",
+        "bad stamp",
+    ]
     dated = [instant(m["timestamp"]) for m in messages[n:]]
     assert dated == sorted(dated)
     assert [m["content"] for m in messages[n:]] == [
-        "standup note one", "standup note three", "thanks", "standup note two",
-        "standup note four", "at ten", "when is standup?", "and friday?", "standup note five"]
+        "standup note one",
+        "standup note three",
+        "thanks",
+        "standup note two",
+        "standup note four",
+        "at ten",
+        "when is standup?",
+        "and friday?",
+        "standup note five",
+    ]
 
 
 async def test_equal_instants_keep_merge_order(tools):
     await tools.store("standup note a", timestamp="2026-03-01T09:00:00+09:00")
-    out = await merged(tools, [
-        {"role": "user", "content": "first said", "timestamp": "2026-03-01T00:00:00Z"},
-        {"role": "user", "content": "second said", "timestamp": "2026-02-28T19:00:00-05:00"},
-    ])
+    out = await merged(
+        tools,
+        [
+            {"role": "user", "content": "first said", "timestamp": "2026-03-01T00:00:00Z"},
+            {"role": "user", "content": "second said", "timestamp": "2026-02-28T19:00:00-05:00"},
+        ],
+    )
     assert [m["content"] for m in out["messages"]] == [
-        "standup note a", "first said", "second said"]
+        "standup note a",
+        "first said",
+        "second said",
+    ]
 
 
 async def test_conversation_message_shapes(tools):
-    out = await merged(tools, [
-        {"role": "assistant", "content": "  sure  ", "timestamp": "2026-03-01T00:00:00Z"},
-        {"role": "user", "content": "hi", "name": "Ann", "user_id": "u7"},
-        {"role": "user", "content": "yo", "name": "Bo"},
-        {"role": "user", "content": "hey", "extra": {"kept": "out"}},
-    ], query="zebra crossing")
-    assert out == {"messages": [
-        {"content": "hi", "source": {"type": "User", "id": "discord:u7", "name": "Ann"},
-         "timestamp": "", "context_type": "conversation"},
-        {"content": "yo", "source": {"type": "User", "id": "discord:Bo", "name": "Bo"},
-         "timestamp": "", "context_type": "conversation"},
-        {"content": "hey", "source": {"type": "User", "id": "discord:User", "name": "User"},
-         "timestamp": "", "context_type": "conversation"},
-        {"content": "sure", "source": {"type": "Agent", "id": "self"},
-         "timestamp": "2026-03-01T00:00:00Z", "context_type": "conversation"},
-    ]}
+    out = await merged(
+        tools,
+        [
+            {"role": "assistant", "content": "  sure  ", "timestamp": "2026-03-01T00:00:00Z"},
+            {"role": "user", "content": "hi", "name": "Ann", "user_id": "u7"},
+            {"role": "user", "content": "yo", "name": "Bo"},
+            {"role": "user", "content": "hey", "extra": {"kept": "out"}},
+        ],
+        query="zebra crossing",
+    )
+    assert out == {
+        "messages": [
+            {
+                "content": "hi",
+                "source": {"type": "User", "id": "discord:u7", "name": "Ann"},
+                "timestamp": "",
+                "context_type": "conversation",
+            },
+            {
+                "content": "yo",
+                "source": {"type": "User", "id": "discord:Bo", "name": "Bo"},
+                "timestamp": "",
+                "context_type": "conversation",
+            },
+            {
+                "content": "hey",
+                "source": {"type": "User", "id": "discord:User", "name": "User"},
+                "timestamp": "",
+                "context_type": "conversation",
+            },
+            {
+                "content": "sure",
+                "source": {"type": "Agent", "id": "self"},
+                "timestamp": "2026-03-01T00:00:00Z",
+                "context_type": "conversation",
+            },
+        ]
+    }
 
 
 async def test_rows_repeating_a_turn_are_excluded(tools):
     long_row = "The migration plan: move the billing tables first, then the ledger, then audit"
-    await tools.store_all(["standup at ten", "Standup at ten sharp", long_row,
-                           "standup moved"])
-    out = await merged(tools, [
-        {"role": "user", "content": "  STANDUP AT TEN  "},  # exact (short) match
-        {"role": "system", "content": long_row[:40].upper()},  # prefix of a long row, any role
-        {"role": "assistant", "content": "standup"},  # short: exact only, excludes nothing
-    ], query="standup at ten migration plan billing")
+    await tools.store_all(["standup at ten", "Standup at ten sharp", long_row, "standup moved"])
+    out = await merged(
+        tools,
+        [
+            {"role": "user", "content": "  STANDUP AT TEN  "},  # exact (short) match
+            {"role": "system", "content": long_row[:40].upper()},  # prefix of a long row, any role
+            {"role": "assistant", "content": "standup"},  # short: exact only, excludes nothing
+        ],
+        query="standup at ten migration plan billing",
+    )
     recalled = [m["content"] for m in out["messages"] if "ref" in m]
     assert "standup at ten" not in recalled and long_row not in recalled
     assert "Standup at ten sharp" in recalled and "standup moved" in recalled
 
 
 async def test_context_filter_only_lists_other_roles(tools):
-    out = await merged(tools, [
-        {"role": "system", "content": "be brief"},
-        {"role": "tool", "content": "result 42"},
-        {"content": "no role"},
-        {"role": "system", "content": "   "},  # no content: neither merged nor listed
-        {"role": "user", "content": "hello"},
-    ], query="zebra crossing")
+    out = await merged(
+        tools,
+        [
+            {"role": "system", "content": "be brief"},
+            {"role": "tool", "content": "result 42"},
+            {"content": "no role"},
+            {"role": "system", "content": "   "},  # no content: neither merged nor listed
+            {"role": "user", "content": "hello"},
+        ],
+        query="zebra crossing",
+    )
     assert [m["content"] for m in out["messages"]] == ["hello"]
     info = out["context_filter_only"]
     assert set(info) == {"roles", "note"} and isinstance(info["note"], str) and info["note"]
@@ -133,42 +190,61 @@ async def test_context_filter_only_lists_other_roles(tools):
 
 
 async def test_context_field_issues_shapes(tools):
-    merged_only = await merged(tools, [
-        {"role": "user", "content": "hi", "name": 3, "timestamp": 17},
-        {"role": "user", "content": "fine"},
-    ], query="zebra crossing")
+    merged_only = await merged(
+        tools,
+        [
+            {"role": "user", "content": "hi", "name": 3, "timestamp": 17},
+            {"role": "user", "content": "fine"},
+        ],
+        query="zebra crossing",
+    )
     issues = merged_only["context_field_issues"]
     assert issues["entries"] == [{"index": 0, "fields": ["name", "timestamp"]}]
     assert [m["content"] for m in merged_only["messages"]] == ["hi", "fine"]
     hi = merged_only["messages"][0]
     assert hi["source"]["name"] == "User" and hi["timestamp"] == ""
 
-    dropped_only = await merged(tools, [
-        {"role": "user", "content": 5},
-        {"role": 1, "content": None, "user_id": []},
-    ], query="zebra crossing")
+    dropped_only = await merged(
+        tools,
+        [
+            {"role": "user", "content": 5},
+            {"role": 1, "content": None, "user_id": []},
+        ],
+        query="zebra crossing",
+    )
     assert dropped_only["context_field_issues"]["entries"] == [
         {"index": 0, "fields": ["content"]},
         {"index": 1, "fields": ["content", "role", "user_id"]},
     ]
     assert dropped_only["messages"] == []
 
-    mixed = await merged(tools, [{"role": "user", "content": 5},
-                                 {"role": "user", "content": "ok", "name": False}],
-                         query="zebra crossing")
-    notes = {merged_only["context_field_issues"]["note"],
-             dropped_only["context_field_issues"]["note"],
-             mixed["context_field_issues"]["note"]}
+    mixed = await merged(
+        tools,
+        [{"role": "user", "content": 5}, {"role": "user", "content": "ok", "name": False}],
+        query="zebra crossing",
+    )
+    notes = {
+        merged_only["context_field_issues"]["note"],
+        dropped_only["context_field_issues"]["note"],
+        mixed["context_field_issues"]["note"],
+    }
     assert len(notes) == 3 and all(isinstance(n, str) and n for n in notes)
 
 
 async def test_reject_mode_refuses_before_recalling(connect):
     async with connect(external_context_mode="reject") as t:
         await t.store("standup note one")
-        out = await t("recall_with_context", {
-            "agent_id": AGENT, "query": "standup",
-            "external_context": [{"role": "user", "content": "ok"},
-                                 {"role": "user", "content": "hi", "name": 3}]})
+        out = await t(
+            "recall_with_context",
+            {
+                "agent_id": AGENT,
+                "query": "standup",
+                "external_context": [
+                    {"role": "user", "content": "ok"},
+                    {"role": "user", "content": "hi", "name": 3},
+                ],
+            },
+        )
         good = await merged(t, [{"role": "user", "content": "ok"}])
     assert set(out) == {"ok", "error", "messages"}
     assert out["ok"] is False and out["messages"] == []
@@ -179,38 +255,57 @@ async def test_reject_mode_refuses_before_recalling(connect):
 async def test_off_mode_reports_nothing(connect):
     async with connect(external_context_mode="off") as t:
         out = await merged(t, [{"role": "user", "content": "hi", "name": 3}], query="zebra")
-    assert out == {"messages": [
-        {"content": "hi", "source": {"type": "User", "id": "discord:User", "name": "User"},
-         "timestamp": "", "context_type": "conversation"}]}
+    assert out == {
+        "messages": [
+            {
+                "content": "hi",
+                "source": {"type": "User", "id": "discord:User", "name": "User"},
+                "timestamp": "",
+                "context_type": "conversation",
+            }
+        ]
+    }
 
 
 async def test_non_object_entries_are_refused_by_the_schema(tools):
-    result = await tools.raw("recall_with_context", {
-        "agent_id": AGENT, "query": "q", "external_context": ["just text"]})
+    result = await tools.raw(
+        "recall_with_context", {"agent_id": AGENT, "query": "q", "external_context": ["just text"]}
+    )
     assert result.is_error
 
 
 async def test_gate_fallback_is_forwarded(connect):
-    lexical = ("Quarterly security digest: we rotated credentials, refreshed dependency pins, "
-               "reviewed firewall rules, archived stale accounts, retrained staff on phishing, "
-               "replaced expiring certificates, validated backups, tightened container "
-               "policies, documented vendor contacts, rehearsed incident drills, updated asset "
-               "inventories, and confirmed the CVE-2024-3094 remediation across every fleet.")
+    lexical = (
+        "Quarterly security digest: we rotated credentials, refreshed dependency pins, "
+        "reviewed firewall rules, archived stale accounts, retrained staff on phishing, "
+        "replaced expiring certificates, validated backups, tightened container "
+        "policies, documented vendor contacts, rehearsed incident drills, updated asset "
+        "inventories, and confirmed the CVE-2024-3094 remediation across every fleet."
+    )
     async with connect(confidence_enabled=True) as t:
         await t.store(lexical)
-        out = await t("recall_with_context", {
-            "agent_id": AGENT, "query": "CVE-2024-3094",
-            "external_context": [{"role": "user", "content": "status?"}]})
+        out = await t(
+            "recall_with_context",
+            {
+                "agent_id": AGENT,
+                "query": "CVE-2024-3094",
+                "external_context": [{"role": "user", "content": "status?"}],
+            },
+        )
     assert out["gate_fallback"] is True
     assert [m["content"] for m in out["messages"]] == ["status?", lexical]  # undated first
 
 
 async def test_microseconds_order_even_far_from_the_epoch(tools):
     # Instants, not floats: one microsecond apart in year 9000 still sorts correctly.
-    out = await merged(tools, [
-        {"role": "user", "content": "later", "timestamp": "9000-01-01T00:00:00.000002Z"},
-        {"role": "user", "content": "earlier", "timestamp": "9000-01-01T09:00:00.000001+09:00"},
-        {"role": "user", "content": "earliest", "timestamp": "1000-01-01T00:00:00.000001"},
-        {"role": "user", "content": "first", "timestamp": "1000-01-01T00:00:00"},
-    ], query="zebra crossing")
+    out = await merged(
+        tools,
+        [
+            {"role": "user", "content": "later", "timestamp": "9000-01-01T00:00:00.000002Z"},
+            {"role": "user", "content": "earlier", "timestamp": "9000-01-01T09:00:00.000001+09:00"},
+            {"role": "user", "content": "earliest", "timestamp": "1000-01-01T00:00:00.000001"},
+            {"role": "user", "content": "first", "timestamp": "1000-01-01T00:00:00"},
+        ],
+        query="zebra crossing",
+    )
     assert [m["content"] for m in out["messages"]] == ["first", "earliest", "earlier", "later"]

@@ -14,8 +14,17 @@ from cpersona.storage import memories as memory_sql
 
 pytestmark = pytest.mark.anyio
 
-MEMORY_KEYS = {"id", "agent_id", "project_id", "content", "source", "timestamp", "created_at",
-               "locked", "channel"}
+MEMORY_KEYS = {
+    "id",
+    "agent_id",
+    "project_id",
+    "content",
+    "source",
+    "timestamp",
+    "created_at",
+    "locked",
+    "channel",
+}
 
 
 async def store(tools: Any, content: str, agent: str = "alice", **kw: Any) -> int:
@@ -29,8 +38,9 @@ def insert_memories(tools: Any, contents: list[str], agent: str = "alice") -> li
     ids = []
     with tools.engine.db.atomic() as conn:
         for i, text in enumerate(contents):
-            new = NewMemory(agent, "", "", text, "{}", f"2026-01-01T00:00:{i % 60:02d}+00:00",
-                            "{}", "", None)
+            new = NewMemory(
+                agent, "", "", text, "{}", f"2026-01-01T00:00:{i % 60:02d}+00:00", "{}", "", None
+            )
             ids.append(memory_sql.insert(conn, new))
     return ids
 
@@ -84,8 +94,10 @@ async def test_list_memories_project_axis(tools):
 
 async def test_list_episodes_axes(tools):
     async def archive(agent: str, project: str = "") -> int:
-        out = await tools("archive_episode", {"agent_id": agent, "summary": f"{agent} {project}",
-                                              "project_id": project})
+        out = await tools(
+            "archive_episode",
+            {"agent_id": agent, "summary": f"{agent} {project}", "project_id": project},
+        )
         return out["episode_id"]
 
     glob = await archive("alice")

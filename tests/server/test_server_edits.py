@@ -67,8 +67,9 @@ async def test_update_replaces_content_and_nothing_else(tools):
     mid = mid["id"]
     before = await row(tools, mid)
     old_vec = embedding(tools, mid)
-    out = await tools("update_memory", {"memory_id": mid, "content": "pool size is 40",
-                                        "agent_id": "alice"})
+    out = await tools(
+        "update_memory", {"memory_id": mid, "content": "pool size is 40", "agent_id": "alice"}
+    )
     assert out == {"ok": True, "updated_id": mid}
     after = await row(tools, mid)
     assert after == {**before, "content": "pool size is 40"}
@@ -254,7 +255,7 @@ async def test_lock_and_unlock_round_trip(tools):
 
 async def test_lock_does_not_change_content_or_listing(tools):
     mid = await store(tools, "x")
-    before = (await row(tools, mid))
+    before = await row(tools, mid)
     await tools("lock_memory", {"memory_id": mid})
     assert await row(tools, mid) == {**before, "locked": True}
 
@@ -273,8 +274,16 @@ async def test_lock_refusals(tools, tool):
 
 # -- archive_episode / delete_episode ----------------------------------------------------------
 
-EPISODE_KEYS = {"id", "agent_id", "project_id", "summary", "keywords", "start_time", "end_time",
-                "created_at"}
+EPISODE_KEYS = {
+    "id",
+    "agent_id",
+    "project_id",
+    "summary",
+    "keywords",
+    "start_time",
+    "end_time",
+    "created_at",
+}
 
 
 async def episodes(tools: Any, **kw: Any) -> list[dict]:
@@ -377,8 +386,8 @@ async def test_archive_episode_refusals(tools, summary, error):
 
 
 async def test_delete_episode(tools):
-    mine = (await tools("archive_episode", {"agent_id": "alice", "summary": "mine"}))
-    theirs = (await tools("archive_episode", {"agent_id": "bob", "summary": "theirs"}))
+    mine = await tools("archive_episode", {"agent_id": "alice", "summary": "mine"})
+    theirs = await tools("archive_episode", {"agent_id": "bob", "summary": "theirs"})
     mine, theirs = mine["episode_id"], theirs["episode_id"]
     before = await tools.snapshot()
     missing = {"ok": False, "error": f"Episode {theirs} not found or not owned by agent"}
@@ -446,8 +455,11 @@ async def test_profile_cap_follows_the_setting(connect):
 
 @pytest.mark.parametrize(
     ("profile", "reason"),
-    [("", "empty profile"), (" \n", "empty after sanitization"),
-     ("[Memory from x]", "empty after sanitization")],
+    [
+        ("", "empty profile"),
+        (" \n", "empty after sanitization"),
+        ("[Memory from x]", "empty after sanitization"),
+    ],
 )
 async def test_profile_refusals(tools, profile, reason):
     await tools("update_profile", {"agent_id": "a", "profile": "kept"})
@@ -476,8 +488,9 @@ async def test_every_embedding_is_a_float32_blob_in_its_row(tools):
     mid = await store(tools, "first text")
     await tools("update_memory", {"memory_id": mid, "content": "second text"})
     await store(tools, "会議は毎週火曜日", agent="bob", channel="c", project_id="p")
-    ep = await tools("archive_episode", {"agent_id": "alice", "summary": "  the summary  ",
-                                         "keywords": "k"})
+    ep = await tools(
+        "archive_episode", {"agent_id": "alice", "summary": "  the summary  ", "keywords": "k"}
+    )
     rows = tools.engine.db.query(
         "SELECT 'memories', content, embedding FROM memories "
         "UNION ALL SELECT 'episodes', summary, embedding FROM episodes"

@@ -178,8 +178,9 @@ async def seed(tools: Any) -> dict[str, int]:
     """A small database: two agents, a locked row, an episode each, one profile."""
     ids = {}
     for agent in ("alice", "bob"):
-        out = await tools("store", {"agent_id": agent, "message": {"id": "m1",
-                                                                   "content": f"{agent} note"}})
+        out = await tools(
+            "store", {"agent_id": agent, "message": {"id": "m1", "content": f"{agent} note"}}
+        )
         ids[agent] = out["id"]
         ep = await tools("archive_episode", {"agent_id": agent, "summary": f"{agent} ep"})
         ids[f"{agent}_ep"] = ep["episode_id"]
@@ -212,43 +213,91 @@ async def test_refusals_change_nothing(tools):
     ambiguous = "not found, not owned by agent, or locked"
     calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         # ids of another agent: the ambiguous error, the row untouched
-        ("update_memory", {"memory_id": bob, "content": "x", "agent_id": "alice"},
-         {"ok": False, "error": f"Memory {bob} {ambiguous}"}),
-        ("delete_memory", {"memory_id": bob, "agent_id": "alice"},
-         {"ok": False, "error": f"Memory {bob} {ambiguous}"}),
-        ("lock_memory", {"memory_id": bob, "agent_id": "alice"},
-         {"ok": False, "error": f"Memory {bob} {ambiguous}"}),
-        ("unlock_memory", {"memory_id": locked, "agent_id": "bob"},
-         {"ok": False, "error": f"Memory {locked} {ambiguous}"}),
-        ("delete_episode", {"episode_id": bob_ep, "agent_id": "alice"},
-         {"ok": False, "error": f"Episode {bob_ep} not found or not owned by agent"}),
+        (
+            "update_memory",
+            {"memory_id": bob, "content": "x", "agent_id": "alice"},
+            {"ok": False, "error": f"Memory {bob} {ambiguous}"},
+        ),
+        (
+            "delete_memory",
+            {"memory_id": bob, "agent_id": "alice"},
+            {"ok": False, "error": f"Memory {bob} {ambiguous}"},
+        ),
+        (
+            "lock_memory",
+            {"memory_id": bob, "agent_id": "alice"},
+            {"ok": False, "error": f"Memory {bob} {ambiguous}"},
+        ),
+        (
+            "unlock_memory",
+            {"memory_id": locked, "agent_id": "bob"},
+            {"ok": False, "error": f"Memory {locked} {ambiguous}"},
+        ),
+        (
+            "delete_episode",
+            {"episode_id": bob_ep, "agent_id": "alice"},
+            {"ok": False, "error": f"Episode {bob_ep} not found or not owned by agent"},
+        ),
         # locked
-        ("update_memory", {"memory_id": locked, "content": "x"},
-         {"ok": False, "error": f"Memory {locked} is locked and cannot be edited"}),
-        ("delete_memory", {"memory_id": locked},
-         {"ok": False, "error": f"Memory {locked} is locked and cannot be deleted"}),
+        (
+            "update_memory",
+            {"memory_id": locked, "content": "x"},
+            {"ok": False, "error": f"Memory {locked} is locked and cannot be edited"},
+        ),
+        (
+            "delete_memory",
+            {"memory_id": locked},
+            {"ok": False, "error": f"Memory {locked} is locked and cannot be deleted"},
+        ),
         # unknown ids, including ones no SQLite row can have
-        ("update_memory", {"memory_id": 0, "content": "x"},
-         {"ok": False, "error": "Memory 0 not found"}),
-        ("update_memory", {"memory_id": -1, "content": "x"},
-         {"ok": False, "error": "Memory -1 not found"}),
-        ("update_memory", {"memory_id": BIG, "content": "x"},
-         {"ok": False, "error": f"Memory {BIG} not found"}),
-        ("update_memory", {"memory_id": BIG, "content": "x", "agent_id": "alice"},
-         {"ok": False, "error": f"Memory {BIG} {ambiguous}"}),
+        (
+            "update_memory",
+            {"memory_id": 0, "content": "x"},
+            {"ok": False, "error": "Memory 0 not found"},
+        ),
+        (
+            "update_memory",
+            {"memory_id": -1, "content": "x"},
+            {"ok": False, "error": "Memory -1 not found"},
+        ),
+        (
+            "update_memory",
+            {"memory_id": BIG, "content": "x"},
+            {"ok": False, "error": f"Memory {BIG} not found"},
+        ),
+        (
+            "update_memory",
+            {"memory_id": BIG, "content": "x", "agent_id": "alice"},
+            {"ok": False, "error": f"Memory {BIG} {ambiguous}"},
+        ),
         ("delete_memory", {"memory_id": BIG}, {"ok": False, "error": f"Memory {BIG} not found"}),
-        ("delete_memory", {"memory_id": -BIG, "agent_id": "bob"},
-         {"ok": False, "error": f"Memory {-BIG} {ambiguous}"}),
+        (
+            "delete_memory",
+            {"memory_id": -BIG, "agent_id": "bob"},
+            {"ok": False, "error": f"Memory {-BIG} {ambiguous}"},
+        ),
         ("lock_memory", {"memory_id": BIG}, {"ok": False, "error": f"Memory {BIG} not found"}),
-        ("unlock_memory", {"memory_id": BIG, "agent_id": "a"},
-         {"ok": False, "error": f"Memory {BIG} {ambiguous}"}),
-        ("delete_episode", {"episode_id": BIG},
-         {"ok": False, "error": f"Episode {BIG} not found or not owned by agent"}),
-        ("delete_episode", {"episode_id": 0},
-         {"ok": False, "error": "Episode 0 not found or not owned by agent"}),
+        (
+            "unlock_memory",
+            {"memory_id": BIG, "agent_id": "a"},
+            {"ok": False, "error": f"Memory {BIG} {ambiguous}"},
+        ),
+        (
+            "delete_episode",
+            {"episode_id": BIG},
+            {"ok": False, "error": f"Episode {BIG} not found or not owned by agent"},
+        ),
+        (
+            "delete_episode",
+            {"episode_id": 0},
+            {"ok": False, "error": "Episode 0 not found or not owned by agent"},
+        ),
         # the collision that 2.5.x leaked as a bare UNIQUE error
-        ("store", {"agent_id": "alice", "message": {"id": "m1", "content": "changed"}},
-         {"ok": True, "result": "skipped", "reason": "duplicate msg_id", "id": ids["alice"]}),
+        (
+            "store",
+            {"agent_id": "alice", "message": {"id": "m1", "content": "changed"}},
+            {"ok": True, "result": "skipped", "reason": "duplicate msg_id", "id": ids["alice"]},
+        ),
     ]
     before = await tools.snapshot()
     for tool, args, expected in calls:
@@ -266,26 +315,49 @@ async def test_huge_list_limits_are_clamped(tools):
 
 
 SURROGATE_CALLS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
-    ("store", {"agent_id": "a\ud800", "message": {"content": "x"}},
-     {"ok": False, "result": "rejected"}),
-    ("store", {"agent_id": "a", "message": {"content": "x\udfff y"}},
-     {"ok": False, "result": "rejected"}),
-    ("store", {"agent_id": "a", "message": {"content": "x", "id": "\udc00"}},
-     {"ok": False, "result": "rejected"}),
-    ("store", {"agent_id": "a", "message": {"content": "x"}, "channel": "\ud83d"},
-     {"ok": False, "result": "rejected"}),
-    ("store", {"agent_id": "a", "message": {"content": "x", "source": {"id": "\ud800"}}},
-     {"ok": False, "result": "rejected"}),
-    ("store", {"agent_id": "a", "message": {"content": "x", "metadata": {"k": ["\ud800"]}}},
-     {"ok": False, "result": "rejected"}),
+    (
+        "store",
+        {"agent_id": "a\ud800", "message": {"content": "x"}},
+        {"ok": False, "result": "rejected"},
+    ),
+    (
+        "store",
+        {"agent_id": "a", "message": {"content": "x\udfff y"}},
+        {"ok": False, "result": "rejected"},
+    ),
+    (
+        "store",
+        {"agent_id": "a", "message": {"content": "x", "id": "\udc00"}},
+        {"ok": False, "result": "rejected"},
+    ),
+    (
+        "store",
+        {"agent_id": "a", "message": {"content": "x"}, "channel": "\ud83d"},
+        {"ok": False, "result": "rejected"},
+    ),
+    (
+        "store",
+        {"agent_id": "a", "message": {"content": "x", "source": {"id": "\ud800"}}},
+        {"ok": False, "result": "rejected"},
+    ),
+    (
+        "store",
+        {"agent_id": "a", "message": {"content": "x", "metadata": {"k": ["\ud800"]}}},
+        {"ok": False, "result": "rejected"},
+    ),
     ("update_memory", {"memory_id": 1, "content": "new \ud800"}, {"ok": False}),
     ("update_memory", {"memory_id": 1, "content": "new", "agent_id": "\ud800"}, {"ok": False}),
-    ("archive_episode", {"agent_id": "\ud800", "summary": "s"},
-     {"ok": False, "episode_id": None}),
-    ("archive_episode", {"agent_id": "a", "summary": "s", "history": [{"timestamp": "\ud800"}]},
-     {"ok": False, "episode_id": None}),
-    ("update_profile", {"agent_id": "alice", "profile": "p\ud800"},
-     {"ok": False, "profiles_updated": 0}),
+    ("archive_episode", {"agent_id": "\ud800", "summary": "s"}, {"ok": False, "episode_id": None}),
+    (
+        "archive_episode",
+        {"agent_id": "a", "summary": "s", "history": [{"timestamp": "\ud800"}]},
+        {"ok": False, "episode_id": None},
+    ),
+    (
+        "update_profile",
+        {"agent_id": "alice", "profile": "p\ud800"},
+        {"ok": False, "profiles_updated": 0},
+    ),
     ("get_profile", {"agent_id": "\ud800"}, {"ok": False}),
     ("list_memories", {"agent_id": "\ud800"}, {"ok": False, "memories": [], "count": 0}),
     ("list_episodes", {"project_id": "\ud800"}, {"ok": False, "episodes": [], "count": 0}),

@@ -67,8 +67,9 @@ messages = st.fixed_dictionaries(
         "source": st.one_of(
             st.none(),
             texts,
-            st.dictionaries(st.sampled_from(["type", "id", "name", "User", "System"]), json_values,
-                            max_size=3),
+            st.dictionaries(
+                st.sampled_from(["type", "id", "name", "User", "System"]), json_values, max_size=3
+            ),
             json_values,
         ),
         "timestamp": st.one_of(texts, st.just("2999-01-01T00:00:00Z"), json_values),
@@ -83,8 +84,10 @@ def argument(name: str) -> st.SearchStrategy[Any]:
     if name in ("memory_id", "episode_id", "limit"):
         return st.one_of(st.integers(min_value=-2, max_value=6), st.integers(), json_values)
     if name == "history":
-        return st.one_of(st.lists(st.dictionaries(st.just("timestamp"), texts, max_size=1),
-                                  max_size=3), json_values)
+        return st.one_of(
+            st.lists(st.dictionaries(st.just("timestamp"), texts, max_size=1), max_size=3),
+            json_values,
+        )
     return st.one_of(texts, json_values)
 
 
@@ -102,8 +105,9 @@ def calls(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Engine:
     path = Path(tmp_path_factory.mktemp("fuzz")) / "fuzz.db"
-    engine = Engine(Settings(db_path=str(path), embedding_mode="hashing"),
-                    embedder=HashingProvider())
+    engine = Engine(
+        Settings(db_path=str(path), embedding_mode="hashing"), embedder=HashingProvider()
+    )
     yield engine
     engine.close()
     with closing(sqlite3.connect(path)) as conn:
@@ -132,8 +136,11 @@ def check(tool: str, result: Any) -> None:
         raise AssertionError((tool, out))
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(batch=st.lists(calls(), min_size=1, max_size=8))
 def test_random_arguments_get_documented_shapes(engine, batch):
     async def run() -> None:

@@ -41,8 +41,9 @@ def server_env(db: Path) -> dict[str, str]:
 
 
 def params(db: Path) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", "cpersona"],
-                                 env=server_env(db), cwd=str(db.parent))
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "cpersona"], env=server_env(db), cwd=str(db.parent)
+    )
 
 
 def decode(result: Any) -> dict[str, Any]:
@@ -129,8 +130,11 @@ class RawServer:
     def initialize(self) -> dict[str, Any]:
         answer = self.call(
             "initialize",
-            {"protocolVersion": PROTOCOL, "capabilities": {},
-             "clientInfo": {"name": "cpersona-tests", "version": "0"}},
+            {
+                "protocolVersion": PROTOCOL,
+                "capabilities": {},
+                "clientInfo": {"name": "cpersona-tests", "version": "0"},
+            },
         )
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return answer
@@ -190,9 +194,12 @@ async def test_official_stdio_client_lists_tools_and_stores(tmp_path):
             assert client.server_info.name == "cloto-mcp-cpersona"
             names = {t.name for t in (await client.list_tools()).tools}
             assert names >= MY_TOOLS
-            out = decode(await client.call_tool(
-                "store", {"agent_id": "alice", "message": {"id": "m1", "content": "会議は火曜日"}}
-            ))
+            out = decode(
+                await client.call_tool(
+                    "store",
+                    {"agent_id": "alice", "message": {"id": "m1", "content": "会議は火曜日"}},
+                )
+            )
             assert out == {"ok": True, "result": "stored", "id": 1, "embedded": True}
             listed = decode(await client.call_tool("list_memories", {"agent_id": "alice"}))
             assert [m["content"] for m in listed["memories"]] == ["会議は火曜日"]
@@ -248,10 +255,16 @@ GARBAGE: list[str | bytes] = [
     # Nesting deeper than any JSON parser's recursion limit, with and without a surrogate escape.
     '{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"store","arguments":'
     '{"agent_id":"a","message":{"content":"x","metadata":'
-    + '{"k":' * 100_000 + "1" + "}" * 100_000 + "}}}}",
+    + '{"k":' * 100_000
+    + "1"
+    + "}" * 100_000
+    + "}}}}",
     '{"jsonrpc":"2.0","id":18,"method":"tools/call","params":{"name":"store","arguments":'
     '{"agent_id":"\\ud800","message":{"content":"x","metadata":'
-    + '{"k":' * 100_000 + "1" + "}" * 100_000 + "}}}}",
+    + '{"k":' * 100_000
+    + "1"
+    + "}" * 100_000
+    + "}}}}",
     '{"jsonrpc":"2.0","id":16,"method":"tools/call","params":{"name":"store","arguments":'
     '{"agent_id":"a","message":{"content":"' + "y" * 1_000_000 + '"}}}}',
 ]
@@ -280,11 +293,19 @@ def test_lone_surrogates_on_the_wire_are_answered_and_refused(raw_server, tmp_pa
     server = raw_server()
     server.initialize()
     calls = [
-        ('"store"', '{"agent_id":"a","message":{"content":"half an emoji \\ud83d"}}',
-         "reason", "message.content"),
+        (
+            '"store"',
+            '{"agent_id":"a","message":{"content":"half an emoji \\ud83d"}}',
+            "reason",
+            "message.content",
+        ),
         ('"store"', '{"agent_id":"\\udc00","message":{"content":"x"}}', "reason", "agent_id"),
-        ('"store"', '{"agent_id":"a","message":{"content":"x","source":{"\\ud800":"k"}}}',
-         "reason", "a key of message.source"),
+        (
+            '"store"',
+            '{"agent_id":"a","message":{"content":"x","source":{"\\ud800":"k"}}}',
+            "reason",
+            "a key of message.source",
+        ),
         ('"update_profile"', '{"agent_id":"a","profile":"p\\ud800"}', "error", "profile"),
         ('"list_memories"', '{"agent_id":"\\ud800"}', "error", "agent_id"),
     ]
@@ -315,8 +336,10 @@ def test_sigkill_mid_stream_loses_no_acknowledged_store(raw_server, tmp_path):
         content = f"durable note {i}: " + "z" * (1 + i % 7)
         rid = server.request(
             "tools/call",
-            {"name": "store",
-             "arguments": {"agent_id": "alice", "message": {"id": f"n{i}", "content": content}}},
+            {
+                "name": "store",
+                "arguments": {"agent_id": "alice", "message": {"id": f"n{i}", "content": content}},
+            },
         )
         sent[rid] = content
     acknowledged: dict[int, str] = {}
@@ -342,10 +365,10 @@ def test_sigkill_mid_stream_loses_no_acknowledged_store(raw_server, tmp_path):
         assert found.get(memory_id) == content, memory_id
     # A re-sent store of an acknowledged message is a duplicate, not a second row.
     first_id, first_content = next(iter(acknowledged.items()))
-    again = restarted.tool("store", {"agent_id": "alice",
-                                     "message": {"id": "n0", "content": first_content}})
-    assert again == {"ok": True, "result": "skipped", "reason": "duplicate msg_id",
-                     "id": first_id}
+    again = restarted.tool(
+        "store", {"agent_id": "alice", "message": {"id": "n0", "content": first_content}}
+    )
+    assert again == {"ok": True, "result": "skipped", "reason": "duplicate msg_id", "id": first_id}
     assert restarted.close() == 0
     assert integrity(db) == "ok"
     # Rows are whole: every row is one of the contents that was sent.
@@ -368,9 +391,11 @@ async def test_two_servers_on_one_file_store_concurrently(tmp_path):
                 msg_id, content = f"shared-{i}", f"{name} wrote shared {i}"
             else:
                 msg_id, content = f"{name}-{i}", f"{name} note {i}"
-            out = decode(await client.call_tool(
-                "store", {"agent_id": "team", "message": {"id": msg_id, "content": content}}
-            ))
+            out = decode(
+                await client.call_tool(
+                    "store", {"agent_id": "team", "message": {"id": msg_id, "content": content}}
+                )
+            )
             results[name].append((msg_id, content, out))
 
     async def run_server(name: str) -> None:

@@ -270,7 +270,10 @@ async def test_content_cap_follows_the_setting(connect):
         # The cut text is what the content probe compares.
         again = await store(tools, "abcdeXYZ")
         assert again == {
-            "ok": True, "result": "skipped", "reason": "duplicate content", "id": out["id"]
+            "ok": True,
+            "result": "skipped",
+            "reason": "duplicate content",
+            "id": out["id"],
         }
 
 

@@ -41,10 +41,15 @@ def write_oc(path: Path, enforce: str = "warn", rev: str = "r7", text: str | Non
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
 
 
-def _store(project: str, agent: str = "a", content: str = "a note",
-           key: str = "") -> dict[str, Any]:
-    return {"agent_id": agent, "message": {"content": content}, "project_id": project,
-            "session_key": key}
+def _store(
+    project: str, agent: str = "a", content: str = "a note", key: str = ""
+) -> dict[str, Any]:
+    return {
+        "agent_id": agent,
+        "message": {"content": content},
+        "project_id": project,
+        "session_key": key,
+    }
 
 
 def _projects(tools: Any) -> list[str]:
@@ -61,25 +66,29 @@ async def test_oc_dormant_without_file_passes_auto_literally(tools: Any, oc_path
     recalled = await tools("recall", {"agent_id": "a", "query": "note", "project_id": "@auto"})
     assert recalled["resolved_project_id"] == "@auto"
     assert await tools("get_operating_context") == {
-        "ok": False, "enabled": False,
-        "error": f"operating context is dormant — no sidecar file at {oc_path}"}
+        "ok": False,
+        "enabled": False,
+        "error": f"operating context is dormant — no sidecar file at {oc_path}",
+    }
 
 
 async def test_oc_kill_switch_and_broken_file_are_dormant(connect: Any, oc_path: Path) -> None:
     write_oc(oc_path, enforce="reject")
     async with connect(operating_context="OFF") as tools:
         out = await tools("get_operating_context")
-        assert out["error"] == ("operating context is dormant — disabled "
-                                "(CPERSONA_OPERATING_CONTEXT=off)")
+        assert out["error"] == (
+            "operating context is dormant — disabled (CPERSONA_OPERATING_CONTEXT=off)"
+        )
         assert (await tools("store", _store("gamma")))["result"] == "stored"
     write_oc(oc_path, text="version = 1\n[registry\nproject_ids = [")
     async with connect() as tools:
         assert tools.client.instructions is None
         out = await tools("get_operating_context")
         assert out["ok"] is False and out["error"].startswith(
-            "operating context is dormant — sidecar unusable: ")
+            "operating context is dormant — sidecar unusable: "
+        )
         assert (await tools("store", _store("gamma", content="second")))["result"] == "stored"
-    write_oc(oc_path, text='version = 2\n')
+    write_oc(oc_path, text="version = 2\n")
     async with connect() as tools:
         assert "version must be the integer 1" in (await tools("get_operating_context"))["error"]
 
@@ -94,23 +103,26 @@ async def test_oc_auto_resolution_and_registry_warnings(connect: Any, oc_path: P
         assert out["resolved_project_id"] == ""
         assert out["operating_context_warning"] == (
             "@auto has no [defaults] mapping for agent_id 'z' (rev r7); resolved to '' "
-            "(global pool)")
+            "(global pool)"
+        )
         out = await tools("store", _store("gamma", content="foreign"))
         assert out["result"] == "stored"
         assert out["operating_context_warning"] == "project_id 'gamma' not in registry (rev r7)"
         out = await tools("store", _store("", content="global"))
         assert "operating_context_warning" not in out and "resolved_project_id" not in out
         assert _projects(tools) == ["alpha", "", "gamma", ""]
-        episode = await tools("archive_episode", {"agent_id": "a", "summary": "s",
-                                                  "project_id": "@auto"})
+        episode = await tools(
+            "archive_episode", {"agent_id": "a", "summary": "s", "project_id": "@auto"}
+        )
         assert episode["ok"] and episode["resolved_project_id"] == "alpha"
         listed = await tools("list_memories", {"agent_id": "a", "project_id": "@auto"})
         assert listed["resolved_project_id"] == "alpha"
         assert {m["project_id"] for m in listed["memories"]} == {"alpha", ""}
         eps = await tools("list_episodes", {"agent_id": "a", "project_id": "gamma"})
         assert eps["operating_context_warning"] == "project_id 'gamma' not in registry (rev r7)"
-        recalled = await tools("recall_with_context", {"agent_id": "a", "query": "note",
-                                                       "project_id": "@auto"})
+        recalled = await tools(
+            "recall_with_context", {"agent_id": "a", "query": "note", "project_id": "@auto"}
+        )
         assert recalled["resolved_project_id"] == "alpha"
 
 
@@ -119,14 +131,23 @@ async def test_oc_reject_mode_refuses_writes_only(connect: Any, oc_path: Path) -
     async with connect() as tools:
         before = tools.rows()
         out = await tools("store", _store("gamma"))
-        assert out == {"ok": False, "error": "project_id 'gamma' not in registry (rev r7)",
-                       "operating_context_revision": "r7", "result": "rejected",
-                       "reason": "project_id 'gamma' not in registry (rev r7)"}
-        out = await tools("archive_episode", {"agent_id": "z", "summary": "s",
-                                              "project_id": "@auto"})
-        assert out == {"ok": False, "error": "@auto has no [defaults] mapping for agent_id 'z' "
-                       "(rev r7); resolved to '' (global pool)",
-                       "operating_context_revision": "r7", "episode_id": None}
+        assert out == {
+            "ok": False,
+            "error": "project_id 'gamma' not in registry (rev r7)",
+            "operating_context_revision": "r7",
+            "result": "rejected",
+            "reason": "project_id 'gamma' not in registry (rev r7)",
+        }
+        out = await tools(
+            "archive_episode", {"agent_id": "z", "summary": "s", "project_id": "@auto"}
+        )
+        assert out == {
+            "ok": False,
+            "error": "@auto has no [defaults] mapping for agent_id 'z' "
+            "(rev r7); resolved to '' (global pool)",
+            "operating_context_revision": "r7",
+            "episode_id": None,
+        }
         assert tools.rows() == before
         # An OC refusal wins over a pause (surface.md §1.5).
         await tools("pause_persistence", {"session_key": "k"})
@@ -174,8 +195,13 @@ async def test_get_operating_context_preview_and_sections(connect: Any, oc_path:
             "doctrine_sections": ["deploy", "style"],
         }
         assert await tools("get_operating_context", {"section": "deploy"}) == {
-            "ok": True, "context_revision": "r7", "section": "deploy",
-            "body": "Deploys happen on Tuesdays."}
+            "ok": True,
+            "context_revision": "r7",
+            "section": "deploy",
+            "body": "Deploys happen on Tuesdays.",
+        }
         assert await tools("get_operating_context", {"section": "nope"}) == {
-            "ok": False, "error": "unknown doctrine section 'nope'",
-            "doctrine_sections": ["deploy", "style"]}
+            "ok": False,
+            "error": "unknown doctrine section 'nope'",
+            "doctrine_sections": ["deploy", "style"],
+        }

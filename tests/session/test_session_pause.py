@@ -30,15 +30,29 @@ async def test_pause_shapes_and_scope(tools: Any) -> None:
     assert out["paused"] is True and out["ttl_seconds"] == 120 and out["scope"] == "session"
     assert datetime.fromisoformat(out["expires_at"]).timestamp() == clock.now + 120
     status = await tools("persistence_status", {"session_key": "s1"})
-    assert status == {"paused": True, "expires_at": out["expires_at"],
-                      "ttl_remaining_seconds": 120, "scope": "session"}
+    assert status == {
+        "paused": True,
+        "expires_at": out["expires_at"],
+        "ttl_remaining_seconds": 120,
+        "scope": "session",
+    }
     keyless = await tools("persistence_status")
-    assert keyless == {"paused": False, "expires_at": None, "ttl_remaining_seconds": None,
-                       "scope": "process"}
+    assert keyless == {
+        "paused": False,
+        "expires_at": None,
+        "ttl_remaining_seconds": None,
+        "scope": "process",
+    }
     assert await tools("resume_persistence", {"session_key": "s1"}) == {
-        "paused": False, "was_active": True, "scope": "session"}
+        "paused": False,
+        "was_active": True,
+        "scope": "session",
+    }
     assert await tools("resume_persistence", {"session_key": "s1"}) == {
-        "paused": False, "was_active": False, "scope": "session"}
+        "paused": False,
+        "was_active": False,
+        "scope": "session",
+    }
 
 
 async def test_pause_default_ttl_and_schema_bounds(tools: Any) -> None:

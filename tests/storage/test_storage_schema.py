@@ -353,10 +353,24 @@ INSERT INTO schema_version(version) VALUES (3), (4);
 
 OLD_MEMORIES = [
     # (agent_id, msg_id, content, source, timestamp, metadata, embedding)
-    ("alice", "m1", "the deploy script needs --force", '{"type": "User"}', "2025-01-01", "{}",
-     None),
-    ("alice", "m2", "会議は毎週火曜日の10時から", "{}", "2025-01-02T00:00:00+09:00", "{}",
-     b"\0" * 8),
+    (
+        "alice",
+        "m1",
+        "the deploy script needs --force",
+        '{"type": "User"}',
+        "2025-01-01",
+        "{}",
+        None,
+    ),
+    (
+        "alice",
+        "m2",
+        "会議は毎週火曜日の10時から",
+        "{}",
+        "2025-01-02T00:00:00+09:00",
+        "{}",
+        b"\0" * 8,
+    ),
     ("bob", "m1", "the deploy script needs --force", "{}", "2025-01-03", '{"k": 1}', None),
     ("alice", "", "duplicate text", "{}", "2025-01-04", "{}", None),
     ("alice", "", "duplicate text", "{}", "2025-01-05", "{}", None),

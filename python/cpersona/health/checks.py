@@ -47,8 +47,9 @@ def skipped(check: str, reason: str) -> list[Issue]:
 # -- 1-4: content ------------------------------------------------------------------------------
 
 
-def _rewrite_check(ctx: HealthContext, check: str, needle: str, pattern: re.Pattern[str],
-                   severity: str) -> list[Issue]:
+def _rewrite_check(
+    ctx: HealthContext, check: str, needle: str, pattern: re.Pattern[str], severity: str
+) -> list[Issue]:
     rows = sql.memories_containing(ctx.c, needle, ctx.agent_id)
     if not rows:
         return []
@@ -59,8 +60,17 @@ def _rewrite_check(ctx: HealthContext, check: str, needle: str, pattern: re.Patt
             plan.append((int(r["id"]), new))
     ctx.scratch[check] = plan
     locked = sum(1 for r in rows if r["locked"])
-    return [issue(check, check, severity, count=len(rows), locked=locked, repairable=len(plan),
-                  sample_ids=[int(r["id"]) for r in rows[:10]])]
+    return [
+        issue(
+            check,
+            check,
+            severity,
+            count=len(rows),
+            locked=locked,
+            repairable=len(plan),
+            sample_ids=[int(r["id"]) for r in rows[:10]],
+        )
+    ]
 
 
 def memory_annotation(ctx: HealthContext) -> list[Issue]:
@@ -78,9 +88,18 @@ def oversized_content(ctx: HealthContext) -> list[Issue]:
         return []
     ids = [int(r["id"]) for r in rows if not r["locked"]]
     ctx.scratch["oversized_content"] = ids
-    return [issue("oversized_content", "oversized_content", "warn", count=len(rows),
-                  max_len=max(int(r["n"]) for r in rows), cap=cap,
-                  locked=len(rows) - len(ids), repairable=len(ids))]
+    return [
+        issue(
+            "oversized_content",
+            "oversized_content",
+            "warn",
+            count=len(rows),
+            max_len=max(int(r["n"]) for r in rows),
+            cap=cap,
+            locked=len(rows) - len(ids),
+            repairable=len(ids),
+        )
+    ]
 
 
 def duplicate_content(ctx: HealthContext) -> list[Issue]:
@@ -94,8 +113,16 @@ def duplicate_content(ctx: HealthContext) -> list[Issue]:
         doomed += [int(r["id"]) for r in group if int(r["id"]) != survivor and not r["locked"]]
     ctx.scratch["duplicate_content"] = doomed
     extra = sum(len(g) - 1 for g in groups)
-    return [issue("duplicate_content", "duplicate_content", "warn", groups=len(groups),
-                  total_extra=extra, repairable=len(doomed))]
+    return [
+        issue(
+            "duplicate_content",
+            "duplicate_content",
+            "warn",
+            groups=len(groups),
+            total_extra=extra,
+            repairable=len(doomed),
+        )
+    ]
 
 
 # -- 5-9: embeddings ---------------------------------------------------------------------------
@@ -105,17 +132,26 @@ def embedding_dimension(ctx: HealthContext) -> list[Issue]:
     if ctx.embedder is None:
         return skipped("embedding_dimension", "no embedding backend is configured")
     if ctx.dim is None:
-        why = ctx.probe.error or ("the backend's width is not known until it answers "
-                                  "(fix=true probes it)")
+        why = ctx.probe.error or (
+            "the backend's width is not known until it answers (fix=true probes it)"
+        )
         return skipped("embedding_dimension", why)
     by_table = {t: sql.wrong_width(ctx.c, t, ctx.dim * 4, ctx.agent_id) for t in TABLES}
     total = sum(len(ids) for ids in by_table.values())
     if not total:
         return []
     ctx.scratch["embedding_dimension"] = by_table
-    return [issue("embedding_dimension", "embedding_dimension", "critical", count=total,
-                  by_table={t: len(ids) for t, ids in by_table.items()},
-                  expected_dim=ctx.dim, repairable=total)]
+    return [
+        issue(
+            "embedding_dimension",
+            "embedding_dimension",
+            "critical",
+            count=total,
+            by_table={t: len(ids) for t, ids in by_table.items()},
+            expected_dim=ctx.dim,
+            repairable=total,
+        )
+    ]
 
 
 def nonfinite_embedding(ctx: HealthContext) -> list[Issue]:
@@ -128,8 +164,16 @@ def nonfinite_embedding(ctx: HealthContext) -> list[Issue]:
                     bad.append(row_id)
         if bad:
             ctx.scratch[f"nonfinite_embedding:{table}"] = bad
-            out.append(issue("nonfinite_embedding", "nonfinite_embedding", "warn", table=table,
-                             count=len(bad), repairable=len(bad)))
+            out.append(
+                issue(
+                    "nonfinite_embedding",
+                    "nonfinite_embedding",
+                    "warn",
+                    table=table,
+                    count=len(bad),
+                    repairable=len(bad),
+                )
+            )
     return out
 
 
@@ -139,16 +183,36 @@ def embedding_backend(ctx: HealthContext) -> list[Issue]:
     health = ctx.embedding_health
     if health is not None and health.state == "fault":
         kind = health.kind or "unreachable"
-        return [issue("embedding_backend", f"embedding_backend_{kind}", "warn",
-                      evidence=health.evidence, source="recall")]
+        return [
+            issue(
+                "embedding_backend",
+                f"embedding_backend_{kind}",
+                "warn",
+                evidence=health.evidence,
+                source="recall",
+            )
+        ]
     if ctx.probe.ran:
         if ctx.probe.error is None:
             return []
         kind = "misconfigured" if ctx.probe.misconfigured else "unreachable"
-        return [issue("embedding_backend", f"embedding_backend_{kind}", "warn",
-                      evidence=ctx.probe.error, source="probe")]
-    return [issue("embedding_backend", "embedding_backend_not_probed", "info",
-                  hint="liveness is tested by check_health(fix=true)")]
+        return [
+            issue(
+                "embedding_backend",
+                f"embedding_backend_{kind}",
+                "warn",
+                evidence=ctx.probe.error,
+                source="probe",
+            )
+        ]
+    return [
+        issue(
+            "embedding_backend",
+            "embedding_backend_not_probed",
+            "info",
+            hint="liveness is tested by check_health(fix=true)",
+        )
+    ]
 
 
 def _null_check(ctx: HealthContext, check: str, table: str) -> list[Issue]:
@@ -159,14 +223,19 @@ def _null_check(ctx: HealthContext, check: str, table: str) -> list[Issue]:
     stored = ctx.stores_blobs or table == "episodes"
     fields: dict[str, Any] = {"count": missing, "total": total}
     if ctx.embedder is None or not stored:
-        fields["hint"] = ("no embedding backend is configured: these rows are found by "
-                          "full-text and keyword search only" if ctx.embedder is None else
-                          "local vectors are not stored (remote vector mode without "
-                          "CPERSONA_STORE_BLOB)")
+        fields["hint"] = (
+            "no embedding backend is configured: these rows are found by "
+            "full-text and keyword search only"
+            if ctx.embedder is None
+            else "local vectors are not stored (remote vector mode without CPERSONA_STORE_BLOB)"
+        )
         return [issue(check, check, "info", repairable=0, **fields)]
     severity = "critical" if missing * 2 > total else "warn"
-    return [issue(check, check, severity, repairable=min(missing, ctx.settings.reembed_row_cap),
-                  **fields)]
+    return [
+        issue(
+            check, check, severity, repairable=min(missing, ctx.settings.reembed_row_cap), **fields
+        )
+    ]
 
 
 def null_embedding(ctx: HealthContext) -> list[Issue]:
@@ -186,15 +255,31 @@ def fts_integrity(ctx: HealthContext) -> list[Issue]:
     out = []
     for table in ("memories_fts", "episodes_fts"):
         if not sql.table_exists(ctx.c, table):
-            out.append(issue("fts_integrity", "fts_integrity", "critical", table=table,
-                             missing=True, repairable=1))
+            out.append(
+                issue(
+                    "fts_integrity",
+                    "fts_integrity",
+                    "critical",
+                    table=table,
+                    missing=True,
+                    repairable=1,
+                )
+            )
             continue
         problem = sql.fts_problem(ctx.c, table)
         if problem is not None and "readonly" in problem:
             problem = _fts_counts_problem(ctx, table)
         if problem is not None:
-            out.append(issue("fts_integrity", "fts_integrity", "critical", table=table,
-                             detail=problem, repairable=1))
+            out.append(
+                issue(
+                    "fts_integrity",
+                    "fts_integrity",
+                    "critical",
+                    table=table,
+                    detail=problem,
+                    repairable=1,
+                )
+            )
     return out
 
 
@@ -214,8 +299,9 @@ def schema_version(ctx: HealthContext) -> list[Issue]:
     found = sql.schema_version(ctx.c)
     if found == SCHEMA_VERSION:
         return []
-    return [issue("schema_version", "schema_version", "critical", found=found,
-                  expected=SCHEMA_VERSION)]
+    return [
+        issue("schema_version", "schema_version", "critical", found=found, expected=SCHEMA_VERSION)
+    ]
 
 
 def dedup_msg_id_index(ctx: HealthContext) -> list[Issue]:
@@ -224,9 +310,17 @@ def dedup_msg_id_index(ctx: HealthContext) -> list[Issue]:
     rows = sql.msg_id_colliders(ctx.c)
     unlocked = sum(1 for locked in rows if not locked)
     blocked = len(rows) - unlocked
-    return [issue("dedup_msg_id_index", "dedup_msg_id_index_missing", "critical",
-                  colliding_rows=len(rows), locked_colliding_rows=blocked, cross_agent=True,
-                  repairable=unlocked + (0 if blocked else 1))]
+    return [
+        issue(
+            "dedup_msg_id_index",
+            "dedup_msg_id_index_missing",
+            "critical",
+            colliding_rows=len(rows),
+            locked_colliding_rows=blocked,
+            cross_agent=True,
+            repairable=unlocked + (0 if blocked else 1),
+        )
+    ]
 
 
 def _normalise_ddl(text: str) -> str:
@@ -251,8 +345,16 @@ def schema_objects(ctx: HealthContext) -> list[Issue]:
         else:
             continue
         plan.append((name, kind, ddl, state))
-        out.append(issue("schema_objects", f"schema_object_{state}", severity, object=name,
-                         kind=kind, repairable=1))
+        out.append(
+            issue(
+                "schema_objects",
+                f"schema_object_{state}",
+                severity,
+                object=name,
+                kind=kind,
+                repairable=1,
+            )
+        )
     ctx.scratch["schema_objects"] = plan
     return out
 
@@ -261,8 +363,15 @@ def sqlite_integrity(ctx: HealthContext) -> list[Issue]:
     messages = sql.quick_check(ctx.c)
     if messages == ["ok"]:
         return []
-    return [issue("sqlite_integrity", "sqlite_integrity", "critical", messages=messages[:10],
-                  hint="restore the database from a backup")]
+    return [
+        issue(
+            "sqlite_integrity",
+            "sqlite_integrity",
+            "critical",
+            messages=messages[:10],
+            hint="restore the database from a backup",
+        )
+    ]
 
 
 # -- 15-28: data hygiene -----------------------------------------------------------------------
@@ -285,10 +394,18 @@ def invalid_json(ctx: HealthContext) -> list[Issue]:
         return []
     ids = [int(r["id"]) for r in rows if not r["locked"]]
     ctx.scratch["invalid_json"] = ids
-    return [issue("invalid_json", "invalid_json", "warn", count=len(rows),
-                  source=sum(1 for r in rows if not r["source_ok"]),
-                  metadata=sum(1 for r in rows if not r["meta_ok"]),
-                  locked=len(rows) - len(ids), repairable=len(ids))]
+    return [
+        issue(
+            "invalid_json",
+            "invalid_json",
+            "warn",
+            count=len(rows),
+            source=sum(1 for r in rows if not r["source_ok"]),
+            metadata=sum(1 for r in rows if not r["meta_ok"]),
+            locked=len(rows) - len(ids),
+            repairable=len(ids),
+        )
+    ]
 
 
 def _timestamp_rows(ctx: HealthContext, check: str, rows: list[Any]) -> list[Issue]:
@@ -296,19 +413,29 @@ def _timestamp_rows(ctx: HealthContext, check: str, rows: list[Any]) -> list[Iss
         return []
     ids = [int(r["id"]) for r in rows if not r["locked"] and r["fixable"]]
     ctx.scratch[check] = ids
-    return [issue(check, check, "warn", count=len(rows), repairable=len(ids),
-                  sample_ids=[int(r["id"]) for r in rows[:10]])]
+    return [
+        issue(
+            check,
+            check,
+            "warn",
+            count=len(rows),
+            repairable=len(ids),
+            sample_ids=[int(r["id"]) for r in rows[:10]],
+        )
+    ]
 
 
 def invalid_timestamp(ctx: HealthContext) -> list[Issue]:
-    return _timestamp_rows(ctx, "invalid_timestamp",
-                           sql.unparseable_timestamps(ctx.c, ctx.agent_id))
+    return _timestamp_rows(
+        ctx, "invalid_timestamp", sql.unparseable_timestamps(ctx.c, ctx.agent_id)
+    )
 
 
 def future_timestamp(ctx: HealthContext) -> list[Issue]:
     skew = ctx.settings.future_timestamp_skew_seconds
-    return _timestamp_rows(ctx, "future_timestamp",
-                           sql.future_timestamps(ctx.c, skew, ctx.agent_id))
+    return _timestamp_rows(
+        ctx, "future_timestamp", sql.future_timestamps(ctx.c, skew, ctx.agent_id)
+    )
 
 
 def missing_episode_start_time(ctx: HealthContext) -> list[Issue]:
@@ -316,8 +443,15 @@ def missing_episode_start_time(ctx: HealthContext) -> list[Issue]:
     if not ids:
         return []
     ctx.scratch["missing_episode_start_time"] = ids
-    return [issue("missing_episode_start_time", "missing_episode_start_time", "info",
-                  count=len(ids), repairable=len(ids))]
+    return [
+        issue(
+            "missing_episode_start_time",
+            "missing_episode_start_time",
+            "info",
+            count=len(ids),
+            repairable=len(ids),
+        )
+    ]
 
 
 def stamp_class(stamp: str) -> str | None:
@@ -354,9 +488,17 @@ def timestamp_format_drift(ctx: HealthContext) -> list[Issue]:
     if not counts["aware"] and forms <= 1:
         return []
     ctx.scratch["timestamp_format_drift"] = plan
-    return [issue("timestamp_format_drift", "timestamp_format_drift", "warn", **counts,
-                  unfixable_naive=counts["naive"] if forms > 1 else 0, unfixable_locked=locked,
-                  repairable=len(plan))]
+    return [
+        issue(
+            "timestamp_format_drift",
+            "timestamp_format_drift",
+            "warn",
+            **counts,
+            unfixable_naive=counts["naive"] if forms > 1 else 0,
+            unfixable_locked=locked,
+            repairable=len(plan),
+        )
+    ]
 
 
 def episode_timestamp_format_drift(ctx: HealthContext) -> list[Issue]:
@@ -385,8 +527,16 @@ def episode_timestamp_format_drift(ctx: HealthContext) -> list[Issue]:
     if not counts["aware"] and forms <= 1:
         return []
     ctx.scratch["episode_timestamp_format_drift"] = plan
-    return [issue("episode_timestamp_format_drift", "episode_timestamp_format_drift", "warn",
-                  **counts, unfixable_naive=unfixable, repairable=len(plan))]
+    return [
+        issue(
+            "episode_timestamp_format_drift",
+            "episode_timestamp_format_drift",
+            "warn",
+            **counts,
+            unfixable_naive=unfixable,
+            repairable=len(plan),
+        )
+    ]
 
 
 def stale_pending_tasks(ctx: HealthContext) -> list[Issue]:
@@ -394,16 +544,25 @@ def stale_pending_tasks(ctx: HealthContext) -> list[Issue]:
     if not ids:
         return []
     ctx.scratch["stale_pending_tasks"] = ids
-    return [issue("stale_pending_tasks", "stale_pending_tasks", "warn", count=len(ids),
-                  older_than_hours=1, repairable=len(ids))]
+    return [
+        issue(
+            "stale_pending_tasks",
+            "stale_pending_tasks",
+            "warn",
+            count=len(ids),
+            older_than_hours=1,
+            repairable=len(ids),
+        )
+    ]
 
 
 def missing_profile(ctx: HealthContext) -> list[Issue]:
     agents = sql.agents_without_profile(ctx.c, ctx.agent_id)
     if not agents:
         return []
-    return [issue("missing_profile", "missing_profile", "info", count=len(agents),
-                  agents=agents[:50])]
+    return [
+        issue("missing_profile", "missing_profile", "info", count=len(agents), agents=agents[:50])
+    ]
 
 
 def empty_content(ctx: HealthContext) -> list[Issue]:
@@ -412,8 +571,16 @@ def empty_content(ctx: HealthContext) -> list[Issue]:
         return []
     ids = [int(r["id"]) for r in rows if not r["locked"]]
     ctx.scratch["empty_content"] = ids
-    return [issue("empty_content", "empty_content", "warn", count=len(rows),
-                  locked=len(rows) - len(ids), repairable=len(ids))]
+    return [
+        issue(
+            "empty_content",
+            "empty_content",
+            "warn",
+            count=len(rows),
+            locked=len(rows) - len(ids),
+            repairable=len(ids),
+        )
+    ]
 
 
 def invalid_source_type(ctx: HealthContext) -> list[Issue]:
@@ -434,9 +601,19 @@ def invalid_source_type(ctx: HealthContext) -> list[Issue]:
             unmapped += 1
     ctx.scratch["invalid_source_type"] = plan
     severity = "warn" if plan else "info"
-    return [issue("invalid_source_type", "invalid_source_type", severity, count=len(rows),
-                  mappable=len(plan), unmapped=unmapped, locked=locked,
-                  remaining=max(0, len(rows) - cap), repairable=len(plan))]
+    return [
+        issue(
+            "invalid_source_type",
+            "invalid_source_type",
+            severity,
+            count=len(rows),
+            mappable=len(plan),
+            unmapped=unmapped,
+            locked=locked,
+            remaining=max(0, len(rows) - cap),
+            repairable=len(plan),
+        )
+    ]
 
 
 def oversized_profile(ctx: HealthContext) -> list[Issue]:
@@ -445,24 +622,46 @@ def oversized_profile(ctx: HealthContext) -> list[Issue]:
     if not rows:
         return []
     ctx.scratch["oversized_profile"] = [int(r["id"]) for r in rows]
-    return [issue("oversized_profile", "oversized_profile", "warn", count=len(rows),
-                  max_len=max(int(r["n"]) for r in rows), cap=cap, repairable=len(rows))]
+    return [
+        issue(
+            "oversized_profile",
+            "oversized_profile",
+            "warn",
+            count=len(rows),
+            max_len=max(int(r["n"]) for r in rows),
+            cap=cap,
+            repairable=len(rows),
+        )
+    ]
 
 
 def anonymous_source(ctx: HealthContext) -> list[Issue]:
     sentinel, unattributed = sql.anonymous_sources(ctx.c, ctx.agent_id)
     if not sentinel and not unattributed:
         return []
-    return [issue("anonymous_source", "anonymous_source", "info", count=sentinel,
-                  unattributed=unattributed,
-                  hint="deep_check anonymous_source recovers names written as '[name] ...'")]
+    return [
+        issue(
+            "anonymous_source",
+            "anonymous_source",
+            "info",
+            count=sentinel,
+            unattributed=unattributed,
+            hint="deep_check anonymous_source recovers names written as '[name] ...'",
+        )
+    ]
 
 
 def vector_fallback_config(ctx: HealthContext) -> list[Issue]:
     s = ctx.settings
     if s.vector_search_mode == "remote" and not s.store_blob:
-        return [issue("vector_fallback_config", "no_local_vector_fallback", "info",
-                      hint="with the remote vector service down, recall has no local vectors")]
+        return [
+            issue(
+                "vector_fallback_config",
+                "no_local_vector_fallback",
+                "info",
+                hint="with the remote vector service down, recall has no local vectors",
+            )
+        ]
     return []
 
 
@@ -471,16 +670,27 @@ def vector_fallback_config(ctx: HealthContext) -> list[Issue]:
 
 def vector_index(ctx: HealthContext) -> list[Issue]:
     if ctx.indexes is None:
-        return skipped("vector_index", "the index files are not open (never indexed by "
-                       "cpersona; the server builds them at its first start)")
+        return skipped(
+            "vector_index",
+            "the index files are not open (never indexed by "
+            "cpersona; the server builds them at its first start)",
+        )
     out = []
     plan = []
     for table, index in ctx.indexes.items():
         embedded = sum(sql.width_counts(ctx.c, table, "").values())
         if ctx.read_only and not index.path.exists():
             if embedded:
-                out.append(issue("vector_index", "vector_index_absent", "info", table=table,
-                                 rows=embedded, hint="the server builds it when it starts"))
+                out.append(
+                    issue(
+                        "vector_index",
+                        "vector_index_absent",
+                        "info",
+                        table=table,
+                        rows=embedded,
+                        hint="the server builds it when it starts",
+                    )
+                )
             continue
         status = index.status()
         if not status.usable:
@@ -489,18 +699,43 @@ def vector_index(ctx: HealthContext) -> list[Issue]:
             severity = "info" if status.reason == "missing" else "warn"
             plan.append(table)
             kind = "absent" if severity == "info" else "unusable"
-            out.append(issue("vector_index", f"vector_index_{kind}", severity, table=table,
-                             reason=status.reason, repairable=1))
+            out.append(
+                issue(
+                    "vector_index",
+                    f"vector_index_{kind}",
+                    severity,
+                    table=table,
+                    reason=status.reason,
+                    repairable=1,
+                )
+            )
             continue
         if status.applied_seq < status.log_seq and ctx.read_only:
-            out.append(issue("vector_index", "vector_index_behind", "info", table=table,
-                             applied_seq=status.applied_seq, log_seq=status.log_seq))
+            out.append(
+                issue(
+                    "vector_index",
+                    "vector_index_behind",
+                    "info",
+                    table=table,
+                    applied_seq=status.applied_seq,
+                    log_seq=status.log_seq,
+                )
+            )
             continue
         problems = index.verify()
         if problems:
             plan.append(table)
-            out.append(issue("vector_index", "vector_index_mismatch", "warn", table=table,
-                             count=len(problems), samples=problems[:5], repairable=1))
+            out.append(
+                issue(
+                    "vector_index",
+                    "vector_index_mismatch",
+                    "warn",
+                    table=table,
+                    count=len(problems),
+                    samples=problems[:5],
+                    repairable=1,
+                )
+            )
     ctx.scratch["vector_index"] = plan
     return out
 
@@ -509,28 +744,47 @@ def operating_context_parse(ctx: HealthContext) -> list[Issue]:
     problem = ctx.oc.present_but_unusable()
     if problem is None:
         return []
-    return [issue("operating_context_parse", "operating_context_parse", "warn",
-                  path=ctx.oc.path, detail=problem,
-                  hint="the operating context is dormant until the file is fixed")]
+    return [
+        issue(
+            "operating_context_parse",
+            "operating_context_parse",
+            "warn",
+            path=ctx.oc.path,
+            detail=problem,
+            hint="the operating context is dormant until the file is fixed",
+        )
+    ]
 
 
 def operating_context_size(ctx: HealthContext) -> list[Issue]:
     context, _ = ctx.oc.load()
     if context is None or len(context.summary) <= SUMMARY_SOFT_LIMIT:
         return []
-    return [issue("operating_context_size", "operating_context_size", "info",
-                  chars=len(context.summary), limit=SUMMARY_SOFT_LIMIT)]
+    return [
+        issue(
+            "operating_context_size",
+            "operating_context_size",
+            "info",
+            chars=len(context.summary),
+            limit=SUMMARY_SOFT_LIMIT,
+        )
+    ]
 
 
 def _guarded_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
     db = Path(ctx.settings.db_path).resolve()
     files = [db, Path(f"{db}-wal"), Path(f"{db}-shm")]
     files += sorted(db.parent.glob(db.name.replace("[", "[[]") + ".calibration.json*"))
-    files += [db.parent / "update-check.json",
-              Path(ctx.settings.alias_ledger_file or db.parent / "alias_ledger.json")]
+    files += [
+        db.parent / "update-check.json",
+        Path(ctx.settings.alias_ledger_file or db.parent / "alias_ledger.json"),
+    ]
     for table in TABLES:
-        files += [Path(f"{db}.{table}.vec"), Path(f"{db}.{table}.vec.lock"),
-                  Path(f"{db}.{table}.vecindex")]
+        files += [
+            Path(f"{db}.{table}.vec"),
+            Path(f"{db}.{table}.vec.lock"),
+            Path(f"{db}.{table}.vecindex"),
+        ]
     return [f for f in files if f.is_file()], [db.parent]
 
 
@@ -545,9 +799,16 @@ def file_permissions(ctx: HealthContext) -> list[Issue]:
     if not loose and not loose_dirs:
         return []
     ctx.scratch["file_permissions"] = loose
-    return [issue("file_permissions", "file_permissions", "warn",
-                  files=[str(f) for f in loose], directories=[str(d) for d in loose_dirs],
-                  repairable=len(loose))]
+    return [
+        issue(
+            "file_permissions",
+            "file_permissions",
+            "warn",
+            files=[str(f) for f in loose],
+            directories=[str(d) for d in loose_dirs],
+            repairable=len(loose),
+        )
+    ]
 
 
 def embedding_model(ctx: HealthContext) -> list[Issue]:
@@ -564,10 +825,18 @@ def embedding_model(ctx: HealthContext) -> list[Issue]:
     modal = max(widths, key=lambda w: (widths[w], w))
     out: list[Issue] = []
     if ctx.dim is not None and modal != ctx.dim:
-        out.append(issue("embedding_model", "embedding_model_width_mismatch", "warn",
-                         stored_width=modal, configured_width=ctx.dim,
-                         configured_model=configured, rows=embedded - widths.get(ctx.dim, 0),
-                         repairable=embedded - widths.get(ctx.dim, 0)))
+        out.append(
+            issue(
+                "embedding_model",
+                "embedding_model_width_mismatch",
+                "warn",
+                stored_width=modal,
+                configured_width=ctx.dim,
+                configured_model=configured,
+                rows=embedded - widths.get(ctx.dim, 0),
+                repairable=embedded - widths.get(ctx.dim, 0),
+            )
+        )
         ctx.scratch["embedding_model"] = "width"
         return out
     stored = ctx.sidecar.load().payload if ctx.sidecar is not None else None
@@ -580,23 +849,47 @@ def embedding_model(ctx: HealthContext) -> list[Issue]:
     # server's back must not read as one, so the evidence is a majority of the sample.
     if probe is not None and probe[1] * 2 > probe[0]:
         ctx.scratch["embedding_model"] = "all"
-        out.append(issue("embedding_model", "embedding_model_mismatch", "warn",
-                         configured_model=configured, stored_model=label or None,
-                         sampled=probe[0], differing=probe[1], repairable=embedded,
-                         hint="vectors from another model make similarity meaningless; "
-                         "fix=true re-embeds them with the configured model"))
+        out.append(
+            issue(
+                "embedding_model",
+                "embedding_model_mismatch",
+                "warn",
+                configured_model=configured,
+                stored_model=label or None,
+                sampled=probe[0],
+                differing=probe[1],
+                repairable=embedded,
+                hint="vectors from another model make similarity meaningless; "
+                "fix=true re-embeds them with the configured model",
+            )
+        )
     elif label and label != configured:
         if probe is not None:
-            out.append(issue("embedding_model", "embedding_model_label_stale", "info",
-                             configured_model=configured, stored_model=label,
-                             hint="stored vectors match the configured model; "
-                             "calibrate_threshold records its name"))
+            out.append(
+                issue(
+                    "embedding_model",
+                    "embedding_model_label_stale",
+                    "info",
+                    configured_model=configured,
+                    stored_model=label,
+                    hint="stored vectors match the configured model; "
+                    "calibrate_threshold records its name",
+                )
+            )
         else:
-            out.append(issue("embedding_model", "embedding_model_changed", "warn",
-                             configured_model=configured, stored_model=label, repairable=None,
-                             hint="the calibration was measured on another model; "
-                             "check_health(fix=true) compares stored vectors with fresh ones "
-                             "and re-embeds them if they differ"))
+            out.append(
+                issue(
+                    "embedding_model",
+                    "embedding_model_changed",
+                    "warn",
+                    configured_model=configured,
+                    stored_model=label,
+                    repairable=None,
+                    hint="the calibration was measured on another model; "
+                    "check_health(fix=true) compares stored vectors with fresh ones "
+                    "and re-embeds them if they differ",
+                )
+            )
     return out
 
 
@@ -609,8 +902,9 @@ def probe_model(ctx: HealthContext) -> tuple[int, int] | None:
     if ctx.embedder is None or ctx.dim is None or not (ctx.local_embedder or ctx.probe.ran):
         return None
     sample: list[tuple[int, bytes]] = []
-    for batch in sql.iter_embeddings(ctx.c, "memories", ctx.agent_id, batch=64,
-                                     newest_first=True, limit=256):
+    for batch in sql.iter_embeddings(
+        ctx.c, "memories", ctx.agent_id, batch=64, newest_first=True, limit=256
+    ):
         sample += [(i, b) for i, b in batch if len(b) == ctx.dim * 4]
         if len(sample) >= MODEL_PROBE_ROWS:
             break

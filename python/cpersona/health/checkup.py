@@ -30,14 +30,21 @@ def _parser() -> argparse.ArgumentParser:
         description="Check a cpersona database (the check_health registry). Exit 0 healthy, "
         "1 degraded, 2 unhealthy, 3 could not run.",
     )
-    p.add_argument("--db", help="database file (default: $CPERSONA_DB_PATH, else "
-                   "data/cpersona.db); must exist")
+    p.add_argument(
+        "--db", help="database file (default: $CPERSONA_DB_PATH, else data/cpersona.db); must exist"
+    )
     p.add_argument("--agent", default="", help="restrict agent-scoped checks to this agent")
     p.add_argument("--fix", action="store_true", help="apply repairs (default: report only)")
-    p.add_argument("--strict", action="store_true",
-                   help="accepted for CPersona 2.5.x compatibility: warn always gates (exit 1)")
-    p.add_argument("--deep", action="store_true",
-                   help="also run deep_check (report-only) for every agent, or --agent")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="accepted for CPersona 2.5.x compatibility: warn always gates (exit 1)",
+    )
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also run deep_check (report-only) for every agent, or --agent",
+    )
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     return p
 
@@ -51,8 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COULD_NOT_RUN
     path = args.db or settings.db_path
     if not args.db and "CPERSONA_DB_PATH" not in settings.explicit:
-        print(f"cpersona checkup: using the default database {os.path.abspath(path)}",
-              file=sys.stderr)
+        print(
+            f"cpersona checkup: using the default database {os.path.abspath(path)}", file=sys.stderr
+        )
     if path == ":memory:" or not os.path.isfile(path):
         print(f"cpersona checkup: no database file at {path}", file=sys.stderr)
         return COULD_NOT_RUN
@@ -60,8 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report = _run(settings, args)
     except Exception as exc:
-        print(f"cpersona checkup: the check could not run: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
+        print(
+            f"cpersona checkup: the check could not run: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
         return COULD_NOT_RUN
     code = EXIT[report["status"]]
     if args.json:
@@ -85,8 +95,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
             ctx = from_engine(engine, args.agent)
             report = check_health(ctx, fix=True, extra_issues=engine.updates.health_issues())
             if args.deep:
-                report["deep"] = _deep(ctx, args.agent, sql.agents(engine.db.reader()),
-                                       deep_check)
+                report["deep"] = _deep(ctx, args.agent, sql.agents(engine.db.reader()), deep_check)
             return report
         finally:
             engine.close()
@@ -152,14 +161,22 @@ def _fields(issue: dict[str, Any]) -> str:
 def _print_human(report: dict[str, Any], code: int) -> None:
     s = report["severity_summary"]
     fixed = " (fix applied)" if report["fixed"] else ""
-    print(f"cpersona checkup: {report['total_memories']} memories, {s['critical']} critical / "
-          f"{s['warn']} warn / {s['info']} info{fixed}")
+    print(
+        f"cpersona checkup: {report['total_memories']} memories, {s['critical']} critical / "
+        f"{s['warn']} warn / {s['info']} info{fixed}"
+    )
     for issue in report["issues"]:
         print(f"  [{issue['severity']}] {issue['type']}: {_fields(issue)}")
     for agent, deep in report.get("deep", {}).items():
-        notable = {name: r for name, r in deep["results"].items()
-                   if r.get("error") or r.get("count") or r.get("pairs")
-                   or r.get("recoverable") or r.get("status") not in (None, "ok")}
+        notable = {
+            name: r
+            for name, r in deep["results"].items()
+            if r.get("error")
+            or r.get("count")
+            or r.get("pairs")
+            or r.get("recoverable")
+            or r.get("status") not in (None, "ok")
+        }
         if notable:
             print(f"  deep {agent or '(empty agent)'}:")
             for name, result in notable.items():

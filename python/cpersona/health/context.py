@@ -81,8 +81,10 @@ class HealthContext:
         assert self.embedder is not None
         out: list[bytes | None] = []
         for i in range(0, len(texts), MAX_BATCH):
-            rows = np.asarray(self.embedder.embed(list(texts[i:i + MAX_BATCH]), kind="passage"),
-                              dtype=np.float32)
+            rows = np.asarray(
+                self.embedder.embed(list(texts[i : i + MAX_BATCH]), kind="passage"),
+                dtype=np.float32,
+            )
             for row in rows:
                 ok = row.size > 0 and bool(np.all(np.isfinite(row)))
                 out.append(row.astype("<f4").tobytes() if ok else None)

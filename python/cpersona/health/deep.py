@@ -45,8 +45,9 @@ def anonymous_source(ctx: HealthContext, fix: bool) -> Result:
     lost = [r for r, m in found if not m]
     out: Result = {"recoverable": len(recoverable), "unrecoverable": len(lost)}
     if recoverable:
-        out["samples"] = [{"id": int(r["id"]), "recovered_name": name}
-                          for r, name in recoverable[:5]]
+        out["samples"] = [
+            {"id": int(r["id"]), "recovered_name": name} for r, name in recoverable[:5]
+        ]
     if lost:
         out["unrecoverable_samples"] = [int(r["id"]) for r in lost[:5]]
     if fix and recoverable:
@@ -84,8 +85,10 @@ def orphaned_episodes(ctx: HealthContext, fix: bool) -> Result:
     rows = sql.orphaned_episodes(ctx.c, ctx.agent_id)
     out: Result = {"count": len(rows)}
     if rows:
-        out["samples"] = [{"id": int(r["id"]), "start_time": r["start_time"],
-                           "end_time": r["end_time"]} for r in rows[:5]]
+        out["samples"] = [
+            {"id": int(r["id"]), "start_time": r["start_time"], "end_time": r["end_time"]}
+            for r in rows[:5]
+        ]
     return out
 
 
@@ -97,13 +100,21 @@ def calibration_staleness(ctx: HealthContext, fix: bool) -> Result:
     stored = loaded.payload
     if loaded.state == "unreadable":
         return {**out, "status": "unknown", "hint": "the calibration sidecar is unreadable"}
-    if stored is None or (stored.global_threshold is None
-                          and ctx.agent_id not in stored.agent_thresholds):
-        return {**out, "status": "never_calibrated",
-                "hint": "calibrate_threshold derives this agent's threshold from its corpus"}
+    if stored is None or (
+        stored.global_threshold is None and ctx.agent_id not in stored.agent_thresholds
+    ):
+        return {
+            **out,
+            "status": "never_calibrated",
+            "hint": "calibrate_threshold derives this agent's threshold from its corpus",
+        }
     if stored.scoring_version != SCORING_VERSION:
-        return {**out, "status": "stale_scoring_version", "stored": stored.scoring_version,
-                "current": SCORING_VERSION}
+        return {
+            **out,
+            "status": "stale_scoring_version",
+            "stored": stored.scoring_version,
+            "current": SCORING_VERSION,
+        }
     try:
         at = datetime.fromisoformat(str(stored.calibrated_at))
     except ValueError:
@@ -116,8 +127,12 @@ def calibration_staleness(ctx: HealthContext, fix: bool) -> Result:
 
 
 def _vectors(ctx: HealthContext, table: str, limit: int) -> tuple[list[int], np.ndarray]:
-    rows = [r for batch in sql.iter_embeddings(ctx.c, table, ctx.agent_id, newest_first=True,
-                                               limit=limit) for r in batch if len(r[1]) % 4 == 0]
+    rows = [
+        r
+        for batch in sql.iter_embeddings(ctx.c, table, ctx.agent_id, newest_first=True, limit=limit)
+        for r in batch
+        if len(r[1]) % 4 == 0
+    ]
     if not rows:
         return [], np.empty((0, 0), np.float32)
     widths: dict[int, int] = {}
@@ -138,14 +153,15 @@ def near_duplicate(ctx: HealthContext, fix: bool) -> Result:
     samples: list[dict[str, Any]] = []
     pairs = 0
     for start in range(0, len(ids), 1024):
-        block = unit[start:start + 1024] @ unit.T
+        block = unit[start : start + 1024] @ unit.T
         for r, c in zip(*np.nonzero(block >= NEAR_DUPLICATE_THRESHOLD), strict=True):
             a, b = start + int(r), int(c)
             if a < b:
                 pairs += 1
                 if len(samples) < 20:
-                    samples.append({"a": ids[a], "b": ids[b],
-                                    "similarity": round(float(block[r, c]), 4)})
+                    samples.append(
+                        {"a": ids[a], "b": ids[b], "similarity": round(float(block[r, c]), 4)}
+                    )
     out["pairs"] = pairs
     if samples:
         out["samples"] = samples
@@ -159,16 +175,23 @@ def unnormalized_content(ctx: HealthContext, fix: bool) -> Result:
     samples: list[dict[str, Any]] = []
     scanned = 0
     complete = True
-    for table, column in (("memories", "content"), ("episodes", "summary"),
-                          ("profiles", "content")):
+    for table, column in (
+        ("memories", "content"),
+        ("episodes", "summary"),
+        ("profiles", "content"),
+    ):
         rows = sql.newest_texts(ctx.c, table, column, ctx.agent_id, cap)
         scanned += len(rows)
         complete = complete and len(rows) >= sql.count(ctx.c, table, ctx.agent_id)
         bad = [i for i, text in rows if not unicodedata.is_normalized("NFC", text)]
         by_table[table] = len(bad)
-        samples += [{"table": table, "id": i} for i in bad[:10 - len(samples)]]
-    out: Result = {"count": sum(by_table.values()), "by_table": by_table,
-                   "rows_scanned": scanned, "complete": complete}
+        samples += [{"table": table, "id": i} for i in bad[: 10 - len(samples)]]
+    out: Result = {
+        "count": sum(by_table.values()),
+        "by_table": by_table,
+        "rows_scanned": scanned,
+        "complete": complete,
+    }
     if samples:
         out["samples"] = samples
     return out
@@ -183,18 +206,26 @@ def embedding_norm(ctx: HealthContext, fix: bool) -> Result:
     for table in ("memories", "episodes"):
         ids, vectors = _vectors(ctx, table, cap)
         scanned += len(ids)
-        complete = complete and len(ids) >= sum(sql.width_counts(ctx.c, table,
-                                                                 ctx.agent_id).values())
+        complete = complete and len(ids) >= sum(
+            sql.width_counts(ctx.c, table, ctx.agent_id).values()
+        )
         if not ids:
             by_table[table] = 0
             continue
         norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
         bad = np.flatnonzero(np.abs(norms - 1.0) > NORM_TOLERANCE)
         by_table[table] = int(bad.size)
-        samples += [{"table": table, "id": ids[k], "norm": round(float(norms[k]), 6)}
-                    for k in bad[:10 - len(samples)]]
-    out: Result = {"count": sum(by_table.values()), "by_table": by_table,
-                   "rows_scanned": scanned, "tolerance": NORM_TOLERANCE, "complete": complete}
+        samples += [
+            {"table": table, "id": ids[k], "norm": round(float(norms[k]), 6)}
+            for k in bad[: 10 - len(samples)]
+        ]
+    out: Result = {
+        "count": sum(by_table.values()),
+        "by_table": by_table,
+        "rows_scanned": scanned,
+        "tolerance": NORM_TOLERANCE,
+        "complete": complete,
+    }
     if samples:
         out["samples"] = samples
     return out
@@ -213,8 +244,9 @@ DEEP_CHECKS: dict[str, Callable[[HealthContext, bool], Result]] = {
 DEEP_NAMES = tuple(DEEP_CHECKS)
 
 
-def deep_check(ctx: HealthContext, *, requested: Sequence[Any] = (), fix: bool = False,
-               paused: bool = False) -> dict[str, Any]:
+def deep_check(
+    ctx: HealthContext, *, requested: Sequence[Any] = (), fix: bool = False, paused: bool = False
+) -> dict[str, Any]:
     """The `deep_check` answer for the exact agent `ctx.agent_id` ("" is the empty bucket)."""
     refusal = unknown_names(requested, DEEP_NAMES)
     if refusal is not None:
@@ -227,21 +259,33 @@ def deep_check(ctx: HealthContext, *, requested: Sequence[Any] = (), fix: bool =
             results[name] = DEEP_CHECKS[name](ctx, effective)
         except Exception as exc:
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}
-    out: dict[str, Any] = {"agent_id": ctx.agent_id, "checks_run": names, "results": results,
-                           "fixed": effective}
+    out: dict[str, Any] = {
+        "agent_id": ctx.agent_id,
+        "checks_run": names,
+        "results": results,
+        "fixed": effective,
+    }
     if fix and paused:
         out["repairs_skipped"] = True
         out["repairs_skip_reason"] = SKIP_REASON
     return out
 
 
-def session_findings(ctx: HealthContext, *, per_kind_limit: int, include_summary: bool,
-                     identity_shared: bool, extra_issues: Sequence[dict[str, Any]] = ()
-                     ) -> dict[str, Any]:
+def session_findings(
+    ctx: HealthContext,
+    *,
+    per_kind_limit: int,
+    include_summary: bool,
+    identity_shared: bool,
+    extra_issues: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
     """`get_session_findings`: every check, read-only, over the whole database."""
     if per_kind_limit < 1:
-        return {"ok": False, "error": "per_kind_limit must be >= 1",
-                "per_kind_limit": per_kind_limit}
+        return {
+            "ok": False,
+            "error": "per_kind_limit must be >= 1",
+            "per_kind_limit": per_kind_limit,
+        }
     ctx.agent_id = ""
     if ctx.embedder is not None and ctx.dim is None:
         ctx.dim = ctx.embedder.dim()
@@ -254,8 +298,9 @@ def session_findings(ctx: HealthContext, *, per_kind_limit: int, include_summary
             kind = "null_embedding_pipeline_down"
         counts[kind] = counts.get(kind, 0) + 1
         if counts[kind] <= per_kind_limit:
-            findings.append({**i, "kind": kind, "severity": i["severity"],
-                             "health_severity": i["severity"]})
+            findings.append(
+                {**i, "kind": kind, "severity": i["severity"], "health_severity": i["severity"]}
+            )
     severities = summarise(issues)
     out: dict[str, Any] = {
         "findings": findings,
@@ -266,10 +311,12 @@ def session_findings(ctx: HealthContext, *, per_kind_limit: int, include_summary
         "per_kind_limit": per_kind_limit,
     }
     if include_summary:
-        out["summary"] = {"status": verdict(severities), "severity_summary": severities,
-                          "total_memories": sql.count(ctx.c, "memories")}
+        out["summary"] = {
+            "status": verdict(severities),
+            "severity_summary": severities,
+            "total_memories": sql.count(ctx.c, "memories"),
+        }
     if identity_shared:
         out["identity_shared"] = True
     out["_meta"] = {"server_version": __version__}
     return out
-

@@ -33,8 +33,10 @@ log = logging.getLogger("cpersona.health")
 
 SEVERITIES = ("critical", "warn", "info")
 SKIP_REASON = "no-persist mode active — fix downgraded to fix=False"
-REVIEW_HINT = ("nothing here can be repaired automatically (locked rows, or no way to "
-               "compute a fix); review it by hand")
+REVIEW_HINT = (
+    "nothing here can be repaired automatically (locked rows, or no way to "
+    "compute a fix); review it by hand"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +137,13 @@ def _review(issue: Issue) -> Issue:
 
 def _crashed(name: str, exc: BaseException) -> Issue:
     log.exception("health check %s crashed", name)
-    return {"type": "check_crashed", "check_name": name, "check": name,
-            "detail": f"{type(exc).__name__}: {exc}", "severity": "warn"}
+    return {
+        "type": "check_crashed",
+        "check_name": name,
+        "check": name,
+        "detail": f"{type(exc).__name__}: {exc}",
+        "severity": "warn",
+    }
 
 
 def run_checks(ctx: HealthContext, names: Sequence[str]) -> list[Issue]:
@@ -169,8 +176,9 @@ def _prepare(ctx: HealthContext, names: Sequence[str]) -> None:
         if ctx.dim is None and vectors and vectors[0] is not None:
             ctx.dim = len(vectors[0]) // 4
     except EmbeddingUnavailable as exc:
-        ctx.probe = Probe(ran=True, error=str(exc),
-                          misconfigured=isinstance(exc, EmbeddingMisconfigured))
+        ctx.probe = Probe(
+            ran=True, error=str(exc), misconfigured=isinstance(exc, EmbeddingMisconfigured)
+        )
         return
     for name, table in (("null_embedding", "memories"), ("null_episode_embedding", "episodes")):
         if name not in names or (table == "memories" and not ctx.stores_blobs):
@@ -252,7 +260,7 @@ def _second_pass(ctx: HealthContext, issues: list[Issue]) -> None:
     for table, ids in wanted.items():
         if not ids or not usable or (table == "memories" and not ctx.stores_blobs):
             continue
-        ids = sorted(set(ids))[:max(0, ctx.reembed_budget)]
+        ids = sorted(set(ids))[: max(0, ctx.reembed_budget)]
         texts = sql.texts_by_id(ctx.db.reader(), table, ids)
         order = [i for i in ids if i in texts]
         blobs, error = ctx.try_embed([texts[i] for i in order])
@@ -282,8 +290,10 @@ def stats(ctx: HealthContext) -> dict[str, Any]:
         "episodes": sql.count(c, "episodes", agent),
         "profiles": sql.count(c, "profiles", agent),
         "pending_tasks": sql.count(c, "pending_memory_tasks", agent),
-        "axes": {axis: {v or "(global)": n for v, n in sql.axis_counts(c, axis, agent)}
-                 for axis in ("project_id", "channel")},
+        "axes": {
+            axis: {v or "(global)": n for v, n in sql.axis_counts(c, axis, agent)}
+            for axis in ("project_id", "channel")
+        },
     }
     if agent:
         out["agent_memories"] = out["memories"]

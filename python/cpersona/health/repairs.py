@@ -36,8 +36,11 @@ def _rewrite(ctx: HealthContext, issues: list[Issue], check: str) -> None:
         if outcome in done:
             done[outcome].append(row_id)
     for i in issues:
-        i.update(fixed=len(done["updated"]) + len(done["deleted"]),
-                 rewritten=len(done["updated"]), deleted_collisions=len(done["deleted"]))
+        i.update(
+            fixed=len(done["updated"]) + len(done["deleted"]),
+            rewritten=len(done["updated"]),
+            deleted_collisions=len(done["deleted"]),
+        )
         i["_nulled"] = ("memories", done["updated"])
 
 
@@ -56,8 +59,10 @@ def oversized_content(ctx: HealthContext, issues: list[Issue]) -> None:
     for i in issues:
         i.update(fixed=len(cut), lossy=True)
         if clashed:
-            i["fix_error"] = (f"{len(clashed)} rows would duplicate another row once cut and "
-                              "were left as they are")
+            i["fix_error"] = (
+                f"{len(clashed)} rows would duplicate another row once cut and "
+                "were left as they are"
+            )
         i["_nulled"] = ("memories", cut)
 
 
@@ -129,8 +134,9 @@ def dedup_msg_id_index(ctx: HealthContext, issues: list[Issue]) -> None:
 
 def schema_objects(ctx: HealthContext, issues: list[Issue]) -> None:
     conn = _conn(ctx)
-    plan = {name: (kind, ddl, state) for name, kind, ddl, state in
-            ctx.scratch.get("schema_objects", [])}
+    plan = {
+        name: (kind, ddl, state) for name, kind, ddl, state in ctx.scratch.get("schema_objects", [])
+    }
     for i in issues:
         kind, ddl, state = plan[i["object"]]
         try:
@@ -142,9 +148,12 @@ def schema_objects(ctx: HealthContext, issues: list[Issue]) -> None:
             i["fixed"] = True
         except sqlite3.DatabaseError as exc:
             i["fixed"] = False
-            i["fix_error"] = (f"{exc} (duplicates block a UNIQUE index: run the "
-                              "duplicate_content repair, or unlock the rows)"
-                              if isinstance(exc, sqlite3.IntegrityError) else str(exc))
+            i["fix_error"] = (
+                f"{exc} (duplicates block a UNIQUE index: run the "
+                "duplicate_content repair, or unlock the rows)"
+                if isinstance(exc, sqlite3.IntegrityError)
+                else str(exc)
+            )
 
 
 def invalid_json(ctx: HealthContext, issues: list[Issue]) -> None:
@@ -169,7 +178,8 @@ def future_timestamp(ctx: HealthContext, issues: list[Issue]) -> None:
 
 def missing_episode_start_time(ctx: HealthContext, issues: list[Issue]) -> None:
     fixed = sql.start_times_from_created_at(
-        _conn(ctx), ctx.scratch.get("missing_episode_start_time", []))
+        _conn(ctx), ctx.scratch.get("missing_episode_start_time", [])
+    )
     for i in issues:
         i["fixed"] = fixed
 
@@ -181,8 +191,7 @@ def timestamp_format_drift(ctx: HealthContext, issues: list[Issue]) -> None:
 
 
 def episode_timestamp_format_drift(ctx: HealthContext, issues: list[Issue]) -> None:
-    fixed = sql.set_episode_times(
-        _conn(ctx), ctx.scratch.get("episode_timestamp_format_drift", []))
+    fixed = sql.set_episode_times(_conn(ctx), ctx.scratch.get("episode_timestamp_format_drift", []))
     for i in issues:
         i["fixed"] = fixed
 
@@ -206,8 +215,9 @@ def invalid_source_type(ctx: HealthContext, issues: list[Issue]) -> None:
 
 
 def oversized_profile(ctx: HealthContext, issues: list[Issue]) -> None:
-    fixed = sql.truncate_profiles(_conn(ctx), ctx.scratch.get("oversized_profile", []),
-                                  ctx.settings.max_profile_length)
+    fixed = sql.truncate_profiles(
+        _conn(ctx), ctx.scratch.get("oversized_profile", []), ctx.settings.max_profile_length
+    )
     for i in issues:
         i.update(fixed=fixed, lossy=True)
 
@@ -239,8 +249,9 @@ def embedding_model(ctx: HealthContext, issues: list[Issue]) -> None:
             sql.null_embeddings(conn, table, ids)
             nulled[table] = ids
         else:
-            nulled[table] = [i for batch in sql.iter_embeddings(conn, table, ctx.agent_id)
-                             for i, _ in batch]
+            nulled[table] = [
+                i for batch in sql.iter_embeddings(conn, table, ctx.agent_id) for i, _ in batch
+            ]
             sql.null_all_embeddings(conn, table, ctx.agent_id)
     for i in issues:
         i["fixed"] = sum(len(ids) for ids in nulled.values())

@@ -56,7 +56,7 @@ def normalize_source(source: Any) -> Any:
             folded = _TYPE_WORDS.get(kind.strip().lower())
             return {**source, "type": folded} if folded else source
         if len(source) == 1:
-            (key, value), = source.items()
+            ((key, value),) = source.items()
             if key in _CANONICAL:
                 if isinstance(value, dict):
                     inner = dict(value)

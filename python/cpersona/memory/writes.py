@@ -294,12 +294,20 @@ class Writer:
     def update_profile(self, agent_id: str, profile: str) -> dict[str, Any]:
         # 2.5.x answers these refusals with `reason` only; cpersona adds `error` (§19.4).
         if not profile:
-            return {"ok": False, "profiles_updated": 0, "reason": "empty profile",
-                    "error": "empty profile"}
+            return {
+                "ok": False,
+                "profiles_updated": 0,
+                "reason": "empty profile",
+                "error": "empty profile",
+            }
         text, truncated = sanitize(profile, self.settings.max_profile_length)
         if not text:
-            return {"ok": False, "profiles_updated": 0, "reason": "empty after sanitization",
-                    "error": "empty after sanitization"}
+            return {
+                "ok": False,
+                "profiles_updated": 0,
+                "reason": "empty after sanitization",
+                "error": "empty after sanitization",
+            }
         with self.db.atomic() as conn:
             profile_sql.upsert(conn, agent_id, text)
         out: dict[str, Any] = {"ok": True, "profiles_updated": 1}

@@ -58,8 +58,14 @@ def conversation(entries: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
         else:
             other_roles.add(role if role else "(unset)")
             continue
-        merged.append({"content": content, "source": source, "timestamp": timestamp,
-                       "context_type": "conversation"})
+        merged.append(
+            {
+                "content": content,
+                "source": source,
+                "timestamp": timestamp,
+                "context_type": "conversation",
+            }
+        )
     return merged, sorted(other_roles)
 
 
@@ -72,6 +78,7 @@ def chronological(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     Instants are compared as datetimes: a float POSIX timestamp drops microseconds far from
     1970 (a double has ~16 digits), which would leave such stamps in merge order.
     """
+
     def key(msg: dict[str, Any]) -> tuple[int, datetime]:
         instant = parse_utc(msg.get("timestamp"))
         return (0, _UNDATED) if instant is None else (1, instant)
@@ -92,5 +99,7 @@ def issues_note(issues: list[dict[str, Any]], entries: list[Any]) -> str:
         return "These entries were merged without the named fields, which were not strings."
     if merged == 0:
         return "These entries were dropped: without string fields they had no usable content."
-    return ("Some of these entries were merged without the named fields; the others were "
-            "dropped for lacking usable content.")
+    return (
+        "Some of these entries were merged without the named fields; the others were "
+        "dropped for lacking usable content."
+    )

@@ -61,8 +61,7 @@ class EmbeddingHealth:
                 "reason": reason,
                 "evidence": self.evidence,
                 "runbook": self._full(reason) if full else self._short(),
-                "advisory_scope": "session" if declared or self.transport == "stdio"
-                else "process",
+                "advisory_scope": "session" if declared or self.transport == "stdio" else "process",
             }
 
     def _reason(self) -> str:
@@ -74,11 +73,12 @@ class EmbeddingHealth:
 
     def _full(self, reason: str) -> str:
         if self.state == "hint":
-            fix = ("configure an embedding backend: unset CPERSONA_EMBEDDING_MODE for the "
-                   "embedded local model, or set it to http / api")
+            fix = (
+                "configure an embedding backend: unset CPERSONA_EMBEDDING_MODE for the "
+                "embedded local model, or set it to http / api"
+            )
         elif self.kind == "misconfigured":
-            fix = ("fix CPERSONA_EMBEDDING_MODE and its URL / key settings, then restart the "
-                   "server")
+            fix = "fix CPERSONA_EMBEDDING_MODE and its URL / key settings, then restart the server"
         else:
             fix = "restart or repoint the embedding server (CPERSONA_EMBEDDING_URL)"
         evidence = f" Evidence: {self.evidence}." if self.evidence else ""

@@ -91,11 +91,15 @@ def get_contents(db: Database, agent_id: str, refs: list[Any]) -> dict[str, Any]
     if not agent_id:
         return {"ok": False, "error": "agent_id is required"}
     if not isinstance(refs, list) or not refs:
-        return {"ok": False,
-                "error": "refs must be a non-empty list of 'mem:<id>' / 'ep:<id>' strings"}
+        return {
+            "ok": False,
+            "error": "refs must be a non-empty list of 'mem:<id>' / 'ep:<id>' strings",
+        }
     if len(refs) > CONTENTS_MAX_REFS:
-        return {"ok": False,
-                "error": f"too many refs ({len(refs)}; max {CONTENTS_MAX_REFS}) — split the fetch"}
+        return {
+            "ok": False,
+            "error": f"too many refs ({len(refs)}; max {CONTENTS_MAX_REFS}) — split the fetch",
+        }
     items: list[dict[str, Any]] = []
     missing: list[str] = []
     used = 0
@@ -106,8 +110,13 @@ def get_contents(db: Database, agent_id: str, refs: list[Any]) -> dict[str, Any]
             continue
         cost = _cost(item)
         if items and used + cost > CONTENTS_BUDGET:
-            return {"items": items, "missing": missing, "count": len(items),
-                    "deferred": [str(r) for r in refs[n:]], "budget_chars": CONTENTS_BUDGET}
+            return {
+                "items": items,
+                "missing": missing,
+                "count": len(items),
+                "deferred": [str(r) for r in refs[n:]],
+                "budget_chars": CONTENTS_BUDGET,
+            }
         items.append(item)
         used += cost
     return {"items": items, "missing": missing, "count": len(items)}

@@ -19,9 +19,7 @@ def _hours(delta_seconds: float) -> float:
     return delta_seconds / 3600.0
 
 
-def episode_penalty(
-    rows: list[Candidate], boundary: datetime | None, settings: Settings
-) -> bool:
+def episode_penalty(rows: list[Candidate], boundary: datetime | None, settings: Settings) -> bool:
     """Multiply each memory row's scores by max(FLOOR, exp(-RATE*h)); True if any changed."""
     if boundary is None or not settings.episode_penalty_enabled:
         return False

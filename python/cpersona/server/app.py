@@ -77,10 +77,12 @@ def build_server(
                 return _text(denial, ascii_only=unstorable_text(denial) is not None)
         bad = unstorable_text(arguments)
         if bad is not None:
-            return _text(spec.fail(
-                f"{bad} holds a lone UTF-16 surrogate, which is not valid Unicode text; "
-                "send well-formed UTF-8"
-            ))
+            return _text(
+                spec.fail(
+                    f"{bad} holds a lone UTF-16 surrogate, which is not valid Unicode text; "
+                    "send well-formed UTF-8"
+                )
+            )
         args = coerce(spec, arguments)
         try:
             result = await anyio.to_thread.run_sync(spec.handler, engine, args)

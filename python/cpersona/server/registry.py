@@ -1,4 +1,4 @@
-"""Tool specs and the argument layers: schema validation, then lenient coercion (surface.md §1.2)."""
+"""Tool specs and the two argument layers: schema validation, then lenient coercion (§1.2)."""
 
 from __future__ import annotations
 

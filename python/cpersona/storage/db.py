@@ -9,6 +9,7 @@ worker threads; no connection is shared across threads unguarded.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -72,7 +73,9 @@ class Database:
 
     def _connect(self) -> sqlite3.Connection:
         if self._uri is not None:
-            conn = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                self._uri, uri=True, isolation_level=None, check_same_thread=False
+            )
         else:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
@@ -148,10 +151,8 @@ class Database:
         with self._all_lock:
             conns, self._all = self._all, []
         for conn in conns:
-            try:
+            with contextlib.suppress(sqlite3.Error):  # closing is best effort
                 conn.close()
-            except sqlite3.Error:  # pragma: no cover - closing is best effort
-                pass
 
 
 def _prepare_file(path: Path) -> None:

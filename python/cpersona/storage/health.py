@@ -60,7 +60,7 @@ def _ids_clause(ids: Sequence[int]) -> str:
 
 def _chunks(ids: Sequence[int], size: int = 500) -> Iterator[Sequence[int]]:
     for i in range(0, len(ids), size):
-        yield ids[i:i + size]
+        yield ids[i : i + size]
 
 
 # -- counts and stats ------------------------------------------------------------------------
@@ -68,8 +68,9 @@ def _chunks(ids: Sequence[int], size: int = 500) -> Iterator[Sequence[int]]:
 
 def count(conn: Conn, table: str, agent_id: str = "") -> int:
     where, params = _scope(agent_id)
-    row = conn.execute(f"SELECT COUNT(*) FROM {quote_identifier(table)} WHERE 1=1{where}",
-                       params).fetchone()
+    row = conn.execute(
+        f"SELECT COUNT(*) FROM {quote_identifier(table)} WHERE 1=1{where}", params
+    ).fetchone()
     return int(row[0])
 
 
@@ -83,7 +84,8 @@ def axis_counts(conn: Conn, column: str, agent_id: str, limit: int = 20) -> list
     where, params = _scope(agent_id)
     rows = conn.execute(
         f"SELECT {column}, COUNT(*) AS n FROM memories WHERE 1=1{where} "
-        f"GROUP BY {column} ORDER BY n DESC, {column} LIMIT ?", [*params, limit]
+        f"GROUP BY {column} ORDER BY n DESC, {column} LIMIT ?",
+        [*params, limit],
     ).fetchall()
     return [(str(r[0]), int(r[1])) for r in rows]
 
@@ -92,7 +94,8 @@ def project_ids(conn: Conn, agent_id: str) -> list[str]:
     where, params = _scope(agent_id)
     rows = conn.execute(
         f"SELECT project_id FROM memories WHERE 1=1{where} UNION "
-        f"SELECT project_id FROM episodes WHERE 1=1{where}", params + params
+        f"SELECT project_id FROM episodes WHERE 1=1{where}",
+        params + params,
     ).fetchall()
     return [str(r[0]) for r in rows]
 
@@ -112,7 +115,8 @@ def memories_containing(conn: Conn, needle: str, agent_id: str) -> list[sqlite3.
     where, params = _scope(agent_id)
     return conn.execute(
         "SELECT id, agent_id, project_id, channel, content, locked FROM memories "
-        f"WHERE instr(content, ?) > 0{where} ORDER BY id", [needle, *params]
+        f"WHERE instr(content, ?) > 0{where} ORDER BY id",
+        [needle, *params],
     ).fetchall()
 
 
@@ -120,26 +124,31 @@ def oversized_memories(conn: Conn, cap: int, agent_id: str) -> list[sqlite3.Row]
     where, params = _scope(agent_id)
     return conn.execute(
         "SELECT id, agent_id, project_id, channel, content, locked, length(content) AS n "
-        f"FROM memories WHERE length(content) > ?{where} ORDER BY id", [cap, *params]
+        f"FROM memories WHERE length(content) > ?{where} ORDER BY id",
+        [cap, *params],
     ).fetchall()
 
 
 def rewrite_content(conn: Conn, memory_id: int, content: str) -> str:
     """Set a memory's text (its embedding becomes NULL); a row whose new text collides with
     another row's on the content UNIQUE index is deleted instead. Returns what happened."""
-    row = conn.execute("SELECT agent_id, project_id, channel FROM memories WHERE id = ?",
-                       (memory_id,)).fetchone()
+    row = conn.execute(
+        "SELECT agent_id, project_id, channel FROM memories WHERE id = ?", (memory_id,)
+    ).fetchone()
     if row is None:
         return "missing"
     clash = conn.execute(
         "SELECT 1 FROM memories WHERE agent_id = ? AND project_id = ? AND channel = ? "
-        "AND content = ? AND id != ?", (row[0], row[1], row[2], content, memory_id)
+        "AND content = ? AND id != ?",
+        (row[0], row[1], row[2], content, memory_id),
     ).fetchone()
     if clash is not None:
         conn.execute("DELETE FROM memories WHERE id = ? AND locked = 0", (memory_id,))
         return "deleted"
-    conn.execute("UPDATE memories SET content = ?, embedding = NULL WHERE id = ? AND locked = 0",
-                 (content, memory_id))
+    conn.execute(
+        "UPDATE memories SET content = ?, embedding = NULL WHERE id = ? AND locked = 0",
+        (content, memory_id),
+    )
     return "updated"
 
 
@@ -151,7 +160,8 @@ def duplicate_groups(conn: Conn, agent_id: str) -> list[list[sqlite3.Row]]:
         "  SELECT agent_id, project_id, content, MIN(id) AS g FROM memories"
         "  GROUP BY agent_id, project_id, content HAVING COUNT(*) > 1"
         ") d ON m.agent_id = d.agent_id AND m.project_id = d.project_id AND m.content = d.content"
-        f" WHERE 1=1{where} ORDER BY d.g, m.id", params
+        f" WHERE 1=1{where} ORDER BY d.g, m.id",
+        params,
     ).fetchall()
     groups: dict[int, list[sqlite3.Row]] = {}
     for r in rows:
@@ -178,7 +188,8 @@ def empty_content(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
 def short_content(conn: Conn, agent_id: str, max_len: int) -> list[sqlite3.Row]:
     return conn.execute(
         "SELECT id, content, locked FROM memories WHERE agent_id = ? "
-        "AND length(trim(content)) <= ? ORDER BY id", (agent_id, max_len)
+        "AND length(trim(content)) <= ? ORDER BY id",
+        (agent_id, max_len),
     ).fetchall()
 
 
@@ -189,7 +200,8 @@ def wrong_width(conn: Conn, table: str, width_bytes: int, agent_id: str) -> list
     where, params = _scope(agent_id)
     rows = conn.execute(
         f"SELECT id FROM {quote_identifier(table)} WHERE embedding IS NOT NULL "
-        f"AND length(embedding) != ?{where} ORDER BY id", [width_bytes, *params]
+        f"AND length(embedding) != ?{where} ORDER BY id",
+        [width_bytes, *params],
     ).fetchall()
     return [int(r[0]) for r in rows]
 
@@ -199,13 +211,18 @@ def width_counts(conn: Conn, table: str, agent_id: str) -> dict[int, int]:
     where, params = _scope(agent_id)
     rows = conn.execute(
         f"SELECT length(embedding) / 4 AS w, COUNT(*) FROM {quote_identifier(table)} "
-        f"WHERE embedding IS NOT NULL{where} GROUP BY w", params
+        f"WHERE embedding IS NOT NULL{where} GROUP BY w",
+        params,
     ).fetchall()
     return {int(r[0]): int(r[1]) for r in rows}
 
 
 def iter_embeddings(
-    conn: Conn, table: str, agent_id: str, batch: int = 2000, newest_first: bool = False,
+    conn: Conn,
+    table: str,
+    agent_id: str,
+    batch: int = 2000,
+    newest_first: bool = False,
     limit: int | None = None,
 ) -> Iterator[list[tuple[int, bytes]]]:
     """Batches of (id, BLOB) of the embedded rows, by id (or newest first)."""
@@ -233,7 +250,8 @@ def null_embeddings(conn: Conn, table: str, ids: Sequence[int]) -> int:
     for chunk in _chunks(list(ids)):
         changed += conn.execute(
             f"UPDATE {quote_identifier(table)} SET embedding = NULL "
-            f"WHERE id IN ({_ids_clause(chunk)})", chunk
+            f"WHERE id IN ({_ids_clause(chunk)})",
+            chunk,
         ).rowcount
     return changed
 
@@ -241,8 +259,8 @@ def null_embeddings(conn: Conn, table: str, ids: Sequence[int]) -> int:
 def null_all_embeddings(conn: Conn, table: str, agent_id: str) -> int:
     where, params = _scope(agent_id)
     return conn.execute(
-        f"UPDATE {quote_identifier(table)} SET embedding = NULL "
-        f"WHERE embedding IS NOT NULL{where}", params
+        f"UPDATE {quote_identifier(table)} SET embedding = NULL WHERE embedding IS NOT NULL{where}",
+        params,
     ).rowcount
 
 
@@ -260,7 +278,8 @@ def texts_to_embed(conn: Conn, table: str, agent_id: str, limit: int) -> list[tu
     where, params = _scope(agent_id)
     rows = conn.execute(
         f"SELECT id, {column} FROM {quote_identifier(table)} WHERE embedding IS NULL{where} "
-        "ORDER BY id LIMIT ?", [*params, limit]
+        "ORDER BY id LIMIT ?",
+        [*params, limit],
     ).fetchall()
     return [(int(r[0]), str(r[1])) for r in rows]
 
@@ -269,8 +288,11 @@ def texts_by_id(conn: Conn, table: str, ids: Sequence[int]) -> dict[int, str]:
     column = "content" if table == "memories" else "summary"
     out: dict[int, str] = {}
     for chunk in _chunks(list(ids)):
-        for r in conn.execute(f"SELECT id, {column} FROM {quote_identifier(table)} "
-                              f"WHERE id IN ({_ids_clause(chunk)})", chunk):
+        for r in conn.execute(
+            f"SELECT id, {column} FROM {quote_identifier(table)} "
+            f"WHERE id IN ({_ids_clause(chunk)})",
+            chunk,
+        ):
             out[int(r[0])] = str(r[1])
     return out
 
@@ -281,7 +303,8 @@ def set_embeddings(conn: Conn, table: str, rows: Sequence[tuple[int, bytes]]) ->
     for row_id, blob in rows:
         changed += conn.execute(
             f"UPDATE {quote_identifier(table)} SET embedding = ? "
-            "WHERE id = ? AND embedding IS NULL", (blob, row_id)
+            "WHERE id = ? AND embedding IS NULL",
+            (blob, row_id),
         ).rowcount
     return changed
 
@@ -290,8 +313,9 @@ def set_embeddings(conn: Conn, table: str, rows: Sequence[tuple[int, bytes]]) ->
 
 
 def table_exists(conn: Conn, name: str) -> bool:
-    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                       (name,)).fetchone()
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ).fetchone()
     return row is not None
 
 
@@ -323,14 +347,16 @@ def schema_version(conn: Conn) -> int:
 
 
 def object_sql(conn: Conn, name: str) -> str | None:
-    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = ? AND type IN "
-                       "('index', 'trigger')", (name,)).fetchone()
+    row = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = ? AND type IN ('index', 'trigger')", (name,)
+    ).fetchone()
     return None if row is None else str(row[0])
 
 
 def drop_object(conn: Conn, kind: str, name: str) -> None:
-    conn.execute(f"DROP {'TRIGGER' if kind == 'trigger' else 'INDEX'} IF EXISTS "
-                 f"{quote_identifier(name)}")
+    conn.execute(
+        f"DROP {'TRIGGER' if kind == 'trigger' else 'INDEX'} IF EXISTS {quote_identifier(name)}"
+    )
 
 
 @contextmanager
@@ -394,7 +420,8 @@ def reset_json(conn: Conn, ids: Sequence[int]) -> int:
             "UPDATE memories SET "
             "source = CASE WHEN json_valid(source) THEN source ELSE '{}' END, "
             "metadata = CASE WHEN json_valid(metadata) THEN metadata ELSE '{}' END "
-            f"WHERE locked = 0 AND id IN ({_ids_clause(chunk)})", chunk
+            f"WHERE locked = 0 AND id IN ({_ids_clause(chunk)})",
+            chunk,
         ).rowcount
     return changed
 
@@ -406,7 +433,8 @@ def unparseable_timestamps(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
     where, params = _scope(agent_id)
     return conn.execute(
         f"SELECT id, locked, julianday(created_at) IS NOT NULL AS fixable FROM memories "
-        f"WHERE timestamp != '' AND julianday(timestamp) IS NULL{where} ORDER BY id", params
+        f"WHERE timestamp != '' AND julianday(timestamp) IS NULL{where} ORDER BY id",
+        params,
     ).fetchall()
 
 
@@ -415,7 +443,8 @@ def future_timestamps(conn: Conn, skew_seconds: int, agent_id: str) -> list[sqli
     return conn.execute(
         "SELECT id, locked, julianday(created_at) <= julianday('now') + ? / 86400.0 AS fixable "
         "FROM memories WHERE julianday(timestamp) > julianday('now') + ? / 86400.0"
-        f"{where} ORDER BY id", [skew_seconds, skew_seconds, *params]
+        f"{where} ORDER BY id",
+        [skew_seconds, skew_seconds, *params],
     ).fetchall()
 
 
@@ -424,7 +453,8 @@ def timestamps_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
     for chunk in _chunks(list(ids)):
         changed += conn.execute(
             f"UPDATE memories SET timestamp = {_CANON} WHERE locked = 0 "
-            f"AND julianday(created_at) IS NOT NULL AND id IN ({_ids_clause(chunk)})", chunk
+            f"AND julianday(created_at) IS NOT NULL AND id IN ({_ids_clause(chunk)})",
+            chunk,
         ).rowcount
     return changed
 
@@ -432,8 +462,8 @@ def timestamps_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
 def episodes_without_start(conn: Conn, agent_id: str) -> list[int]:
     where, params = _scope(agent_id)
     rows = conn.execute(
-        "SELECT id FROM episodes WHERE (start_time IS NULL OR start_time = '')"
-        f"{where} ORDER BY id", params
+        f"SELECT id FROM episodes WHERE (start_time IS NULL OR start_time = ''){where} ORDER BY id",
+        params,
     ).fetchall()
     return [int(r[0]) for r in rows]
 
@@ -443,7 +473,8 @@ def start_times_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
     for chunk in _chunks(list(ids)):
         changed += conn.execute(
             f"UPDATE episodes SET start_time = {_CANON} WHERE julianday(created_at) IS NOT NULL "
-            f"AND id IN ({_ids_clause(chunk)})", chunk
+            f"AND id IN ({_ids_clause(chunk)})",
+            chunk,
         ).rowcount
     return changed
 
@@ -468,7 +499,8 @@ def episode_times(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
     where, params = _scope(agent_id)
     return conn.execute(
         f"SELECT id, start_time, end_time, created_at, {_CANON} AS canon FROM episodes "
-        f"WHERE (COALESCE(start_time, '') != '' OR COALESCE(end_time, '') != ''){where}", params
+        f"WHERE (COALESCE(start_time, '') != '' OR COALESCE(end_time, '') != ''){where}",
+        params,
     ).fetchall()
 
 
@@ -489,15 +521,17 @@ def untyped_sources(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
         "AND source NOT IN ('{}', 'null') AND trim(source) NOT IN ('{}', 'null') AND "
         "(json_type(source) != 'object' OR json_type(source, '$.type') IS NOT 'text' OR "
         "json_extract(source, '$.type') NOT IN ('User', 'Agent', 'System'))"
-        f"{where} ORDER BY id", params
+        f"{where} ORDER BY id",
+        params,
     ).fetchall()
 
 
 def set_sources(conn: Conn, rows: Sequence[tuple[int, str]]) -> int:
     changed = 0
     for row_id, source in rows:
-        changed += conn.execute("UPDATE memories SET source = ? WHERE id = ? AND locked = 0",
-                                (source, row_id)).rowcount
+        changed += conn.execute(
+            "UPDATE memories SET source = ? WHERE id = ? AND locked = 0", (source, row_id)
+        ).rowcount
     return changed
 
 
@@ -510,7 +544,8 @@ def anonymous_sources(conn: Conn, agent_id: str) -> tuple[int, int]:
         "  AND json_extract(source, '$.type') = 'User' AND COALESCE(json_extract(source, '$.id'),"
         "  '') = '' AND COALESCE(json_extract(source, '$.name'), '') = '' THEN 1 ELSE 0 END), "
         "SUM(CASE WHEN trim(source) IN ('{}', 'null', '') THEN 1 ELSE 0 END) "
-        f"FROM memories WHERE 1=1{where}", params
+        f"FROM memories WHERE 1=1{where}",
+        params,
     ).fetchone()
     return int(row[0] or 0), int(row[1] or 0)
 
@@ -520,7 +555,8 @@ def sentinel_rows(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
         "SELECT id, content, locked FROM memories WHERE agent_id = ? AND json_valid(source) "
         "AND json_type(source) = 'object' AND json_extract(source, '$.type') = 'User' "
         "AND COALESCE(json_extract(source, '$.id'), '') = '' "
-        "AND COALESCE(json_extract(source, '$.name'), '') = '' ORDER BY id", (agent_id,)
+        "AND COALESCE(json_extract(source, '$.name'), '') = '' ORDER BY id",
+        (agent_id,),
     ).fetchall()
 
 
@@ -540,7 +576,8 @@ def truncate_profiles(conn: Conn, ids: Sequence[int], cap: int) -> int:
     for chunk in _chunks(list(ids)):
         changed += conn.execute(
             "UPDATE profiles SET content = substr(content, 1, ?), updated_at = datetime('now') "
-            f"WHERE id IN ({_ids_clause(chunk)})", [cap, *chunk]
+            f"WHERE id IN ({_ids_clause(chunk)})",
+            [cap, *chunk],
         ).rowcount
     return changed
 
@@ -554,7 +591,8 @@ def truncate_memories(conn: Conn, ids: Sequence[int], cap: int) -> list[int]:
             conn.execute("SAVEPOINT cut")
             conn.execute(
                 "UPDATE memories SET content = substr(content, 1, ?), embedding = NULL "
-                "WHERE id = ? AND locked = 0", (cap, row_id)
+                "WHERE id = ? AND locked = 0",
+                (cap, row_id),
             )
             conn.execute("RELEASE cut")
         except sqlite3.IntegrityError:
@@ -568,7 +606,8 @@ def stale_tasks(conn: Conn, agent_id: str, hours: int = 1) -> list[int]:
     where, params = _scope(agent_id)
     rows = conn.execute(
         "SELECT id FROM pending_memory_tasks WHERE julianday(created_at) < "
-        f"julianday('now') - ? / 24.0{where} ORDER BY id", [hours, *params]
+        f"julianday('now') - ? / 24.0{where} ORDER BY id",
+        [hours, *params],
     ).fetchall()
     return [int(r[0]) for r in rows]
 
@@ -586,7 +625,8 @@ def agents_without_profile(conn: Conn, agent_id: str) -> list[str]:
     where, params = _scope(agent_id, "m.agent_id")
     rows = conn.execute(
         "SELECT DISTINCT m.agent_id FROM memories m LEFT JOIN profiles p "
-        f"ON p.agent_id = m.agent_id WHERE p.id IS NULL{where} ORDER BY 1", params
+        f"ON p.agent_id = m.agent_id WHERE p.id IS NULL{where} ORDER BY 1",
+        params,
     ).fetchall()
     return [str(r[0]) for r in rows]
 
@@ -595,7 +635,8 @@ def profile_updated_at(conn: Conn, agent_id: str) -> tuple[str, float] | None:
     """(updated_at, age in days) of the agent's profile, or None."""
     row = conn.execute(
         "SELECT updated_at, julianday('now') - julianday(updated_at) FROM profiles "
-        "WHERE agent_id = ? AND user_id = ''", (agent_id,)
+        "WHERE agent_id = ? AND user_id = ''",
+        (agent_id,),
     ).fetchone()
     return None if row is None else (str(row[0]), float(row[1] or 0.0))
 
@@ -607,20 +648,24 @@ def orphaned_episodes(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
         "AND julianday(e.start_time) IS NOT NULL AND julianday(e.end_time) IS NOT NULL "
         "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.agent_id = e.agent_id "
         "AND julianday(m.timestamp) BETWEEN julianday(e.start_time) AND julianday(e.end_time))"
-        " ORDER BY e.id", (agent_id,)
+        " ORDER BY e.id",
+        (agent_id,),
     ).fetchall()
 
 
-def newest_texts(conn: Conn, table: str, column: str, agent_id: str,
-                 limit: int) -> list[tuple[int, str]]:
+def newest_texts(
+    conn: Conn, table: str, column: str, agent_id: str, limit: int
+) -> list[tuple[int, str]]:
     where, params = _scope(agent_id)
     rows = conn.execute(
         f"SELECT id, {column} FROM {quote_identifier(table)} WHERE 1=1{where} "
-        "ORDER BY id DESC LIMIT ?", [*params, limit]
+        "ORDER BY id DESC LIMIT ?",
+        [*params, limit],
     ).fetchall()
     return [(int(r[0]), str(r[1] or "")) for r in rows]
 
 
 def set_source(conn: Conn, memory_id: int, source: str) -> int:
-    return conn.execute("UPDATE memories SET source = ? WHERE id = ? AND locked = 0",
-                        (source, memory_id)).rowcount
+    return conn.execute(
+        "UPDATE memories SET source = ? WHERE id = ? AND locked = 0", (source, memory_id)
+    ).rowcount

@@ -166,8 +166,8 @@ END""",
     INSERT INTO vector_log(tbl, row_id, op) VALUES ('{table}', old.id, 'd');
 END""",
         # Watches `id` too and logs both ids: a row renumbered leaves its old slot behind.
-        f"""CREATE TRIGGER IF NOT EXISTS cpersona_vlog_{table}_au AFTER UPDATE OF id, {cols} ON {table}
-BEGIN
+        f"""CREATE TRIGGER IF NOT EXISTS cpersona_vlog_{table}_au
+AFTER UPDATE OF id, {cols} ON {table} BEGIN
     INSERT INTO vector_log(tbl, row_id, op) VALUES ('{table}', old.id, 'u');
     INSERT INTO vector_log(tbl, row_id, op) SELECT '{table}', new.id, 'u' WHERE new.id <> old.id;
 END""",
@@ -297,6 +297,7 @@ LADDER: tuple[Step, ...] = (
     Step("v13_column_scoped_triggers", _step13, 13),
 )
 
+
 def _vector_log_watches_ids(conn: sqlite3.Connection, fts: bool) -> None:
     for table in ("memories", "episodes"):
         conn.execute(f"DROP TRIGGER IF EXISTS cpersona_vlog_{table}_au")
@@ -415,8 +416,14 @@ def _replace_update_triggers(conn: sqlite3.Connection) -> None:
 
 
 def _recreate_fts(conn: sqlite3.Connection) -> None:
-    for name in ("memories_fts_ai", "memories_fts_ad", "memories_fts_au",
-                 "episodes_ai", "episodes_ad", "episodes_au"):
+    for name in (
+        "memories_fts_ai",
+        "memories_fts_ad",
+        "memories_fts_au",
+        "episodes_ai",
+        "episodes_ad",
+        "episodes_au",
+    ):
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
     conn.execute("DROP TABLE IF EXISTS memories_fts")
     conn.execute("DROP TABLE IF EXISTS episodes_fts")

@@ -18,8 +18,9 @@ class Task:
 
 def count(db: Database, agent_id: str | None = None) -> int:
     if agent_id:
-        row = db.query_one("SELECT COUNT(*) FROM pending_memory_tasks WHERE agent_id = ?",
-                           (agent_id,))
+        row = db.query_one(
+            "SELECT COUNT(*) FROM pending_memory_tasks WHERE agent_id = ?", (agent_id,)
+        )
     else:
         row = db.query_one("SELECT COUNT(*) FROM pending_memory_tasks")
     return int(row[0]) if row else 0
@@ -43,5 +44,6 @@ def delete(db: Database, task_id: int) -> None:
 
 def bump_retries(db: Database, task_id: int) -> None:
     with db.atomic() as conn:
-        conn.execute("UPDATE pending_memory_tasks SET retries = retries + 1 WHERE id = ?",
-                     (task_id,))
+        conn.execute(
+            "UPDATE pending_memory_tasks SET retries = retries + 1 WHERE id = ?", (task_id,)
+        )

@@ -52,8 +52,15 @@ def _select(table: str) -> str:
 
 
 def _row(r: sqlite3.Row) -> IndexRow:
-    return IndexRow(r["id"], r["key"], r["agent_id"], r["project_id"], r["channel"],
-                    r["source_id"], bytes(r["embedding"]))
+    return IndexRow(
+        r["id"],
+        r["key"],
+        r["agent_id"],
+        r["project_id"],
+        r["channel"],
+        r["source_id"],
+        bytes(r["embedding"]),
+    )
 
 
 def db_uid(db: Database) -> bytes:

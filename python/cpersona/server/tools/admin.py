@@ -36,8 +36,12 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "names. With `section`: that doctrine section's body. `ok: false, enabled: "
                 "false` while no usable file exists."
             ),
-            properties={"section": {"type": "string",
-                                    "description": "A doctrine section name; '' = preview."}},
+            properties={
+                "section": {
+                    "type": "string",
+                    "description": "A doctrine section name; '' = preview.",
+                }
+            },
             required=(),
             handler=_operating_context,
             annotations=Annotations(read_only=True),

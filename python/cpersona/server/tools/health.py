@@ -21,8 +21,13 @@ def _paused(engine: Any, a: dict[str, Any]) -> bool:
 
 def _check_health(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     ctx = from_engine(engine, a["agent_id"])
-    return check_health(ctx, requested=a["checks"], fix=a["fix"], paused=_paused(engine, a),
-                        extra_issues=engine.updates.health_issues())
+    return check_health(
+        ctx,
+        requested=a["checks"],
+        fix=a["fix"],
+        paused=_paused(engine, a),
+        extra_issues=engine.updates.health_issues(),
+    )
 
 
 def _deep_check(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
@@ -32,9 +37,13 @@ def _deep_check(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
 
 def _findings(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     shared = engine.settings.transport != "stdio" and not bucket(a["session_key"]).declared
-    return session_findings(from_engine(engine), per_kind_limit=a["per_kind_limit"],
-                            include_summary=a["include_summary"], identity_shared=shared,
-                            extra_issues=engine.updates.health_issues())
+    return session_findings(
+        from_engine(engine),
+        per_kind_limit=a["per_kind_limit"],
+        include_summary=a["include_summary"],
+        identity_shared=shared,
+        extra_issues=engine.updates.health_issues(),
+    )
 
 
 def _health_failure(error: str) -> dict[str, Any]:
@@ -63,8 +72,12 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "critical file-integrity findings are never auto-repaired. While persistence "
                 "is paused, fix is forced off (`repairs_skipped`)."
             ),
-            properties={"agent_id": STR, "fix": {"type": "boolean"}, "checks": CHECKS,
-                        "session_key": SESSION_KEY},
+            properties={
+                "agent_id": STR,
+                "fix": {"type": "boolean"},
+                "checks": CHECKS,
+                "session_key": SESSION_KEY,
+            },
             required=(),
             handler=_check_health,
             annotations=Annotations(read_only=False),
@@ -78,9 +91,11 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "lists the kinds that had more), with counts by kind and severity and, unless "
                 "`include_summary` is false, the `status` verdict. Never writes."
             ),
-            properties={"session_key": SESSION_KEY,
-                        "per_kind_limit": {"type": "integer", "default": 5},
-                        "include_summary": {"type": "boolean", "default": True}},
+            properties={
+                "session_key": SESSION_KEY,
+                "per_kind_limit": {"type": "integer", "default": 5},
+                "include_summary": {"type": "boolean", "default": True},
+            },
             required=(),
             handler=_findings,
             annotations=Annotations(read_only=True),
@@ -94,8 +109,12 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "'[name] ...') and short_content (DELETES unlocked memories of 5 characters "
                 "or fewer) act on `fix=true`; while persistence is paused fix is forced off."
             ),
-            properties={"agent_id": STR, "fix": {"type": "boolean"}, "checks": CHECKS,
-                        "session_key": SESSION_KEY},
+            properties={
+                "agent_id": STR,
+                "fix": {"type": "boolean"},
+                "checks": CHECKS,
+                "session_key": SESSION_KEY,
+            },
             required=("agent_id",),
             handler=_deep_check,
             annotations=Annotations(read_only=False),

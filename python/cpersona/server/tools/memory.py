@@ -19,8 +19,9 @@ def _store(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=True)
     if gate.refusal is not None:
         return {**gate.refused(), "result": "rejected", "reason": gate.refusal}
-    skip = engine.pause.skip("store", a["session_key"], result="skipped", id="no-persist",
-                             embedded=False)
+    skip = engine.pause.skip(
+        "store", a["session_key"], result="skipped", id="no-persist", embedded=False
+    )
     if skip is not None:
         return {**skip, **gate.extra}
     out = engine.writer.store(a["agent_id"], a["message"], a["channel"], gate.project_id)
@@ -59,8 +60,14 @@ def _archive_episode(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=True)
     if gate.refusal is not None:
         return gate.refused(episode_id=None)
-    skip = engine.pause.skip("archive_episode", a["session_key"], episode_id=None,
-                             id="no-persist", queued=False, task_id=None)
+    skip = engine.pause.skip(
+        "archive_episode",
+        a["session_key"],
+        episode_id=None,
+        id="no-persist",
+        queued=False,
+        task_id=None,
+    )
     if skip is not None:
         return {**skip, **gate.extra}
     out = engine.writer.archive_episode(
@@ -179,8 +186,11 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "A lock never changes ranking, and does not survive delete_agent_data or a "
                 "merge move."
             ),
-            properties={"memory_id": {"type": "integer"}, "agent_id": STR,
-                        "session_key": SESSION_KEY},
+            properties={
+                "memory_id": {"type": "integer"},
+                "agent_id": STR,
+                "session_key": SESSION_KEY,
+            },
             required=("memory_id",),
             handler=_lock,
             annotations=Annotations(read_only=False, destructive=False, idempotent=True),
@@ -190,8 +200,11 @@ def tools(settings: Settings) -> list[ToolSpec]:
             description=(
                 "Remove the protection lock_memory set; unlocking an unlocked row succeeds."
             ),
-            properties={"memory_id": {"type": "integer"}, "agent_id": STR,
-                        "session_key": SESSION_KEY},
+            properties={
+                "memory_id": {"type": "integer"},
+                "agent_id": STR,
+                "session_key": SESSION_KEY,
+            },
             required=("memory_id",),
             handler=_unlock,
             annotations=Annotations(read_only=False, destructive=False, idempotent=True),
@@ -202,8 +215,11 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "Delete one memory. A locked memory refuses. With `agent_id`, only that agent's "
                 "row can be deleted; without it the call is unscoped (logged)."
             ),
-            properties={"memory_id": {"type": "integer"}, "agent_id": STR,
-                        "session_key": SESSION_KEY},
+            properties={
+                "memory_id": {"type": "integer"},
+                "agent_id": STR,
+                "session_key": SESSION_KEY,
+            },
             required=("memory_id",),
             handler=_delete_memory,
             annotations=Annotations(read_only=False, destructive=True, idempotent=True),
@@ -211,8 +227,11 @@ def tools(settings: Settings) -> list[ToolSpec]:
         ToolSpec(
             name="delete_episode",
             description="Delete one episode (episodes have no lock).",
-            properties={"episode_id": {"type": "integer"}, "agent_id": STR,
-                        "session_key": SESSION_KEY},
+            properties={
+                "episode_id": {"type": "integer"},
+                "agent_id": STR,
+                "session_key": SESSION_KEY,
+            },
             required=("episode_id",),
             handler=_delete_episode,
             annotations=Annotations(read_only=False, destructive=True, idempotent=True),

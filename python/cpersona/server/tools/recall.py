@@ -39,8 +39,9 @@ def _gate(engine: Any, a: dict[str, Any]) -> Gate:
     return gate
 
 
-def _envelope(engine: Any, a: dict[str, Any], gate: Gate, result: RecallResult,
-              messages: list[dict[str, Any]]) -> dict[str, Any]:
+def _envelope(
+    engine: Any, a: dict[str, Any], gate: Gate, result: RecallResult, messages: list[dict[str, Any]]
+) -> dict[str, Any]:
     out: dict[str, Any] = {"messages": messages}
     if result.gate_fallback:
         out["gate_fallback"] = True
@@ -72,8 +73,11 @@ def _recall_with_context(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     issues = ctx.field_issues(entries) if mode != "off" else []
     if issues and mode == "reject":
         listed = ", ".join(f"[{i['index']}] {' '.join(i['fields'])}" for i in issues)
-        return {"ok": False, "messages": [],
-                "error": f"external_context entries have fields that are not strings: {listed}"}
+        return {
+            "ok": False,
+            "messages": [],
+            "error": f"external_context entries have fields that are not strings: {listed}",
+        }
     gate = _gate(engine, a)
     result = engine.recaller.recall(_request(engine, a, gate, ctx.exclusions(entries)))
     recalled = [msgs.message(r) for r in reversed(result.rows)]
@@ -87,8 +91,7 @@ def _recall_with_context(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
             "only user and assistant turns are merged.",
         }
     if issues and mode == "warn":
-        out["context_field_issues"] = {"entries": issues,
-                                       "note": ctx.issues_note(issues, entries)}
+        out["context_field_issues"] = {"entries": issues, "note": ctx.issues_note(issues, entries)}
     return out
 
 
@@ -118,8 +121,10 @@ def tools(settings: Settings) -> list[ToolSpec]:
     del context_props["exclude_contents"]
     context_props["external_context"] = {
         "type": "array",
-        "items": {"type": "object", "properties": {
-            "role": {}, "content": {}, "name": {}, "user_id": {}, "timestamp": {}}},
+        "items": {
+            "type": "object",
+            "properties": {"role": {}, "content": {}, "name": {}, "user_id": {}, "timestamp": {}},
+        },
     }
     return [
         ToolSpec(
@@ -168,9 +173,14 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 f"{msgs.CONTENTS_BUDGET} characters, the rest listed in `deferred` to fetch "
                 "next. Unknown or foreign refs are listed in `missing`."
             ),
-            properties={"agent_id": STR,
-                        "refs": {"type": "array", "items": {"type": "string"},
-                                 "maxItems": msgs.CONTENTS_MAX_REFS}},
+            properties={
+                "agent_id": STR,
+                "refs": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "maxItems": msgs.CONTENTS_MAX_REFS,
+                },
+            },
             required=("agent_id", "refs"),
             handler=_get_contents,
             annotations=Annotations(read_only=True),

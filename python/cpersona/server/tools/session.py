@@ -47,9 +47,13 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 f"server process only (a restart clears it); at most {MAX_LIVE} live pauses."
             ),
             properties={
-                "ttl_seconds": {"type": "integer", "minimum": 1, "maximum": MAX_TTL,
-                                "default": DEFAULT_TTL,
-                                "description": "Seconds until writes resume by themselves."},
+                "ttl_seconds": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_TTL,
+                    "default": DEFAULT_TTL,
+                    "description": "Seconds until writes resume by themselves.",
+                },
                 "session_key": SESSION_KEY,
             },
             required=(),
