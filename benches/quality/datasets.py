@@ -99,8 +99,10 @@ def locomo(path: Path | None = None, *, conversations: int | None = None) -> Cor
             for i, turn in enumerate(turns):
                 ts = _iso(start + timedelta(seconds=30 * i))
                 text = f"{turn['speaker']}: {turn['text']}"
-                corpus.docs.append(Doc(turn["dia_id"], agent, text, ts))
-                keys.add(turn["dia_id"])
+                # dia_ids repeat across conversations: the key carries the agent.
+                key = f"{agent}/{turn['dia_id']}"
+                corpus.docs.append(Doc(key, agent, text, ts))
+                keys.add(key)
             summary = summaries.get(f"session_{n}_summary")
             if summary and turns:
                 end = _iso(start + timedelta(seconds=30 * (len(turns) - 1)))
@@ -108,7 +110,7 @@ def locomo(path: Path | None = None, *, conversations: int | None = None) -> Cor
         for qa in sample["qa"]:
             category = int(qa["category"])
             evidence = " ".join(qa.get("evidence") or [])
-            ids = {f"D{a}:{b}" for a, b in _EVIDENCE.findall(evidence)} & keys
+            ids = {f"{agent}/D{a}:{b}" for a, b in _EVIDENCE.findall(evidence)} & keys
             if category == 5:
                 corpus.queries.append(Query(agent, qa["question"], CATEGORIES[5]))
             elif ids:

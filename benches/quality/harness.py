@@ -90,6 +90,8 @@ async def load(
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
+    if len({d.key for d in corpus.docs}) != len(corpus.docs):
+        raise ValueError(f"{corpus.name}: document keys are not unique")
     refs: dict[str, str] = {}
     engine = _engine(config.settings(directory / "bench.db"), provider)
     try:

@@ -89,7 +89,8 @@ def make_engine(db_path: str) -> Iterator[Callable[..., Engine]]:
     engines: list[Engine] = []
 
     def make(*, embedder: Any = None, **overrides: Any) -> Engine:
-        base = Settings(db_path=db_path, embedding_mode="hashing")
+        # The spec's fusion default (cpersona's own is rsf, docs/quality.md).
+        base = Settings(db_path=db_path, embedding_mode="hashing", recall_mode="rrf")
         engine = Engine(
             dataclasses.replace(base, **overrides), embedder=embedder or HashingProvider()
         )

@@ -1,7 +1,8 @@
 """Embedding providers: texts in, L2-normalised float32 rows out.
 
 `make_provider(settings)` picks one (spec surface.md §12): `local-minilm` (the default,
-in-process and offline), `http` (the CPersona embedding contract), `api` (OpenAI-compatible),
+in-process and offline), `local-e5` (multilingual-e5-small, in-process and offline; reads
+Japanese), `http` (the CPersona embedding contract), `api` (OpenAI-compatible),
 `hashing` (deterministic, for tests) or `none`. Every failure is an `EmbeddingUnavailable`;
 `EmbeddingMisconfigured` marks those where no request left the process.
 
