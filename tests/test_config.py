@@ -127,8 +127,7 @@ def test_string_variables(var):
 
 
 def test_every_kind_is_covered():
-    assert {v.kind for v in VARS} <= {"bool", "int", "float", "optfloat", "choice", "str",
-                                      "optstr"}
+    assert {v.kind for v in VARS} <= {"bool", "int", "float", "optfloat", "choice", "str", "optstr"}
 
 
 def test_explicit_records_the_names_that_were_set():

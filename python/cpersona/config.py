@@ -330,7 +330,9 @@ def _parse(var: _Var, name: str, raw: str) -> Any:
         try:
             value: float = int(text)
         except ValueError:
-            raise ConfigError(f"{name}={raw!r} is not valid: expected {_range(var, 'an integer')}") from None
+            raise ConfigError(
+                f"{name}={raw!r} is not valid: expected {_range(var, 'an integer')}"
+            ) from None
         return _bounded(var, name, raw, value)
     # float / optfloat
     try:

@@ -32,7 +32,12 @@ from cpersona.retrieval.candidates import (
     profile_row,
 )
 from cpersona.retrieval.health import EmbeddingHealth
-from cpersona.retrieval.query import is_excluded, like_pattern, match_expression, normalise_exclusions
+from cpersona.retrieval.query import (
+    is_excluded,
+    like_pattern,
+    match_expression,
+    normalise_exclusions,
+)
 from cpersona.retrieval.thresholds import Thresholds
 from cpersona.storage import Database
 from cpersona.storage import profiles as profile_sql
@@ -182,9 +187,14 @@ class Recaller:
                 continue
             prefix = req.source_id if table == "memories" else ""
             hits = scan(
-                self.indexes[table], qvec,
+                self.indexes[table],
+                qvec,
                 Scope(req.agent_id, req.project, req.channel, prefix),
-                window=s.max_memories, reach=reach, threshold=threshold, k=limit, far_k=far_k,
+                window=s.max_memories,
+                reach=reach,
+                threshold=threshold,
+                k=limit,
+                far_k=far_k,
                 chunk_rows=s.vector_scan_chunk_rows,
             )
             per_table[table] = (
@@ -270,8 +280,9 @@ class Recaller:
     ) -> list[Candidate]:
         rows: list[Candidate] = []
         if qvec is not None and not blank and limit > 0:
-            near, _ = self._vector(req, scope, qvec, self._threshold(req.agent_id, False),
-                                   limit, False, episodes_ok)
+            near, _ = self._vector(
+                req, scope, qvec, self._threshold(req.agent_id, False), limit, False, episodes_ok
+            )
             rows += [r for r in near if not is_excluded(r.content, exclusions)]
         match = match_expression(req.query) if not blank else ""
         if not blank and episodes_ok:
@@ -301,8 +312,9 @@ class Recaller:
         far: list[Candidate] = []
         if qvec is not None and limit > 0:
             want_far = s.vector_reach > s.max_memories
-            near, far = self._vector(req, scope, qvec, self._threshold(req.agent_id, True),
-                                     limit, want_far, episodes_ok)
+            near, far = self._vector(
+                req, scope, qvec, self._threshold(req.agent_id, True), limit, want_far, episodes_ok
+            )
         match = match_expression(req.query)
         episodes = self._episode_fts(scope, match, limit) if episodes_ok else []
         keyword = self._keyword(req, scope, match, limit, False) if s.fts_enabled else []
@@ -331,9 +343,19 @@ class Recaller:
             for (rows, filt), cosine_scale in zip(fused, (False, False, True, True), strict=True):
                 kept = [r for r in rows if not (filt and excluded(r))]
                 rankings.append(np.array([r.key for r in kept], dtype=np.int64))
-                raws.append(np.array(
-                    [(r.cosine if cosine_scale else (-r.bm25 if r.bm25 is not None else np.nan))
-                     for r in kept], dtype=np.float64))
+                raws.append(
+                    np.array(
+                        [
+                            (
+                                r.cosine
+                                if cosine_scale
+                                else (-r.bm25 if r.bm25 is not None else np.nan)
+                            )
+                            for r in kept
+                        ],
+                        dtype=np.float64,
+                    )
+                )
             keys, scores = kernels.rsf(rankings, raws)
             attr = "rsf"
         out = []
@@ -406,7 +428,8 @@ class Recaller:
             for row in rows:
                 hist = history.get(row.id, (0, None)) if row.kind == "mem" else (0, None)
                 row.confidence, row.confidence_detail = scoring.confidence(
-                    row, span, hist, req.deep, now, s)
+                    row, span, hist, req.deep, now, s
+                )
             rows = sorted(rows, key=scoring.confidence_order)
         return rows, pool
 
@@ -420,7 +443,9 @@ class Recaller:
     ) -> RecallResult:
         """§7 gate, §9 rescue, §11 autocut, the limit cut and §12 bookkeeping."""
         s = self.s
-        fused_gate = self.thresholds.fused_gate(req.agent_id) if s.fused_gate_enabled else (None, None)
+        fused_gate = (
+            self.thresholds.fused_gate(req.agent_id) if s.fused_gate_enabled else (None, None)
+        )
         kept = scoring.gate(rows, pool, req.deep, blank, fused_gate, s.rrf_k)
         fallback = False
         if not any(not r.is_profile for r in kept) and any(r.backfilled for r in rows):

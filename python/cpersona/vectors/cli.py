@@ -42,9 +42,13 @@ def run_index_command(settings: Settings, action: str, table: str | None) -> int
                 st = index.status()
                 print(
                     f"{name}: {st.path}: "
-                    + (f"usable, {st.reason}; dim {st.dim}, {st.live} rows "
-                       f"({st.count - st.live} deleted slots), log seq {st.applied_seq}/{st.log_seq}"
-                       if st.usable else f"not usable ({st.reason}); the server rebuilds it")
+                    + (
+                        f"usable, {st.reason}; dim {st.dim}, {st.live} rows "
+                        f"({st.count - st.live} deleted slots), "
+                        f"log seq {st.applied_seq}/{st.log_seq}"
+                        if st.usable
+                        else f"not usable ({st.reason}); the server rebuilds it"
+                    )
                 )
                 code = code or (0 if st.usable else 1)
             elif action == "rebuild":
