@@ -135,7 +135,13 @@ def episode_fts(db: Database, scope: ScopeSql, match: str, limit: int) -> list[E
 def memories_by_id(
     db: Database, ids: Sequence[int], scope: ScopeSql, source_prefix: str
 ) -> dict[int, MemoryHit]:
-    """Hydrate survivors, re-applying the scope and the source filter (batches of 500)."""
+    """Hydrate survivors, re-applying the scope and the source filter (batches of 500).
+
+    `NOT INDEXED` keeps SQLite on rowid lookups: with the agent's scope in the WHERE clause and
+    no ANALYZE statistics, the planner otherwise walks the agent's whole index range and tests
+    each row against the id list, so hydrating 10 rows of a 237,654-row agent took 29 ms
+    instead of 0.02 ms (docs/performance.md, "What these benchmarks found").
+    """
     out: dict[int, MemoryHit] = {}
     where, params = scope.where("m")
     sw, sp = _source_filter("m", source_prefix)
@@ -143,7 +149,8 @@ def memories_by_id(
         batch = list(ids[start : start + 500])
         marks = ",".join("?" * len(batch))
         for r in db.query(
-            f"SELECT {_MEM_COLS} FROM memories m WHERE m.id IN ({marks}) AND {where} AND {sw}",
+            f"SELECT {_MEM_COLS} FROM memories m NOT INDEXED "
+            f"WHERE m.id IN ({marks}) AND {where} AND {sw}",
             [*batch, *params, *sp],
         ):
             out[r[0]] = _mem(r, None)
@@ -151,13 +158,14 @@ def memories_by_id(
 
 
 def episodes_by_id(db: Database, ids: Sequence[int], scope: ScopeSql) -> dict[int, EpisodeHit]:
+    """As `memories_by_id` (rowid lookups, `NOT INDEXED`), for episodes."""
     out: dict[int, EpisodeHit] = {}
     where, params = scope.where("e")
     for start in range(0, len(ids), 500):
         batch = list(ids[start : start + 500])
         marks = ",".join("?" * len(batch))
         for r in db.query(
-            f"SELECT {_EP_COLS} FROM episodes e WHERE e.id IN ({marks}) AND {where}",
+            f"SELECT {_EP_COLS} FROM episodes e NOT INDEXED WHERE e.id IN ({marks}) AND {where}",
             [*batch, *params],
         ):
             out[r[0]] = _ep(r, None)
@@ -188,14 +196,24 @@ def pool_count(db: Database, scope: ScopeSql) -> int:
 
 
 def timestamp_span(db: Database, scope: ScopeSql) -> tuple[str | None, str | None]:
-    """MIN and MAX (text order) of memory timestamps that are non-empty and SQL-parseable."""
+    """MIN and MAX (text order) of memory timestamps that are non-empty and SQL-parseable.
+
+    Read as the first and the last such timestamp in the order of `idx_memories_span`
+    (agent_id, timestamp, ...): under the julianday() filter, MIN() and MAX() made SQLite test
+    every row of the agent after each write (40 ms at 237,654 rows), where an ordered read
+    stops at the first timestamp that parses (docs/performance.md).
+    """
     where, params = scope.where()
-    row = db.query_one(
-        f"""SELECT MIN(timestamp), MAX(timestamp) FROM memories
-            WHERE {where} AND timestamp != '' AND julianday(timestamp) IS NOT NULL""",
-        params,
-    )
-    return (row[0], row[1]) if row else (None, None)
+    ends = []
+    for direction in ("ASC", "DESC"):
+        row = db.query_one(
+            f"""SELECT timestamp FROM memories
+                WHERE {where} AND timestamp != '' AND julianday(timestamp) IS NOT NULL
+                ORDER BY timestamp {direction} LIMIT 1""",
+            params,
+        )
+        ends.append(None if row is None else row[0])
+    return ends[0], ends[1]
 
 
 def latest_episode_created(db: Database, scope: ScopeSql) -> str | None:

@@ -1,9 +1,10 @@
-"""SQL behind the vector index: the change log, row reads, and the window oracle."""
+"""SQL behind the vector index: the change log, row reads, and the window of the no-index path."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cpersona.models import ProjectFilter
@@ -162,7 +163,7 @@ def trimmed_upto(db: Database, table: str) -> int:
     return int(row[0]) if row else 0
 
 
-def window_rows(
+def window_ids(
     db: Database,
     table: str,
     agent_id: str,
@@ -170,14 +171,16 @@ def window_rows(
     channel: str,
     source_prefix: str,
     limit: int,
-    offset: int = 0,
-) -> list[tuple[int, bytes]]:
-    """The spec's window as plain SQL (retrieval.md §4.2): `(id, embedding)` of the in-scope
-    embedded rows, newest first by (created_at DESC, id DESC), positions [offset, offset+limit).
+) -> list[int]:
+    """The spec's window as plain SQL (retrieval.md §4.2): ids of the in-scope embedded rows,
+    newest first by (created_at DESC, id DESC), positions [0, limit).
 
-    This is the no-index path and the oracle the index is tested against.
+    The order of the no-index path, read without touching a BLOB (`blobs` fetches them): sorting
+    `(id, embedding)` pairs made SQLite carry every in-scope BLOB through its sorter, and
+    `embedding IS NOT NULL` made it visit every row of the agent, when the agent's index and
+    the partial index of unembedded rows answer both (docs/performance.md).
     """
-    where = ["agent_id = ?", "embedding IS NOT NULL"]
+    where = ["agent_id = ?", f"id NOT IN (SELECT id FROM {_check(table)} WHERE embedding IS NULL)"]
     params: list[object] = [agent_id]
     pw, pp = project.sql()
     where.append(pw)
@@ -186,14 +189,43 @@ def window_rows(
         where.append("channel IN (?, '')")
         params.append(channel)
     if source_prefix:
-        where.append(f"substr({_SOURCE_ID[_check(table)]}, 1, ?) = ?")
+        where.append(f"substr({_SOURCE_ID[table]}, 1, ?) = ?")
         params.extend([len(source_prefix), source_prefix])
     sql = (
-        f"SELECT id, embedding FROM {_check(table)} WHERE {' AND '.join(where)} "
-        f"ORDER BY {_KEY} DESC, id DESC LIMIT ? OFFSET ?"
+        f"SELECT id FROM {table} WHERE {' AND '.join(where)} ORDER BY {_KEY} DESC, id DESC LIMIT ?"
     )
-    params.extend([limit, offset])
-    return [(int(r[0]), bytes(r[1])) for r in db.query(sql, params)]
+    params.append(limit)
+    return [int(r[0]) for r in db.reader().execute(sql, params)]
+
+
+def blobs(db: Database, table: str, ids: Sequence[int]) -> dict[int, bytes]:
+    """The embedding BLOB of each of `ids` that has one (batches of 500)."""
+    found: dict[int, bytes] = {}
+    for start in range(0, len(ids), 500):
+        batch = list(ids[start : start + 500])
+        marks = ",".join("?" * len(batch))
+        for r in db.reader().execute(
+            f"SELECT id, embedding FROM {_check(table)} WHERE id IN ({marks}) "
+            "AND embedding IS NOT NULL",
+            batch,
+        ):
+            found[int(r[0])] = bytes(r[1])
+    return found
+
+
+@contextmanager
+def snapshot(db: Database) -> Iterator[None]:
+    """One read transaction on this thread's reader connection, so that several statements
+    see one state of the database (the caller's transaction when one is already open)."""
+    conn = db.reader()
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        if own:
+            conn.execute("COMMIT")
 
 
 def source_ids_with_prefix(db: Database, table: str, agent_id: str, prefix: str) -> list[str]:

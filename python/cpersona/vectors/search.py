@@ -72,8 +72,9 @@ def scan(
     query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
     sources = _ANY
     if scope.source_prefix:
-        ids = vector_sql.source_ids_with_prefix(index.db, index.table, scope.agent_id,
-                                                scope.source_prefix)
+        ids = vector_sql.source_ids_with_prefix(
+            index.db, index.table, scope.agent_id, scope.source_prefix
+        )
         if not ids:
             return Hits.empty()
         sources = _hashes(ids)
@@ -81,12 +82,21 @@ def scan(
     projects = _ANY if project is None else _hashes([""] if project == "" else [project, ""])
     channels = _hashes([scope.channel, ""]) if scope.channel else _ANY
     try:
-        with index.reading() as path:
-            handle = kernels.VectorIndex.open(str(path))
+        with index.reading():
+            handle = index.kernel_handle(kernels.VectorIndex.open)
             if handle.dim == query.shape[0]:
                 near_ids, near_scores, far_ids, far_scores = handle.scan(
-                    query, scope_hash(scope.agent_id), projects, channels, sources,
-                    window, reach, float(threshold), k, far_k, chunk_rows,
+                    query,
+                    scope_hash(scope.agent_id),
+                    projects,
+                    channels,
+                    sources,
+                    window,
+                    reach,
+                    float(threshold),
+                    k,
+                    far_k,
+                    chunk_rows,
                 )
                 return Hits(near_ids, near_scores, far_ids, far_scores)
     except StoreCorrupt:
@@ -98,8 +108,18 @@ def scan(
         # The index is optional: a file that cannot be written or locked (disk full, read-only
         # directory) never fails a scan; the SQLite window gives the same answer.
         log.warning("vector index %s unusable, scanning SQLite: %s", index.path.name, exc)
-    return scan_sqlite(index.db, index.table, query, scope, window=window, reach=reach,
-                       threshold=threshold, k=k, far_k=far_k, chunk_rows=chunk_rows)
+    return scan_sqlite(
+        index.db,
+        index.table,
+        query,
+        scope,
+        window=window,
+        reach=reach,
+        threshold=threshold,
+        k=k,
+        far_k=far_k,
+        chunk_rows=chunk_rows,
+    )
 
 
 def scan_sqlite(
@@ -115,25 +135,31 @@ def scan_sqlite(
     far_k: int,
     chunk_rows: int = 512,
 ) -> Hits:
-    """The no-index path: stream the window's BLOBs from SQLite in chunks and merge top-k.
+    """The no-index path: the window's ids in order from SQLite, then their BLOBs `chunk_rows`
+    at a time, each chunk scored and cut to its top k, all in one read transaction. Memory is
+    O(rows + chunk_rows x dim), never O(rows x dim).
 
     Rows whose BLOB is not `len(query)` floats take a position and are never scored.
     """
     query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
     span = max(window, reach)
-    rows = vector_sql.window_rows(db, table, scope.agent_id, scope.project, scope.channel,
-                                  scope.source_prefix, span)
-    near = _score_region(rows[:window], 0, query, threshold, k, chunk_rows)
-    far = (
-        _score_region(rows[window:], window, query, threshold, far_k, chunk_rows)
-        if reach > window
-        else (_NONE_I, _NONE_F)
-    )
+    with vector_sql.snapshot(db):
+        ids = vector_sql.window_ids(
+            db, table, scope.agent_id, scope.project, scope.channel, scope.source_prefix, span
+        )
+        near = _score_region(db, table, ids[:window], 0, query, threshold, k, chunk_rows)
+        far = (
+            _score_region(db, table, ids[window:], window, query, threshold, far_k, chunk_rows)
+            if reach > window
+            else (_NONE_I, _NONE_F)
+        )
     return Hits(near[0], near[1], far[0], far[1])
 
 
 def _score_region(
-    rows: list[tuple[int, bytes]],
+    db: Database,
+    table: str,
+    ids: list[int],
     base: int,
     query: np.ndarray,
     threshold: float,
@@ -142,14 +168,20 @@ def _score_region(
 ) -> tuple[np.ndarray, np.ndarray]:
     dim = query.shape[0]
     pos_parts, score_parts = [], []
-    for start in range(0, len(rows), chunk_rows):
-        chunk = rows[start : start + chunk_rows]
-        keep = [(base + start + i, blob) for i, (_, blob) in enumerate(chunk) if len(blob) == 4 * dim]
+    for start in range(0, len(ids), chunk_rows):
+        chunk = ids[start : start + chunk_rows]
+        found = vector_sql.blobs(db, table, chunk)
+        keep = [
+            (base + start + i, blob)
+            for i, row_id in enumerate(chunk)
+            if len(blob := found.get(row_id, b"")) == 4 * dim
+        ]
         if not keep:
             continue
         block = np.frombuffer(b"".join(b for _, b in keep), dtype="<f4").reshape(len(keep), dim)
-        local, scores = kernels.scan_chunk(np.ascontiguousarray(block, dtype=np.float32), query,
-                                           float(threshold), k, 0)
+        local, scores = kernels.scan_chunk(
+            np.ascontiguousarray(block, dtype=np.float32), query, float(threshold), k, 0
+        )
         positions = np.array([keep[int(i)][0] for i in local], dtype=np.int64)
         pos_parts.append(positions)
         score_parts.append(scores)
@@ -158,5 +190,5 @@ def _score_region(
     positions, scores = kernels.merge_top_k(
         np.concatenate(pos_parts), np.concatenate(score_parts).astype(np.float32), k
     )
-    ids = np.array([rows[int(p) - base][0] for p in positions], dtype=np.int64)
-    return ids, scores
+    out = np.array([ids[int(p) - base] for p in positions], dtype=np.int64)
+    return out, scores
