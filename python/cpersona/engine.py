@@ -62,6 +62,7 @@ class Engine:
         )
         self._calibration: threading.Thread | None = None
         self._closed = threading.Event()
+        self._warmup: threading.Thread | None = None
         #: The no-persist pauses of this process (surface.md §10) and the operating context.
         self.pause = Pauses()
         self.operating_context = OperatingContext(settings)
@@ -78,12 +79,27 @@ class Engine:
             index.sync()
 
     def warm_indexes(self) -> None:
-        """Bring both index files current (rebuilding a missing one); run in the background."""
+        """Bring both index files current (rebuilding a missing one)."""
         for index in self.indexes.values():
+            if self._closed.is_set():
+                return
             try:
                 index.sync()
             except Exception:
                 log.exception("could not bring the %s index current", index.table)
+
+    def start_index_warmup(self) -> threading.Thread:
+        """`warm_indexes` in the background; `close()` waits for it.
+
+        Shutdown must not race it: a daemon thread still writing the mapped index file while
+        the interpreter finalises crashed the process (SIGSEGV) on a quick stdin EOF.
+        """
+        if self._warmup is None:
+            self._warmup = threading.Thread(
+                target=self.warm_indexes, name="cpersona-index", daemon=True
+            )
+            self._warmup.start()
+        return self._warmup
 
     def start_calibration(self) -> threading.Thread | None:
         """Restore or recalibrate thresholds and gates in the background (retrieval.md §15.2).
@@ -113,6 +129,9 @@ class Engine:
         self._closed.set()
         self.calibrator.stopping.set()
         self.tasks.stop()
+        if self._warmup is not None:
+            # A rebuild of a large index takes seconds; it is bounded by the table's size.
+            self._warmup.join(timeout=120.0)
         if self._calibration is not None:
             # It checks `stopping` between pseudo-recalls and agents; don't hang shutdown on it.
             self._calibration.join(timeout=5.0)

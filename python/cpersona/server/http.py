@@ -86,7 +86,7 @@ def serve_http(settings: Settings, acl: AclConfig | None) -> int:
             if acl is not None:
                 guard = Guard(acl, current_client, export_dir_set=bool(settings.export_dir))
             server = build_server(engine, authorize=guard)
-            threading.Thread(target=engine.warm_indexes, name="cpersona-index", daemon=True).start()
+            engine.start_index_warmup()
             engine.start_calibration()
             engine.tasks.start()  # drains legacy pending_memory_tasks rows (§9.6)
             _run(build_app(server, settings, acl), sock)

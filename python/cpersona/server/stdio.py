@@ -6,7 +6,6 @@ import json
 import logging
 import re
 import sys
-import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +40,7 @@ def serve_stdio(settings: Settings, *, authorize: Authorize | None = None) -> in
         return 1
     print(banner(settings, engine.embedder.name), file=sys.stderr, flush=True)
     server = build_server(engine, authorize=authorize)
-    threading.Thread(target=engine.warm_indexes, name="cpersona-index", daemon=True).start()
+    engine.start_index_warmup()
     engine.start_calibration()
     engine.tasks.start()  # drains legacy pending_memory_tasks rows (surface.md §9.6)
 
