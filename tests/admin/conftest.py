@@ -1,5 +1,5 @@
-"""Fixtures of the health tests: black-box MCP clients over an engine whose database a test
-can damage directly (`plant`).
+"""Fixtures of the health, session-control and operating-context tests: black-box MCP clients
+over an engine whose database a test can damage directly (`plant`).
 
 Every engine gets its own operating-context path inside the test's temporary directory, so a
 file in the developer's home never leaks into a test; a test writes `oc_path` to wake it up.
