@@ -18,14 +18,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import numpy as np
 
 from cpersona import __version__
-from cpersona.embedding.base import EmbeddingMisconfigured
+from cpersona.embedding.base import MAX_BATCH, EmbeddingMisconfigured, Kind, check_texts, empty
 from cpersona.errors import EmbeddingUnavailable
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -235,3 +235,45 @@ def _timed_out(label: str, timeout: float) -> EmbeddingUnavailable:
 
 def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
+
+
+class PostingProvider:
+    """What the `http` and `api` providers share: the endpoint parsed once (a bad URL fails
+    each call instead of stopping the server, so recall reports a `misconfigured` fault,
+    spec §12.5), the width latch, and batching to at most `MAX_BATCH` texts per request.
+
+    Subclasses set `name` and implement `_request(endpoint, texts) -> (n, dim) float32`.
+    """
+
+    available = True
+
+    def __init__(self, url: str, setting: str, *, timeout: float) -> None:
+        self._timeout = timeout
+        self._width = WidthLatch()
+        self._endpoint: Endpoint | None = None
+        self._problem: EmbeddingMisconfigured | None = None
+        try:
+            self._endpoint = parse_endpoint(url, setting)
+        except EmbeddingMisconfigured as exc:
+            self._problem = exc
+
+    def dim(self) -> int | None:
+        return self._width.width
+
+    def embed(self, texts: Sequence[str], *, kind: Kind = "passage") -> np.ndarray:
+        batch = check_texts(texts)
+        if not batch:
+            return empty(self.dim())
+        if self._endpoint is None:
+            raise EmbeddingMisconfigured(str(self._problem))
+        parts = [
+            self._request(self._endpoint, batch[i : i + MAX_BATCH])
+            for i in range(0, len(batch), MAX_BATCH)
+        ]
+        return parts[0] if len(parts) == 1 else np.ascontiguousarray(np.vstack(parts))
+
+    def close(self) -> None:
+        pass  # urllib opens a connection per request; nothing is held between calls
+
+    def _request(self, endpoint: Endpoint, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError

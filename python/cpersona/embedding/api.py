@@ -8,26 +8,17 @@ Such APIs do not promise unit vectors, so rows are L2-normalised here; a row who
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from cpersona.embedding import _wire
-from cpersona.embedding.base import (
-    MAX_BATCH,
-    EmbeddingMisconfigured,
-    Kind,
-    check_texts,
-    empty,
-    l2_normalise,
-)
+from cpersona.embedding.base import l2_normalise
 from cpersona.errors import EmbeddingUnavailable
 
 SETTING = "CPERSONA_EMBEDDING_API_URL"
 _NORM_FLOOR = 1e-9
 
 
-class ApiProvider:
+class ApiProvider(_wire.PostingProvider):
     """Client of an OpenAI-compatible `/v1/embeddings` endpoint; safe to share between threads.
 
     Args:
@@ -38,39 +29,11 @@ class ApiProvider:
         timeout: seconds allowed per request.
     """
 
-    available = True
-
     def __init__(self, url: str, *, api_key: str, model: str, timeout: float) -> None:
+        super().__init__(url, SETTING, timeout=timeout)
         self.name = f"api:{model}"
         self._model = model
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._timeout = timeout
-        self._width = _wire.WidthLatch()
-        # As in HttpProvider: a bad URL fails each call, it does not stop the server.
-        self._endpoint: _wire.Endpoint | None = None
-        self._problem: EmbeddingMisconfigured | None = None
-        try:
-            self._endpoint = _wire.parse_endpoint(url, SETTING)
-        except EmbeddingMisconfigured as exc:
-            self._problem = exc
-
-    def dim(self) -> int | None:
-        return self._width.width
-
-    def embed(self, texts: Sequence[str], *, kind: Kind = "passage") -> np.ndarray:
-        batch = check_texts(texts)
-        if not batch:
-            return empty(self.dim())
-        if self._endpoint is None:
-            raise EmbeddingMisconfigured(str(self._problem))
-        parts = [
-            self._request(self._endpoint, batch[i : i + MAX_BATCH])
-            for i in range(0, len(batch), MAX_BATCH)
-        ]
-        return parts[0] if len(parts) == 1 else np.ascontiguousarray(np.vstack(parts))
-
-    def close(self) -> None:
-        pass  # urllib opens a connection per request; nothing is held between calls
 
     def _request(self, endpoint: _wire.Endpoint, texts: list[str]) -> np.ndarray:
         label = endpoint.label

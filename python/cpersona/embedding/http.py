@@ -9,18 +9,15 @@ backend that breaks the contract, which `deep_check`'s `embedding_norm` exists t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from cpersona.embedding import _wire
-from cpersona.embedding.base import MAX_BATCH, EmbeddingMisconfigured, Kind, check_texts, empty
 from cpersona.errors import EmbeddingUnavailable
 
 SETTING = "CPERSONA_EMBEDDING_URL"
 
 
-class HttpProvider:
+class HttpProvider(_wire.PostingProvider):
     """Client of a CPersona embedding server at `url`; safe to share between threads.
 
     Args:
@@ -28,39 +25,10 @@ class HttpProvider:
         timeout: seconds allowed per request.
     """
 
-    available = True
-
     def __init__(self, url: str, *, timeout: float) -> None:
-        self._timeout = timeout
-        self._width = _wire.WidthLatch()
-        # A bad URL is reported by each call rather than here, so the server still starts
-        # and recall reports a `misconfigured` fault (§12.5) instead of refusing to run.
-        self._endpoint: _wire.Endpoint | None = None
-        self._problem: EmbeddingMisconfigured | None = None
-        try:
-            self._endpoint = _wire.parse_endpoint(url, SETTING)
-            self.name = f"http:{self._endpoint.label}"
-        except EmbeddingMisconfigured as exc:
-            self._problem = exc
-            self.name = "http:<unconfigured>"
-
-    def dim(self) -> int | None:
-        return self._width.width
-
-    def embed(self, texts: Sequence[str], *, kind: Kind = "passage") -> np.ndarray:
-        batch = check_texts(texts)
-        if not batch:
-            return empty(self.dim())
-        if self._endpoint is None:
-            raise EmbeddingMisconfigured(str(self._problem))
-        parts = [
-            self._request(self._endpoint, batch[i : i + MAX_BATCH])
-            for i in range(0, len(batch), MAX_BATCH)
-        ]
-        return parts[0] if len(parts) == 1 else np.ascontiguousarray(np.vstack(parts))
-
-    def close(self) -> None:
-        pass  # urllib opens a connection per request; nothing is held between calls
+        super().__init__(url, SETTING, timeout=timeout)
+        label = self._endpoint.label if self._endpoint is not None else "<unconfigured>"
+        self.name = f"http:{label}"
 
     def _request(self, endpoint: _wire.Endpoint, texts: list[str]) -> np.ndarray:
         label = endpoint.label

@@ -48,23 +48,9 @@ def list_memories(
     limit = max(0, min(limit, MEMORY_LIST_MAX))
     rows = memory_sql.list_newest(db, agent_id or None, project, limit)
     out = [_memory_row(m) for m in rows]
-    cap = settings.recall_preview_chars
-    degraded = False
-    if cap > 0:
-        spent = 0
-        over = False
-        for i, row in enumerate(out):
-            size = len(row["content"])
-            if not over and (i == 0 or spent + size <= MEMORY_LIST_BUDGET):
-                spent += size
-                continue
-            over = True
-            if size > cap:
-                row["content_len"] = size
-                row["content"] = row["content"][:cap]
-                row["content_truncated"] = True
-                row["ref"] = f"mem:{row['id']}"
-                degraded = True
+    degraded = _over_budget(
+        out, ("content",), MEMORY_LIST_BUDGET, settings.recall_preview_chars, "mem"
+    )
     result: dict[str, Any] = {"memories": out, "count": len(out)}
     if degraded:
         result["budget_chars"] = MEMORY_LIST_BUDGET
@@ -90,28 +76,41 @@ def list_episodes(
     limit = max(0, min(limit, EPISODE_LIST_MAX))
     rows = episode_sql.list_newest(db, agent_id or None, project, limit)
     out = [_episode_row(e) for e in rows]
-    cap = settings.recall_preview_chars
-    degraded = False
-    if cap > 0:
-        spent = 0
-        over = False
-        for i, row in enumerate(out):
-            size = len(row["summary"]) + len(row["keywords"])
-            if not over and (i == 0 or spent + size <= EPISODE_LIST_BUDGET):
-                spent += size
-                continue
-            over = True
-            for key in ("summary", "keywords"):
-                if len(row[key]) > cap:
-                    row[f"{key}_len"] = len(row[key])
-                    row[key] = row[key][:cap]
-                    row[f"{key}_truncated"] = True
-                    row["ref"] = f"ep:{row['id']}"
-                    degraded = True
+    degraded = _over_budget(
+        out, ("summary", "keywords"), EPISODE_LIST_BUDGET, settings.recall_preview_chars, "ep"
+    )
     result: dict[str, Any] = {"episodes": out, "count": len(out)}
     if degraded:
         result["budget_chars"] = EPISODE_LIST_BUDGET
     return result
+
+
+def _over_budget(
+    rows: list[dict[str, Any]], fields: tuple[str, ...], budget: int, cap: int, kind: str
+) -> bool:
+    """Spend `budget` characters of `fields` front to back (the first row always whole); past
+    it, cut each field longer than `cap` to a prefix with `<field>_len`, `<field>_truncated`
+    and a `ref` to expand. Rows are never dropped. True if any row was cut.
+    """
+    if cap <= 0:
+        return False
+    spent = 0
+    over = False
+    degraded = False
+    for i, row in enumerate(rows):
+        size = sum(len(row[f]) for f in fields)
+        if not over and (i == 0 or spent + size <= budget):
+            spent += size
+            continue
+        over = True
+        for f in fields:
+            if len(row[f]) > cap:
+                row[f"{f}_len"] = len(row[f])
+                row[f] = row[f][:cap]
+                row[f"{f}_truncated"] = True
+                row["ref"] = f"{kind}:{row['id']}"
+                degraded = True
+    return degraded
 
 
 def get_profile(db: Database, agent_id: str) -> dict[str, Any]:

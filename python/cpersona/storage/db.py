@@ -18,7 +18,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cpersona.models import ProjectFilter
 
 log = logging.getLogger("cpersona.storage")
 
@@ -170,3 +173,23 @@ def _prepare_file(path: Path) -> None:
 def quote_identifier(name: str) -> str:
     """Quote an SQL identifier (table or column name) that must be interpolated."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def newest(
+    db: Database,
+    table: str,
+    columns: str,
+    agent_id: str | None,
+    project: ProjectFilter,
+    limit: int,
+) -> list[sqlite3.Row]:
+    """Rows of `table` newest first by (created_at DESC, id DESC), one agent's or all agents'."""
+    where, params = project.sql()
+    sql = f"SELECT {columns} FROM {quote_identifier(table)} WHERE {where}"
+    args: list[object] = list(params)
+    if agent_id is not None:
+        sql += " AND agent_id = ?"
+        args.append(agent_id)
+    sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+    args.append(limit)
+    return db.query(sql, args)

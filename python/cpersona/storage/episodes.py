@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from cpersona.models import Episode, NewEpisode, ProjectFilter
-from cpersona.storage.db import Database, is_row_id
+from cpersona.storage.db import Database, is_row_id, newest
 
 _COLUMNS = (
     "id, agent_id, project_id, summary, keywords, start_time, end_time, resolved, channel, "
@@ -72,20 +72,5 @@ def delete(conn: sqlite3.Connection, episode_id: int, agent_id: str | None) -> i
 def list_newest(
     db: Database, agent_id: str | None, project: ProjectFilter, limit: int
 ) -> list[Episode]:
-    where, params = project.sql()
-    sql = f"SELECT {_COLUMNS} FROM episodes WHERE {where}"
-    args: list[object] = list(params)
-    if agent_id is not None:
-        sql += " AND agent_id = ?"
-        args.append(agent_id)
-    sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-    args.append(limit)
-    return [_episode(row) for row in db.query(sql, args)]
-
-
-def count(db: Database, agent_id: str | None = None) -> int:
-    if agent_id is None:
-        row = db.query_one("SELECT COUNT(*) FROM episodes")
-    else:
-        row = db.query_one("SELECT COUNT(*) FROM episodes WHERE agent_id = ?", (agent_id,))
-    return int(row[0]) if row else 0
+    """Newest first by created_at (ties: higher id first); agent None = all agents."""
+    return [_episode(row) for row in newest(db, "episodes", _COLUMNS, agent_id, project, limit)]

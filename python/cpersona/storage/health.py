@@ -30,16 +30,7 @@ def _register_objects() -> None:
     for text in schema.FTS_INSERT_DELETE_TRIGGERS + schema.FTS_UPDATE_TRIGGERS:
         name = text.split()[2] if "IF NOT EXISTS" not in text else text.split()[5]
         ddl[name] = (text, True)
-    perf = (
-        "CREATE INDEX IF NOT EXISTS idx_memories_agent ON memories(agent_id, created_at DESC)",
-        "CREATE INDEX IF NOT EXISTS idx_memories_msg_id ON memories(agent_id, msg_id)",
-        "CREATE INDEX IF NOT EXISTS idx_episodes_agent ON episodes(agent_id, created_at DESC)",
-        "CREATE INDEX IF NOT EXISTS idx_memories_agent_channel "
-        "ON memories(agent_id, channel, created_at DESC)",
-        "CREATE INDEX IF NOT EXISTS idx_episodes_agent_channel "
-        "ON episodes(agent_id, channel, created_at DESC)",
-        *schema.BOOT_INDEXES,
-    )
+    perf = schema.PLAIN_INDEXES
     for text in perf:
         ddl[text.split()[5]] = (text, False)
     for name, (text, critical) in ddl.items():

@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from cpersona.models import Memory, NewMemory, ProjectFilter
-from cpersona.storage.db import Database, is_row_id
+from cpersona.storage.db import Database, is_row_id, newest
 
 _COLUMNS = (
     "id, agent_id, project_id, msg_id, content, source, timestamp, metadata, channel, "
@@ -153,24 +153,8 @@ def set_locked(conn: sqlite3.Connection, memory_id: int, locked: bool) -> int:
 def list_newest(
     db: Database, agent_id: str | None, project: ProjectFilter, limit: int
 ) -> list[Memory]:
-    """Newest first by created_at (ties: higher id first)."""
-    where, params = project.sql()
-    sql = f"SELECT {_COLUMNS} FROM memories WHERE {where}"
-    args: list[object] = list(params)
-    if agent_id is not None:
-        sql += " AND agent_id = ?"
-        args.append(agent_id)
-    sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-    args.append(limit)
-    return [_memory(row) for row in db.query(sql, args)]
-
-
-def count(db: Database, agent_id: str | None = None) -> int:
-    if agent_id is None:
-        row = db.query_one("SELECT COUNT(*) FROM memories")
-    else:
-        row = db.query_one("SELECT COUNT(*) FROM memories WHERE agent_id = ?", (agent_id,))
-    return int(row[0]) if row else 0
+    """Newest first by created_at (ties: higher id first); agent None = all agents."""
+    return [_memory(row) for row in newest(db, "memories", _COLUMNS, agent_id, project, limit)]
 
 
 def search_fts(db: Database, match: str, agent_id: str, limit: int) -> list[Memory]:

@@ -152,6 +152,20 @@ BOOT_INDEXES = (
     ON memories(agent_id, timestamp, project_id, channel)""",
 )
 
+#: Added by the v6 and v10 steps (and created directly on a fresh database).
+CHANNEL_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS idx_memories_agent_channel "
+    "ON memories(agent_id, channel, created_at DESC)",
+    "CREATE INDEX IF NOT EXISTS idx_episodes_agent_channel "
+    "ON episodes(agent_id, channel, created_at DESC)",
+)
+#: Every plain (non-unique) index of the v13 schema, for the health registry's repairs.
+PLAIN_INDEXES = (
+    *(ddl for ddl in BASE_TABLES if ddl.startswith("CREATE INDEX")),
+    *CHANNEL_INDEXES,
+    *BOOT_INDEXES,
+)
+
 #: Columns whose change moves a row in (or out of) the vector index.
 VECTOR_COLUMNS = "embedding, agent_id, project_id, channel, created_at"
 
@@ -208,10 +222,7 @@ def _step5(conn: sqlite3.Connection, fts: bool) -> None:
 
 def _step6(conn: sqlite3.Connection, fts: bool) -> None:
     _add_column(conn, "memories", "channel", "TEXT NOT NULL DEFAULT ''")
-    conn.execute(
-        "CREATE INDEX IF NOT EXISTS idx_memories_agent_channel "
-        "ON memories(agent_id, channel, created_at DESC)"
-    )
+    conn.execute(CHANNEL_INDEXES[0])
 
 
 def _step7(conn: sqlite3.Connection, fts: bool) -> None:
@@ -230,10 +241,7 @@ def _step9(conn: sqlite3.Connection, fts: bool) -> None:
 
 def _step10(conn: sqlite3.Connection, fts: bool) -> None:
     _add_column(conn, "episodes", "channel", "TEXT NOT NULL DEFAULT ''")
-    conn.execute(
-        "CREATE INDEX IF NOT EXISTS idx_episodes_agent_channel "
-        "ON episodes(agent_id, channel, created_at DESC)"
-    )
+    conn.execute(CHANNEL_INDEXES[1])
 
 
 def _step11(conn: sqlite3.Connection, fts: bool) -> None:
@@ -335,14 +343,8 @@ def migrate(db: Database, *, fts_enabled: bool) -> None:
         for ddl in BOOT_INDEXES:
             conn.execute(ddl)
         if fresh:
-            conn.execute(
-                "CREATE INDEX IF NOT EXISTS idx_memories_agent_channel "
-                "ON memories(agent_id, channel, created_at DESC)"
-            )
-            conn.execute(
-                "CREATE INDEX IF NOT EXISTS idx_episodes_agent_channel "
-                "ON episodes(agent_id, channel, created_at DESC)"
-            )
+            for ddl in CHANNEL_INDEXES:
+                conn.execute(ddl)
         if current < SCHEMA_VERSION:
             conn.execute(
                 "INSERT OR REPLACE INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,)

@@ -89,6 +89,11 @@ def _delete_episode(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     return engine.writer.delete_episode(a["episode_id"], a["agent_id"])
 
 
+def _row_args(id_name: str) -> dict[str, dict[str, Any]]:
+    """Arguments of the tools that act on one row: its id, the owner check, the pause key."""
+    return {id_name: {"type": "integer"}, "agent_id": STR, "session_key": SESSION_KEY}
+
+
 def _store_failure(error: str) -> dict[str, Any]:
     return {"ok": False, "result": "rejected", "reason": error}
 
@@ -186,11 +191,7 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "A lock never changes ranking, and does not survive delete_agent_data or a "
                 "merge move."
             ),
-            properties={
-                "memory_id": {"type": "integer"},
-                "agent_id": STR,
-                "session_key": SESSION_KEY,
-            },
+            properties=_row_args("memory_id"),
             required=("memory_id",),
             handler=_lock,
             annotations=Annotations(read_only=False, destructive=False, idempotent=True),
@@ -200,11 +201,7 @@ def tools(settings: Settings) -> list[ToolSpec]:
             description=(
                 "Remove the protection lock_memory set; unlocking an unlocked row succeeds."
             ),
-            properties={
-                "memory_id": {"type": "integer"},
-                "agent_id": STR,
-                "session_key": SESSION_KEY,
-            },
+            properties=_row_args("memory_id"),
             required=("memory_id",),
             handler=_unlock,
             annotations=Annotations(read_only=False, destructive=False, idempotent=True),
@@ -215,11 +212,7 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "Delete one memory. A locked memory refuses. With `agent_id`, only that agent's "
                 "row can be deleted; without it the call is unscoped (logged)."
             ),
-            properties={
-                "memory_id": {"type": "integer"},
-                "agent_id": STR,
-                "session_key": SESSION_KEY,
-            },
+            properties=_row_args("memory_id"),
             required=("memory_id",),
             handler=_delete_memory,
             annotations=Annotations(read_only=False, destructive=True, idempotent=True),
@@ -227,11 +220,7 @@ def tools(settings: Settings) -> list[ToolSpec]:
         ToolSpec(
             name="delete_episode",
             description="Delete one episode (episodes have no lock).",
-            properties={
-                "episode_id": {"type": "integer"},
-                "agent_id": STR,
-                "session_key": SESSION_KEY,
-            },
+            properties=_row_args("episode_id"),
             required=("episode_id",),
             handler=_delete_episode,
             annotations=Annotations(read_only=False, destructive=True, idempotent=True),
