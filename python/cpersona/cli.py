@@ -36,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=("stdio", "streamable-http"),
         help="override CPERSONA_TRANSPORT",
     )
+    sub.add_parser(
+        "proxy",
+        help="relay MCP on stdio to a cpersona HTTP server (CPERSONA_REMOTE_URL, "
+        "CPERSONA_AUTH_TOKEN); the same as python -m cpersona.proxy_stdio",
+    )
     index = sub.add_parser("index", help="inspect or repair the vector index files")
     index.add_argument("action", choices=("status", "rebuild", "verify"))
     index.add_argument("--table", choices=("memories", "episodes"), help="default: both")
@@ -71,6 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "serve":
         transport = getattr(args, "transport", None) or settings.transport
         return _serve(settings, transport)
+    if command == "proxy":
+        from cpersona.proxy_stdio import run
+
+        return run(settings)
     if command == "index":
         from cpersona.vectors.cli import run_index_command
 

@@ -96,6 +96,8 @@ _VARS: tuple[_Var, ...] = (
     _v("oauth_jwks_uri", "optstr", None),
     _v("remote_url", "str", "http://localhost:8402/mcp"),
     _v("proxy_max_inflight", "int", 8, low=1),
+    # cpersona's own: how long the bridge waits for one answer before failing it with -32000.
+    _v("proxy_timeout_seconds", "float", 300.0, low=0.1),
     # Retrieval (retrieval.md §17)
     # rsf, not 2.5.x's rrf: the best mean nDCG@10 over LoCoMo and JSQuAD with the default
     # embedder, 0.647 against 0.628 (docs/quality.md).
@@ -205,6 +207,7 @@ class Settings:
     oauth_jwks_uri: str | None = None
     remote_url: str = "http://localhost:8402/mcp"
     proxy_max_inflight: int = 8
+    proxy_timeout_seconds: float = 300.0
     recall_mode: str = "rsf"
     max_memories: int = 10000
     vector_reach: int = 0
