@@ -55,7 +55,9 @@ def skill_text(path: Path | None = None) -> str:
         return resources.files("cpersona").joinpath(*SKILL).read_text(encoding="utf-8")
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         where = path or "/".join(SKILL)
-        raise PolicyError(f"the agent skill {where} is missing; reinstall cpersona", MISSING)
+        raise PolicyError(
+            f"the agent skill {where} is missing; reinstall cpersona", MISSING
+        ) from None
 
 
 def policy_block(agent_id: str, skill: str) -> str:
