@@ -44,6 +44,7 @@ from cpersona.storage import profiles as profile_sql
 from cpersona.storage import retrieval as sql
 from cpersona.storage.retrieval import ScopeSql
 from cpersona.vectors.index import VectorIndex
+from cpersona.vectors.remote import RemoteVectors
 from cpersona.vectors.search import Scope, scan
 
 log = logging.getLogger("cpersona.recall")
@@ -81,8 +82,11 @@ class Recaller:
         indexes: dict[str, VectorIndex],
         thresholds: Thresholds,
         health: EmbeddingHealth,
+        *,
+        remote: RemoteVectors | None = None,
     ) -> None:
         self.db = db
+        self.remote = remote
         self.s = settings
         self.embedder = embedder
         self.indexes = indexes
@@ -110,11 +114,15 @@ class Recaller:
         mode = s.recall_mode if (not blank and s.recall_mode in ("rrf", "rsf")) else "cascade"
         scope = ScopeSql(req.agent_id, req.project, req.channel)
         episodes_ok = not (req.source_id and not req.channel)
-        qvec = self._embed_query(req.query) if not blank else None
+        remote = None
+        if self.remote is not None and not blank and limit > 0:
+            remote = self._remote_vector(req, scope, limit, episodes_ok, mode != "cascade")
+        # A remote list is authoritative: no local scan, no far list, no query embedding.
+        qvec = self._embed_query(req.query) if not blank and remote is None else None
         if mode == "cascade":
-            rows = self._cascade(req, scope, qvec, limit, exclusions, blank, episodes_ok)
+            rows = self._cascade(req, scope, qvec, limit, exclusions, blank, episodes_ok, remote)
         else:
-            rows = self._fused(req, mode, scope, qvec, limit, exclusions, episodes_ok)
+            rows = self._fused(req, mode, scope, qvec, limit, exclusions, episodes_ok, remote)
         result = RecallResult(rows=[])
         if rows and limit > 0:
             rows, pool = self._score(req, scope, rows, qvec)
@@ -213,6 +221,23 @@ class Recaller:
             self._hydrate(far_list, scope, req.source_id),
         )
 
+    def _remote_vector(
+        self, req: RecallRequest, scope: ScopeSql, limit: int, episodes_ok: bool, fused: bool
+    ) -> list[Candidate] | None:
+        """The remote service's list, hydrated in its order (retrieval.md §4.5), or None when
+        the service failed and the local scan must run."""
+        assert self.remote is not None
+        threshold = self._threshold(req.agent_id, fused)
+        hits = self.remote.search(req.agent_id, req.query, limit, threshold)
+        if hits is None:
+            return None
+        ranked = [(h.kind, h.row_id, h.score) for h in hits if h.kind == "mem" or episodes_ok]
+        try:
+            return self._hydrate(ranked, scope, req.source_id)
+        except sqlite3.Error as exc:
+            log.warning("remote vector hits could not be read (%s); using the local scan", exc)
+            return None
+
     def _hydrate(
         self, hits: list[tuple[str, int, float]], scope: ScopeSql, source: str
     ) -> list[Candidate]:
@@ -277,9 +302,12 @@ class Recaller:
         exclusions: list[str],
         blank: bool,
         episodes_ok: bool,
+        remote: list[Candidate] | None = None,
     ) -> list[Candidate]:
         rows: list[Candidate] = []
-        if qvec is not None and not blank and limit > 0:
+        if remote is not None:
+            rows += [r for r in remote if not is_excluded(r.content, exclusions)]
+        elif qvec is not None and not blank and limit > 0:
             near, _ = self._vector(
                 req, scope, qvec, self._threshold(req.agent_id, False), limit, False, episodes_ok
             )
@@ -306,11 +334,14 @@ class Recaller:
         limit: int,
         exclusions: list[str],
         episodes_ok: bool,
+        remote: list[Candidate] | None = None,
     ) -> list[Candidate]:
         s = self.s
         near: list[Candidate] = []
         far: list[Candidate] = []
-        if qvec is not None and limit > 0:
+        if remote is not None:
+            near = remote
+        elif qvec is not None and limit > 0:
             want_far = s.vector_reach > s.max_memories
             near, far = self._vector(
                 req, scope, qvec, self._threshold(req.agent_id, True), limit, want_far, episodes_ok
