@@ -7,10 +7,14 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from cpersona import __version__
 from cpersona.config import Settings
 from cpersona.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cpersona.server.acl import AclConfig
 
 log = logging.getLogger("cpersona")
 
@@ -41,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
         help="relay MCP on stdio to a cpersona HTTP server (CPERSONA_REMOTE_URL, "
         "CPERSONA_AUTH_TOKEN); the same as python -m cpersona.proxy_stdio",
     )
+    web = sub.add_parser(
+        "web",
+        help="serve a read-only web view of the memory (CPERSONA_WEB_HOST, CPERSONA_WEB_PORT)",
+    )
+    web.add_argument("--host", help="override CPERSONA_WEB_HOST (default 127.0.0.1)")
+    web.add_argument("--port", type=int, help="override CPERSONA_WEB_PORT (default 8403)")
     index = sub.add_parser("index", help="inspect or repair the vector index files")
     index.add_argument("action", choices=("status", "rebuild", "verify"))
     index.add_argument("--table", choices=("memories", "episodes"), help="default: both")
@@ -80,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cpersona.proxy_stdio import run
 
         return run(settings)
+    if command == "web":
+        return _web(settings, args.host, args.port)
     if command == "index":
         from cpersona.vectors.cli import run_index_command
 
@@ -93,25 +105,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
+def _load_acl(settings: Settings) -> AclConfig | int | None:
+    """The ACL file when one is configured; an exit code when it is unusable."""
+    from cpersona.server.acl import load_acl
+
+    if not settings.acl_file:
+        return None
+    try:
+        acl = load_acl(settings.acl_file)
+    except ConfigError as exc:
+        print(f"cpersona: {exc}", file=sys.stderr)
+        return 2
+    if settings.auth_token:
+        log.warning(
+            "CPERSONA_AUTH_TOKEN is ignored in ACL mode (CPERSONA_ACL_FILE); "
+            "to keep using that token, list it as a client in the ACL file"
+        )
+    return acl
+
+
+def _web(settings: Settings, host: str | None, port: int | None) -> int:
+    import dataclasses
+
+    from cpersona.web.serve import serve_web
+
+    settings = dataclasses.replace(
+        settings,
+        web_host=host if host is not None else settings.web_host,
+        web_port=port if port is not None else settings.web_port,
+    )
+    acl = _load_acl(settings)
+    if isinstance(acl, int):
+        return acl
+    return serve_web(settings, acl)
+
+
 def _serve(settings: Settings, transport: str) -> int:
     import dataclasses
 
-    from cpersona.server.acl import LOCAL, Guard, load_acl
+    from cpersona.server.acl import LOCAL, Guard
 
     settings = dataclasses.replace(settings, transport=transport)
     # ACL mode is loaded first and any defect refuses start-up, on both transports (§14.2).
-    acl = None
-    if settings.acl_file:
-        try:
-            acl = load_acl(settings.acl_file)
-        except ConfigError as exc:
-            print(f"cpersona: {exc}", file=sys.stderr)
-            return 2
-        if settings.auth_token:
-            log.warning(
-                "CPERSONA_AUTH_TOKEN is ignored in ACL mode (CPERSONA_ACL_FILE); "
-                "to keep using that token, list it as a client in the ACL file"
-            )
+    acl = _load_acl(settings)
+    if isinstance(acl, int):
+        return acl
     if transport == "streamable-http":
         from cpersona.server.http import serve_http
 

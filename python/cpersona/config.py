@@ -95,6 +95,9 @@ _VARS: tuple[_Var, ...] = (
     _v("oauth_scopes", "optstr", None),
     _v("oauth_jwks_uri", "optstr", None),
     _v("remote_url", "str", "http://localhost:8402/mcp"),
+    # cpersona's own: where `cpersona web` (the read-only view) listens.
+    _v("web_host", "str", "127.0.0.1"),
+    _v("web_port", "int", 8403, low=0, high=65535),
     _v("proxy_max_inflight", "int", 8, low=1),
     # cpersona's own: how long the bridge waits for one answer before failing it with -32000.
     _v("proxy_timeout_seconds", "float", 300.0, low=0.1),
@@ -206,6 +209,8 @@ class Settings:
     oauth_scopes: str | None = None
     oauth_jwks_uri: str | None = None
     remote_url: str = "http://localhost:8402/mcp"
+    web_host: str = "127.0.0.1"
+    web_port: int = 8403
     proxy_max_inflight: int = 8
     proxy_timeout_seconds: float = 300.0
     recall_mode: str = "rsf"
