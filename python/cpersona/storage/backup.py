@@ -17,10 +17,8 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from cpersona.storage.db import BUSY_TIMEOUT_MS
-
-#: The tables whose rows are the user's data: a database holding any is not empty.
-DATA_TABLES = ("memories", "episodes", "profiles", "pending_memory_tasks")
+from cpersona.storage.counts import DATA_TABLES
+from cpersona.storage.db import BUSY_TIMEOUT_MS, quote_identifier
 
 #: Pages per backup step: progress is reported after each (4 MiB at the default page size).
 STEP_PAGES = 1024
@@ -106,7 +104,8 @@ def data_rows(path: str) -> int:
         total = 0
         for table in DATA_TABLES:
             if table in present:
-                total += int(conn.execute(f'SELECT COUNT(*) FROM "{table}"').fetchone()[0])
+                sql = f"SELECT COUNT(*) FROM {quote_identifier(table)}"
+                total += int(conn.execute(sql).fetchone()[0])
         return total
 
 
