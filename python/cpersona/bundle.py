@@ -40,7 +40,7 @@ FORMAT_VERSION = 1
 NAMES = {
     "database": "cpersona.db",
     "calibration": "calibration.json",
-    "acl": "acl.toml",
+    "acl": "acl.json",
     "operating_context": "operating-context.toml",
 }
 #: Databases of at least this many pages report their progress (32 MiB at 4 KiB pages).

@@ -30,7 +30,7 @@ from mcp import Client
 
 WAIT = 60.0  # seconds a command may take before the test fails (never a timing claim)
 QUERIES = ("tea", "Kyoto garden", "東京の地図", "")
-ACL = '[[clients]]\nid = "ops"\ntoken = "s3cret-token-0123456789"\n'
+ACL = '{"clients": [{"client_id": "ops", "token": "s3cret-0123", "grants": {"*": "read"}}]}\n'
 OC = '[registry]\nprojects = ["p1"]\n'
 
 
@@ -38,7 +38,7 @@ def settings_for(tmp: Path, db: Path) -> Settings:
     return Settings(
         db_path=str(db),
         embedding_mode="hashing",
-        acl_file=str(tmp / "acl.toml"),
+        acl_file=str(tmp / "acl.json"),
         operating_context_path=str(tmp / "oc.toml"),
     )
 
@@ -87,7 +87,7 @@ def source(tmp_path: Path) -> Path:
     db.parent.mkdir()
     fill(db)
     Path(f"{db}.calibration.json").write_text('{"global_threshold": 0.42}\n', encoding="utf-8")
-    (tmp_path / "acl.toml").write_text(ACL, encoding="utf-8")
+    (tmp_path / "acl.json").write_text(ACL, encoding="utf-8")
     (tmp_path / "oc.toml").write_text(OC, encoding="utf-8")
     return db
 
@@ -95,7 +95,7 @@ def source(tmp_path: Path) -> Path:
 def env_for(tmp: Path, db: Path) -> dict[str, str]:
     return {
         "CPERSONA_DB_PATH": str(db),
-        "CPERSONA_ACL_FILE": str(tmp / "acl.toml"),
+        "CPERSONA_ACL_FILE": str(tmp / "acl.json"),
         "CPERSONA_OPERATING_CONTEXT_PATH": str(tmp / "oc.toml"),
     }
 
@@ -122,7 +122,7 @@ def test_backup_bundle_lists_every_file_with_its_checksum(made: Path, tmp_path: 
         assert path.stat().st_size == entry["bytes"]
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(made.stat().st_mode) == 0o700
-    assert (made / "acl.toml").read_text(encoding="utf-8") == ACL
+    assert (made / "acl.json").read_text(encoding="utf-8") == ACL
     assert (made / "calibration.json").read_text(encoding="utf-8").startswith('{"global_')
     assert not list(tmp_path.glob(".bundle.partial-*"))
 
@@ -130,7 +130,7 @@ def test_backup_bundle_lists_every_file_with_its_checksum(made: Path, tmp_path: 
 @pytest.mark.anyio
 async def test_restore_passes_the_checkup_and_recalls_the_same(made, source, tmp_path):
     target = tmp_path / "new" / "restored.db"
-    acl_out, oc_out = tmp_path / "new" / "acl.toml", tmp_path / "new" / "oc.toml"
+    acl_out, oc_out = tmp_path / "new" / "acl.json", tmp_path / "new" / "oc.toml"
     done = run(
         "cpersona", "restore", str(made), "--db", str(target),
         "--acl-file", str(acl_out), "--operating-context-path", str(oc_out),
@@ -154,7 +154,7 @@ def test_restore_without_side_destinations_leaves_them_in_the_bundle(made, tmp_p
     target = tmp_path / "only-db.db"
     done = run("cpersona", "restore", str(made), "--db", str(target))
     assert done.returncode == 0, done.stderr
-    assert "not restored" in done.stderr and "acl.toml" in done.stderr
+    assert "not restored" in done.stderr and "acl.json" in done.stderr
     assert memory_count(target) == 4
 
 
@@ -176,8 +176,8 @@ def test_restore_refuses_a_tampered_bundle(made: Path, tmp_path: Path, damage: s
     elif damage == "no-manifest":
         (made / "manifest.json").unlink()
     elif damage == "resized-acl":
-        with open(made / "acl.toml", "a", encoding="utf-8") as f:
-            f.write('[[clients]]\nid = "intruder"\ntoken = "t"\n')
+        with open(made / "acl.json", "a", encoding="utf-8") as f:
+            f.write('{"client_id": "intruder", "token": "t", "grants": {"*": "read-write"}}')
     else:
         data = manifest(made)
         data["files"][0]["name"] = "other.db"

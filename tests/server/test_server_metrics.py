@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -130,3 +131,16 @@ async def test_metrics_and_timings_leave_answers_unchanged(make_engine, caplog):
     logged = [r.getMessage() for r in caplog.records if r.name == "cpersona.timings"]
     assert len(logged) == 2 + 2 * len(reads)
     assert sum("vector_scan=" in line for line in logged) == 2
+
+
+def test_serving_modules_do_not_import_prometheus_client():
+    # Its import costs about 90 ms; a server without metrics must not pay it at start.
+    code = (
+        "import sys, cpersona.cli, cpersona.server.app, cpersona.server.http, "
+        "cpersona.server.stdio, cpersona.retrieval.pipeline; "
+        "print('prometheus_client' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT, check=True
+    )
+    assert done.stdout.strip() == "False"
