@@ -144,3 +144,24 @@ def test_serving_modules_do_not_import_prometheus_client():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT, check=True
     )
     assert done.stdout.strip() == "False"
+
+
+@pytest.mark.anyio
+async def test_broken_metrics_never_cost_a_call_its_answer(make_engine, monkeypatch, caplog):
+    import cpersona.server.metrics as metrics_module
+
+    def refuse(*args: object) -> None:
+        raise ImportError("prometheus_client is not installed")
+
+    monkeypatch.setattr(metrics_module, "_Collectors", refuse)
+    engine = make_engine()
+    metrics = Metrics(engine, ["store"])
+    async with Client(build_server(engine, metrics=metrics)) as client:
+        message = {"id": "1", "content": "tea"}
+        stored = await client.call_tool("store", {"agent_id": "a", "message": message})
+        again = await client.call_tool("list_memories", {"agent_id": "a"})
+    assert json.loads(stored.content[0].text)["result"] == "stored"
+    assert json.loads(again.content[0].text)["count"] == 1
+    assert sum("metrics are off" in r.getMessage() for r in caplog.records) == 1
+    with pytest.raises(RuntimeError, match="metrics are off"):
+        metrics.render()

@@ -51,17 +51,24 @@ class Metrics:
         self._tools = tuple(tools)
         self._lock = threading.Lock()
         self._collectors: _Collectors | None = None
+        self._broken = False
 
     def warm(self) -> None:
         """Import prometheus_client and build the collectors (idempotent)."""
         self._get()
 
-    def _get(self) -> _Collectors:
+    def _get(self) -> _Collectors | None:
+        """The collectors; None when they could not be built (logged once: metrics must
+        never cost a tool call its answer)."""
         collectors = self._collectors
-        if collectors is None:
+        if collectors is None and not self._broken:
             with self._lock:
-                if self._collectors is None:
-                    self._collectors = _Collectors(self._engine, self._tools)
+                if self._collectors is None and not self._broken:
+                    try:
+                        self._collectors = _Collectors(self._engine, self._tools)
+                    except Exception:
+                        self._broken = True
+                        log.exception("metrics are off: their collectors could not be built")
                 collectors = self._collectors
         return collectors
 
@@ -69,21 +76,35 @@ class Metrics:
 
     def observe_call(self, tool: str, seconds: float, error: str | None) -> None:
         c = self._get()
+        if c is None:
+            return
         c.calls.labels(tool).inc()
         c.duration.labels(tool).observe(seconds)
         if error is not None:
             c.errors.labels(tool, error).inc()
 
     def observe_stage(self, stage: str, seconds: float) -> None:
-        self._get().stages.labels(stage).observe(seconds)
+        c = self._get()
+        if c is not None:
+            c.stages.labels(stage).observe(seconds)
 
     # -- exposition --------------------------------------------------------------------------
 
     def render(self) -> tuple[bytes, str]:
-        """(body, content type) of one scrape in the Prometheus text format."""
+        """(body, content type) of one scrape in the Prometheus text format.
+
+        Raises:
+            RuntimeError: the collectors could not be built (see the log).
+        """
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        return generate_latest(self._get().registry), CONTENT_TYPE_LATEST
+        return generate_latest(self._required().registry), CONTENT_TYPE_LATEST
+
+    def _required(self) -> _Collectors:
+        c = self._get()
+        if c is None:
+            raise RuntimeError("metrics are off: their collectors could not be built")
+        return c
 
     def serve_loopback(self, port: int) -> int:
         """Serve the metrics on 127.0.0.1:`port` from a daemon thread; the bound port.
@@ -93,7 +114,7 @@ class Metrics:
         """
         from prometheus_client import start_http_server
 
-        server, _ = start_http_server(port, addr="127.0.0.1", registry=self._get().registry)
+        server, _ = start_http_server(port, addr="127.0.0.1", registry=self._required().registry)
         return int(server.server_address[1])
 
 
