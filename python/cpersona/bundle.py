@@ -251,9 +251,18 @@ def restore(
         if role in entries and path and os.path.exists(path) and not force:
             raise BundleError(f"{path} exists; pass --force to replace it")
     Path(db_path).absolute().parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-    if not os.path.exists(db_path):
+    created = not os.path.exists(db_path)
+    if created:  # owner-only from the start, as the server creates it
         os.close(os.open(db_path, os.O_CREAT | os.O_WRONLY, 0o600))
-    sqlite_backup.copy_in(bundle / NAMES["database"], db_path, progress=progress)
+    try:
+        # One write transaction on the target, committed at the last step: a failed copy
+        # leaves the target as it was.
+        sqlite_backup.copy_in(bundle / NAMES["database"], db_path, progress=progress)
+    except BaseException:
+        if created:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(db_path + suffix).unlink(missing_ok=True)
+        raise
     written = [os.path.abspath(db_path)]
     sidecar = sidecar_path(db_path)
     if sidecar is not None:
