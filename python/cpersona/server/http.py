@@ -4,7 +4,8 @@ The SDK's streamable-HTTP app in stateless mode (no session outlives its request
 `/mcp` and at any other path, under three layers of middleware, outermost first: CORS, the
 request body budget, authentication (`auth.py`); `GET /metrics` is the Prometheus scrape
 (`metrics.py`), not MCP. Tool calls from all clients run in worker threads against the shared
-Engine, whose storage serialises writers and gives each thread its own reader. In ACL mode (`acl.py`) the outer dispatch asks the guard before any handler runs.
+Engine, whose storage serialises writers and gives each thread its own reader. In ACL mode
+(`acl.py`) the outer dispatch asks the guard before any handler runs.
 """
 
 from __future__ import annotations
