@@ -6,6 +6,7 @@ the database, and the scrape is refused without the token unless CPERSONA_METRIC
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx2
@@ -125,5 +126,23 @@ def test_metrics_public_scrape_needs_no_token_but_mcp_still_does(tmp_path):
         assert value(found, "cpersona_tool_calls_total", tool="store") == 0
         mcp = httpx2.post(srv.url, content=b"{}", timeout=WAIT)
         assert mcp.status_code == 401
+    finally:
+        assert srv.stop() == 0, srv.stderr
+
+
+def test_metrics_in_acl_mode_answer_any_listed_client_only(tmp_path):
+    clients = [
+        {"client_id": "reader", "token": "reader-token-123", "grants": {"alpha": "read"}},
+        {"client_id": "nobody", "token": "nobody-token-456", "grants": {"*": "none"}},
+    ]
+    acl = tmp_path / "acl.json"
+    acl.write_text(json.dumps({"clients": clients}), encoding="utf-8")
+    srv = HttpServer(tmp_path, {"CPERSONA_ACL_FILE": str(acl)})
+    srv.start()
+    try:
+        for client in clients:
+            assert scrape(srv, client["token"]).status_code == 200
+        assert scrape(srv, "not-a-client-token").status_code == 401
+        assert scrape(srv, None).status_code == 401
     finally:
         assert srv.stop() == 0, srv.stderr
