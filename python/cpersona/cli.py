@@ -1,4 +1,5 @@
-"""The `cpersona` command: `serve` (the default), `--version`, `--help`."""
+"""The `cpersona` command: `serve` (the default), `index`, `export`/`import`, `backup`/`restore`,
+`--version`, `--help`."""
 
 from __future__ import annotations
 
@@ -62,6 +63,21 @@ def _parser() -> argparse.ArgumentParser:
     restore.add_argument("path")
     restore.add_argument("--agent", default="", help="write every record under this agent")
     restore.add_argument("--dry-run", action="store_true", help="count without writing")
+    backup = sub.add_parser(
+        "backup", help="write a consistent backup bundle (database, sidecar, ACL, OC file)"
+    )
+    backup.add_argument("dest", help="a new (or empty) directory for the bundle")
+    backup.add_argument("--db", help="the database (default: $CPERSONA_DB_PATH)")
+    restore_bundle = sub.add_parser("restore", help="restore a backup bundle into a database")
+    restore_bundle.add_argument("bundle", help="the bundle directory `cpersona backup` wrote")
+    restore_bundle.add_argument("--db", required=True, help="the database file to restore into")
+    restore_bundle.add_argument(
+        "--force", action="store_true", help="replace a database (or file) that holds data"
+    )
+    restore_bundle.add_argument("--acl-file", help="also restore the bundle's ACL file here")
+    restore_bundle.add_argument(
+        "--operating-context-path", help="also restore the bundle's operating-context file here"
+    )
     return parser
 
 
@@ -102,6 +118,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "export":
             return commands.run_export(settings, args.path, args.agent, args.embeddings)
         return commands.run_import(settings, args.path, args.agent, args.dry_run)
+    if command == "backup":
+        from cpersona.bundle import run_backup
+
+        return run_backup(settings, args.dest, args.db)
+    if command == "restore":
+        from cpersona.bundle import run_restore
+
+        return run_restore(
+            args.bundle,
+            args.db,
+            force=args.force,
+            acl_file=args.acl_file,
+            operating_context_path=args.operating_context_path,
+        )
     return 2
 
 

@@ -28,7 +28,7 @@ class _Var:
 
     field: str
     names: tuple[str, ...]  # first non-empty wins: the CPERSONA_ form, then its generic alias
-    kind: str  # bool | int | float | choice | str | optstr
+    kind: str  # bool | int | optint | float | optfloat | choice | str | optstr
     default: Any
     low: float | None = None
     high: float | None = None
@@ -152,6 +152,10 @@ _VARS: tuple[_Var, ...] = (
     # cpersona's own
     _v("log_level", "choice", "info", choices=("debug", "info", "warning", "error")),
     _v("sql_trace", "bool", False),
+    # Metrics (issue 14): /metrics on HTTP, authenticated unless public; a stdio server serves
+    # them only when given a loopback port (0: any free port, shown on stderr).
+    _v("metrics_public", "bool", False),
+    _v("metrics_port", "optint", None, low=0, high=65535),
 )
 
 
@@ -260,6 +264,8 @@ class Settings:
     scope_stats_ttl_seconds: float = 60.0
     log_level: str = "info"
     sql_trace: bool = False
+    metrics_public: bool = False
+    metrics_port: int | None = None
     #: Variables that were set in the environment (for the start-up banner).
     explicit: frozenset[str] = field(default=frozenset(), compare=False)
 
@@ -334,7 +340,7 @@ def _parse(var: _Var, name: str, raw: str) -> Any:
         if low in var.choices:
             return low
         raise ConfigError(f"{name}={raw!r} is not valid: expected one of {', '.join(var.choices)}")
-    if var.kind == "int":
+    if var.kind in ("int", "optint"):
         try:
             value: float = int(text)
         except ValueError:
@@ -354,14 +360,14 @@ def _parse(var: _Var, name: str, raw: str) -> Any:
 
 def _bounded(var: _Var, name: str, raw: str, value: float) -> float:
     if (var.low is not None and value < var.low) or (var.high is not None and value > var.high):
-        what = "an integer" if var.kind == "int" else "a number"
+        what = "an integer" if var.kind in ("int", "optint") else "a number"
         raise ConfigError(f"{name}={raw!r} is out of range: expected {_range(var, what)}")
     return value
 
 
 def _range(var: _Var, what: str) -> str:
     def num(x: float) -> str:
-        return str(int(x)) if var.kind == "int" else str(x)
+        return str(int(x)) if var.kind in ("int", "optint") else str(x)
 
     if var.low is not None and var.high is not None:
         return f"{what} from {num(var.low)} to {num(var.high)}"

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Tools
 from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
@@ -29,6 +28,19 @@ from cpersona.server.app import build_server
 from mcp import Client
 
 Search = Callable[[dict[str, Any]], tuple[int, bytes]]
+
+
+class Tools:
+    """Calls tools over one client and decodes their single JSON text content."""
+
+    def __init__(self, client: Client, engine: Engine) -> None:
+        self.client = client
+        self.engine = engine
+
+    async def __call__(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        result = await self.client.call_tool(name, args)
+        assert not result.is_error, result.content[0].text
+        return json.loads(result.content[0].text)
 
 
 class Service:
