@@ -23,6 +23,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cpersona import __version__
+from cpersona.errors import ConfigError
 from cpersona.server.auth import BearerAuth, BodyBudget, current_client
 
 if TYPE_CHECKING:
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 
     from cpersona.config import Settings
     from cpersona.server.acl import AclConfig
+    from cpersona.server.app import Authorize
+    from cpersona.server.oauth import OAuthConfig
+    from cpersona.server.subjects import AliasLedger
 
 log = logging.getLogger("cpersona.http")
 
@@ -38,8 +42,14 @@ CORS_ORIGINS = ("https://claude.ai", "https://www.claude.ai")
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-def serve_http(settings: Settings, acl: AclConfig | None) -> int:
-    """Run until SIGINT/SIGTERM. `acl` was loaded (and validated) by the caller.
+def serve_http(
+    settings: Settings,
+    acl: AclConfig | None,
+    *,
+    oauth: OAuthConfig | None = None,
+    ledger: AliasLedger | None = None,
+) -> int:
+    """Run until SIGINT/SIGTERM. `acl`, `oauth` and `ledger` were loaded by the caller.
 
     Returns the process exit code: 0 after a clean stop, 1 when the port or the database
     cannot be opened, 2 when the configuration refuses to serve.
@@ -82,14 +92,22 @@ def serve_http(settings: Settings, acl: AclConfig | None) -> int:
             print(
                 http_banner(settings, engine.embedder.name, url, acl), file=sys.stderr, flush=True
             )
-            guard = None
+            guard: Authorize | None = None
             if acl is not None:
                 guard = Guard(acl, current_client, export_dir_set=bool(settings.export_dir))
+                if ledger is not None:  # per-subject mode (server/subjects.py)
+                    from cpersona.server.subjects import per_subject_guard
+
+                    try:
+                        guard = per_subject_guard(guard, ledger, engine.db)
+                    except ConfigError as exc:  # the database holds reserved agent ids
+                        print(f"cpersona: {exc}", file=sys.stderr)
+                        return 2
             server = build_server(engine, authorize=guard)
             engine.start_index_warmup()
             engine.start_calibration()
             engine.tasks.start()  # drains legacy pending_memory_tasks rows (§9.6)
-            _run(build_app(server, settings, acl), sock)
+            _run(build_app(server, settings, acl, oauth=oauth), sock)
         finally:
             engine.close()
     finally:
@@ -97,8 +115,15 @@ def serve_http(settings: Settings, acl: AclConfig | None) -> int:
     return 0
 
 
-def build_app(server: Server[Any], settings: Settings, acl: AclConfig | None) -> ASGIApp:
-    """The whole ASGI stack: CORS → body budget → authentication → the SDK's app."""
+def build_app(
+    server: Server[Any],
+    settings: Settings,
+    acl: AclConfig | None,
+    *,
+    oauth: OAuthConfig | None = None,
+) -> ASGIApp:
+    """The whole ASGI stack: CORS → body budget → [OAuth metadata] → authentication → the SDK's
+    app."""
     sdk_app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=True,
@@ -108,7 +133,16 @@ def build_app(server: Server[Any], settings: Settings, acl: AclConfig | None) ->
         max_request_body_size=sys.maxsize,
     )
     app: ASGIApp = _AnyPath(sdk_app)
-    app = BearerAuth(app, token=settings.auth_token, acl=acl)
+    if oauth is None:
+        app = BearerAuth(app, token=settings.auth_token, acl=acl)
+    else:  # server/oauth.py: the metadata document, the challenge, JWT verification
+        from cpersona.server.oauth import ResourceMetadata, Verifier
+
+        verifier = Verifier(oauth, acl) if acl is not None and oauth.verify else None
+        app = BearerAuth(
+            app, token=settings.auth_token, acl=acl, oauth=verifier, challenge=oauth.challenge()
+        )
+        app = ResourceMetadata(app, oauth)
     app = BodyBudget(
         app, max_bytes=settings.http_max_body_bytes, mode=settings.http_body_limit_mode
     )
