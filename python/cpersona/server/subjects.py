@@ -5,8 +5,9 @@ every end user (each verified `(iss, sub)`) of that client an agent of their own
 `u-<12 hex>`, issued on the subject's first call and recorded in the alias ledger
 (`CPERSONA_ALIAS_LEDGER_FILE`, else `alias_ledger.json` beside the database). The sentinel `@me`
 in `agent_id`, `source_agent_id` or `target_agent_id` becomes that alias before the ACL check,
-and such a caller reaches its own alias only, whatever the row grants; answers gain
-`resolved_agent_id` (and `alias_issued: true` on the call that issued it).
+and such a caller reaches its own alias only, whatever the row grants (and never the export
+directory, which all subjects would share); answers gain `resolved_agent_id` (and
+`alias_issued: true` on the call that issued it).
 
 While per-subject mode is configured, `@me` and alias-shaped ids the ledger never issued are
 reserved: other principals are refused them, and start-up refuses a database that holds one, so
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cpersona.errors import ConfigError
-from cpersona.server.acl import STAR, AclConfig, Guard, demands, denial
+from cpersona.server.acl import READ_WRITE, STAR, AclConfig, Guard, demands, denial
 from cpersona.server.app import Admitted
 from cpersona.server.oauth import Subject
 
@@ -40,6 +41,8 @@ _ALIAS = re.compile(r"u-[0-9a-f]{12}")
 #: The arguments that name an agent and may carry `@me`.
 AGENT_KEYS = ("agent_id", "source_agent_id", "target_agent_id")
 LEDGER_VERSION = 1
+#: One export directory serves every caller: a subject could import what another exported.
+FILE_TOOLS = frozenset({"export_memories", "import_memories"})
 
 
 def ledger_path(settings: Settings) -> Path:
@@ -199,6 +202,15 @@ class SubjectGuard:
             key: (alias if key in AGENT_KEYS and value == ME else value)
             for key, value in arguments.items()
         }
+        if tool in FILE_TOOLS:
+            return denial(
+                tool,
+                client_id,
+                agent=alias,
+                required=READ_WRITE,
+                detail="per-subject principals cannot use the export directory, which every "
+                "subject would share",
+            )
         for need in demands(tool, rewritten, export_dir_set=self.guard.export_dir_set) or ():
             if need.agent != alias:
                 detail = (
