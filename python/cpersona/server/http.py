@@ -88,10 +88,6 @@ def serve_http(
             print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=sys.stderr)
             return 1
         try:
-            url = endpoint_url(settings.http_host, sock.getsockname()[1])
-            print(
-                http_banner(settings, engine.embedder.name, url, acl), file=sys.stderr, flush=True
-            )
             guard: Authorize | None = None
             if acl is not None:
                 guard = Guard(acl, current_client, export_dir_set=bool(settings.export_dir))
@@ -103,6 +99,10 @@ def serve_http(
                     except ConfigError as exc:  # the database holds reserved agent ids
                         print(f"cpersona: {exc}", file=sys.stderr)
                         return 2
+            url = endpoint_url(settings.http_host, sock.getsockname()[1])
+            print(
+                http_banner(settings, engine.embedder.name, url, acl), file=sys.stderr, flush=True
+            )
             server = build_server(engine, authorize=guard)
             engine.start_index_warmup()
             engine.start_calibration()
