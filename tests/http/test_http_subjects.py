@@ -114,6 +114,7 @@ def test_http_subjects_me_resolves_to_an_alias_issued_once(server, s1, work, iss
     assert sorted(p.name for p in work.iterdir() if p.name.startswith("alias_ledger")) == [
         "alias_ledger.json"
     ]  # no temp file left behind
+    assert "no request can act as it" not in server.stderr  # the OAuth rows are reachable
 
 
 def every_tool_call(other: str, memory_id: int, episode_id: int) -> list[tuple[str, dict]]:
