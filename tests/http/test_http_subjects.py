@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from http_support import HttpServer, connect
+from http_support import HttpServer, connect, post
 from oauth_support import RESOURCE, TestIssuer
 
 ADMIN = "tok-admin"
@@ -262,7 +262,24 @@ def test_http_subjects_alias_issued_by_the_ledger_starts(tmp_path, issuer):
     ledger = {"version": 1, "aliases": {issuer.url: {"someone": "u-00000000abcd"}}}
     (tmp_path / "alias_ledger.json").write_text(json.dumps(ledger), encoding="utf-8")
     srv.start()
-    assert srv.stop() == 0, srv.stderr
+    try:
+        # served: the subject that owns the alias finds the row written before
+        token = issuer.token(sub="someone", client_id="chat")
+        answer = post(srv.url, tools_call("list_memories", {"agent_id": "@me"}), auth(token))
+        assert answer.status_code == 200 and "pre-existing" in answer.text, answer.text
+    finally:
+        assert srv.stop() == 0, srv.stderr
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def tools_call(name: str, args: dict[str, Any]) -> bytes:
+    return json.dumps({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": name, "arguments": args},
+    }).encode()  # fmt: skip
 
 
 @pytest.mark.parametrize(
