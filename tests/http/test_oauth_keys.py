@@ -135,3 +135,18 @@ def test_oauth_issuer_metadata_naming_another_issuer_is_not_trusted(issuer):
     assert v.check(token.encode()) is None
     assert issuer.fetches == 0  # the JWKS it points to was never fetched
     issuer.url = real
+
+
+def test_oauth_refusal_is_one_log_line_even_when_the_issuer_is_down(issuer, caplog):
+    import logging
+
+    issuer.discovery = "down"
+    v = verifier(issuer, Clock())
+    token = issuer.token()
+    with caplog.at_level(logging.WARNING, logger="cpersona.oauth"):
+        assert not accepted(v, token)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("OAuth token refused (401): ")
+    assert "fetching the key set" in lines[0] and "404" in lines[0]
+    assert token not in lines[0]

@@ -304,11 +304,13 @@ class KeySet:
         self._fetched_at: float | None = None
         self._attempted_at: float | None = None
 
-    def keys(self, kid: str | None) -> list[SigningKey]:
-        """The keys a token with this `kid` may be signed by (none: refused)."""
+    def keys(self, kid: str | None) -> tuple[list[SigningKey], str | None]:
+        """The keys a token with this `kid` may be signed by (none: refused), and why a fetch
+        made for this call failed (the last good set is kept: the issuer may be back soon)."""
         with self._lock:
             now = self._clock()
             stale = self._fetched_at is None or now - self._fetched_at >= JWKS_TTL
+            failure = None
             if stale or kid not in self._keys:
                 due = self._attempted_at is None or now - self._attempted_at >= JWKS_REFETCH_FLOOR
                 if due:
@@ -316,9 +318,9 @@ class KeySet:
                     try:
                         self._keys = self._load()
                         self._fetched_at = now
-                    except Refused as exc:  # keep the last good set; the issuer may be back soon
-                        log.warning("OAuth issuer %s: no key set: %s", self.issuer, exc)
-            return list(self._keys.get(kid, ()))
+                    except Refused as exc:
+                        failure = str(exc)
+            return list(self._keys.get(kid, ())), failure
 
     def _load(self) -> dict[str | None, list[SigningKey]]:
         doc = self._fetch(self.jwks_uri or self._discover())
@@ -406,13 +408,18 @@ class Verifier:
         return await anyio.to_thread.run_sync(self.check, presented)
 
     def check(self, presented: bytes) -> Identity | None:
+        """`identify` in the calling thread; one log line per refusal, whatever the cause."""
+        notes: list[str] = []
         try:
-            return self._verify(presented)
+            identity = self._verify(presented, notes)
         except Refused as exc:
-            log.warning("OAuth token refused (401): %s", exc)
+            log.warning("OAuth token refused (401): %s", "; ".join([str(exc), *notes]))
             return None
+        for note in notes:
+            log.warning("OAuth token accepted with the last good key set; %s", note)
+        return identity
 
-    def _verify(self, presented: bytes) -> Identity:
+    def _verify(self, presented: bytes, notes: list[str]) -> Identity:
         try:
             token = presented.decode("ascii")
             header = jwt.get_unverified_header(token)
@@ -429,7 +436,10 @@ class Verifier:
         kid = header.get("kid")
         if kid is not None and not isinstance(kid, str):
             raise Refused("the kid header is not a string")
-        candidates = [k for k in keyset.keys(kid) if k.fits(alg)]
+        keys, failure = keyset.keys(kid)
+        if failure is not None:
+            notes.append(f"fetching the key set of {issuer} failed: {failure}")
+        candidates = [k for k in keys if k.fits(alg)]
         if not candidates:
             raise Refused(f"issuer {issuer} has no {alg} key with kid {kid!r}")
         claims = self._decode(token, alg, candidates, issuer)
