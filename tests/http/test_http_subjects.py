@@ -215,6 +215,36 @@ async def test_http_subjects_me_and_unissued_aliases_are_reserved(server, s1, is
 
 
 @pytest.mark.anyio
+async def test_http_subjects_concurrent_subjects_never_share_an_alias(server, issuer):
+    """Interleaved calls of two subjects of one client: each answer is its own caller's."""
+    import anyio
+
+    aliases = {}
+    for sub in ("c1", "c2"):
+        async with connect(server.url, user(issuer, sub)) as tools:
+            note = {"content": f"{sub} private note about kites"}
+            stored = await tools("store", {"agent_id": "@me", "message": note})
+            aliases[sub] = stored["resolved_agent_id"]
+    mistakes: list[str] = []
+
+    async def hammer(sub: str, task: int) -> None:
+        async with connect(server.url, user(issuer, sub)) as tools:
+            for step in range(6):
+                got = await tools("recall", {"agent_id": "@me", "query": "private note kites"})
+                contents = [m["content"] for m in got["messages"]]
+                if got["resolved_agent_id"] != aliases[sub] or contents != [
+                    f"{sub} private note about kites"
+                ]:
+                    mistakes.append(f"{sub}#{task} step {step}: {got}")
+
+    async with anyio.create_task_group() as tg:
+        for task in range(3):
+            tg.start_soon(hammer, "c1", task)
+            tg.start_soon(hammer, "c2", task)
+    assert mistakes == []
+
+
+@pytest.mark.anyio
 async def test_http_subjects_ledger_survives_a_restart(server, s1, work, issuer):
     assert server.stop() == 0, server.stderr
     again = make_server(work, issuer)

@@ -179,6 +179,12 @@ def load_oauth(settings: Settings, acl: AclConfig | None) -> OAuthConfig | None:
             "OAuth discovery is on but CPERSONA_ACL_FILE is not set: the metadata is published, "
             "yet no OAuth token is accepted (verification needs ACL mode to map clients to grants)"
         )
+    log.info(
+        "OAuth: resource %s, issuers %s; bearer JWTs %s",
+        resource,
+        ", ".join(servers),
+        "verified against each issuer's keys" if verify else "not accepted (no ACL file)",
+    )
     return OAuthConfig(resource, servers, scopes, jwks_uri, verify)
 
 
