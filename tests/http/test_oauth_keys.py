@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 from cpersona.server.acl import AclClient, AclConfig
-from cpersona.server.oauth import JWKS_REFETCH_FLOOR, JWKS_TTL, OAuthConfig, Verifier
+from cpersona.server.oauth import OAuthConfig
+from cpersona.server.oauth_tokens import JWKS_REFETCH_FLOOR, JWKS_TTL, Verifier
 from oauth_support import RESOURCE, TestIssuer
 
 

@@ -25,7 +25,7 @@ from cpersona.server.oauth import SUBJECT
 if TYPE_CHECKING:
     from cpersona.config import Settings
     from cpersona.server.acl import AclConfig
-    from cpersona.server.oauth import Verifier
+    from cpersona.server.oauth_tokens import Verifier
 
 log = logging.getLogger("cpersona.http")
 

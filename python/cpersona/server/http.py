@@ -136,7 +136,8 @@ def build_app(
     if oauth is None:
         app = BearerAuth(app, token=settings.auth_token, acl=acl)
     else:  # server/oauth.py: the metadata document, the challenge, JWT verification
-        from cpersona.server.oauth import ResourceMetadata, Verifier
+        from cpersona.server.oauth import ResourceMetadata
+        from cpersona.server.oauth_tokens import Verifier
 
         verifier = Verifier(oauth, acl) if acl is not None and oauth.verify else None
         app = BearerAuth(
