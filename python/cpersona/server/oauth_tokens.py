@@ -61,6 +61,9 @@ Fetch = Callable[[str], Mapping[str, Any]]
 
 def fetch_json(url: str) -> Mapping[str, Any]:
     """GET `url` and parse a JSON object (bounded in time and size)."""
+    # urllib would also open file: and ftp: URLs; a jwks_uri comes from the network.
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise Refused(f"{url!r} is not an http(s) URL")
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT) as response:
@@ -82,7 +85,7 @@ def fetch_json(url: str) -> Mapping[str, Any]:
 class SigningKey:
     """A public key of an issuer's JWKS and the `alg` the JWKS restricts it to, if any."""
 
-    public: Any
+    public: RSAPublicKey | EllipticCurvePublicKey
     alg: str | None
 
     def fits(self, alg: str) -> bool:
@@ -148,6 +151,8 @@ class KeySet:
                 parsed = jwt.PyJWK(entry)
             except (jwt.PyJWTError, ValueError, TypeError, KeyError):
                 continue  # a key type this server never accepts (oct, OKP, ...)
+            if not isinstance(parsed.key, RSAPublicKey | EllipticCurvePublicKey):
+                continue  # a private or symmetric key has no place in a published key set
             alg = entry.get("alg")
             key = SigningKey(parsed.key, alg if isinstance(alg, str) else None)
             kid = entry.get("kid")
@@ -206,11 +211,9 @@ class Verifier:
         *,
         fetch: Fetch = fetch_json,
         clock: Callable[[], float] = time.monotonic,
-        now: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.acl = acl
-        self._now = now
         self._keysets = {
             issuer: KeySet(issuer, config.jwks_uri, fetch=fetch, clock=clock)
             for issuer in config.issuers
