@@ -151,3 +151,22 @@ def test_oauth_refusal_is_one_log_line_even_when_the_issuer_is_down(issuer, capl
     assert lines[0].startswith("OAuth token refused (401): ")
     assert "fetching the key set" in lines[0] and "404" in lines[0]
     assert token not in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("resource", "url"),
+    [
+        ("https://m.example", "https://m.example/.well-known/oauth-protected-resource"),
+        ("https://m.example/", "https://m.example/.well-known/oauth-protected-resource"),
+        (
+            "https://m.example:8443/a/mcp",
+            "https://m.example:8443/.well-known/oauth-protected-resource/a/mcp",
+        ),
+    ],
+)
+def test_oauth_metadata_url_inserts_the_well_known_path_after_the_host(resource, url):
+    """RFC 9728 §3.1: the well-known segment goes between the host and the resource's path."""
+    config = OAuthConfig(resource, ("https://as.example",), ("a", "b"), None, verify=True)
+    assert config.metadata_url == url
+    assert config.challenge().decode() == f'Bearer resource_metadata="{url}", scope="a b"'
+    assert config.document()["resource"] == resource  # verbatim, trailing slash and all
