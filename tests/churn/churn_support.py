@@ -1,0 +1,56 @@
+"""Bursts of concurrent recalls with idle gaps, and what a process holds between them.
+
+anyio retires a worker thread that sat idle for `WorkerThread.MAX_IDLE_TIME` (10 s) when the
+next call arrives, and the burst after an idle gap runs on fresh threads. The tests shorten that
+period (in-process by monkeypatching, in a server process through `SHORT_IDLE`'s prelude) so a
+dozen bursts take seconds, not minutes; what is measured is the same thread turnover.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+#: Seconds a worker thread may idle before anyio retires it, in the tests.
+IDLE = 0.2
+#: The idle gap between bursts: longer than IDLE, so every burst runs on fresh threads.
+GAP = 3 * IDLE
+BURSTS = 12
+PER_BURST = 24
+#: Descriptors a process may gain from its early bursts to its late ones: the pool's own
+#: variation (sockets, a thread still exiting), far below one leaked reader per thread
+#: per burst (PER_BURST * (BURSTS - 3) before the fix).
+FD_SLACK = 10
+#: Fractional RSS growth allowed between the early and the late bursts.
+RSS_SLACK = 0.15
+
+_PRELUDE = (
+    "import sys; import anyio._backends._asyncio as backend; "
+    f"backend.WorkerThread.MAX_IDLE_TIME = {IDLE}; "
+    "from cpersona.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def short_idle_argv(*cli_args: str) -> list[str]:
+    """`python -m cpersona <cli_args>` with worker threads retired after IDLE seconds."""
+    return [sys.executable, "-c", _PRELUDE, *cli_args]
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def assert_flat(label: str, fds: list[int], rss: list[int]) -> None:
+    """The late bursts hold no more than the early ones, within the slack."""
+    early_fd, late_fd = max(fds[:3]), max(fds[-3:])
+    assert late_fd <= early_fd + FD_SLACK, f"{label}: descriptors grew {fds}"
+    early_rss, late_rss = max(rss[:3]), max(rss[-3:])
+    assert late_rss <= early_rss * (1 + RSS_SLACK), f"{label}: RSS (KiB) grew {rss}"
