@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from cpersona.errors import EmbeddingUnavailable
 from cpersona.memory.text import parse_utc, sanitize, utc_now_iso
 from cpersona.portability import records
-from cpersona.portability.paths import confine, refusal
+from cpersona.portability.paths import confine, os_reason, refusal
 from cpersona.storage import portability as sql
 from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRecord
 
@@ -133,7 +133,9 @@ def import_memories(
     path = confine(input_path, s.export_dir if confined else None)
     if path is None:
         return _fail(refusal("input_path", input_path))
-    raw = _read_bounded(path, s.max_import_bytes, nofollow=confined and s.export_dir is not None)
+    raw = _read_bounded(
+        path, input_path, s.max_import_bytes, nofollow=confined and s.export_dir is not None
+    )
     if isinstance(raw, dict):
         return raw
     if paused and not dry_run:
@@ -141,7 +143,7 @@ def import_memories(
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return _fail(f"could not read {path}: {exc}")
+        return _fail(f"could not read {input_path}: {exc}")
 
     plan = _plan(text, target_agent_id, s.max_content_length, s.max_profile_length)
     mismatch = plan.mismatch()
@@ -192,9 +194,10 @@ def import_memories(
 # -- file ----------------------------------------------------------------------------------------
 
 
-def _read_bounded(path: str, cap: int, *, nofollow: bool) -> bytes | dict[str, Any]:
+def _read_bounded(path: str, shown: str, cap: int, *, nofollow: bool) -> bytes | dict[str, Any]:
     """The file's bytes, or the refusal. Checks run on the opened descriptor (no stat/open race);
-    O_NONBLOCK keeps a FIFO from hanging the open before it is refused."""
+    O_NONBLOCK keeps a FIFO from hanging the open before it is refused. Answers name `shown`,
+    the caller's own spelling of `path`."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if nofollow:
         # The path was resolved already: a symlink here was swapped in since.
@@ -202,25 +205,25 @@ def _read_bounded(path: str, cap: int, *, nofollow: bool) -> bytes | dict[str, A
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        return _fail(f"File not found: {path}")
+        return _fail(f"File not found: {shown}")
     except OSError as exc:
         if nofollow and exc.errno is not None and exc.errno == getattr(os, "ELOOP", -1):
-            return _fail(refusal("input_path", path))
-        return _fail(f"could not read {path}: {exc}")
+            return _fail(refusal("input_path", shown))
+        return _fail(f"could not read {shown}: {os_reason(exc)}")
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return _fail(f"input_path is not a regular file: {path}")
+            return _fail(f"input_path is not a regular file: {shown}")
         if info.st_size > cap:
-            return _fail(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {path}")
+            return _fail(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {shown}")
         with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read(cap + 1)
     except OSError as exc:
-        return _fail(f"could not read {path}: {exc}")
+        return _fail(f"could not read {shown}: {os_reason(exc)}")
     finally:
         os.close(fd)
     if len(data) > cap:  # it grew after the stat
-        return _fail(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {path}")
+        return _fail(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {shown}")
     return data
 
 
