@@ -7,6 +7,10 @@ file `dirty` while it mutates; a file that is missing, corrupt, dirty (a writer 
 foreign (another database's) is rebuilt from SQLite. Scans run under a shared lock. So any
 number of processes on one database see the same, current index, and a crash at any point is
 repaired on the next read. The file format is docs/vector-index.md.
+
+The index file and its lock file are cpersona's: an empty directory in either place (issue 11:
+`index verify` failed forever, the lock path crashed it) is removed before use. A directory
+with contents is not ours to delete: `IndexObstructed` says so, and scans read SQLite.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from cpersona.errors import IndexObstructed
 from cpersona.storage import Database
 from cpersona.storage import vectors as vector_sql
 from cpersona.storage.vectors import IndexRow
@@ -99,7 +104,11 @@ class VectorIndex:
     def _flock(self, exclusive: bool) -> Iterator[None]:
         # flock is per open file description, so threads of one process take the thread lock
         # first for exclusive work (two threads must not both mutate through one process).
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        _clear_empty_directory(self.lock_path)
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except IsADirectoryError:  # it came back between the check and the open
+            raise _obstructed(self.lock_path) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
@@ -191,6 +200,8 @@ class VectorIndex:
                 raw = f.read(HEADER_LEN)
         except FileNotFoundError:
             return None, "missing"
+        except IsADirectoryError:
+            return None, "a directory stands where the file belongs"
         except OSError as exc:
             return None, f"unreadable ({exc})"
         if len(raw) < HEADER_LEN:
@@ -298,23 +309,30 @@ class VectorIndex:
         log_seq = vector_sql.max_seq(self.db)
         total, dim = vector_sql.embedded_shape(self.db, self.table)
         tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
-        writer = VectorFileWriter.create(
-            tmp, dim or 1, total + HEADROOM, self.db_uid(), TABLE_CODES[self.table]
-        )
         done = 0
         try:
-            # Newest first, so each append lands at the end of the order (no shifting).
-            for row in vector_sql.iter_rows(self.db, self.table):
-                _append(writer, row)
-                done += 1
-                if progress is not None and done % 10_000 == 0:
-                    progress(done, total)
-            writer.set_header(applied_seq=log_seq, dirty=0)
-            writer.flush()
-        finally:
-            _release(writer)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, self.path)
+            writer = VectorFileWriter.create(
+                tmp, dim or 1, total + HEADROOM, self.db_uid(), TABLE_CODES[self.table]
+            )
+            try:
+                # Newest first, so each append lands at the end of the order (no shifting).
+                for row in vector_sql.iter_rows(self.db, self.table):
+                    _append(writer, row)
+                    done += 1
+                    if progress is not None and done % 10_000 == 0:
+                        progress(done, total)
+                writer.set_header(applied_seq=log_seq, dirty=0)
+                writer.flush()
+            finally:
+                _release(writer)
+            os.chmod(tmp, 0o600)
+            _clear_empty_directory(self.path)
+            os.replace(tmp, self.path)
+        except BaseException:
+            # A full disk or an obstruction: the old file stays as it was, and no half-written
+            # temporary is left to hold the space.
+            tmp.unlink(missing_ok=True)
+            raise
         self._handle = None
         if progress is not None:
             progress(done, total)
@@ -419,6 +437,27 @@ class VectorIndex:
         self._handle = None
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+def _clear_empty_directory(path: Path) -> None:
+    """Remove an empty directory at `path` (where a file of ours belongs); refuse any other."""
+    if path.is_symlink() or not path.is_dir():
+        return
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        return
+    except OSError:
+        raise _obstructed(path) from None
+    log.warning("removed an empty directory that stood where %s belongs", path.name)
+
+
+def _obstructed(path: Path) -> IndexObstructed:
+    return IndexObstructed(
+        f"{path} is a directory with contents, where cpersona's index keeps a file; "
+        "cpersona does not delete it: move it away, and the index is rebuilt on the next use "
+        "(recall reads SQLite until then)"
+    )
 
 
 def _vector(embedding: bytes) -> np.ndarray:
