@@ -35,6 +35,7 @@ from cpersona.memory.text import parse_utc, sanitize, utc_now_iso
 from cpersona.portability import records
 from cpersona.portability.paths import confine, os_reason, refusal
 from cpersona.storage import portability as sql
+from cpersona.storage.db import DISK_FULL, is_disk_full
 from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRecord
 
 if TYPE_CHECKING:
@@ -161,7 +162,9 @@ def import_memories(
             with engine.db.atomic() as conn:
                 _apply(conn, plan, tally, s, write=True, report=report)
     except Exception as exc:  # one transaction: everything rolled back
-        if not isinstance(exc, _Aborted):
+        if is_disk_full(exc):
+            log.warning("import of %s failed: %s (%s)", path, DISK_FULL, exc)
+        elif not isinstance(exc, _Aborted):
             log.exception("import of %s failed", path)
         return _aborted(exc, dry_run, tally, plan.errors)
     if not dry_run:
@@ -552,7 +555,7 @@ def _aborted(exc: Exception, dry_run: bool, tally: _Tally, errors: list[str]) ->
     how = "aborted (dry run — nothing was written)" if dry_run else "aborted and rolled back"
     out: dict[str, Any] = {
         "ok": False,
-        "error": f"import {how}: {exc}",
+        "error": f"import {how}: {DISK_FULL if is_disk_full(exc) else exc}",
         "dry_run": dry_run,
         "imported_memories": 0,
         "skipped_memories": tally.skipped_memories,

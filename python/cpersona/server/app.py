@@ -15,6 +15,7 @@ from cpersona import __version__
 from cpersona.engine import Engine
 from cpersona.server.registry import ToolSpec, coerce, schema_error, unstorable_text
 from cpersona.server.tools import all_tools
+from cpersona.storage.db import DISK_FULL, is_disk_full
 
 log = logging.getLogger("cpersona.server")
 
@@ -87,6 +88,9 @@ def build_server(
         try:
             result = await anyio.to_thread.run_sync(spec.handler, engine, args)
         except Exception as exc:  # the outer layer's bare shape, for what handlers did not foresee
+            if is_disk_full(exc):  # the transaction was rolled back: say so in the tool's shape
+                log.warning("tool %s: %s (%s)", spec.name, DISK_FULL, exc)
+                return _text(spec.fail(DISK_FULL))
             log.exception("tool %s failed", spec.name)
             return _text({"error": f"{type(exc).__name__}: {exc}"}, ascii_only=True)
         return _text(result)

@@ -14,6 +14,7 @@ descriptors and a page cache per retired thread (issue 11: 18 -> 196 descriptors
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sqlite3
@@ -152,11 +153,15 @@ class Database:
                 yield conn
             except BaseException:
                 self._local.depth = depth
-                if depth == 0:
-                    conn.execute("ROLLBACK")
-                else:
-                    conn.execute(f"ROLLBACK TO sp{depth}")
-                    conn.execute(f"RELEASE sp{depth}")
+                # SQLite may have rolled the whole transaction back itself (SQLITE_FULL,
+                # SQLITE_IOERR, SQLITE_NOMEM): a ROLLBACK then fails and would replace the
+                # error that says what happened.
+                if conn.in_transaction:
+                    if depth == 0:
+                        conn.execute("ROLLBACK")
+                    else:
+                        conn.execute(f"ROLLBACK TO sp{depth}")
+                        conn.execute(f"RELEASE sp{depth}")
                 raise
             self._local.depth = depth
             if depth == 0:
@@ -197,6 +202,44 @@ def _close_reader(
     else:  # the Database is gone; its close() may not have run
         with contextlib.suppress(sqlite3.Error):
             conn.close()
+
+
+#: What a write answers when the disk is full (the transaction was rolled back).
+DISK_FULL = "the disk holding the database is full: nothing was written; free space and try again"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from or during, is a full disk or quota:
+    SQLite's SQLITE_FULL, or ENOSPC / EDQUOT from the operating system."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlite3.Error):
+            code = getattr(current, "sqlite_errorcode", None)
+            if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
+                return True
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def open_failure(path: str, exc: BaseException) -> str:
+    """Why `path` could not be opened, in words an operator can act on.
+
+    A WAL database that was closed cleanly has no `-shm` and `-wal` files, and opening it
+    creates them: on a full disk that fails as "disk I/O error", which names no cause.
+    """
+    if is_disk_full(exc):
+        return f"{exc} (the disk holding the database is full: free space and try again)"
+    try:
+        free = os.statvfs(Path(path).resolve().parent).f_bavail
+    except OSError:
+        return str(exc)
+    if free == 0:
+        return f"{exc} (the disk holding the database is full: free space and try again)"
+    return str(exc)
 
 
 def _prepare_file(path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from cpersona.config import Settings
 from cpersona.errors import IndexObstructed
 from cpersona.storage import open_database
+from cpersona.storage.db import open_failure
 from cpersona.vectors.index import VectorIndex
 
 TABLES = ("memories", "episodes")
@@ -34,7 +35,8 @@ def run_index_command(settings: Settings, action: str, table: str | None) -> int
     try:
         db = open_database(settings.db_path, fts_enabled=settings.fts_enabled)
     except Exception as exc:
-        print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=sys.stderr)
+        reason = open_failure(settings.db_path, exc)
+        print(f"cpersona: cannot open the database {settings.db_path}: {reason}", file=sys.stderr)
         return 2
     code = 0
     try:
