@@ -1,8 +1,9 @@
 """Worker threads retired between bursts release what they held (issue 11, problem 1).
 
 Each test runs BURSTS bursts of PER_BURST concurrent recalls separated by idle gaps long
-enough for every worker thread to retire, and reads the process's open descriptors
-(/proc/PID/fd) and RSS after each burst: both must stay flat. In process through the official
+enough for every worker thread to retire. After each burst and gap, one more call retires the
+burst's idle workers (anyio prunes them when the next call arrives), and the process's open
+descriptors (/proc/PID/fd) and RSS are read: both must stay flat. In process through the official
 client, and against real server processes over stdio (pipelined JSON-RPC) and streamable HTTP.
 Every loop is bounded by a count and every wait by a timeout; nothing asserts on time.
 """
@@ -26,6 +27,7 @@ from churn_support import (
     GAP,
     IDLE,
     PER_BURST,
+    SETTLE,
     assert_flat,
     open_fds,
     rss_kib,
@@ -69,6 +71,9 @@ async def test_churn_in_process_readers_close_with_their_threads(make_engine, mo
                 for i in range(PER_BURST):
                     tg.start_soon(recall, i)
             answers += sum(1 for r in results if "messages" in json.loads(r.content[0].text))
+            await anyio.sleep(GAP)  # every worker of the burst idle past IDLE:
+            await client.call_tool("recall", _recall_args(0))  # this call retires them
+            await anyio.sleep(SETTLE)
             fds.append(open_fds(os.getpid()))
             rss.append(rss_kib(os.getpid()))
             connections.append(engine.db.open_connections())
@@ -155,6 +160,9 @@ def test_churn_stdio_descriptors_and_rss_stay_flat(tmp_path):
             time.sleep(GAP)
             answers = server.tools([("recall", _recall_args(i)) for i in range(PER_BURST)])
             assert all("messages" in a for a in answers), answers
+            time.sleep(GAP)
+            server.tools([("recall", _recall_args(0))])  # retires the burst's idle workers
+            time.sleep(SETTLE)
             fds.append(open_fds(server.proc.pid))
             rss.append(rss_kib(server.proc.pid))
     finally:
@@ -200,6 +208,9 @@ async def test_churn_http_descriptors_and_rss_stay_flat(tmp_path):
                         tg.start_soon(recall, i)
                 assert len(answers) == PER_BURST
                 assert all("messages" in a for a in answers), answers
+                await anyio.sleep(GAP)
+                await tools("recall", _recall_args(0))  # retires the burst's idle workers
+                await anyio.sleep(SETTLE)
                 fds.append(open_fds(pid))
                 rss.append(rss_kib(pid))
     finally:
