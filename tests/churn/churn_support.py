@@ -14,7 +14,8 @@ from pathlib import Path
 
 #: Seconds a worker thread may idle before anyio retires it, in the tests.
 IDLE = 0.2
-#: The idle gap between bursts: longer than IDLE, so every burst runs on fresh threads.
+#: The idle gap after each burst: longer than IDLE, so the next call retires its workers and
+#: the next burst runs on fresh threads.
 GAP = 3 * IDLE
 #: A pause before reading the counts, for retired threads to finish exiting (the slack
 #: absorbs one that has not: this is no timing claim).

@@ -37,7 +37,10 @@ from cpersona.server.app import build_server
 from http_support import WAIT, HttpServer, connect
 from mcp import Client
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc"),
+]
 
 AGENT = "churn"
 TOKEN = "churn-test-token"
@@ -61,7 +64,6 @@ async def test_churn_in_process_readers_close_with_their_threads(make_engine, mo
         connections: list[int] = []
         answers = 0
         for _ in range(BURSTS):
-            await anyio.sleep(GAP)
             results: list[Any] = []
 
             async def recall(i: int, results: list[Any] = results) -> None:
@@ -157,7 +159,6 @@ def test_churn_stdio_descriptors_and_rss_stay_flat(tmp_path):
         fds: list[int] = []
         rss: list[int] = []
         for _ in range(BURSTS):
-            time.sleep(GAP)
             answers = server.tools([("recall", _recall_args(i)) for i in range(PER_BURST)])
             assert all("messages" in a for a in answers), answers
             time.sleep(GAP)
@@ -197,7 +198,6 @@ async def test_churn_http_descriptors_and_rss_stay_flat(tmp_path):
             for i in range(20):
                 await tools("store", {"agent_id": AGENT, "message": {"content": f"lantern {i}"}})
             for _ in range(BURSTS):
-                await anyio.sleep(GAP)
                 answers: list[dict[str, Any]] = []
 
                 async def recall(i: int, answers: list[dict[str, Any]] = answers) -> None:
