@@ -205,3 +205,37 @@ async def test_full_disk_index_sync_and_rebuild(disk: Disk):
         assert VectorIndex(engine.db, "memories").status().live == 30 + written
     finally:
         engine.close()
+
+
+_SPARSE = """
+import os, sys
+from cpersona.vectors import format as vector_format
+vector_format._allocate = lambda fd, length: os.ftruncate(fd, length)  # as before issue 11
+vector_format.VectorFileWriter.create(sys.argv[1], 384, 2000, bytes(16), 0).close()
+"""
+_APPEND = """
+import sys
+import numpy as np
+from cpersona.vectors.format import VectorFileWriter
+try:
+    writer = VectorFileWriter(sys.argv[1])
+    for i in range(2000):
+        writer.append(i, i, agent=1, project=1, channel=1, source=0,
+                      vector=np.ones(384, dtype=np.float32))
+except OSError as exc:
+    print(f"refused: {exc.strerror}")
+"""
+
+
+def test_full_disk_sparse_index_file_of_an_earlier_version(tmp_path: Path):
+    """An index file sized sparse (as before this fix) gets its blocks reserved when opened:
+    writing through the mapping into a hole on a full disk would kill the process (SIGBUS)."""
+    with small_disk(tmp_path) as disk:
+        if not disk.real:
+            pytest.skip("a simulated disk cannot raise SIGBUS: needs a tmpfs mount (root, CI)")
+        path = str(disk.path / "old.vec")
+        run = [sys.executable, "-c"]
+        subprocess.run([*run, _SPARSE, path], check=True, timeout=120)
+        disk.fill()
+        done = subprocess.run([*run, _APPEND, path], capture_output=True, text=True, timeout=120)
+        assert (done.returncode, done.stdout) == (0, "refused: No space left on device\n"), done

@@ -161,6 +161,13 @@ class VectorFileWriter:
         self._map()
 
     def _map(self) -> None:
+        # Files of earlier versions were sized sparse: reserve their blocks before writing
+        # through the mapping (a no-op for a file created by `create`; ENOSPC on a full disk).
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            _allocate(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
         self._mm: np.memmap[Any, Any] = np.memmap(self.path, dtype=np.uint8, mode="r+")
         self._hdr = np.ndarray((), dtype=HEADER_DTYPE, buffer=self._mm, offset=0)
         if bytes(self._hdr["magic"]) != MAGIC:
