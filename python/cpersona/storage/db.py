@@ -204,8 +204,11 @@ def _close_reader(
             conn.close()
 
 
-#: What a write answers when the disk is full (the transaction was rolled back).
-DISK_FULL = "the disk holding the database is full: nothing was written; free space and try again"
+#: What a write answers when the disk is full. "This write": a tool that commits in steps
+#: (a health repair) keeps the steps it finished; the one that hit the full disk is undone.
+DISK_FULL = (
+    "the disk holding the database is full: this write was rolled back; free space and try again"
+)
 
 
 def is_disk_full(exc: BaseException) -> bool:
