@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -47,6 +47,8 @@ from cpersona.vectors.format import (
 )
 
 log = logging.getLogger("cpersona.vectors")
+
+_T = TypeVar("_T")
 
 TABLE_CODES = {"memories": TABLE_MEMORIES, "episodes": TABLE_EPISODES}
 #: Slots allocated by a rebuild beyond the rows it writes, so the next writes need no growth.
@@ -104,11 +106,7 @@ class VectorIndex:
     def _flock(self, exclusive: bool) -> Iterator[None]:
         # flock is per open file description, so threads of one process take the thread lock
         # first for exclusive work (two threads must not both mutate through one process).
-        _clear_empty_directory(self.lock_path)
-        try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        except IsADirectoryError:  # it came back between the check and the open
-            raise _obstructed(self.lock_path) from None
+        fd = _unobstructed(lambda: os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
@@ -326,8 +324,7 @@ class VectorIndex:
             finally:
                 _release(writer)
             os.chmod(tmp, 0o600)
-            _clear_empty_directory(self.path)
-            os.replace(tmp, self.path)
+            _unobstructed(lambda: os.replace(tmp, self.path))
         except BaseException:
             # A full disk or an obstruction: the old file stays as it was, and no half-written
             # temporary is left to hold the space.
@@ -439,17 +436,25 @@ class VectorIndex:
             self._tmp.cleanup()
 
 
-def _clear_empty_directory(path: Path) -> None:
-    """Remove an empty directory at `path` (where a file of ours belongs); refuse any other."""
-    if path.is_symlink() or not path.is_dir():
-        return
+def _unobstructed(act: Callable[[], _T]) -> _T:
+    """`act()` on a path of ours (the index file, its lock file); an empty directory standing
+    there is removed and `act` tried once more, one with contents is `IndexObstructed`."""
+    try:
+        return act()
+    except IsADirectoryError as exc:
+        path = Path(exc.filename2 or exc.filename)
     try:
         path.rmdir()
     except FileNotFoundError:
-        return
+        pass
     except OSError:
         raise _obstructed(path) from None
-    log.warning("removed an empty directory that stood where %s belongs", path.name)
+    else:
+        log.warning("removed an empty directory that stood where %s belongs", path.name)
+    try:
+        return act()
+    except IsADirectoryError:  # it came back between the two tries
+        raise _obstructed(path) from None
 
 
 def _obstructed(path: Path) -> IndexObstructed:
