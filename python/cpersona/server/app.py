@@ -17,6 +17,7 @@ from cpersona import __version__
 from cpersona.engine import Engine
 from cpersona.server.registry import ToolSpec, coerce, schema_error, unstorable_text
 from cpersona.server.tools import all_tools
+from cpersona.storage.db import DISK_FULL, is_disk_full
 from cpersona.timings import CallTimings, timed_call
 
 log = logging.getLogger("cpersona.server")
@@ -159,6 +160,9 @@ def build_server(
         try:
             result = await anyio.to_thread.run_sync(_run_timed, timings, spec, engine, args)
         except Exception as exc:  # the outer layer's bare shape, for what handlers did not foresee
+            if is_disk_full(exc):  # the transaction was rolled back: say so in the tool's shape
+                log.warning("tool %s: %s (%s)", spec.name, DISK_FULL, exc)
+                return _text(spec.fail(DISK_FULL)), "disk_full"
             log.exception("tool %s failed", spec.name)
             return _text({"error": f"{type(exc).__name__}: {exc}"}, ascii_only=True), "exception"
         return _text({**result, **extra} if extra else result), _error_kind(result)
