@@ -23,6 +23,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import httpx2
 
@@ -141,9 +142,9 @@ def _answered_ids(messages: list[object]) -> set[str]:
 
 
 class Bridge:
-    def __init__(self, config: BridgeConfig, out: object = None) -> None:
+    def __init__(self, config: BridgeConfig, out: BinaryIO | None = None) -> None:
         self.config = config
-        self._out = out if out is not None else sys.stdout.buffer
+        self._out: BinaryIO = out if out is not None else sys.stdout.buffer
         self._write_lock = threading.Lock()
         self._session = _Session()
         self._slots = asyncio.Semaphore(config.max_inflight)
@@ -158,8 +159,8 @@ class Bridge:
     def emit(self, message: object) -> None:
         line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         with self._write_lock:  # one message per line, never interleaved
-            self._out.write(line)  # type: ignore[attr-defined]
-            self._out.flush()  # type: ignore[attr-defined]
+            self._out.write(line)
+            self._out.flush()
 
     async def relay(self, line: bytes) -> None:
         try:
@@ -174,6 +175,11 @@ class Bridge:
             )
         except httpx2.HTTPError as exc:
             self._fail(ids, f"{_describe(exc)} ({self.config.url})")
+            return
+        except (httpx2.InvalidURL, ValueError) as exc:
+            # Raised while building the request (not an HTTPError): without this answer the
+            # client would wait for ever on a request the task silently dropped.
+            self._fail(ids, f"cannot send to CPERSONA_REMOTE_URL {self.config.url!r}: {exc}")
             return
         messages = body_messages(response)
         self._session.learn(response, messages)

@@ -387,3 +387,16 @@ def test_in_flight_requests_are_bounded_and_answered_before_exit_at_eof():
     assert sorted(line["id"] for line in bridge.lines) == list(range(6))
     assert all(line["result"] == {"done": True} for line in bridge.lines)
     assert p.most_active == 2
+
+
+def test_a_url_that_cannot_be_requested_gives_errors_not_a_hang():
+    # httpx2 refuses such a URL while building the request, before any transport error.
+    bridge = RawBridge(bridge_env("http://[::1/mcp"))
+    answer = bridge.call(1, "tools/list")
+    bridge.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert bridge.call(2, "tools/list")["error"]["code"] == -32000
+    assert bridge.close() == 0
+    assert answer["error"]["code"] == -32000
+    assert "CPERSONA_REMOTE_URL" in answer["error"]["message"]
+    assert [line["id"] for line in bridge.lines] == [1, 2]
+    assert "Traceback" not in bridge.stderr
