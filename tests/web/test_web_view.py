@@ -125,6 +125,31 @@ def test_the_token_by_header_query_or_cookie_or_refused(db: Path):
         server.stop()
 
 
+def test_a_loopback_view_answers_only_to_loopback_host_names(open_view: str):
+    # DNS rebinding: a page on evil.example re-pointed at 127.0.0.1 would read as same-origin.
+    port = open_view.rsplit(":", 1)[1].rstrip("/")
+    rebound = get(open_view + "agents/alice", headers={"host": f"evil.example:{port}"})
+    assert rebound.status_code == 400
+    assert "quarterly report" not in rebound.text
+    assert get(open_view, headers={"host": f"localhost:{port}"}).status_code == 200
+    assert get(open_view, headers={"host": f"127.0.0.1:{port}"}).status_code == 200
+
+
+def test_the_token_redirect_stays_on_this_site(db: Path):
+    server = WebServer(db, {"CPERSONA_AUTH_TOKEN": TOKEN})
+    url = server.start()
+    try:
+        for path in ("/evil.example/x", "//evil.example/x", "/\\evil.example/x"):
+            opened = get(url + path + f"?token={TOKEN}")  # url ends in "/": "//evil..."
+            assert opened.status_code == 303
+            location = opened.headers["location"]
+            # A browser reads `//host` and `/\host` as another site; `/%5Chost` is a path here.
+            assert location.startswith("/") and location[1] not in "/\\", location
+            assert location.endswith("evil.example/x"), location
+    finally:
+        server.stop()
+
+
 def test_an_acl_client_sees_only_the_agents_it_may_read(db: Path, tmp_path: Path):
     acl = tmp_path / "acl.json"
     acl.write_text(
