@@ -43,6 +43,8 @@ NAMES = {
     "acl": "acl.json",
     "operating_context": "operating-context.toml",
 }
+#: How a restored side file's temporary copy is opened: new, owner-only, never through a link.
+_NEW_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 #: Databases of at least this many pages report their progress (32 MiB at 4 KiB pages).
 PROGRESS_MIN_PAGES = 8 * sqlite_backup.STEP_PAGES
 
@@ -246,7 +248,12 @@ def restore(
     if db_path == ":memory:":
         raise BundleError("cannot restore into an in-memory database")
     _refuse_non_empty(db_path, force)
-    destinations = {"acl": acl_file, "operating_context": operating_context_path}
+    # Expanded once, here: the existence check below must look at the file that gets written
+    # (`--acl-file=~/acl.json` reaches us unexpanded, as the server's loaders expand it).
+    destinations = {
+        role: os.path.expanduser(path) if path else None
+        for role, path in (("acl", acl_file), ("operating_context", operating_context_path))
+    }
     for role, path in destinations.items():
         if role in entries and path and os.path.exists(path) and not force:
             raise BundleError(f"{path} exists; pass --force to replace it")
@@ -278,8 +285,8 @@ def restore(
         if role not in entries:
             continue
         if path:
-            _place(bundle / NAMES[role], Path(os.path.expanduser(path)))
-            written.append(os.path.abspath(os.path.expanduser(path)))
+            _place(bundle / NAMES[role], Path(path))
+            written.append(os.path.abspath(path))
         else:
             left.append(str(bundle / NAMES[role]))
     return Restored(written, left)
@@ -303,8 +310,10 @@ def _place(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.tmp.{os.getpid()}")
     try:
-        shutil.copyfile(source, tmp)
-        os.chmod(tmp, 0o600)
+        # Owner-only from its creation: the ACL file holds tokens, and a copy made first and
+        # chmod-ed after is readable by others in between.
+        with open(source, "rb") as src, open(os.open(tmp, _NEW_PRIVATE, 0o600), "wb") as dst:
+            shutil.copyfileobj(src, dst)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
