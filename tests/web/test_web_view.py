@@ -91,6 +91,19 @@ def test_search_runs_recall_without_bookkeeping(open_view: str, db: Path):
     assert fingerprint(db) == before  # no recall_count or last_recalled_at moved
 
 
+def test_search_says_when_recall_is_degraded(db: Path):
+    server = WebServer(db, {"CPERSONA_EMBEDDING_MODE": "none"})
+    url = server.start()
+    try:
+        page = get(url + "search", params={"agent": "alice", "q": "quarterly report"})
+    finally:
+        server.stop()
+    assert page.status_code == 200
+    assert "the quarterly report is due" in page.text  # full-text still finds them
+    warning = page.text.split('<p class="warn">')[1].split("</p>")[0]
+    assert warning.startswith("Recall is degraded: embeddings are disabled")
+
+
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
 def test_no_route_accepts_a_write_method(open_view: str, db: Path, method: str):
     before = fingerprint(db)

@@ -298,7 +298,11 @@ def build_web_app(engine: Engine, access: Access, *, hosts: Sequence[str] | None
             result = engine.recaller.recall(req)
             context["results"] = [msgs.message(r) for r in result.rows]
             if result.advisory:
-                context["advisory"] = result.advisory.get("message")
+                # The advisory's own words for people (its `runbook` addresses an agent).
+                reason, evidence = result.advisory["reason"], result.advisory.get("evidence")
+                context["advisory"] = f"Recall is degraded: {reason}" + (
+                    f" ({evidence})" if evidence else ""
+                )
         return pages.render("search.html", **context)
 
     def health(request: Request) -> Response:
