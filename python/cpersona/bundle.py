@@ -98,8 +98,10 @@ def _extra_files(settings: Settings, db_path: str) -> list[tuple[str, Path]]:
     sidecar = sidecar_path(db_path)
     if sidecar and os.path.isfile(sidecar):
         found.append(("calibration", Path(sidecar)))
-    if settings.acl_file and os.path.isfile(settings.acl_file):
-        found.append(("acl", Path(settings.acl_file)))
+    # Expanded as the server's loader expands it (server/acl.py): `~/acl.json` is configured.
+    acl = os.path.expanduser(settings.acl_file) if settings.acl_file else ""
+    if acl and os.path.isfile(acl):
+        found.append(("acl", Path(acl)))
     oc_off = (settings.operating_context or "").strip().lower() == "off"
     oc_path = Path(os.path.expanduser(settings.operating_context_path))
     if not oc_off and oc_path.is_file():

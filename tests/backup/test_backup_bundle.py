@@ -304,3 +304,15 @@ def test_a_restored_acl_file_is_never_readable_by_others(
         os.umask(previous)
     assert modes and set(modes) == {0o600}
     assert (tmp_path / "out" / "acl.json").read_text(encoding="utf-8") == ACL
+
+
+def test_backup_takes_an_acl_file_configured_with_a_tilde(source: Path, tmp_path: Path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "acl.json").write_text(ACL, encoding="utf-8")
+    env = {**env_for(tmp_path, source), "HOME": str(home), "CPERSONA_ACL_FILE": "~/acl.json"}
+    done = run("cpersona", "backup", str(tmp_path / "b"), env=env)
+    assert done.returncode == 0, done.stderr
+    listed = {f["role"]: f for f in manifest(tmp_path / "b")["files"]}
+    assert listed["acl"]["source"] == str(home / "acl.json")
+    assert (tmp_path / "b" / "acl.json").read_text(encoding="utf-8") == ACL
