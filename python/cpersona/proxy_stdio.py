@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ PARSE_ERROR = -32700
 #: Headers the streamable-HTTP transport asks a client to echo on every later request.
 _SESSION_HEADER = "mcp-session-id"
 _VERSION_HEADER = "mcp-protocol-version"
+_SSE_LINE = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass
@@ -94,7 +96,9 @@ def request_ids(message: object) -> list[object]:
 def sse_messages(text: str) -> Iterator[object]:
     """The JSON payloads of an SSE body: each event's `data:` lines joined (WHATWG rules)."""
     data: list[str] = []
-    for raw in [*text.splitlines(), ""]:
+    # Only CR, LF and CRLF end an SSE line: str.splitlines() would also cut at U+2028, U+0085
+    # and the like, which JSON carries unescaped inside strings (a memory's text).
+    for raw in [*_SSE_LINE.split(text), ""]:
         if raw == "":
             if data:
                 payload = "\n".join(data)

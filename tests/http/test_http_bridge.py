@@ -400,3 +400,23 @@ def test_a_url_that_cannot_be_requested_gives_errors_not_a_hang():
     assert "CPERSONA_REMOTE_URL" in answer["error"]["message"]
     assert [line["id"] for line in bridge.lines] == [1, 2]
     assert "Traceback" not in bridge.stderr
+
+
+def test_sse_data_holding_unicode_line_separators_is_relayed_whole():
+    # SSE ends lines at CR, LF or CRLF only; U+2028, U+0085 and U+001C are text inside JSON.
+    text = "line\u2028separator, next\u0085line, file\u001cseparator"
+
+    def behaviour(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        request = json.loads(body)
+        payload = json.dumps(
+            {"jsonrpc": "2.0", "id": request["id"], "result": {"text": text}}, ensure_ascii=False
+        ).encode()
+        reply(
+            handler, 200, "text/event-stream", b"event: message\r\ndata: " + payload + b"\r\n\r\n"
+        )
+
+    with peer(behaviour) as p:
+        bridge = RawBridge(bridge_env(p.url))
+        answer = bridge.call(1, "tools/call", {"name": "recall"})
+        assert bridge.close() == 0
+    assert answer["result"] == {"text": text}
