@@ -211,3 +211,18 @@ def test_an_open_view_refuses_to_listen_beyond_loopback(db: Path):
         "CPERSONA_ALLOW_UNAUTHENTICATED_HTTP=true to show every memory to anyone who can reach "
         "the port"
     ]
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "http"])
+def test_a_port_outside_the_tcp_range_is_a_usage_error(db: Path, port: str):
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+    env.update({"CPERSONA_DB_PATH": str(db), "CPERSONA_EMBEDDING_MODE": "hashing"})
+    out = subprocess.run(
+        [sys.executable, "-m", "cpersona", "web", "--port", port],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=WAIT,
+    )
+    assert out.returncode == 2
+    assert "is not a port (0 to 65535)" in out.stderr
