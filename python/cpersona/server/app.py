@@ -42,12 +42,17 @@ def _tool(spec: ToolSpec) -> types.Tool:
 
 
 def build_server(
-    engine: Engine, *, instructions: str | None = None, authorize: Authorize | None = None
+    engine: Engine,
+    *,
+    instructions: str | None = None,
+    authorize: Authorize | None = None,
+    on_first_call: Callable[[], None] | None = None,
 ) -> Server[Any]:
     """The MCP server over one open Engine. Tool listing never touches the database or model.
 
     `authorize` (ACL mode only) runs after schema validation and before anything else reads
-    the arguments (surface.md §1.5); a denied call never reaches its handler.
+    the arguments (surface.md §1.5); a denied call never reaches its handler. `on_first_call`
+    runs once, when the first tool call arrives (the stdio server's background work).
     """
     specs = {spec.name: spec for spec in all_tools(engine.settings)}
     listed = types.ListToolsResult(tools=[_tool(spec) for spec in specs.values()])
@@ -57,7 +62,12 @@ def build_server(
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return listed
 
+    first_call = [on_first_call]
+
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        start, first_call[0] = first_call[0], None
+        if start is not None:
+            await anyio.to_thread.run_sync(start)
         spec = specs.get(params.name)
         if spec is None:
             return _text({"error": f"Unknown tool: {params.name}"}, ascii_only=True)

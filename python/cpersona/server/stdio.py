@@ -38,11 +38,12 @@ def serve_stdio(settings: Settings, *, authorize: Authorize | None = None) -> in
     except Exception as exc:  # an unusable database path, a locked or corrupt file
         print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=sys.stderr)
         return 1
-    print(banner(settings, engine.embedder.name), file=sys.stderr, flush=True)
-    server = build_server(engine, authorize=authorize)
-    engine.start_index_warmup()
-    engine.start_calibration()
-    engine.tasks.start()  # drains legacy pending_memory_tasks rows (surface.md §9.6)
+    # The provider is named from the settings: building it would import numpy before the
+    # first answer (docs/performance.md, "Start-up").
+    print(banner(settings, settings.embedding_provider), file=sys.stderr, flush=True)
+    # Warm-up, calibration and the task queue start with the first tool call, so initialize
+    # and tools/list are answered before any of them loads.
+    server = build_server(engine, authorize=authorize, on_first_call=engine.start_background)
 
     async def run() -> None:
         async with stdio_server() as (read, write):
