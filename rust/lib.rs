@@ -7,6 +7,7 @@
 //! Nothing here knows about `SQLite`, memory ids or users: it sees slots, scope hashes and scores.
 
 pub mod error;
+pub mod fts;
 pub mod fusion;
 pub mod scan;
 pub mod store;

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from cpersona.config import Settings
 from cpersona.embedding.cache import CachedProvider
+from cpersona.fts.index import open_fts_indexes
 from cpersona.memory.writes import Writer
 from cpersona.operating_context import OperatingContext
 from cpersona.retrieval.calibration import CalibrationStopped, Calibrator
@@ -46,11 +47,18 @@ class Engine:
             settings.db_path, fts_enabled=settings.fts_enabled, tracer=tracer
         )
         self.indexes = {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
+        self.fts = open_fts_indexes(self.db, enabled=settings.fts_enabled and settings.fts_index)
         self.writer = Writer(self.db, settings, self.embedder, after_write=self._after_write)
         self.thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
         self.health = EmbeddingHealth(settings.transport)
         self.recaller = Recaller(
-            self.db, settings, self.embedder, self.indexes, self.thresholds, self.health
+            self.db,
+            settings,
+            self.embedder,
+            self.indexes,
+            self.thresholds,
+            self.health,
+            self.fts,
         )
         self.calibrator = Calibrator(
             self.db,
@@ -77,10 +85,13 @@ class Engine:
         self.recaller.invalidate_stats()
         for index in self.indexes.values():
             index.sync()
+        for fts in self.fts.values():
+            fts.refresh()
 
     def warm_indexes(self) -> None:
-        """Bring both index files current (rebuilding a missing one)."""
-        for index in self.indexes.values():
+        """Bring the index files current (rebuilding a missing one), the full-text indexes
+        into memory."""
+        for index in [*self.indexes.values(), *self.fts.values()]:
             if self._closed.is_set():
                 return
             try:
@@ -140,6 +151,8 @@ class Engine:
         finally:
             for index in self.indexes.values():
                 index.close()
+            for fts in self.fts.values():
+                fts.close()
             self.db.close()
 
 
