@@ -36,9 +36,12 @@ def _parser() -> argparse.ArgumentParser:
         choices=("stdio", "streamable-http"),
         help="override CPERSONA_TRANSPORT",
     )
-    index = sub.add_parser("index", help="inspect or repair the vector index files")
+    index = sub.add_parser("index", help="inspect or repair the vector and full-text index files")
     index.add_argument("action", choices=("status", "rebuild", "verify"))
     index.add_argument("--table", choices=("memories", "episodes"), help="default: both")
+    index.add_argument(
+        "--kind", choices=("vector", "fulltext", "all"), default="all", help="default: all"
+    )
     export = sub.add_parser("export", help="write a JSONL backup (export_memories)")
     export.add_argument("path")
     export.add_argument("--agent", default="", help="one agent (default: every agent)")
@@ -74,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "index":
         from cpersona.vectors.cli import run_index_command
 
-        return run_index_command(settings, args.action, args.table)
+        return run_index_command(settings, args.action, args.table, args.kind)
     if command in ("export", "import"):
         from cpersona.portability import commands
 

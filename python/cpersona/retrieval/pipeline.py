@@ -20,6 +20,8 @@ from cpersona._backend import kernels
 from cpersona.config import Settings
 from cpersona.embedding.base import EmbeddingMisconfigured
 from cpersona.errors import EmbeddingUnavailable
+from cpersona.fts import search as fts_search
+from cpersona.fts.index import FtsIndex
 from cpersona.memory.text import parse_utc
 from cpersona.models import ProjectFilter
 from cpersona.retrieval import scoring
@@ -43,8 +45,6 @@ from cpersona.storage import Database
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage import retrieval as sql
 from cpersona.storage.retrieval import EpisodeHit, MemoryHit, ScopeSql
-from cpersona.fts import search as fts_search
-from cpersona.fts.index import FtsIndex
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.search import Scope, scan
 
