@@ -444,6 +444,11 @@ impl FtsIndexPy {
         self.read().live()
     }
 
+    /// Forgets the cached phrase rows (benchmarks of a freshly loaded index).
+    fn clear_cache(&self) {
+        self.read().clear_cache();
+    }
+
     /// Tokens over all live rows.
     #[getter]
     fn total_tokens(&self) -> u64 {

@@ -240,6 +240,14 @@ impl FtsIndex {
         }
     }
 
+    /// Forget every cached phrase (what a freshly loaded index has).
+    pub fn clear_cache(&self) {
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
     /// The rows of one folded phrase, from the cache or computed (and then cached).
     fn phrase(&self, term: &str) -> Arc<Phrase> {
         let cache = || self.cache.lock().unwrap_or_else(PoisonError::into_inner);
