@@ -10,8 +10,8 @@ import numpy.typing as npt
 __all__ = [
     "DEBUG_BUILD",
     "DEFAULT_CHUNK_ROWS",
-    "FtsIndex",
     "KERNEL",
+    "FtsIndex",
     "VectorIndex",
     "__version__",
     "fts_fold",

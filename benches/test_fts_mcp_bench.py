@@ -1,0 +1,118 @@
+"""Recall's server share through MCP: the stdio server with the full-text index against the
+same server answering the FTS arms with FTS5 (`CPERSONA_FTS_INDEX=false`).
+
+The corpora of test_fts_bench.py (common-word sentences), every row embedded by the hashing
+embedder (384-d, the server's `CPERSONA_EMBEDDING_MODE=hashing`), copied privately (recall
+writes recall counts). For each server: a few warm-up recalls (the index loads in the warm-up
+thread), then QUERIES rounds of one trivial call (`get_profile`) and one `recall` of a bag of
+6-8 common words, interleaved. The server share is p50(recall) - p50(trivial call).
+
+Run: ``python -m pytest benches/test_fts_mcp_bench.py --benchmark-enable -s``
+(``CPERSONA_BENCH_FTS_ROWS`` picks sizes; results also go to ``$CPERSONA_BENCH_OUT`` as JSON).
+Without ``--benchmark-enable`` it runs once on 2,000 rows as a smoke test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import fts_bench_support as support
+import numpy as np
+import pytest
+from cpersona.embedding.hashing import HashingProvider
+from cpersona.storage import open_database
+from mcp import Client, StdioServerParameters
+
+pytestmark = pytest.mark.timeout(3600)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    support.parametrize_rows(metafunc)
+
+
+@pytest.fixture(scope="module")
+def corpus(rows: int, request: pytest.FixtureRequest, tmp_path_factory) -> Path:
+    return support.corpus_path(rows, request, tmp_path_factory)
+
+
+def _embedded(path: Path) -> Path:
+    out = path.with_name(path.name.replace(".db", "-emb.db"))
+    if out.exists():
+        return out
+    tmp = out.with_suffix(".building")
+    tmp.unlink(missing_ok=True)
+    shutil.copy(path, tmp)
+    db = open_database(str(tmp))
+    embedder = HashingProvider()
+    try:
+        rows = db.query("SELECT id, content FROM memories ORDER BY id")
+        for start in range(0, len(rows), 2048):
+            batch = rows[start : start + 2048]
+            vecs = np.ascontiguousarray(embedder.embed([r[1] for r in batch]), dtype="<f4")
+            with db.atomic() as conn:
+                conn.executemany(
+                    "UPDATE memories SET embedding = ? WHERE id = ?",
+                    [(vecs[i].tobytes(), r[0]) for i, r in enumerate(batch)],
+                )
+    finally:
+        db.close()
+    tmp.rename(out)
+    return out
+
+
+async def _measure(db: Path, fts_index: bool, rounds: int) -> dict[str, float]:
+    env = {
+        "CPERSONA_DB_PATH": str(db),
+        "CPERSONA_EMBEDDING_MODE": "hashing",
+        "CPERSONA_FTS_INDEX": "true" if fts_index else "false",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "cpersona"], env=env, cwd=str(db.parent)
+    )
+    queries = support.queries()
+    recall_ms, trivial_ms = [], []
+    async with Client(params) as client:
+        for q in queries[:3]:
+            await client.call_tool("recall", {"agent_id": "bench", "query": q, "limit": 10})
+        for i in range(rounds):
+            q = queries[i % len(queries)]
+            t0 = time.perf_counter()
+            await client.call_tool("get_profile", {"agent_id": "bench"})
+            t1 = time.perf_counter()
+            r = await client.call_tool("recall", {"agent_id": "bench", "query": q, "limit": 10})
+            t2 = time.perf_counter()
+            assert not r.is_error, r.content[0].text
+            trivial_ms.append((t1 - t0) * 1e3)
+            recall_ms.append((t2 - t1) * 1e3)
+    recall_p50, trivial_p50 = statistics.median(recall_ms), statistics.median(trivial_ms)
+    q = statistics.quantiles(recall_ms, n=4)
+    return {
+        "recall_p50_ms": round(recall_p50, 2),
+        "recall_iqr_ms": round(q[2] - q[0], 2),
+        "trivial_p50_ms": round(trivial_p50, 2),
+        "server_share_ms": round(recall_p50 - trivial_p50, 2),
+    }
+
+
+def test_recall_server_share(corpus: Path, rows: int, request, tmp_path: Path) -> None:
+    full = request.config.getoption("benchmark_enable", False)
+    source = _embedded(corpus)
+    rounds = 60 if full else 5
+    results = {}
+    for label, on in (("index", True), ("fts5", False)):
+        private = tmp_path / f"{label}.db"
+        shutil.copy(source, private)
+        results[label] = anyio.run(_measure, private, on, rounds)
+    print(f"\n{rows} rows: {json.dumps(results)}")
+    out = os.environ.get("CPERSONA_BENCH_OUT")
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps({"rows": rows, **results}) + "\n")
