@@ -66,6 +66,27 @@ struct Phrase {
     tfs: Vec<u32>,
     /// Live rows among `slots` (FTS5's `nHit`).
     hits: i64,
+    /// The largest frequency and the smallest row size among `slots`: the phrase's best
+    /// possible contribution to a score (MaxScore's bound) is reached at these.
+    max_tf: u32,
+    min_size: u64,
+}
+
+impl Phrase {
+    fn push(&mut self, slot: u32, tf: u32, size: u64) {
+        if self.slots.is_empty() {
+            self.min_size = size;
+        }
+        self.slots.push(slot);
+        self.tfs.push(tf);
+        self.hits += 1;
+        self.max_tf = self.max_tf.max(tf);
+        self.min_size = self.min_size.min(size);
+    }
+
+    fn tf_of(&self, slot: u32) -> Option<u32> {
+        self.slots.binary_search(&slot).ok().map(|i| self.tfs[i])
+    }
 }
 
 /// A row of the index as `verify` compares it with `SQLite`.
@@ -82,6 +103,9 @@ pub struct RowView<'a> {
 pub struct FtsIndex {
     slots: Vec<Slot>,
     alive: Vec<bool>,
+    /// Per slot, dense for the scoring loops: the agent hash and the token count.
+    agents: Vec<u64>,
+    sizes: Vec<u64>,
     by_id: HashMap<i64, u32>,
     postings: HashMap<u64, Vec<u32>>,
     live_tokens: u64,
@@ -178,10 +202,7 @@ impl FtsIndex {
                 .map(|c| occurrences(&finder, c.as_bytes()))
                 .sum();
             if tf > 0 {
-                let p = Arc::make_mut(phrase);
-                p.slots.push(slot);
-                p.tfs.push(tf);
-                p.hits += 1;
+                Arc::make_mut(phrase).push(slot, tf, tokens);
             }
         }
         self.slots.push(Slot {
@@ -195,6 +216,8 @@ impl FtsIndex {
             columns: columns.into_boxed_slice(),
         });
         self.alive.push(true);
+        self.agents.push(doc.agent);
+        self.sizes.push(tokens);
         self.by_id.insert(doc.id, slot);
         self.live_tokens += tokens;
     }
@@ -216,6 +239,8 @@ impl FtsIndex {
     fn compact(&mut self) {
         let old = std::mem::take(&mut self.slots);
         let alive = std::mem::take(&mut self.alive);
+        self.agents.clear();
+        self.sizes.clear();
         self.by_id.clear();
         self.postings.clear();
         self.live_tokens = 0;
@@ -299,9 +324,7 @@ impl FtsIndex {
                 .map(|c| occurrences(&finder, c.as_bytes()))
                 .sum();
             if tf > 0 {
-                out.slots.push(slot);
-                out.tfs.push(tf);
-                out.hits += 1;
+                out.push(slot, tf, self.sizes[slot as usize]);
             }
         }
         out
@@ -310,6 +333,13 @@ impl FtsIndex {
     /// The top `limit` rows of `scope` matching any of `terms` (already-folded query phrases,
     /// in query order), as `(id, bm25)` ordered by bm25 ascending then id ascending: what
     /// `ORDER BY bm25(fts), id LIMIT limit` returns over the FTS5 table joined to the scope.
+    ///
+    /// MaxScore: phrases are taken by their best possible contribution, largest first, each
+    /// adding to every row in scope it matches; once the `limit`-th best partial score beats
+    /// what all the phrases left could add, rows not yet seen cannot reach the top, and the
+    /// remaining phrases only complete the rows already seen (by lookup when those are few).
+    /// The rows that can still be in the top are then scored exactly, phrase by phrase in
+    /// query order as FTS5 sums them.
     #[must_use]
     pub fn search(&self, terms: &[String], scope: &Scope, limit: usize) -> Vec<(i64, f64)> {
         let n_row = self.by_id.len() as i64;
@@ -318,29 +348,33 @@ impl FtsIndex {
         }
         let phrases: Vec<Arc<Phrase>> = terms.iter().map(|t| self.phrase(t)).collect();
         let avgdl = self.live_tokens as f64 / n_row as f64;
+        let idfs: Vec<f64> = phrases.iter().map(|p| idf(n_row, p.hits)).collect();
+        let bound = |i: usize| {
+            let p = &phrases[i];
+            contribution(idfs[i], p.max_tf, p.min_size, avgdl)
+        };
+        let mut order: Vec<usize> = (0..phrases.len())
+            .filter(|&i| phrases[i].hits > 0)
+            .collect();
+        order.sort_by(|&a, &b| bound(b).total_cmp(&bound(a)));
+        let mut rest: f64 = order.iter().map(|&i| bound(i)).sum();
+
         // 0 = not seen, 1 = in scope, 2 = out of scope.
         let mut seen = vec![0u8; self.slots.len()];
-        let mut scores = vec![0f64; self.slots.len()];
+        let mut partial = vec![0f64; self.slots.len()];
         let mut touched: Vec<u32> = Vec::new();
-        for phrase in &phrases {
-            let n_hit = phrase.hits;
-            let mut idf = ((n_row - n_hit) as f64 + 0.5) / (n_hit as f64 + 0.5);
-            idf = idf.ln();
-            if idf <= 0.0 {
-                idf = 1e-6;
+        let mut next = 0;
+        while next < order.len() {
+            if touched.len() >= limit && kth_largest(&touched, &partial, limit) > rest * SAFETY {
+                break;
             }
-            for (&slot, &tf) in phrase.slots.iter().zip(&phrase.tfs) {
+            let i = order[next];
+            let p = &phrases[i];
+            for (&slot, &tf) in p.slots.iter().zip(&p.tfs) {
                 let s = slot as usize;
-                if !self.alive[s] {
-                    continue;
-                }
                 match seen[s] {
                     0 => {
-                        let row = &self.slots[s];
-                        let ok = row.agent == scope.agent
-                            && scope.projects.admits(row.project)
-                            && scope.channels.admits(row.channel)
-                            && scope.sources.admits(row.source);
+                        let ok = self.alive[s] && self.in_scope(s, scope);
                         seen[s] = if ok { 1 } else { 2 };
                         if !ok {
                             continue;
@@ -350,24 +384,92 @@ impl FtsIndex {
                     2 => continue,
                     _ => {}
                 }
-                let freq = f64::from(tf);
-                let d = self.slots[s].tokens as f64;
-                // FTS5's expression, term for term, so the sums are the same doubles.
-                scores[s] += idf * ((freq * (K1 + 1.0)) / (freq + K1 * (1.0 - B + B * d / avgdl)));
+                partial[s] += contribution(idfs[i], tf, self.sizes[s], avgdl);
             }
+            rest -= bound(i);
+            next += 1;
+        }
+        for &i in &order[next..] {
+            let p = &phrases[i];
+            if touched.len().saturating_mul(16) < p.slots.len() {
+                for &slot in &touched {
+                    if let Some(tf) = p.tf_of(slot) {
+                        let s = slot as usize;
+                        partial[s] += contribution(idfs[i], tf, self.sizes[s], avgdl);
+                    }
+                }
+            } else {
+                for (&slot, &tf) in p.slots.iter().zip(&p.tfs) {
+                    let s = slot as usize;
+                    if seen[s] == 1 {
+                        partial[s] += contribution(idfs[i], tf, self.sizes[s], avgdl);
+                    }
+                }
+            }
+        }
+        // `partial` now holds each seen row's whole score, summed in another order than
+        // FTS5's: keep every row within rounding of the limit-th, then score those exactly.
+        if touched.len() > limit {
+            let kth = kth_largest(&touched, &partial, limit);
+            touched.retain(|&s| partial[s as usize] >= kth / SAFETY);
         }
         let mut ranked: Vec<(i64, f64)> = touched
             .iter()
-            .map(|&s| (self.slots[s as usize].id, -scores[s as usize]))
+            .map(|&slot| {
+                let s = slot as usize;
+                let mut score = 0.0f64;
+                for (i, p) in phrases.iter().enumerate() {
+                    if let Some(tf) = p.tf_of(slot) {
+                        score += contribution(idfs[i], tf, self.sizes[s], avgdl);
+                    }
+                }
+                (self.slots[s].id, -score)
+            })
             .collect();
-        let order = |a: &(i64, f64), b: &(i64, f64)| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0));
-        if ranked.len() > limit {
-            ranked.select_nth_unstable_by(limit - 1, order);
-            ranked.truncate(limit);
-        }
-        ranked.sort_unstable_by(order);
+        let by_rank = |a: &(i64, f64), b: &(i64, f64)| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0));
+        ranked.sort_unstable_by(by_rank);
+        ranked.truncate(limit);
         ranked
     }
+
+    fn in_scope(&self, s: usize, scope: &Scope) -> bool {
+        if self.agents[s] != scope.agent {
+            return false;
+        }
+        let row = &self.slots[s];
+        scope.projects.admits(row.project)
+            && scope.channels.admits(row.channel)
+            && scope.sources.admits(row.source)
+    }
+}
+
+/// Relative margin between a bound and a sum of floating-point terms (each term is a few
+/// roundings off its exact value, ~1e-16 relative; the margin is far above that).
+const SAFETY: f64 = 1.0 + 1e-9;
+
+/// FTS5's IDF of a phrase found in `n_hit` of `n_row` rows.
+fn idf(n_row: i64, n_hit: i64) -> f64 {
+    let idf = (((n_row - n_hit) as f64 + 0.5) / (n_hit as f64 + 0.5)).ln();
+    if idf <= 0.0 {
+        1e-6
+    } else {
+        idf
+    }
+}
+
+/// One phrase's term of FTS5's bm25 sum, written as FTS5 writes it so the doubles agree.
+#[inline]
+fn contribution(idf: f64, tf: u32, size: u64, avgdl: f64) -> f64 {
+    let freq = f64::from(tf);
+    let d = size as f64;
+    idf * ((freq * (K1 + 1.0)) / (freq + K1 * (1.0 - B + B * d / avgdl)))
+}
+
+/// The `k`-th largest of `scores` over `slots` (`slots.len() >= k >= 1`).
+fn kth_largest(slots: &[u32], scores: &[f64], k: usize) -> f64 {
+    let mut values: Vec<f64> = slots.iter().map(|&s| scores[s as usize]).collect();
+    let (_, kth, _) = values.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+    *kth
 }
 
 /// Advance `pos` in the ascending `list` to the first entry >= `target`; whether it is `target`.
@@ -526,6 +628,57 @@ mod tests {
         bytes.extend(&body);
         assert_eq!(parse_records(&bytes).unwrap(), vec![Record::Delete(5)]);
         assert!(parse_records(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    /// Every matching row scored in full, phrase by phrase in query order: the search
+    /// without MaxScore, for the property below.
+    fn brute_force(ix: &FtsIndex, terms: &[String], limit: usize) -> Vec<(i64, f64)> {
+        let n_row = ix.live() as i64;
+        let avgdl = ix.total_tokens() as f64 / n_row as f64;
+        let phrases: Vec<Phrase> = terms.iter().map(|t| ix.compute_phrase(t)).collect();
+        let mut out = Vec::new();
+        for (&id, &slot) in &ix.by_id {
+            let mut score = 0.0;
+            let mut any = false;
+            for p in &phrases {
+                if let Some(tf) = p.tf_of(slot) {
+                    any = true;
+                    score += contribution(idf(n_row, p.hits), tf, ix.sizes[slot as usize], avgdl);
+                }
+            }
+            if any {
+                out.push((id, -score));
+            }
+        }
+        out.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        out.truncate(limit);
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn maxscore_returns_the_full_scoring_top(
+            docs in proptest::collection::vec(proptest::collection::vec(0usize..12, 0..30), 1..120),
+            deletes in proptest::collection::vec(0i64..120, 0..20),
+            query in proptest::collection::vec(0usize..12, 1..6),
+            limit in 1usize..12,
+        ) {
+            const WORDS: [&str; 12] = [
+                "the", "then", "hen", "maybe", "aaa", "aaaa", "rare", "zebra", "when", "xyz",
+                "東京都", "thé",
+            ];
+            let mut ix = FtsIndex::new();
+            let records = docs.iter().enumerate().map(|(i, words)| {
+                let text: Vec<&str> = words.iter().map(|&w| WORDS[w]).collect();
+                doc(i as i64, &text.join(" "))
+            }).collect();
+            ix.apply(records);
+            ix.apply(deletes.into_iter().map(Record::Delete).collect());
+            let terms: Vec<String> = query.iter().map(|&w| WORDS[w].to_string()).collect();
+            if ix.live() > 0 {
+                proptest::prop_assert_eq!(ix.search(&terms, &scope(), limit), brute_force(&ix, &terms, limit));
+            }
+        }
     }
 
     #[test]
