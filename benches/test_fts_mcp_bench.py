@@ -3,9 +3,10 @@ same server answering the FTS arms with FTS5 (`CPERSONA_FTS_INDEX=false`).
 
 The corpora of test_fts_bench.py (common-word sentences), every row embedded by the hashing
 embedder (384-d, the server's `CPERSONA_EMBEDDING_MODE=hashing`), copied privately (recall
-writes recall counts). For each server: a few warm-up recalls (the index loads in the warm-up
-thread), then QUERIES rounds of one trivial call (`get_profile`) and one `recall` of a bag of
-6-8 common words, interleaved. The server share is p50(recall) - p50(trivial call).
+writes recall counts) with index files built once beside the cache (a rebuild in the server's
+warm-up thread would otherwise be timed). For each server: a few warm-up recalls, then QUERIES
+rounds of one trivial call (`get_profile`) and one `recall` of a bag of 6-8 common words,
+interleaved. The server share is p50(recall) - p50(trivial call).
 
 Run: ``python -m pytest benches/test_fts_mcp_bench.py --benchmark-enable -s``
 (``CPERSONA_BENCH_FTS_ROWS`` picks sizes; results also go to ``$CPERSONA_BENCH_OUT`` as JSON).
@@ -26,8 +27,11 @@ import anyio
 import fts_bench_support as support
 import numpy as np
 import pytest
+from cpersona._backend import kernels
 from cpersona.embedding.hashing import HashingProvider
+from cpersona.fts.index import FtsIndex
 from cpersona.storage import open_database
+from cpersona.vectors.index import VectorIndex
 from mcp import Client, StdioServerParameters
 
 pytestmark = pytest.mark.timeout(3600)
@@ -65,6 +69,29 @@ def _embedded(path: Path) -> Path:
         db.close()
     tmp.rename(out)
     return out
+
+
+INDEX_FILES = (".memories.vec", ".episodes.vec", ".memories.fts", ".episodes.fts")
+
+
+def _with_indexes(source: Path) -> None:
+    """Build the vector and full-text index files beside the cached corpus once, so that a
+    server starts on current indexes (a rebuild in its warm-up thread would be timed)."""
+    if all(Path(f"{source}{ext}").exists() for ext in INDEX_FILES):
+        return
+    db = open_database(str(source))
+    try:
+        for table in ("memories", "episodes"):
+            VectorIndex(db, table).rebuild()
+            FtsIndex(db, table, kernels.FtsIndex).rebuild()
+    finally:
+        db.close()
+
+
+def _private_copy(source: Path, dest: Path) -> None:
+    shutil.copy(source, dest)
+    for ext in INDEX_FILES:
+        shutil.copy(f"{source}{ext}", f"{dest}{ext}")
 
 
 async def _measure(db: Path, fts_index: bool, rounds: int) -> dict[str, float]:
@@ -105,11 +132,12 @@ async def _measure(db: Path, fts_index: bool, rounds: int) -> dict[str, float]:
 def test_recall_server_share(corpus: Path, rows: int, request, tmp_path: Path) -> None:
     full = request.config.getoption("benchmark_enable", False)
     source = _embedded(corpus)
+    _with_indexes(source)
     rounds = 60 if full else 5
     results = {}
     for label, on in (("index", True), ("fts5", False)):
         private = tmp_path / f"{label}.db"
-        shutil.copy(source, private)
+        _private_copy(source, private)
         results[label] = anyio.run(_measure, private, on, rounds)
     print(f"\n{rows} rows: {json.dumps(results)}")
     out = os.environ.get("CPERSONA_BENCH_OUT")

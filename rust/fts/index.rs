@@ -59,6 +59,13 @@ struct Slot {
     columns: Box<[Box<str>]>,
 }
 
+/// A trigram's rows, ascending by slot, and its number of windows in each (saturating).
+#[derive(Default)]
+struct Postings {
+    slots: Vec<u32>,
+    counts: Vec<u8>,
+}
+
 /// The rows containing one folded phrase, ascending by slot, with the instance count in each.
 #[derive(Clone, Default)]
 struct Phrase {
@@ -107,7 +114,7 @@ pub struct FtsIndex {
     agents: Vec<u64>,
     sizes: Vec<u64>,
     by_id: HashMap<i64, u32>,
-    postings: HashMap<u64, Vec<u32>>,
+    postings: HashMap<u64, Postings>,
     live_tokens: u64,
     cache: Mutex<HashMap<Box<str>, Arc<Phrase>>>,
 }
@@ -191,9 +198,10 @@ impl FtsIndex {
             columns.push(folded.into_boxed_str());
         }
         keys.sort_unstable();
-        keys.dedup();
-        for key in keys {
-            self.postings.entry(key).or_default().push(slot);
+        for run in keys.chunk_by(|a, b| a == b) {
+            let list = self.postings.entry(run[0]).or_default();
+            list.slots.push(slot);
+            list.counts.push(u8::try_from(run.len()).unwrap_or(u8::MAX));
         }
         for (term, phrase) in cache.iter_mut() {
             let finder = Finder::new(term.as_bytes());
@@ -295,20 +303,37 @@ impl FtsIndex {
         let mut lists = Vec::with_capacity(keys.len());
         for key in &keys {
             match self.postings.get(key) {
-                Some(list) => lists.push(list.as_slice()),
+                Some(list) => lists.push(list),
                 None => return Phrase::default(),
             }
         }
         if lists.is_empty() {
             return Phrase::default();
         }
+        let finder = Finder::new(term.as_bytes());
+        let mut out = Phrase::default();
+        if term.chars().count() == 3 {
+            // One window: the rows holding the trigram are the phrase's rows, and the
+            // trigram's count in a row is the phrase frequency (counted anew only if saturated).
+            let list = lists[0];
+            for (&slot, &count) in list.slots.iter().zip(&list.counts) {
+                if self.alive[slot as usize] {
+                    let tf = if count < u8::MAX {
+                        u32::from(count)
+                    } else {
+                        self.frequency(slot, &finder)
+                    };
+                    out.push(slot, tf, self.sizes[slot as usize]);
+                }
+            }
+            return out;
+        }
+        let mut lists: Vec<&[u32]> = lists.iter().map(|l| l.slots.as_slice()).collect();
         lists.sort_by_key(|l| l.len());
         let (drive, others) = lists.split_first().expect("non-empty");
         // Two more lists prune nearly all false candidates; the text search settles the rest.
         let others = &others[..others.len().min(2)];
         let mut cursors = vec![0usize; others.len()];
-        let finder = Finder::new(term.as_bytes());
-        let mut out = Phrase::default();
         'rows: for &slot in *drive {
             if !self.alive[slot as usize] {
                 continue;
@@ -318,16 +343,21 @@ impl FtsIndex {
                     continue 'rows;
                 }
             }
-            let tf: u32 = self.slots[slot as usize]
-                .columns
-                .iter()
-                .map(|c| occurrences(&finder, c.as_bytes()))
-                .sum();
+            let tf = self.frequency(slot, &finder);
             if tf > 0 {
                 out.push(slot, tf, self.sizes[slot as usize]);
             }
         }
         out
+    }
+
+    /// Occurrences of a phrase in one row, over its columns.
+    fn frequency(&self, slot: u32, finder: &Finder<'_>) -> u32 {
+        self.slots[slot as usize]
+            .columns
+            .iter()
+            .map(|c| occurrences(finder, c.as_bytes()))
+            .sum()
     }
 
     /// The top `limit` rows of `scope` matching any of `terms` (already-folded query phrases,
