@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 from cpersona.storage import open_database
-from fts_support import fts_index, indexed, oracle, scope
+from fts_support import HAS_CORE, fts_index, indexed, oracle, scope
 
 from benches.quality import datasets
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not HAS_CORE, reason="the full-text index needs the Rust core"),
+]
 
 
 def corpus(name: str) -> datasets.Corpus:

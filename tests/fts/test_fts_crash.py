@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 from cpersona.storage import open_database
-from fts_support import fts_index, indexed, oracle, scope
+from fts_support import HAS_CORE, fts_index, indexed, oracle, scope
+
+pytestmark = pytest.mark.skipif(not HAS_CORE, reason="the full-text index needs the Rust core")
 
 WRITER = Path(__file__).parent / "fts_writer.py"
 QUERIES = ["maybe the promotion", "東京都 hiring", "when there café", "🙂🙂🙂 load decided"]

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from cpersona.storage import open_database
-from fts_support import fts_index, indexed, oracle, scope
+from fts_support import HAS_CORE, fts_index, indexed, oracle, scope
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+pytestmark = pytest.mark.skipif(not HAS_CORE, reason="the full-text index needs the Rust core")
 
 # Words that overlap as substrings, in several scripts, with FTS5 syntax and edge characters.
 WORDS = [
