@@ -6,7 +6,8 @@ embedder (384-d, the server's `CPERSONA_EMBEDDING_MODE=hashing`), copied private
 writes recall counts) with index files built once beside the cache (a rebuild in the server's
 warm-up thread would otherwise be timed). For each server: a few warm-up recalls, then QUERIES
 rounds of one trivial call (`get_profile`) and one `recall` of a bag of 6-8 common words,
-interleaved. The server share is p50(recall) - p50(trivial call).
+interleaved; then QUERIES / 2 `store` calls (hashing embedder: the embedding costs ~0.5 ms).
+The server share is p50(recall) - p50(trivial call).
 
 Run: ``python -m pytest benches/test_fts_mcp_bench.py --benchmark-enable -s``
 (``CPERSONA_BENCH_FTS_ROWS`` picks sizes; results also go to ``$CPERSONA_BENCH_OUT`` as JSON).
@@ -119,6 +120,13 @@ async def _measure(db: Path, fts_index: bool, rounds: int) -> dict[str, float]:
             assert not r.is_error, r.content[0].text
             trivial_ms.append((t1 - t0) * 1e3)
             recall_ms.append((t2 - t1) * 1e3)
+        store_ms = []
+        for i in range(rounds // 2):
+            message = {"id": f"bench-{fts_index}-{i}", "content": f"{queries[i]} stored {i}"}
+            t0 = time.perf_counter()
+            r = await client.call_tool("store", {"agent_id": "bench", "message": message})
+            store_ms.append((time.perf_counter() - t0) * 1e3)
+            assert not r.is_error, r.content[0].text
     recall_p50, trivial_p50 = statistics.median(recall_ms), statistics.median(trivial_ms)
     q = statistics.quantiles(recall_ms, n=4)
     return {
@@ -126,6 +134,7 @@ async def _measure(db: Path, fts_index: bool, rounds: int) -> dict[str, float]:
         "recall_iqr_ms": round(q[2] - q[0], 2),
         "trivial_p50_ms": round(trivial_p50, 2),
         "server_share_ms": round(recall_p50 - trivial_p50, 2),
+        "store_p50_ms": round(statistics.median(store_ms), 2),
     }
 
 
