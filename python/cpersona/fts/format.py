@@ -5,13 +5,17 @@ The layout is docs/fts-index.md; `rust/fts/index.rs` parses the records.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cpersona.storage.fts import FtsRow
-from cpersona.vectors.format import scope_hash
+from cpersona.vectors import format as vector_format
+
+#: Scope values repeat across rows (agents, projects, channels): hash each once.
+_scope_hash = functools.lru_cache(maxsize=65536)(vector_format.scope_hash)
 
 MAGIC = b"CPFTSIX1"
 VERSION = 1
@@ -71,10 +75,10 @@ def put_record(row: FtsRow) -> bytes:
     body = _PUT.pack(
         1,
         row.id,
-        scope_hash(row.agent_id),
-        scope_hash(row.project_id),
-        scope_hash(row.channel),
-        0 if row.source_id is None else scope_hash(row.source_id),
+        _scope_hash(row.agent_id),
+        _scope_hash(row.project_id),
+        _scope_hash(row.channel),
+        0 if row.source_id is None else _scope_hash(row.source_id),
         row.key,
         len(texts),
     ) + b"".join(_U32.pack(len(t)) + t for t in texts)
