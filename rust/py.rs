@@ -6,7 +6,8 @@
 //! back. Work on caller-owned numpy buffers keeps the GIL, because another Python thread could
 //! write to them; the index scan copies its small inputs first and releases the GIL while it
 //! reads the mapping, which Rust owns. `python/cpersona/_fallback.py` is the numpy twin of
-//! everything here: same names, signatures, defaults, dtypes and exceptions.
+//! everything here: same names, signatures, defaults, dtypes and exceptions, except `FtsIndex`
+//! and `fts_fold`, whose fallback is the FTS5 statement they reproduce.
 
 // Doc comments here are Python docstrings, written for Python readers, not rustdoc; and pyo3
 // hands extracted arguments over by value.
@@ -413,6 +414,7 @@ impl FtsIndexPy {
 
     /// The top `limit` rows of the scope matching any of `terms` (query phrases, in query
     /// order) -> (ids int64, bm25 float64), by bm25 ascending then id ascending.
+    #[allow(clippy::too_many_arguments)] // the scope's parts are the documented API
     fn search<'py>(
         &self,
         py: Python<'py>,

@@ -1,4 +1,4 @@
-//! The text rules of SQLite's FTS5 trigram tokenizer (case folding on, no diacritic removal),
+//! The text rules of `SQLite`'s FTS5 trigram tokenizer (case folding on, no diacritic removal),
 //! as this crate reproduces them.
 //!
 //! A column's tokens are every window of three consecutive code points of its folded text, the
@@ -9,7 +9,7 @@
 
 use super::fold_table::FOLD;
 
-/// The code point the tokenizer folds `c` to (measured from SQLite: `tools/gen_fold_table.py`).
+/// The code point the tokenizer folds `c` to (measured from `SQLite`: `tools/gen_fold_table.py`).
 #[must_use]
 pub fn fold_char(c: u32) -> u32 {
     if c < 128 {

@@ -74,7 +74,7 @@ struct Phrase {
     /// Live rows among `slots` (FTS5's `nHit`).
     hits: i64,
     /// The largest frequency and the smallest row size among `slots`: the phrase's best
-    /// possible contribution to a score (MaxScore's bound) is reached at these.
+    /// possible contribution to a score (the `MaxScore` bound) is reached at these.
     max_tf: u32,
     min_size: u64,
 }
@@ -174,7 +174,7 @@ impl FtsIndex {
             match record {
                 Record::Put(doc) => {
                     self.remove(doc.id, &mut cache);
-                    self.insert(doc, &mut cache);
+                    self.insert(&doc, &mut cache);
                 }
                 Record::Delete(id) => self.remove(id, &mut cache),
             }
@@ -186,7 +186,7 @@ impl FtsIndex {
         }
     }
 
-    fn insert(&mut self, doc: Doc, cache: &mut HashMap<Box<str>, Arc<Phrase>>) {
+    fn insert(&mut self, doc: &Doc, cache: &mut HashMap<Box<str>, Arc<Phrase>>) {
         let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 slots");
         let mut tokens = 0u64;
         let mut columns = Vec::with_capacity(doc.columns.len());
@@ -268,7 +268,7 @@ impl FtsIndex {
                     key: slot.key,
                     columns: slot.columns.iter().map(ToString::to_string).collect(),
                 };
-                self.insert(doc, &mut none);
+                self.insert(&doc, &mut none);
             }
         }
     }
@@ -364,7 +364,7 @@ impl FtsIndex {
     /// in query order), as `(id, bm25)` ordered by bm25 ascending then id ascending: what
     /// `ORDER BY bm25(fts), id LIMIT limit` returns over the FTS5 table joined to the scope.
     ///
-    /// MaxScore: phrases are taken by their best possible contribution, largest first, each
+    /// `MaxScore`: phrases are taken by their best possible contribution, largest first, each
     /// adding to every row in scope it matches; once the `limit`-th best partial score beats
     /// what all the phrases left could add, rows not yet seen cannot reach the top, and the
     /// remaining phrases only complete the rows already seen (by lookup when those are few).
@@ -447,13 +447,13 @@ impl FtsIndex {
             .iter()
             .map(|&slot| {
                 let s = slot as usize;
-                let mut score = 0.0f64;
+                let mut sum = 0.0f64;
                 for (i, p) in phrases.iter().enumerate() {
                     if let Some(tf) = p.tf_of(slot) {
-                        score += contribution(idfs[i], tf, self.sizes[s], avgdl);
+                        sum += contribution(idfs[i], tf, self.sizes[s], avgdl);
                     }
                 }
-                (self.slots[s].id, -score)
+                (self.slots[s].id, -sum)
             })
             .collect();
         let by_rank = |a: &(i64, f64), b: &(i64, f64)| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0));
