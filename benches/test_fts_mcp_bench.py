@@ -4,10 +4,11 @@ same server answering the FTS arms with FTS5 (`CPERSONA_FTS_INDEX=false`).
 The corpora of test_fts_bench.py (common-word sentences), every row embedded by the hashing
 embedder (384-d, the server's `CPERSONA_EMBEDDING_MODE=hashing`), copied privately (recall
 writes recall counts) with index files built once beside the cache (a rebuild in the server's
-warm-up thread would otherwise be timed). For each server: a few warm-up recalls, then QUERIES
-rounds of one trivial call (`get_profile`) and one `recall` of a bag of 6-8 common words,
-interleaved; then QUERIES / 2 `store` calls (hashing embedder: the embedding costs ~0.5 ms).
-The server share is p50(recall) - p50(trivial call).
+warm-up thread would otherwise be timed). Both servers run at once: a few warm-up recalls each,
+then QUERIES rounds in which each server (first one, then the other, alternating) answers one
+trivial call (`get_profile`) and one `recall` of a bag of 6-8 common words; then QUERIES / 2
+`store` calls each (hashing embedder: the embedding costs ~0.5 ms). The server share is
+p50(recall) - p50(trivial call).
 
 Run: ``python -m pytest benches/test_fts_mcp_bench.py --benchmark-enable -s``
 (``CPERSONA_BENCH_FTS_ROWS`` picks sizes; results also go to ``$CPERSONA_BENCH_OUT`` as JSON).
@@ -95,7 +96,7 @@ def _private_copy(source: Path, dest: Path) -> None:
         shutil.copy(f"{source}{ext}", f"{dest}{ext}")
 
 
-async def _measure(db: Path, fts_index: bool, rounds: int) -> dict[str, float]:
+def _params(db: Path, fts_index: bool) -> StdioServerParameters:
     env = {
         "CPERSONA_DB_PATH": str(db),
         "CPERSONA_EMBEDDING_MODE": "hashing",
@@ -105,40 +106,64 @@ async def _measure(db: Path, fts_index: bool, rounds: int) -> dict[str, float]:
         "CPERSONA_CALIBRATE_ON_MODEL_CHANGE": "false",
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
     }
-    params = StdioServerParameters(
+    return StdioServerParameters(
         command=sys.executable, args=["-m", "cpersona"], env=env, cwd=str(db.parent)
     )
+
+
+async def _round(client: Client, q: str, out: dict[str, list[float]]) -> None:
+    t0 = time.perf_counter()
+    await client.call_tool("get_profile", {"agent_id": "bench"})
+    t1 = time.perf_counter()
+    r = await client.call_tool("recall", {"agent_id": "bench", "query": q, "limit": 10})
+    t2 = time.perf_counter()
+    assert not r.is_error, r.content[0].text
+    out["trivial"].append((t1 - t0) * 1e3)
+    out["recall"].append((t2 - t1) * 1e3)
+
+
+async def _store(client: Client, label: str, i: int, q: str, out: dict[str, list[float]]) -> None:
+    message = {"id": f"bench-{label}-{i}", "content": f"{q} stored {i}"}
+    t0 = time.perf_counter()
+    r = await client.call_tool("store", {"agent_id": "bench", "message": message})
+    out["store"].append((time.perf_counter() - t0) * 1e3)
+    assert not r.is_error, r.content[0].text
+
+
+async def _measure(dbs: dict[str, Path], rounds: int) -> dict[str, dict[str, float]]:
+    """Both servers at once, their calls alternating (who goes first alternates too), so that
+    the shared machine's load falls on both alike."""
     queries = support.queries()
-    recall_ms, trivial_ms = [], []
-    async with Client(params) as client:
+    times = {label: {"trivial": [], "recall": [], "store": []} for label in dbs}
+    labels = list(dbs)
+    async with (
+        Client(_params(dbs[labels[0]], labels[0] == "index")) as first,
+        Client(_params(dbs[labels[1]], labels[1] == "index")) as second,
+    ):
+        clients = {labels[0]: first, labels[1]: second}
         for q in queries[:3]:
-            await client.call_tool("recall", {"agent_id": "bench", "query": q, "limit": 10})
+            for client in clients.values():
+                await client.call_tool("recall", {"agent_id": "bench", "query": q, "limit": 10})
         for i in range(rounds):
-            q = queries[i % len(queries)]
-            t0 = time.perf_counter()
-            await client.call_tool("get_profile", {"agent_id": "bench"})
-            t1 = time.perf_counter()
-            r = await client.call_tool("recall", {"agent_id": "bench", "query": q, "limit": 10})
-            t2 = time.perf_counter()
-            assert not r.is_error, r.content[0].text
-            trivial_ms.append((t1 - t0) * 1e3)
-            recall_ms.append((t2 - t1) * 1e3)
-        store_ms = []
+            order = labels if i % 2 == 0 else labels[::-1]
+            for label in order:
+                await _round(clients[label], queries[i % len(queries)], times[label])
         for i in range(rounds // 2):
-            message = {"id": f"bench-{fts_index}-{i}", "content": f"{queries[i]} stored {i}"}
-            t0 = time.perf_counter()
-            r = await client.call_tool("store", {"agent_id": "bench", "message": message})
-            store_ms.append((time.perf_counter() - t0) * 1e3)
-            assert not r.is_error, r.content[0].text
-    recall_p50, trivial_p50 = statistics.median(recall_ms), statistics.median(trivial_ms)
-    q = statistics.quantiles(recall_ms, n=4)
-    return {
-        "recall_p50_ms": round(recall_p50, 2),
-        "recall_iqr_ms": round(q[2] - q[0], 2),
-        "trivial_p50_ms": round(trivial_p50, 2),
-        "server_share_ms": round(recall_p50 - trivial_p50, 2),
-        "store_p50_ms": round(statistics.median(store_ms), 2),
-    }
+            order = labels if i % 2 == 0 else labels[::-1]
+            for label in order:
+                await _store(clients[label], label, i, queries[i], times[label])
+    out = {}
+    for label, t in times.items():
+        recall_p50, trivial_p50 = statistics.median(t["recall"]), statistics.median(t["trivial"])
+        q = statistics.quantiles(t["recall"], n=4)
+        out[label] = {
+            "recall_p50_ms": round(recall_p50, 2),
+            "recall_iqr_ms": round(q[2] - q[0], 2),
+            "trivial_p50_ms": round(trivial_p50, 2),
+            "server_share_ms": round(recall_p50 - trivial_p50, 2),
+            "store_p50_ms": round(statistics.median(t["store"]), 2),
+        }
+    return out
 
 
 def test_recall_server_share(corpus: Path, rows: int, request, tmp_path: Path) -> None:
@@ -146,11 +171,11 @@ def test_recall_server_share(corpus: Path, rows: int, request, tmp_path: Path) -
     source = _embedded(corpus)
     _with_indexes(source)
     rounds = 60 if full else 5
-    results = {}
-    for label, on in (("index", True), ("fts5", False)):
-        private = tmp_path / f"{label}.db"
-        _private_copy(source, private)
-        results[label] = anyio.run(_measure, private, on, rounds)
+    dbs = {}
+    for label in ("index", "fts5"):
+        dbs[label] = tmp_path / f"{label}.db"
+        _private_copy(source, dbs[label])
+    results = anyio.run(_measure, dbs, rounds)
     print(f"\n{rows} rows: {json.dumps(results)}")
     out = os.environ.get("CPERSONA_BENCH_OUT")
     if out:
