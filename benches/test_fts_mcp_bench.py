@@ -104,7 +104,11 @@ def _params(db: Path, fts_index: bool) -> StdioServerParameters:
         # A fresh copy has no calibration sidecar: the start-up calibration would run its
         # pseudo-recalls in the background for minutes at 100,000 rows, inside the timings.
         "CPERSONA_CALIBRATE_ON_MODEL_CHANGE": "false",
-        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        # Absolute: the server runs in the database's directory, and a relative entry (the
+        # usual `PYTHONPATH=python` of a worktree) would silently load another checkout.
+        "PYTHONPATH": os.pathsep.join(
+            str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+        ),
     }
     return StdioServerParameters(
         command=sys.executable, args=["-m", "cpersona"], env=env, cwd=str(db.parent)
