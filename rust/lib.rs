@@ -2,11 +2,13 @@
 //!
 //! The pure modules hold all the logic and never import pyo3, so `cargo test` runs without
 //! Python: `error` (the one error type), `store` (the mmap'd index file), `scan` (dot kernels and
-//! the scans), `topk` (bounded selection under the total order) and `fusion` (rrf, rsf). `py` is
+//! the scans), `topk` (bounded selection under the total order), `fusion` (rrf, rsf) and `fts`
+//! (the full-text index: FTS5's trigram matching and bm25 over owned postings). `py` is
 //! the only module that knows about Python, and it is built only under the `python` feature.
 //! Nothing here knows about `SQLite`, memory ids or users: it sees slots, scope hashes and scores.
 
 pub mod error;
+pub mod fts;
 pub mod fusion;
 pub mod scan;
 pub mod store;

@@ -12,6 +12,10 @@ Everything here must answer exactly as the Rust core does, tie-breaks included:
   scores are identical bits.
 - Arrays must already have the documented dtype (``TypeError``) and be C-contiguous with the
   documented number of dimensions (``ValueError``); nothing is converted silently.
+
+One exception: the full-text index (`_core.FtsIndex`, `_core.fts_fold`) has no twin here. Its
+fallback is the FTS5 statement it reproduces (docs/fts-index.md), which the pipeline runs
+whenever the core is absent.
 """
 
 from __future__ import annotations

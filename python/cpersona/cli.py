@@ -64,9 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     web.add_argument("--host", help="override CPERSONA_WEB_HOST (default 127.0.0.1)")
     web.add_argument("--port", type=_port, help="override CPERSONA_WEB_PORT (default 8403)")
-    index = sub.add_parser("index", help="inspect or repair the vector index files")
+    index = sub.add_parser("index", help="inspect or repair the vector and full-text index files")
     index.add_argument("action", choices=("status", "rebuild", "verify"))
     index.add_argument("--table", choices=("memories", "episodes"), help="default: both")
+    index.add_argument(
+        "--kind", choices=("vector", "fulltext", "all"), default="all", help="default: all"
+    )
     export = sub.add_parser("export", help="write a JSONL backup (export_memories)")
     export.add_argument("path")
     export.add_argument("--agent", default="", help="one agent (default: every agent)")
@@ -123,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "index":
         from cpersona.vectors.cli import run_index_command
 
-        return run_index_command(settings, args.action, args.table)
+        return run_index_command(settings, args.action, args.table, args.kind)
     if command in ("export", "import"):
         from cpersona.portability import commands
 

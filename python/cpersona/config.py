@@ -44,6 +44,8 @@ _VARS: tuple[_Var, ...] = (
     # Storage, limits and surface (surface.md §13.2)
     _v("db_path", "str", "data/cpersona.db"),
     _v("fts_enabled", "bool", True),
+    # The FTS arms from the Rust core's full-text index (docs/fts-index.md); false = FTS5 SQL.
+    _v("fts_index", "bool", True),
     _v("max_content_length", "int", 16000, low=1),
     _v("max_profile_length", "int", 2000, low=1),
     _v("max_metadata_length", "int", 8000, low=1),
@@ -165,6 +167,7 @@ class Settings:
 
     db_path: str = "data/cpersona.db"
     fts_enabled: bool = True
+    fts_index: bool = True
     max_content_length: int = 16000
     max_profile_length: int = 2000
     max_metadata_length: int = 8000

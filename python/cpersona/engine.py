@@ -21,6 +21,7 @@ from cpersona.storage import Database, open_database
 if TYPE_CHECKING:
     from cpersona.embedding.base import EmbeddingProvider
     from cpersona.embedding.cache import CachedProvider
+    from cpersona.fts.index import FtsIndex
     from cpersona.memory.writes import Writer
     from cpersona.retrieval.calibration import Calibrator
     from cpersona.retrieval.health import EmbeddingHealth
@@ -49,6 +50,8 @@ class Services:
     updates: UpdateCheck
     #: The remote vector service (CPERSONA_VECTOR_SEARCH_MODE=remote), or None.
     remote: RemoteVectors | None
+    #: The full-text indexes of the Rust core; empty where FTS5 answers the FTS arms.
+    fts: dict[str, FtsIndex]
 
 
 class Engine:
@@ -75,6 +78,7 @@ class Engine:
 
     def _build(self) -> Services:
         from cpersona.embedding.cache import CachedProvider
+        from cpersona.fts.index import open_fts_indexes
         from cpersona.memory.writes import Writer
         from cpersona.retrieval.calibration import Calibrator
         from cpersona.retrieval.health import EmbeddingHealth
@@ -97,6 +101,7 @@ class Engine:
                 embedder, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
             )
         indexes = {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
+        fts = open_fts_indexes(self.db, enabled=settings.fts_enabled and settings.fts_index)
         remote = RemoteVectors.from_settings(settings)
         if remote is not None and not settings.store_blob:
             log.info(
@@ -107,7 +112,9 @@ class Engine:
         writer = Writer(self.db, settings, embedder, after_write=self._after_write, remote=remote)
         thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
         health = EmbeddingHealth(settings.transport)
-        recaller = Recaller(self.db, settings, embedder, indexes, thresholds, health, remote=remote)
+        recaller = Recaller(
+            self.db, settings, embedder, indexes, thresholds, health, fts, remote=remote
+        )
         calibrator = Calibrator(
             self.db,
             settings,
@@ -127,6 +134,7 @@ class Engine:
             tasks=TaskQueue(self.db, settings, writer, self.pause),
             updates=UpdateCheck(settings),
             remote=remote,
+            fts=fts,
         )
 
     @property
@@ -177,6 +185,10 @@ class Engine:
         return self.services.remote
 
     @property
+    def fts(self) -> dict[str, FtsIndex]:
+        return self.services.fts
+
+    @property
     def updates(self) -> UpdateCheck:
         return self.services.updates
 
@@ -205,10 +217,16 @@ class Engine:
                 # index path must not turn a done write into an error (scans read SQLite, and
                 # the next sync catches up). One line, no traceback: it repeats per write.
                 log.warning("the %s index is behind SQLite: %s", index.table, exc)
+        for fts in self.fts.values():
+            try:
+                fts.refresh()
+            except OSError as exc:  # the same promise for the full-text index
+                log.warning("the %s full-text index is behind SQLite: %s", fts.table, exc)
 
     def warm_indexes(self) -> None:
-        """Bring both index files current (rebuilding a missing one)."""
-        for index in self.indexes.values():
+        """Bring the index files current (rebuilding a missing one), the full-text indexes
+        into memory."""
+        for index in [*self.indexes.values(), *self.fts.values()]:
             if self._closed.is_set():
                 return
             try:
@@ -277,6 +295,8 @@ class Engine:
         finally:
             for index in services.indexes.values():
                 index.close()
+            for fts in services.fts.values():
+                fts.close()
             self.db.close()
 
 

@@ -10,7 +10,7 @@ import logging
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +20,8 @@ from cpersona._backend import kernels
 from cpersona.config import Settings
 from cpersona.embedding.base import EmbeddingMisconfigured
 from cpersona.errors import EmbeddingUnavailable
+from cpersona.fts import search as fts_search
+from cpersona.fts.index import FtsIndex
 from cpersona.memory.text import parse_utc
 from cpersona.models import ProjectFilter
 from cpersona.retrieval import scoring
@@ -41,13 +43,21 @@ from cpersona.retrieval.thresholds import Thresholds
 from cpersona.storage import Database
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage import retrieval as sql
-from cpersona.storage.retrieval import ScopeSql
+from cpersona.storage.retrieval import EpisodeHit, MemoryHit, ScopeSql
 from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.remote import RemoteVectors
 from cpersona.vectors.search import Scope, scan
 
 log = logging.getLogger("cpersona.recall")
+
+
+def match_terms_of(match: str) -> list[str]:
+    """The terms of a MATCH expression built by `match_expression`: `"t1" OR "t2"`, each with
+    its quotes doubled. No term holds whitespace, so `" OR "` only ever separates terms."""
+    if not match:
+        return []
+    return [t.replace('""', '"') for t in match[1:-1].split('" OR "')]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +92,13 @@ class Recaller:
         indexes: dict[str, VectorIndex],
         thresholds: Thresholds,
         health: EmbeddingHealth,
+        fts: dict[str, FtsIndex] | None = None,
         *,
         remote: RemoteVectors | None = None,
     ) -> None:
         self.db = db
+        #: The full-text indexes; without them (no Rust core) FTS5 answers the FTS arms.
+        self.fts = fts or {}
         self.remote = remote
         self.s = settings
         self.embedder = embedder
@@ -259,11 +272,30 @@ class Recaller:
             out.append(row)
         return out
 
+    def _memory_fts(self, scope: ScopeSql, source: str, match: str, limit: int) -> list[MemoryHit]:
+        """The memory FTS channel: the full-text index, else the FTS5 statement (same rows)."""
+        index = self.fts.get("memories")
+        if index is not None:
+            ranked = fts_search.ranked(index, match_terms_of(match), scope, source, limit)
+            if ranked is not None:
+                rows = sql.memories_by_id(self.db, [i for i, _ in ranked], scope, source)
+                return [replace(rows[i], bm25=b) for i, b in ranked if i in rows]
+        return sql.memory_fts(self.db, scope, source, match, limit)
+
+    def _episode_hits(self, scope: ScopeSql, match: str, limit: int) -> list[EpisodeHit]:
+        index = self.fts.get("episodes")
+        if index is not None:
+            ranked = fts_search.ranked(index, match_terms_of(match), scope, "", limit)
+            if ranked is not None:
+                rows = sql.episodes_by_id(self.db, [i for i, _ in ranked], scope)
+                return [replace(rows[i], bm25=b) for i, b in ranked if i in rows]
+        return sql.episode_fts(self.db, scope, match, limit)
+
     def _episode_fts(self, scope: ScopeSql, match: str, limit: int) -> list[Candidate]:
         if not (self.s.fts_enabled and match and limit > 0):
             return []
         try:
-            return [from_episode(h) for h in sql.episode_fts(self.db, scope, match, limit)]
+            return [from_episode(h) for h in self._episode_hits(scope, match, limit)]
         except sqlite3.OperationalError as exc:
             log.warning("episode FTS failed (%s); that channel is empty for this recall", exc)
             return []
@@ -279,7 +311,7 @@ class Recaller:
         hits: list[Any] = []
         if self.s.fts_enabled and match:
             try:
-                hits = sql.memory_fts(self.db, scope, req.source_id, match, limit)
+                hits = self._memory_fts(scope, req.source_id, match, limit)
             except sqlite3.OperationalError as exc:
                 log.warning("memory FTS failed (%s); using the LIKE fallback", exc)
                 hits = []
