@@ -11,6 +11,7 @@ __all__ = [
     "DEBUG_BUILD",
     "DEFAULT_CHUNK_ROWS",
     "KERNEL",
+    "Unigram",
     "VectorIndex",
     "__version__",
     "merge_top_k",
@@ -97,3 +98,22 @@ class VectorIndex:
         threads: int = 1,
     ) -> tuple[_I64, _F32, _I64, _F32]:
         """-> (near_ids, near_scores, far_ids, far_scores), each best first."""
+
+@final
+class Unigram:
+    """SentencePiece unigram tokenizer over a model's own tables (rust/unigram.rs)."""
+
+    def __init__(
+        self,
+        blob: bytes,
+        offsets: npt.NDArray[np.uint32],
+        scores: npt.NDArray[np.float32],
+        unk_id: int,
+        norm_cp: npt.NDArray[np.uint32],
+        norm_off: npt.NDArray[np.uint32],
+        norm_out: npt.NDArray[np.uint32],
+    ) -> None: ...
+    def normalize(self, text: str) -> str:
+        """The normalised text the split runs over (spaces as U+2581)."""
+    def encode(self, text: str) -> list[int]:
+        """Piece ids of text, without start and end tokens."""
