@@ -714,7 +714,8 @@ class Unigram:
         if len(norm_off) != len(norm_cp) + 1:
             raise ValueError("norm_off must hold one more entry than norm_cp")
         self._norm: dict[int, str] = {}
-        for cp, (start, end) in zip(norm_cp.tolist(), itertools.pairwise(norm_off.tolist()), strict=True):
+        bounds = itertools.pairwise(norm_off.tolist())
+        for cp, (start, end) in zip(norm_cp.tolist(), bounds, strict=True):
             if start > end or end > len(norm_out):
                 raise ValueError("norm offsets must rise within norm_out")
             try:

@@ -152,40 +152,60 @@ def graph_path() -> Path:
     return Path(str(resources.files("cpersona.embedding") / "data" / "e5-encoder.onnx"))
 
 
-def nbits(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def interleaved(width: int) -> np.ndarray:
+    """The feature order the model runs in: in each block of 32, features 0, 16, 1, 17, ...
+
+    The file stores weight j and weight j + 16 of a block in one byte; `MatMulNBits` reads a
+    byte as two neighbouring weights (low nibble first). Listing every input feature in this
+    order makes the file's bytes exactly MatMulNBits' layout, so the 4-bit weights load
+    without being repacked. A block holds the same 32 features in either order, so activation
+    rounding (per block) and every sum are unchanged; features are merely listed differently,
+    and the engine puts the pooled vector back in the model's order.
+    """
+    within = np.stack([np.arange(16), np.arange(16, 32)], axis=1).ravel()
+    return (np.arange(0, width, QK)[:, np.newaxis] + within).ravel()
+
+
+def nbits(blocks: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`MatMulNBits` weights (N, blocks, 16) uint8 and scales (N, blocks) of a Q4 matrix.
 
-    MatMulNBits packs weights in order, two to a byte, low nibble first; the file keeps weight j
-    and j + 16 in one byte. Its default zero point, 8, is the file's offset.
+    Output rows are taken in the order `rows` (the next layer's input order). Inputs are read
+    in `interleaved` order (see there); MatMulNBits' default zero point, 8, is the file's.
     """
-    qs = blocks["qs"]
-    ordered = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # weights 0..31 of each block
-    packed = ordered[..., 0::2] | (ordered[..., 1::2] << 4)
-    return np.ascontiguousarray(packed, dtype=np.uint8), blocks["d"].astype(np.float32)
+    picked = blocks[rows]
+    return np.ascontiguousarray(picked["qs"]), picked["d"].astype(np.float32)
 
 
 def weights(model: ModelFile) -> dict[str, np.ndarray]:
     """Every initializer the encoder graph names (e5_graph.py), from the model file.
 
-    Q, K and V of a layer become one matrix (one kernel call instead of three; each output
-    column is computed exactly as before).
+    All features are in `interleaved` order. Q, K and V of a layer become one matrix (one
+    kernel call instead of three; each output column is computed exactly as before).
     """
     s = model.shape
+    hidden, ffn = interleaved(s.hidden), interleaved(s.ffn)
     out: dict[str, np.ndarray] = {
-        "emb.ln.w": model.f32("emb.ln.w"),
-        "emb.ln.b": model.f32("emb.ln.b"),
+        "emb.ln.w": model.f32("emb.ln.w")[hidden],
+        "emb.ln.b": model.f32("emb.ln.b")[hidden],
     }
     for layer in range(s.layers):
         p = f"l{layer}."
-        qkv = np.concatenate([model.q4(p + k + ".w", s.hidden) for k in "qkv"])
-        out[p + "qkv.B"], out[p + "qkv.S"] = nbits(qkv)
-        out[p + "qkv.bias"] = np.concatenate([model.f32(p + k + ".b") for k in "qkv"])
-        for name, rows in (("ao", s.hidden), ("fi", s.ffn), ("fo", s.hidden)):
-            out[p + name + ".B"], out[p + name + ".S"] = nbits(model.q4(p + name + ".w", rows))
-            out[p + name + ".bias"] = model.f32(p + name + ".b")
+        parts = [nbits(model.q4(p + k + ".w", s.hidden), hidden) for k in "qkv"]
+        out[p + "qkv.B"] = np.concatenate([b for b, _ in parts])
+        out[p + "qkv.S"] = np.concatenate([d for _, d in parts])
+        out[p + "qkv.bias"] = np.concatenate([model.f32(p + k + ".b")[hidden] for k in "qkv"])
+        for name, rows, order in (
+            ("ao", s.hidden, hidden),
+            ("fi", s.ffn, ffn),
+            ("fo", s.hidden, hidden),
+        ):
+            out[p + name + ".B"], out[p + name + ".S"] = nbits(
+                model.q4(p + name + ".w", rows), order
+            )
+            out[p + name + ".bias"] = model.f32(p + name + ".b")[order]
         for ln in ("aln", "oln"):
-            out[p + ln + ".w"] = model.f32(p + ln + ".w")
-            out[p + ln + ".b"] = model.f32(p + ln + ".b")
+            out[p + ln + ".w"] = model.f32(p + ln + ".w")[hidden]
+            out[p + ln + ".b"] = model.f32(p + ln + ".b")[hidden]
     return out
 
 
@@ -219,13 +239,18 @@ class E5Engine:
             model.norm_out,
         )
         self._words = model.q4("emb.word", model.shape.vocab)
+        self._order = interleaved(model.shape.hidden)
         positions = model.f32("emb.pos").reshape(model.shape.positions, model.shape.hidden)
         # Token type 0 is the only one the model sees: fold it into the position rows.
-        self._positions = positions + model.f32("emb.type")[: model.shape.hidden]
+        types = model.f32("emb.type")[: model.shape.hidden]
+        self._positions = (positions + types)[:, self._order]
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3  # errors only: ORT's warnings would go to stderr
+        # Basic (constant folding, redundant nodes) only: the extended fusions (SkipLayerNorm,
+        # attention) tripled session creation here and made no run faster.
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
         if threads > 1:
             # Idle pool threads otherwise spin on a core for a while after each run.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -274,12 +299,14 @@ class E5Engine:
         for row, ids in enumerate(sequences):
             blocks = self._words[np.asarray(ids)]  # (tokens, blocks)
             qs = blocks["qs"]
-            values = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.float32) - 8.0
-            values *= blocks["d"].astype(np.float32)[..., np.newaxis]
+            # Low and high nibbles side by side: weights 0, 16, 1, 17, ... (`interleaved`).
+            values = np.stack([qs & 0x0F, qs >> 4], axis=-1).astype(np.float32) - 8.0
+            values *= blocks["d"].astype(np.float32)[..., np.newaxis, np.newaxis]
             x[row, : len(ids)] = values.reshape(len(ids), hidden) + self._positions[: len(ids)]
             mask[row, : len(ids)] = 1.0
         (pooled,) = self._session.run(["pooled"], {"embeddings": x, "mask": mask})
-        result: np.ndarray = pooled
+        result = np.empty_like(pooled)
+        result[:, self._order] = pooled
         return result
 
 
