@@ -255,7 +255,7 @@ class E5Engine:
             # Idle pool threads otherwise spin on a core for a while after each run.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         named = weights(model)
-        # The OrtValues borrow the arrays' memory; the session keeps what it needs.
+        # onnxruntime copies these into the session (its docs: the buffers may go afterwards).
         values = [onnxruntime.OrtValue.ortvalue_from_numpy(a) for a in named.values()]
         options.add_external_initializers(list(named), values)
         self._session = onnxruntime.InferenceSession(
@@ -273,7 +273,7 @@ class E5Engine:
         hidden = self.shape.hidden
         width = self.shape.positions - 2  # content tokens per window
         sums = np.zeros((len(batch), hidden), np.float64)
-        weights_ = np.zeros(len(batch), np.float64)
+        token_weights = np.zeros(len(batch), np.float64)
         windows: list[tuple[int, int, list[int]]] = []  # (text, weight, ids)
         for i, text in enumerate(batch):
             content = self._tokenizer.encode(_PREFIX[is_query] + text)
@@ -285,8 +285,8 @@ class E5Engine:
             for j, mean in zip(run, means, strict=True):
                 text, weight, _ = windows[j]
                 sums[text] += weight * mean
-                weights_[text] += weight
-        out = (sums / weights_[:, np.newaxis]).astype(np.float32)
+                token_weights[text] += weight
+        out = (sums / token_weights[:, np.newaxis]).astype(np.float32)
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-6)
         return out[0] if single else out
 
