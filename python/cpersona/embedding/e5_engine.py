@@ -77,9 +77,10 @@ class ModelFile:
         n, self.bos, self.eos, _pad, self.unk = struct.unpack_from("<5i", view, pos)
         (blob_len,) = struct.unpack_from("<Q", view, pos + 20)
         pos += 28
-        self.piece_offsets = np.frombuffer(view, "<u4", n + 1, pos)
+        # Copies: the tokenizer needs aligned arrays, and the file promises no alignment.
+        self.piece_offsets = np.frombuffer(view, "<u4", n + 1, pos).copy()
         pos += 4 * (n + 1)
-        self.piece_scores = np.frombuffer(view, "<f4", n, pos)
+        self.piece_scores = np.frombuffer(view, "<f4", n, pos).copy()
         pos += 4 * n
         self.piece_blob = bytes(view[pos : pos + blob_len])
         pos += blob_len
