@@ -17,6 +17,9 @@ default `CPERSONA_EMBEDDING_THREADS`).
 - load: a fresh interpreter per sample: from creating the provider to the end of its first
   embed (imports included: the server imports nothing of a model before its first embed).
 
+`--agreement N` instead compares the two e5 engines: token counts over every LoCoMo and JSQuAD
+text and question, and the cosine of their vectors over N of them drawn at random per corpus.
+
 The data comes from ../shared/bench-data (or CPERSONA_BENCH_DATA); nothing is copied.
 """
 
@@ -152,6 +155,33 @@ def load_latency(engines: tuple[str, ...], samples: int) -> Any:
     return {e: _stats(v) for e, v in spent.items()}
 
 
+def agreement(samples: int) -> str:
+    """Token counts over every text, cosines over `samples` random texts per corpus."""
+    import numpy as np
+    from cpersona.embedding.e5_engine import E5Engine
+
+    fast, c_engine = E5Engine(), _c_engine()
+    rng = np.random.default_rng(0)
+    total = mismatched = 0
+    cosines: list[float] = []
+    for corpus in (datasets.locomo(), datasets.jsquad()):
+        items = [(d.content, False) for d in corpus.docs]
+        items += [(q.text, True) for q in corpus.queries]
+        for text, is_query in items:
+            total += 1
+            ours = len(fast.token_ids(text, is_query))
+            mismatched += ours != c_engine.token_count(text, is_query)
+        for i in rng.choice(len(items), min(samples, len(items)), replace=False):
+            text, is_query = items[i]
+            cosines.append(float(fast.encode(text, is_query) @ c_engine.encode(text, is_query)))
+    values = np.array(cosines)
+    return (
+        f"token counts differ for {mismatched} of {total} texts; cosine over {len(values)} "
+        f"texts: min {values.min():.6f}, 1st percentile {np.percentile(values, 1):.6f}, "
+        f"median {np.median(values):.6f}"
+    )
+
+
 def _load_average() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -182,7 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loads", type=int, default=5, help="fresh interpreters per engine")
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument(
+        "--agreement", type=int, metavar="N", help="compare the two e5 engines' outputs instead"
+    )
     args = parser.parse_args(argv)
+    if args.agreement:
+        print(agreement(args.agreement))
+        return 0
     engines = tuple(e for e in args.engines.split(",") if e)
     result: dict[str, Any] = {"load_start": _load_average()}
     result["load"] = load_latency(engines, args.loads)
