@@ -15,6 +15,8 @@ engine averages windows of long texts first). Each layer is BERT's: fused QKV pr
 12-head attention restricted to the row's tokens, output projection, residual LayerNorm, GELU
 (erf) feed-forward, residual LayerNorm. The projections are `MatMulNBits` (4-bit weights in
 blocks of 32, accuracy level 4: activations rounded to int8 per block, as the C engine does).
+Features run in `e5_engine.interleaved` order; nothing in the graph depends on the order, the
+weights and the engine's inputs and outputs carry it.
 """
 
 from __future__ import annotations
