@@ -12,6 +12,7 @@ __all__ = [
     "DEFAULT_CHUNK_ROWS",
     "KERNEL",
     "FtsIndex",
+    "Unigram",
     "VectorIndex",
     "__version__",
     "fts_fold",
@@ -128,3 +129,22 @@ class FtsIndex:
 
 def fts_fold(text: str) -> str:
     """`text` as the FTS5 trigram tokenizer sees it: folded, cut at its first NUL."""
+
+@final
+class Unigram:
+    """SentencePiece unigram tokenizer over a model's own tables (rust/unigram.rs)."""
+
+    def __init__(
+        self,
+        blob: bytes,
+        offsets: npt.NDArray[np.uint32],
+        scores: npt.NDArray[np.float32],
+        unk_id: int,
+        norm_cp: npt.NDArray[np.uint32],
+        norm_off: npt.NDArray[np.uint32],
+        norm_out: npt.NDArray[np.uint32],
+    ) -> None: ...
+    def normalize(self, text: str) -> str:
+        """The normalised text the split runs over (spaces as U+2581)."""
+    def encode(self, text: str) -> list[int]:
+        """Piece ids of text, without start and end tokens."""
