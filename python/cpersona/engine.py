@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from cpersona.config import Settings
 from cpersona.embedding.cache import CachedProvider
+from cpersona.embedding.routing import ModelRouter, QueryModel, local_provider
 from cpersona.memory.writes import Writer
 from cpersona.operating_context import OperatingContext
 from cpersona.retrieval.calibration import CalibrationStopped, Calibrator
@@ -46,19 +47,31 @@ class Engine:
             settings.db_path, fts_enabled=settings.fts_enabled, tracer=tracer
         )
         self.indexes = {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
-        self.writer = Writer(self.db, settings, self.embedder, after_write=self._after_write)
+        sidecar = Sidecar(None if self.db.is_memory else sidecar_path(settings.db_path))
+        #: Which model embeds for which table: the one that made its stored vectors.
+        self.router = ModelRouter(
+            self.db,
+            self.embedder,
+            cache_size=settings.embedding_cache_size,
+            cache_ttl=settings.embedding_cache_ttl,
+            make_local=lambda name: local_provider(name, settings.embedding_threads),
+        )
+        if self.embedder.available:
+            loaded = sidecar.load().payload
+            self.router.identify(loaded.embedding_model if loaded is not None else "")
+        self.writer = Writer(self.db, settings, self.router, after_write=self._after_write)
         self.thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
         self.health = EmbeddingHealth(settings.transport)
         self.recaller = Recaller(
-            self.db, settings, self.embedder, self.indexes, self.thresholds, self.health
+            self.db, settings, self.router, self.indexes, self.thresholds, self.health
         )
         self.calibrator = Calibrator(
             self.db,
             settings,
-            self.embedder,
+            QueryModel(self.router),
             self.thresholds,
             self.recaller,
-            Sidecar(None if self.db.is_memory else sidecar_path(settings.db_path)),
+            sidecar,
         )
         self._calibration: threading.Thread | None = None
         self._closed = threading.Event()
@@ -106,7 +119,7 @@ class Engine:
 
         Only with embeddings; serving never waits for it. Returns the thread (tests join it).
         """
-        if not self.embedder.available or self._calibration is not None:
+        if not self.calibrator.embedder.available or self._calibration is not None:
             return self._calibration
         self._calibration = threading.Thread(
             target=self._calibrate_at_start, name="cpersona-calibration", daemon=True
@@ -137,6 +150,7 @@ class Engine:
             self._calibration.join(timeout=5.0)
         try:
             self.embedder.close()
+            self.router.close()
         finally:
             for index in self.indexes.values():
                 index.close()

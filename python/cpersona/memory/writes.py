@@ -8,16 +8,17 @@ which makes probe-and-insert atomic across threads and processes (BEGIN IMMEDIAT
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cpersona.config import Settings
-from cpersona.embedding.base import EmbeddingProvider
 from cpersona.errors import EmbeddingUnavailable
 from cpersona.memory.text import (
     normalize_source,
@@ -31,10 +32,23 @@ from cpersona.storage import Database
 from cpersona.storage import episodes as episode_sql
 from cpersona.storage import memories as memory_sql
 from cpersona.storage import profiles as profile_sql
+from cpersona.storage import vector_models
+
+if TYPE_CHECKING:
+    from cpersona.embedding.routing import ModelRouter
 
 log = logging.getLogger("cpersona.memory")
 
 AfterWrite = Callable[[], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Vector:
+    """A computed vector and the model that made it."""
+
+    blob: bytes
+    model: str
+    dim: int
 
 
 class Writer:
@@ -44,29 +58,52 @@ class Writer:
         self,
         db: Database,
         settings: Settings,
-        embedder: EmbeddingProvider,
+        router: ModelRouter,
         after_write: AfterWrite | None = None,
     ) -> None:
         self.db = db
         self.settings = settings
-        self.embedder = embedder
+        self.router = router
         self._after_write = after_write
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _embed(self, text: str) -> bytes | None:
-        """The float32 BLOB of `text`, or None when no vector can be had (never fails a write)."""
-        if not self.embedder.available:
+    def _embed(self, text: str, table: str) -> _Vector | None:
+        """`text`'s vector by the model of `table`'s vectors, or None when no vector can be had
+        (never fails a write)."""
+        provider = self.router.passage(table)
+        if provider is None:
             return None
         try:
-            vec = self.embedder.embed([text], kind="passage")
+            vec = provider.embed([text], kind="passage")
         except EmbeddingUnavailable as exc:
             log.warning("embedding failed; the row is stored without a vector: %s", exc)
             return None
         row = np.asarray(vec, dtype=np.float32).reshape(-1)
         if row.size == 0 or not np.all(np.isfinite(row)):
             return None
-        return row.astype("<f4").tobytes()
+        return _Vector(row.astype("<f4").tobytes(), provider.name, int(row.size))
+
+    @staticmethod
+    def _admit(conn: sqlite3.Connection, table: str, vec: _Vector | None) -> bytes | None:
+        """Inside the write transaction: the BLOB to write, or None when `table`'s vectors
+        became another model's since `vec` was computed (a conversion cut over meanwhile)."""
+        if vec is None:
+            return None
+        owner = vector_models.claim(conn, table, vec.model, vec.dim)
+        return vec.blob if owner in (vec.model, "") else None
+
+    def _late_vector(self, table: str, row_id: int, text: str) -> bool:
+        """After a commit that had to drop its vector: embed again with the model the table
+        takes now; whether the row got a vector. A failure leaves the row for
+        `check_health(fix=true)` or `cpersona reembed`."""
+        vec = self._embed(text, table)
+        if vec is None:
+            return False
+        with self.db.atomic() as conn:
+            if self._admit(conn, table, vec) is None:
+                return False
+            return vector_models.fill_vector(conn, table, row_id, text, vec.blob) == 1
 
     def _written(self) -> None:
         if self._after_write is not None:
@@ -114,7 +151,7 @@ class Writer:
         dup = self._probe(self.db.reader(), agent_id, project_id, channel, msg_id, content)
         if dup is not None:
             return dup
-        embedding = self._embed(content)
+        vec = self._embed(content, "memories")
         new = NewMemory(
             agent_id=agent_id,
             project_id=project_id,
@@ -124,21 +161,25 @@ class Writer:
             timestamp=timestamp,
             metadata=metadata_text,
             channel=channel,
-            embedding=embedding,
+            embedding=None,
         )
         with self.db.atomic() as conn:
             dup = self._probe(conn, agent_id, project_id, channel, msg_id, content)
             if dup is not None:
                 return dup
-            new_id = memory_sql.insert(conn, new)
+            embedding = self._admit(conn, "memories", vec)
+            new_id = memory_sql.insert(conn, dataclasses.replace(new, embedding=embedding))
         if new_id is None:
             return {"ok": True, "result": "skipped", "reason": "duplicate (unique index)"}
+        embedded = embedding is not None
+        if vec is not None and not embedded:
+            embedded = self._late_vector("memories", new_id, content)
         self._written()
         out: dict[str, Any] = {
             "ok": True,
             "result": "stored",
             "id": new_id,
-            "embedded": embedding is not None,
+            "embedded": embedded,
         }
         if truncated:
             out["truncated"] = True
@@ -191,9 +232,10 @@ class Writer:
         text, truncated = sanitize(content, self.settings.max_content_length)
         if not text:
             return _fail("Content cannot be empty after sanitization")
-        embedding = self._embed(text)
+        vec = self._embed(text, "memories")
         try:
             with self.db.atomic() as conn:
+                embedding = self._admit(conn, "memories", vec)
                 changed = memory_sql.update_content(conn, memory_id, text, embedding)
         except sqlite3.IntegrityError:
             return _fail(
@@ -202,6 +244,8 @@ class Writer:
             )
         if changed == 0:
             return _fail(f"Memory {memory_id} is locked and cannot be edited")
+        if vec is not None and embedding is None:
+            self._late_vector("memories", memory_id, text)
         self._written()
         out: dict[str, Any] = {"ok": True, "updated_id": memory_id}
         if truncated:
@@ -261,7 +305,7 @@ class Writer:
             }
         words, cut_keywords = sanitize(keywords, cap)
         start, end = _history_span(history)
-        embedding = self._embed(text)
+        vec = self._embed(text, "episodes")
         new = NewEpisode(
             agent_id=agent_id,
             project_id=project_id,
@@ -271,10 +315,13 @@ class Writer:
             end_time=end,
             resolved=resolved,
             channel=channel,
-            embedding=embedding,
+            embedding=None,
         )
         with self.db.atomic() as conn:
-            episode_id = episode_sql.insert(conn, new)
+            embedding = self._admit(conn, "episodes", vec)
+            episode_id = episode_sql.insert(conn, dataclasses.replace(new, embedding=embedding))
+        if vec is not None and embedding is None:
+            self._late_vector("episodes", episode_id, text)
         self._written()
         out: dict[str, Any] = {"ok": True, "episode_id": episode_id}
         if cut_summary or cut_keywords:
