@@ -48,7 +48,8 @@ def local_provider(name: str, threads: int = 1) -> EmbeddingProvider | None:
 
         return E5Provider(threads=threads) if name == NAME else None
     if name.startswith("local-minilm:") and importlib.util.find_spec("onnxruntime") is not None:
-        from cpersona.embedding.minilm import NAME as MINILM, MiniLMProvider
+        from cpersona.embedding.minilm import NAME as MINILM
+        from cpersona.embedding.minilm import MiniLMProvider
 
         return MiniLMProvider(threads=threads) if name == MINILM else None
     if name.startswith("hashing:"):
@@ -128,7 +129,7 @@ class ModelRouter:
                     else CachedProvider(inner, size=self._cache[0], ttl=self._cache[1])
                 )
                 if inner is not None:
-                    log.info("stored vectors are %s's: it embeds for them until converted", model)
+                    log.debug("stored vectors are %s's: it embeds for them until converted", model)
             return self._others[model]
 
     def close(self) -> None:

@@ -28,11 +28,10 @@ from cpersona.memory.text import (
     utc_now_iso,
 )
 from cpersona.models import NewEpisode, NewMemory
-from cpersona.storage import Database
+from cpersona.storage import Database, vector_models
 from cpersona.storage import episodes as episode_sql
 from cpersona.storage import memories as memory_sql
 from cpersona.storage import profiles as profile_sql
-from cpersona.storage import vector_models
 
 if TYPE_CHECKING:
     from cpersona.embedding.routing import ModelRouter

@@ -82,6 +82,9 @@ def serve_http(settings: Settings, acl: AclConfig | None) -> int:
             print(
                 http_banner(settings, engine.embedder.name, url, acl), file=sys.stderr, flush=True
             )
+            notice = engine.router.notice()
+            if notice is not None:  # the stored vectors are another model's (one line)
+                print(notice, file=sys.stderr, flush=True)
             guard = None
             if acl is not None:
                 guard = Guard(acl, current_client, export_dir_set=bool(settings.export_dir))

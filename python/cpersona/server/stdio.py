@@ -39,6 +39,9 @@ def serve_stdio(settings: Settings, *, authorize: Authorize | None = None) -> in
         print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=sys.stderr)
         return 1
     print(banner(settings, engine.embedder.name), file=sys.stderr, flush=True)
+    notice = engine.router.notice()
+    if notice is not None:  # the stored vectors are another model's (one line)
+        print(notice, file=sys.stderr, flush=True)
     server = build_server(engine, authorize=authorize)
     engine.start_index_warmup()
     engine.start_calibration()
