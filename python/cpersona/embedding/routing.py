@@ -196,7 +196,9 @@ class ModelRouter:
         pending = self.pending()
         if not pending:
             return None
-        models = sorted(set(pending.values()))
+        models = sorted(
+            {"an unidentified model" if m == "unknown" else m for m in pending.values()}
+        )
         serving = self.routes()
         how = (
             "recall and writes use it until then"

@@ -92,8 +92,21 @@ def _check(table: str) -> str:
 # -- the record ------------------------------------------------------------------------------
 
 
+def _present(conn: Conn) -> bool:
+    """Whether the tables exist (a read-only look at a database no cpersona of this version
+    has opened yet finds none: nothing is recorded or converting there)."""
+    return (
+        conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cpersona_reembed'"
+        ).fetchone()
+        is not None
+    )
+
+
 def recorded(conn: Conn) -> dict[str, Recorded]:
     """{table: Recorded} of every table with a record."""
+    if not _present(conn):
+        return {}
     rows = conn.execute("SELECT tbl, model, dim, how FROM cpersona_vector_model").fetchall()
     return {r[0]: Recorded(r[1], r[2], r[3]) for r in rows}
 
@@ -150,6 +163,8 @@ def sample_texts(conn: Conn, table: str, n: int) -> list[tuple[str, bytes]]:
 
 
 def conversions(conn: Conn) -> dict[str, Conversion]:
+    if not _present(conn):
+        return {}
     rows = conn.execute("SELECT tbl, model, phase, started_at FROM cpersona_reembed").fetchall()
     return {r[0]: Conversion(r[0], r[1], r[2], r[3]) for r in rows}
 
