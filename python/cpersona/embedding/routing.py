@@ -149,7 +149,11 @@ class ModelRouter:
             stored = found.model if found is not None else None
             if not self.configured.available:  # `none`: no model is ever loaded
                 out[table] = Route(table, stored, None)
-            elif stored is None:
+            elif stored is None or (
+                # A table whose every vector is gone takes the configured model again (the
+                # first write re-records it: vector_models.claim).
+                stored != self.configured.name and not vm.has_vectors(self.db.reader(), table)
+            ):
                 out[table] = Route(table, None, self.configured)
             else:
                 out[table] = Route(table, stored, self.provider(stored))
