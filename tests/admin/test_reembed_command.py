@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -144,3 +145,36 @@ async def test_rows_another_process_writes_during_the_conversion_are_converted(
         {384},
         0,
     )
+
+
+async def test_check_health_tells_a_running_from_an_interrupted_conversion(tmp_path: Path) -> None:
+    db = tmp_path / "mem.db"
+    await build(db, 64)
+    engine = Engine(settings(db), embedder=HashingProvider(384))
+
+    class Stops(Converter):
+        def _cut_over(self, tables: list[str]) -> None:
+            raise KeyboardInterrupt  # stands in for a kill after staging
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Stops(engine, io.StringIO(), batch=4).run()
+        async with Client(build_server(engine), raise_exceptions=True) as client:
+
+            async def findings() -> dict[str, dict[str, object]]:
+                result = await client.call_tool("check_health", {"checks": ["embedding_model"]})
+                issues = json.loads(result.content[0].text)["issues"]
+                return {i["type"]: i for i in issues}
+
+            found = await findings()
+            assert set(found) == {"reembed_interrupted"}  # twice: memories and episodes
+            assert found["reembed_interrupted"]["severity"] == "warn"
+            assert "cpersona reembed" in str(found["reembed_interrupted"]["hint"])
+            with exclusive(str(db)):
+                found = await findings()
+            assert set(found) == {"reembed_running"}
+            assert found["reembed_running"]["severity"] == "info"
+    finally:
+        engine.close()
+    # Nothing moved: the old vectors still serve under the old record.
+    assert state(db) == ({"memories": "hashing:64", "episodes": "hashing:64"}, {64}, 2)

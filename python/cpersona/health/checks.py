@@ -935,7 +935,7 @@ def _conversion(ctx: HealthContext, configured: str) -> list[Issue]:
         for t, r in sorted(record.items())
         if r.model != configured and vector_models.has_vectors(ctx.c, t)
     }
-    if pending and not any(i["type"] == "reembed_interrupted" for i in out):
+    if pending and not out:  # an open conversion is the finding that says what to do
         out.append(
             issue(
                 "embedding_model",
