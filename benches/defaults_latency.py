@@ -35,6 +35,9 @@ CONFIGS = {
     "before: local-minilm + rsf": {"embedding_mode": "local-minilm", "recall_mode": "rsf"},
     "after: local-e5 + rrf (default)": {},
 }
+#: `--hashing`: no model cost, so what is left is the code path (run it against two checkouts
+#: with PYTHONPATH=<checkout>/python to compare their overhead).
+HASHING = {"hashing + rrf": {"embedding_mode": "hashing", "recall_mode": "rrf"}}
 KINDS = ("store LoCoMo turn", "store JSQuAD paragraph", "recall LoCoMo", "recall JSQuAD")
 
 
@@ -58,13 +61,14 @@ async def main_async(args: argparse.Namespace) -> int:
         "recall LoCoMo": [q.text for q in lo.queries[:n]],
         "recall JSQuAD": [q.text for q in js.queries[:n]],
     }
-    timings = {c: {k: [] for k in KINDS} for c in CONFIGS}
-    round_medians = {c: {k: [] for k in KINDS} for c in CONFIGS}
+    configs = HASHING if args.hashing else CONFIGS
+    timings: dict[str, dict[str, list[float]]] = {c: {k: [] for k in KINDS} for c in configs}
+    round_medians: dict[str, dict[str, list[float]]] = {c: {k: [] for k in KINDS} for c in configs}
     first: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="cpersona-defaults-") as tmp:
         engines = {}
         clients = {}
-        for i, (label, overrides) in enumerate(CONFIGS.items()):
+        for i, (label, overrides) in enumerate(configs.items()):
             base = Settings.from_env({})
             settings = dataclasses.replace(base, db_path=f"{tmp}/{i}.db", **overrides)
             engines[label] = Engine(settings)
@@ -76,7 +80,7 @@ async def main_async(args: argparse.Namespace) -> int:
         try:
             for r in range(args.rounds):
                 part = slice(r * args.per_round, (r + 1) * args.per_round)
-                for label in CONFIGS if r % 2 == 0 else reversed(CONFIGS):
+                for label in configs if r % 2 == 0 else reversed(configs):
                     client = clients[label]
                     for kind in KINDS:
                         spent = []
@@ -89,14 +93,14 @@ async def main_async(args: argparse.Namespace) -> int:
                         timings[label][kind] += spent
                         round_medians[label][kind].append(statistics.median(spent))
         finally:
-            for label in CONFIGS:
+            for label in configs:
                 await clients[label].__aexit__(None, None, None)
                 engines[label].close()
     print(f"{args.rounds} alternating rounds of {args.per_round} calls per kind; ms")
     print()
     print("| configuration | call | median | p90 | per-round medians (min-max) |")
     print("|---|---|---|---|---|")
-    for label in CONFIGS:
+    for label in configs:
         for kind in KINDS:
             xs = timings[label][kind]
             rm = round_medians[label][kind]
@@ -115,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benches.defaults_latency", description=__doc__)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--per-round", type=int, default=10)
+    parser.add_argument("--hashing", action="store_true", help="the hashing model only")
     return asyncio.run(main_async(parser.parse_args(argv)))
 
 
