@@ -190,6 +190,7 @@ class Converter:
         return (time.perf_counter() - started) / len(texts)
 
     def run(self) -> int:
+        self._drop_stale()
         plan = self.plan()
         if not plan.tables:
             self.say(f"nothing to convert: every stored vector is {self.target.name}'s")
@@ -207,6 +208,15 @@ class Converter:
         self._finish(list(plan.tables))
         self.say(f"done in {_duration(time.monotonic() - started)}")
         return 0
+
+    def _drop_stale(self) -> None:
+        """Forget a conversion towards another model than the target (the configuration
+        changed since it began): its staged vectors are of no use now."""
+        with self.db.atomic() as conn:
+            for table, conv in vm.conversions(conn).items():
+                if conv.model != self.target.name and conv.phase == "staging":
+                    self.say(f"dropping the unfinished conversion of {table} to {conv.model}")
+                    vm.drop(conn, table)
 
     def _stage(self, table: str) -> None:
         done, total = vm.progress(self.db.reader(), table)

@@ -178,3 +178,31 @@ async def test_check_health_tells_a_running_from_an_interrupted_conversion(tmp_p
         engine.close()
     # Nothing moved: the old vectors still serve under the old record.
     assert state(db) == ({"memories": "hashing:64", "episodes": "hashing:64"}, {64}, 2)
+
+
+async def test_a_conversion_begun_towards_another_model_is_dropped(tmp_path: Path) -> None:
+    db = tmp_path / "mem.db"
+    await build(db, 64)
+    towards_32 = Engine(settings(db), embedder=HashingProvider(32))
+
+    class Stops(Converter):
+        def _cut_over(self, tables: list[str]) -> None:
+            raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Stops(towards_32, io.StringIO(), batch=4).run()
+    finally:
+        towards_32.close()
+    assert state(db)[2] == 2
+    out = io.StringIO()
+    # Configured back to the stored model: nothing to convert, and the stale conversion goes.
+    engine = Engine(settings(db), embedder=HashingProvider(64))
+    try:
+        assert Converter(engine, out).run() == 0
+    finally:
+        engine.close()
+    assert "dropping the unfinished conversion of memories to hashing:32" in out.getvalue()
+    assert state(db) == ({"memories": "hashing:64", "episodes": "hashing:64"}, {64}, 0)
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM cpersona_reembed_vectors").fetchone()[0] == 0

@@ -177,10 +177,15 @@ def begin(conn: Conn, table: str, model: str) -> Conversion:
     found = conversions(conn).get(_check(table))
     if found is not None and found.model == model:
         return found
-    conn.execute("DELETE FROM cpersona_reembed_vectors WHERE tbl = ?", (table,))
-    conn.execute("DELETE FROM cpersona_reembed WHERE tbl = ?", (table,))
+    drop(conn, table)
     conn.execute("INSERT INTO cpersona_reembed(tbl, model) VALUES (?, ?)", (table, model))
     return conversions(conn)[table]
+
+
+def drop(conn: Conn, table: str) -> None:
+    """Abandon `table`'s conversion and its staged vectors (the old vectors never moved)."""
+    conn.execute("DELETE FROM cpersona_reembed_vectors WHERE tbl = ?", (_check(table),))
+    conn.execute("DELETE FROM cpersona_reembed WHERE tbl = ?", (table,))
 
 
 def set_phase(conn: Conn, table: str, phase: str) -> None:
