@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import statistics
@@ -66,14 +67,14 @@ async def main_async(args: argparse.Namespace) -> int:
     round_medians: dict[str, dict[str, list[float]]] = {c: {k: [] for k in KINDS} for c in configs}
     first: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="cpersona-defaults-") as tmp:
-        engines = {}
+        engines: dict[str, Engine] = {}
         clients = {}
+        stack = contextlib.AsyncExitStack()
         for i, (label, overrides) in enumerate(configs.items()):
             base = Settings.from_env({})
             settings = dataclasses.replace(base, db_path=f"{tmp}/{i}.db", **overrides)
             engines[label] = Engine(settings)
-            clients[label] = Client(build_server(engines[label]))
-            await clients[label].__aenter__()
+            clients[label] = await stack.enter_async_context(Client(build_server(engines[label])))
             first[label] = await _timed(
                 clients[label], "store", {"agent_id": "w", "message": {"content": "warm up"}}
             )
@@ -93,9 +94,9 @@ async def main_async(args: argparse.Namespace) -> int:
                         timings[label][kind] += spent
                         round_medians[label][kind].append(statistics.median(spent))
         finally:
-            for label in configs:
-                await clients[label].__aexit__(None, None, None)
-                engines[label].close()
+            await stack.aclose()
+            for engine in engines.values():
+                engine.close()
     print(f"{args.rounds} alternating rounds of {args.per_round} calls per kind; ms")
     print()
     print("| configuration | call | median | p90 | per-round medians (min-max) |")
@@ -115,12 +116,62 @@ async def main_async(args: argparse.Namespace) -> int:
     return 0
 
 
+def routing_cost() -> int:
+    """CPU microseconds of what issue 10 added to every call: reading the vector-model record
+    (every recall and write) and claiming the table inside a write transaction."""
+    from cpersona.embedding.hashing import HashingProvider
+    from cpersona.storage import vector_models
+
+    def per_call(fn: Any, n: int) -> tuple[float, float]:
+        runs = []
+        for _ in range(5):
+            started = time.process_time()
+            for _ in range(n):
+                fn()
+            runs.append((time.process_time() - started) / n * 1e6)
+        return min(runs), statistics.median(runs)
+
+    with tempfile.TemporaryDirectory(prefix="cpersona-routing-") as tmp:
+        engine = Engine(
+            Settings(db_path=f"{tmp}/r.db", embedding_mode="hashing"), embedder=HashingProvider()
+        )
+        try:
+            engine.writer.store("a", {"content": "hello"}, "", "")
+
+            def claim() -> None:
+                with engine.db.atomic() as conn:
+                    vector_models.claim(conn, "memories", "hashing:384", 384)
+
+            def empty() -> None:
+                with engine.db.atomic():
+                    pass
+
+            rows = {
+                "routes (record read, per recall and write)": per_call(engine.router.routes, 3000),
+                "write transaction with claim": per_call(claim, 1000),
+                "empty write transaction": per_call(empty, 1000),
+            }
+        finally:
+            engine.close()
+    print("| step | CPU us min | median of 5 |")
+    print("|---|---|---|")
+    for name, (low, mid) in rows.items():
+        print(f"| {name} | {low:.1f} | {mid:.1f} |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benches.defaults_latency", description=__doc__)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--per-round", type=int, default=10)
     parser.add_argument("--hashing", action="store_true", help="the hashing model only")
-    return asyncio.run(main_async(parser.parse_args(argv)))
+    parser.add_argument(
+        "--routing", action="store_true", help="CPU cost of the per-call model record steps"
+    )
+    args = parser.parse_args(argv)
+    if args.routing:
+        return routing_cost()
+    return asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":
