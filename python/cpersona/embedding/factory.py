@@ -100,8 +100,8 @@ def local_fallback(mode: str) -> str:
 #: What the fallback costs, from docs/quality.md's full run (hybrid rrf, nDCG@10).
 _FALLBACK_COST = {
     "local-minilm": ", which does not read Japanese: Japanese recall drops from JSQuAD "
-    "nDCG@10 0.937 to 0.823, below full-text search alone (0.916); English is about the "
-    "same (LoCoMo 0.452 -> 0.433)",
+    "nDCG@10 0.936 to 0.823, below full-text search alone (0.916); English is about the "
+    "same (LoCoMo 0.451 -> 0.433)",
 }
 
 
