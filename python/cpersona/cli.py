@@ -1,5 +1,5 @@
 """The `cpersona` command: `serve` (the default), `index`, `export`/`import`, `backup`/`restore`,
-`--version`, `--help`."""
+`reembed`, `--version`, `--help`."""
 
 from __future__ import annotations
 
@@ -93,6 +93,17 @@ def _parser() -> argparse.ArgumentParser:
     restore_bundle.add_argument(
         "--operating-context-path", help="also restore the bundle's operating-context file here"
     )
+    reembed = sub.add_parser(
+        "reembed",
+        help="convert the stored vectors to the configured embedding model, in place "
+        "(resumable; the old vectors serve until every row has its new one)",
+    )
+    reembed.add_argument(
+        "--dry-run", action="store_true", help="say how many rows and how long; change nothing"
+    )
+    reembed.add_argument(
+        "--batch", type=int, default=64, help="rows embedded and committed together (default 64)"
+    )
     return parser
 
 
@@ -127,6 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cpersona.vectors.cli import run_index_command
 
         return run_index_command(settings, args.action, args.table, args.kind)
+    if command == "reembed":
+        from cpersona.reembed import run_reembed
+
+        return run_reembed(settings, dry_run=args.dry_run, batch=args.batch)
     if command in ("export", "import"):
         from cpersona.portability import commands
 

@@ -21,6 +21,7 @@ from cpersona.storage import Database, open_database
 if TYPE_CHECKING:
     from cpersona.embedding.base import EmbeddingProvider
     from cpersona.embedding.cache import CachedProvider
+    from cpersona.embedding.routing import ModelRouter
     from cpersona.fts.index import FtsIndex
     from cpersona.memory.writes import Writer
     from cpersona.retrieval.calibration import Calibrator
@@ -52,6 +53,8 @@ class Services:
     remote: RemoteVectors | None
     #: The full-text indexes of the Rust core; empty where FTS5 answers the FTS arms.
     fts: dict[str, FtsIndex]
+    #: Which model embeds for which table: the one that made its stored vectors.
+    router: ModelRouter
 
 
 class Engine:
@@ -78,6 +81,7 @@ class Engine:
 
     def _build(self) -> Services:
         from cpersona.embedding.cache import CachedProvider
+        from cpersona.embedding.routing import ModelRouter, QueryModel, local_provider
         from cpersona.fts.index import open_fts_indexes
         from cpersona.memory.writes import Writer
         from cpersona.retrieval.calibration import Calibrator
@@ -109,19 +113,31 @@ class Engine:
                 "while %s is down, recall has full-text and keyword search only",
                 remote.base,
             )
-        writer = Writer(self.db, settings, embedder, after_write=self._after_write, remote=remote)
+        sidecar = Sidecar(None if self.db.is_memory else sidecar_path(settings.db_path))
+        #: Which model embeds for which table: the one that made its stored vectors.
+        router = ModelRouter(
+            self.db,
+            embedder,
+            cache_size=settings.embedding_cache_size,
+            cache_ttl=settings.embedding_cache_ttl,
+            make_local=lambda name: local_provider(name, settings.embedding_threads),
+        )
+        if embedder.available:
+            loaded = sidecar.load().payload
+            router.identify(loaded.embedding_model if loaded is not None else "")
+        writer = Writer(self.db, settings, router, after_write=self._after_write, remote=remote)
         thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
         health = EmbeddingHealth(settings.transport)
         recaller = Recaller(
-            self.db, settings, embedder, indexes, thresholds, health, fts, remote=remote
+            self.db, settings, router, indexes, thresholds, health, fts, remote=remote
         )
         calibrator = Calibrator(
             self.db,
             settings,
-            embedder,
+            QueryModel(router),
             thresholds,
             recaller,
-            Sidecar(None if self.db.is_memory else sidecar_path(settings.db_path)),
+            sidecar,
         )
         return Services(
             embedder=embedder,
@@ -135,6 +151,7 @@ class Engine:
             updates=UpdateCheck(settings),
             remote=remote,
             fts=fts,
+            router=router,
         )
 
     @property
@@ -187,6 +204,10 @@ class Engine:
     @property
     def fts(self) -> dict[str, FtsIndex]:
         return self.services.fts
+
+    @property
+    def router(self) -> ModelRouter:
+        return self.services.router
 
     @property
     def updates(self) -> UpdateCheck:
@@ -254,7 +275,7 @@ class Engine:
 
         Only with embeddings; serving never waits for it. Returns the thread (tests join it).
         """
-        if not self.embedder.available or self._calibration is not None:
+        if not self.calibrator.embedder.available or self._calibration is not None:
             return self._calibration
         self._calibration = threading.Thread(
             target=self._calibrate_at_start, name="cpersona-calibration", daemon=True
@@ -292,6 +313,7 @@ class Engine:
             self._calibration.join(timeout=5.0)
         try:
             services.embedder.close()
+            services.router.close()
         finally:
             for index in services.indexes.values():
                 index.close()

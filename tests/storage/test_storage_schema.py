@@ -52,14 +52,27 @@ V13_INDEXES = {
     "idx_memories_span",
     "sqlite_autoindex_profiles_1",
 }
-CPERSONA_TABLES = {"cpersona_meta", "cpersona_migrations", "vector_log", "fts_log"}
+CPERSONA_TABLES = {
+    "cpersona_meta",
+    "cpersona_migrations",
+    "vector_log",
+    "fts_log",
+    "cpersona_vector_model",
+    "cpersona_reembed",
+    "cpersona_reembed_vectors",
+}
 CPERSONA_TRIGGERS = {
     f"cpersona_{log}_{table}_{op}"
     for log in ("vlog", "ftslog")
     for table in ("memories", "episodes")
     for op in ("ai", "ad", "au")
+} | {f"cpersona_reembed_{table}_{op}" for table in ("memories", "episodes") for op in ("au", "ad")}
+CPERSONA_INDEXES = {
+    "sqlite_autoindex_cpersona_meta_1",
+    "sqlite_autoindex_cpersona_migrations_1",
+    "sqlite_autoindex_cpersona_vector_model_1",
+    "sqlite_autoindex_cpersona_reembed_1",
 }
-CPERSONA_INDEXES = {"sqlite_autoindex_cpersona_meta_1", "sqlite_autoindex_cpersona_migrations_1"}
 
 
 def names(objects: dict[tuple[str, str], str], kind: str) -> set[str]:

@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cpersona.storage import vector_models
 from cpersona.storage.db import Database
 
 log = logging.getLogger("cpersona.storage")
@@ -347,11 +348,17 @@ def _fts_log(conn: sqlite3.Connection, fts: bool) -> None:
         conn.execute(ddl)
 
 
+def _vector_models(conn: sqlite3.Connection, fts: bool) -> None:
+    for ddl in vector_models.DDL + vector_models.triggers():
+        conn.execute(ddl)
+
+
 OWN_STEPS: tuple[Step, ...] = (
     Step("cpersona_0001_meta", _meta),
     Step("cpersona_0002_vector_log", _vector_log),
     Step("cpersona_0003_vector_log_watches_ids", _vector_log_watches_ids),
     Step("cpersona_0004_fts_log", _fts_log),
+    Step("cpersona_0005_vector_models", _vector_models),
 )
 
 
