@@ -308,6 +308,15 @@ class Settings:
         return "local-e5" if self.embedding_mode == "local" else self.embedding_mode
 
 
+#: The names the embedded models record their vectors under (embedding/e5.py and minilm.py
+#: take theirs from here): start-up compares them with the stored record without importing a
+#: model (docs/performance.md, "Start-up").
+LOCAL_MODEL_NAMES = {
+    "local-e5": "local-e5:multilingual-e5-small-q4",
+    "local-minilm": "local-minilm:all-MiniLM-L6-v2-int8",
+}
+
+
 def variables() -> list[tuple[str, str, str]]:
     """(name, kind, default) of every variable, for the README table and `--help`."""
     return [(v.names[0], v.kind, _show_default(v)) for v in _VARS]

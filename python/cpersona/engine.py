@@ -79,6 +79,23 @@ class Engine:
         #: `initialize.instructions`: the OC summary, read once at start (surface.md §1.1).
         self.instructions = self.operating_context.instructions()
 
+    def stored_model_differs(self) -> bool:
+        """Whether a table holds vectors that are not recorded as the configured embedded
+        model's (another model's, or not recorded at all), read from SQLite alone: only then
+        does start-up build the services to say so (`router.notice()`)."""
+        from cpersona.config import LOCAL_MODEL_NAMES
+        from cpersona.storage import vector_models
+
+        expected = LOCAL_MODEL_NAMES.get(self.settings.embedding_provider)
+        record, _ = vector_models.read(self.db)
+        for table in vector_models.TABLES:
+            if not vector_models.has_vectors(self.db.reader(), table):
+                continue
+            stored = record.get(table)
+            if stored is None or expected is None or stored.model != expected:
+                return True
+        return False
+
     def _build(self) -> Services:
         from cpersona.embedding.cache import CachedProvider
         from cpersona.embedding.routing import ModelRouter, QueryModel, local_provider

@@ -25,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from cpersona.config import LOCAL_MODEL_NAMES
 from cpersona.embedding.base import MAX_BATCH, Kind, check_texts, empty
 from cpersona.errors import EmbeddingMisconfigured, EmbeddingUnavailable
 
-NAME = "local-e5:multilingual-e5-small-q4"
+NAME = LOCAL_MODEL_NAMES["local-e5"]
 DIM = 384
 
 log = logging.getLogger("cpersona.embedding")

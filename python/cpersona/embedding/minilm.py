@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cpersona.config import LOCAL_MODEL_NAMES
 from cpersona.embedding.base import MAX_BATCH, EmbeddingMisconfigured, Kind, check_texts, empty
 from cpersona.errors import EmbeddingUnavailable
 
 if TYPE_CHECKING:
     from tokenizers import Encoding, Tokenizer
 
-NAME = "local-minilm:all-MiniLM-L6-v2-int8"
+NAME = LOCAL_MODEL_NAMES["local-minilm"]
 DIM = 384
 MAX_TOKENS = 256
 # Padded tokens per model run. Batching pays for short texts only: on the 2-core dev box

@@ -16,7 +16,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from cpersona.config import Settings
+from cpersona.config import LOCAL_MODEL_NAMES, Settings
 from cpersona.engine import Engine
 from cpersona.memory.text import first_surrogate
 
@@ -58,22 +58,25 @@ def serve_stdio(
             return 2
     # The provider is named from the settings: building it would import numpy before the
     # first answer (docs/performance.md, "Start-up").
-    print(banner(settings, settings.embedding_provider), file=sys.stderr, flush=True)
+    provider = settings.embedding_provider
+    label = LOCAL_MODEL_NAMES.get(provider, provider)
+    print(banner(settings, label), file=sys.stderr, flush=True)
     metrics = None
     if settings.metrics_port is not None:
         metrics = _serve_metrics(engine, settings.metrics_port)
 
     # Warm-up, calibration and the task queue start with the first tool call, so initialize
     # and tools/list are answered before any of them loads.
-    def first_call() -> None:
-        engine.start_background()
-        # Said once the services exist (building them loads the model record and numpy, which
-        # tools/list must not wait for): the stored vectors are another model's.
+    # The stored vectors are another model's: said at start, in one line. Deciding needs the
+    # model router (numpy, a probe of unrecorded vectors), built only where SQLite's record
+    # does not already name the configured model.
+    if engine.stored_model_differs():
         notice = engine.router.notice()
         if notice is not None:
             print(notice, file=sys.stderr, flush=True)
-
-    server = build_server(engine, authorize=guard, metrics=metrics, on_first_call=first_call)
+    server = build_server(
+        engine, authorize=guard, metrics=metrics, on_first_call=engine.start_background
+    )
 
     async def run() -> None:
         async with stdio_server() as (read, write):
