@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cpersona import __version__
 from cpersona.server.auth import BearerAuth, BodyBudget, current_client
+from cpersona.server.jsonrpc import JsonRpcGuard
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
@@ -98,7 +99,7 @@ def serve_http(settings: Settings, acl: AclConfig | None) -> int:
 
 
 def build_app(server: Server[Any], settings: Settings, acl: AclConfig | None) -> ASGIApp:
-    """The whole ASGI stack: CORS → body budget → authentication → the SDK's app."""
+    """The whole ASGI stack: CORS → body budget → authentication → JSON-RPC guard → the SDK."""
     sdk_app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=True,
@@ -108,6 +109,7 @@ def build_app(server: Server[Any], settings: Settings, acl: AclConfig | None) ->
         max_request_body_size=sys.maxsize,
     )
     app: ASGIApp = _AnyPath(sdk_app)
+    app = JsonRpcGuard(app)  # after authentication: no body is read for an unknown caller
     app = BearerAuth(app, token=settings.auth_token, acl=acl)
     app = BodyBudget(
         app, max_bytes=settings.http_max_body_bytes, mode=settings.http_body_limit_mode
