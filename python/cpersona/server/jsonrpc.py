@@ -158,6 +158,9 @@ def _depth(value: Any) -> int:
     stack = [(value, 1)]
     while stack:
         item, level = stack.pop()
+        if isinstance(item, _Deep):
+            deepest = max(deepest, level - 1 + item.depth)
+            continue
         if isinstance(item, dict):
             children = item.values()
         elif isinstance(item, list):
@@ -179,8 +182,9 @@ class _Deep:
 def _scan(text: str) -> tuple[dict[str, Any] | None, int]:
     """The top-level members of a JSON object too deep for json.loads, and the deepest level.
 
-    Shallow member values (the id, the method) are parsed; deeper ones stand as `_Deep` (their
-    type is all that matters) and `params` as an empty dict or list of the right kind.
+    Shallow member values (the id, the method) are parsed; deeper ones stand as `_Deep`.
+    (The scan is only ever reached past Python's recursion limit, far past MAX_DEPTH, so
+    nothing but their depth matters.)
     """
     body = text.strip()
     if not body.startswith("{"):
@@ -213,13 +217,12 @@ def _scan(text: str) -> tuple[dict[str, Any] | None, int]:
 
 
 def _member(raw: str, depth: int) -> Any:
-    raw = raw.strip()
     if depth <= 32:
         try:
             return json.loads(raw)
         except ValueError:
-            return _Deep(depth)
-    return {} if raw.startswith("{") else [] if raw.startswith("[") else _Deep(depth)
+            pass
+    return _Deep(depth)
 
 
 def _scan_depth(body: str) -> int:
