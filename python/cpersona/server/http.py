@@ -90,7 +90,7 @@ def serve_http(settings: Settings, acl: AclConfig | None) -> int:
             engine.start_index_warmup()
             engine.start_calibration()
             engine.tasks.start()  # drains legacy pending_memory_tasks rows (§9.6)
-            _run(build_app(server, settings, acl), sock)
+            _run(build_app(server, settings, acl), sock, settings)
         finally:
             engine.close()
     finally:
@@ -182,17 +182,12 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-def _run(app: ASGIApp, sock: socket.socket) -> None:
+def _run(app: ASGIApp, sock: socket.socket, settings: Settings) -> None:
     import uvicorn
 
-    config = uvicorn.Config(
-        app,
-        lifespan="on",
-        log_config=None,  # keep cpersona's stderr format; uvicorn's loggers propagate to it
-        access_log=False,
-        server_header=False,
-        timeout_graceful_shutdown=5,
-    )
+    from cpersona.server.connections import uvicorn_config
+
+    config = uvicorn_config(app, settings)  # timeouts and the connection bound live there
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal under the handler it
     # found; with the default one the process would die before the database is closed.
     main = threading.current_thread() is threading.main_thread()

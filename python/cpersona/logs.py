@@ -1,0 +1,83 @@
+"""The server's log handler: one format on stderr, and no flood when a failure repeats.
+
+A failure that repeats (a client hanging up mid-body, a flood of stalled connections, accept()
+out of descriptors: asyncio logs that with a traceback up to 2,048 times per event-loop tick)
+must not bury the log or cost the server its time. `RateLimit` lets the first `burst` records
+of each kind through per `window` seconds and counts the rest; the next record of that kind
+after the window says how many were left out. A kind is the logger, the level and the message
+template (before its arguments are filled in), so two different failures never hide each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+#: Kinds remembered at most; past that the oldest window is forgotten (templates are few, but a
+#: message built with an f-string is a kind of its own).
+_MAX_KINDS = 1024
+
+
+@dataclass(slots=True)
+class _Window:
+    start: float
+    passed: int
+    suppressed: int
+
+
+class RateLimit(logging.Filter):
+    """At most `burst` records of a kind per `window` seconds; DEBUG records always pass."""
+
+    def __init__(
+        self,
+        *,
+        burst: int = 5,
+        window: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.burst = burst
+        self.window = window
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._kinds: dict[tuple[str, int, str], _Window] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.DEBUG:
+            return True
+        kind = (record.name, record.levelno, str(record.msg))
+        now = self._clock()
+        with self._lock:
+            seen = self._kinds.get(kind)
+            if seen is None or now - seen.start >= self.window:
+                left_out = seen.suppressed if seen is not None else 0
+                if seen is None and len(self._kinds) >= _MAX_KINDS:
+                    self._kinds.pop(next(iter(self._kinds)))
+                self._kinds[kind] = _Window(start=now, passed=1, suppressed=0)
+            elif seen.passed < self.burst:
+                seen.passed += 1
+                left_out = 0
+            else:
+                seen.suppressed += 1
+                return False
+        if left_out:
+            record.msg = (
+                f"{record.getMessage()} ({left_out} more like this in the previous "
+                f"{self.window:g} s not logged)"
+            )
+            record.args = None
+        return True
+
+
+def configure(level: str) -> None:
+    """Every record to stderr (stdout belongs to the protocol), rate-limited per kind."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s [%(name)s] %(levelname)s: %(message)s"))
+    handler.addFilter(RateLimit())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
