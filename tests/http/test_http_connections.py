@@ -233,3 +233,26 @@ async def test_running_out_of_descriptors_is_a_clean_refusal(tmp_path):
     err = server.stderr
     assert "Traceback" not in err and "Too many open files" not in err
     assert len(err.splitlines()) < 60
+
+
+@pytest.mark.anyio
+async def test_clients_hanging_up_mid_body_cost_one_line_each_at_most(tmp_path):
+    """150 clients send their headers and half a body, then hang up: no traceback (the SDK
+    used to log each as an ERROR with a full ClientDisconnect traceback), at most one line
+    each, and past the first few the lines are rate-limited."""
+    server = Server(tmp_path, {})
+    server.start()
+    try:
+        head = post_head(server.port) + b"Content-Length: 1000\r\n\r\n"
+        for i in range(150):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=WAIT) as sock:
+                sock.sendall(head + b'{"jsonrpc":"2.0","id":%d,"method":"tools/call",' % i)
+        async with connect(server.url, TOKEN) as tools:  # served after, and the log is flushed
+            out = await tools("store", {"agent_id": "a", "message": {"content": "after"}})
+            assert out["result"] == "stored"
+    finally:
+        server.stop()
+    err = server.stderr
+    assert "Traceback" not in err and "ERROR" not in err
+    assert log_lines(server, "hung up") <= 5
+    assert len(err.splitlines()) < 30

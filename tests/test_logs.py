@@ -1,0 +1,57 @@
+"""The log's rate limit (logs.RateLimit): a repeated failure is logged a few times per window,
+then counted; different kinds never hide each other; DEBUG is never limited."""
+
+from __future__ import annotations
+
+import logging
+
+from cpersona.logs import RateLimit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def record(
+    msg: str, *args: object, level: int = logging.WARNING, name: str = "x"
+) -> logging.LogRecord:
+    return logging.LogRecord(name, level, __file__, 1, msg, args, None)
+
+
+def test_a_repeated_record_passes_burst_times_per_window_then_is_counted():
+    clock = Clock()
+    limit = RateLimit(burst=3, window=60.0, clock=clock)
+    passed = [limit.filter(record("client %s hung up", i)) for i in range(100)]
+    assert passed == [True] * 3 + [False] * 97
+    clock.now += 60.0
+    summary = record("client %s hung up", "z")
+    assert limit.filter(summary)
+    assert summary.getMessage() == (
+        "client z hung up (97 more like this in the previous 60 s not logged)"
+    )
+    assert [limit.filter(record("client %s hung up", i)) for i in range(3)] == [True, True, False]
+
+
+def test_kinds_are_limited_apart_and_debug_is_not_limited():
+    limit = RateLimit(burst=1, window=60.0, clock=Clock())
+    assert limit.filter(record("a %s", 1))
+    assert not limit.filter(record("a %s", 2))
+    assert limit.filter(record("b %s", 1))  # another template
+    assert limit.filter(record("a %s", 1, name="y"))  # another logger
+    assert limit.filter(record("a %s", 1, level=logging.ERROR))  # another level
+    assert all(limit.filter(record("a %s", i, level=logging.DEBUG)) for i in range(50))
+
+
+def test_kinds_remembered_are_bounded():
+    """Messages built with f-strings are each a kind of their own: the oldest are forgotten
+    (and so pass again) rather than kept forever."""
+    limit = RateLimit(burst=1, window=60.0, clock=Clock())
+    assert limit.filter(record("unique 0"))
+    assert not limit.filter(record("unique 0"))
+    for i in range(1, 5000):
+        assert limit.filter(record(f"unique {i}"))
+    assert limit.filter(record("unique 0"))
