@@ -4,8 +4,9 @@ then counted; different kinds never hide each other; DEBUG is never limited."""
 from __future__ import annotations
 
 import logging
+import sys
 
-from cpersona.logs import RateLimit
+from cpersona.logs import OneLine, RateLimit
 
 
 class Clock:
@@ -55,3 +56,23 @@ def test_kinds_remembered_are_bounded():
     for i in range(1, 5000):
         assert limit.filter(record(f"unique {i}"))
     assert limit.filter(record("unique 0"))
+
+
+def test_a_failed_accept_is_logged_as_one_line():
+    """asyncio's record of accept() out of descriptors: its message, context and error text on
+    one line, no traceback; other records keep theirs."""
+    one_line = OneLine("socket.accept() out of system resource")
+    try:
+        raise OSError(24, "Too many open files")
+    except OSError:
+        failed = logging.LogRecord(
+            "asyncio", logging.ERROR, __file__, 1,
+            "socket.accept() out of system resource\nsocket: <fd=3>", None, sys.exc_info(),
+        )  # fmt: skip
+        other = logging.LogRecord("x", logging.ERROR, __file__, 1, "boom", None, sys.exc_info())
+    assert one_line.filter(failed) and one_line.filter(other)
+    text = logging.Formatter().format(failed)
+    assert text == (
+        "socket.accept() out of system resource; socket: <fd=3>: [Errno 24] Too many open files"
+    )
+    assert "Traceback" in logging.Formatter().format(other)

@@ -73,11 +73,32 @@ class RateLimit(logging.Filter):
         return True
 
 
+class OneLine(logging.Filter):
+    """A failure whose traceback says nothing new, as one line (the exception's text kept)."""
+
+    def __init__(self, *prefixes: str) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith(self.prefixes):
+            text = record.getMessage().replace("\n", "; ")
+            if record.exc_info and record.exc_info[1] is not None:
+                text += f": {record.exc_info[1]}"
+            record.msg, record.args = text, None
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def configure(level: str) -> None:
     """Every record to stderr (stdout belongs to the protocol), rate-limited per kind."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s [%(name)s] %(levelname)s: %(message)s"))
     handler.addFilter(RateLimit())
+    # asyncio logs each failed accept() (out of descriptors) with a traceback, and keeps
+    # accepting in the same tick; the connection guard (server/connections.py) keeps the
+    # process from getting there, this keeps it to one line if something else uses them up.
+    handler.addFilter(OneLine("socket.accept() out of system resource"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

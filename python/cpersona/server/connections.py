@@ -11,9 +11,13 @@ time, holds its descriptor forever, and enough of them exhaust the process's des
   (a deadline, not an idle timer: trickling bytes does not extend it); else 408 and close;
 * a body deadline: the whole body within `body_timeout` of the headers; else the connection
   is closed (the request is already with the app, which sees a disconnect);
-* a bound on open connections, `max_connections`, and a descriptor reserve: a connection
-  past either is answered 503 and closed at once, before any byte of it is read, so the
-  process keeps descriptors for its database and its valid clients.
+* a bound on open connections, `max_connections`: at the bound, a new connection takes the
+  place of the one that has waited longest without sending a request (that one is answered
+  503 and closed); when every open connection has a request in progress, the new one is
+  answered 503 and closed at once, before any byte of it is read;
+* a descriptor reserve: a connection whose descriptor reaches `fd_ceiling` (the open-file
+  limit less the reserve) is answered 503 and closed at once, so the process keeps
+  descriptors for its database and accept() never fails for want of one.
 
 A request being processed (all of it received) has no deadline here: tool calls take as long
 as they take. The idle keep-alive timeout is uvicorn's own.
@@ -128,11 +132,15 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
         pass
 
     Guarded.limits = limits
+    Guarded.waiting = {}
     return Guarded
 
 
 class _GuardedH11(H11Protocol):
     limits: ClassVar[ConnectionLimits]
+    #: Open connections with no request in progress (h11 has not yet read a whole request
+    #: line and headers: new, trickling, or kept alive between requests), oldest first.
+    waiting: ClassVar[dict[_GuardedH11, None]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -143,23 +151,52 @@ class _GuardedH11(H11Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         sock = transport.get_extra_info("socket")
         fd = sock.fileno() if sock is not None else -1
-        if len(self.connections) >= self.limits.max_connections or fd >= self.limits.fd_ceiling:
-            self._refused = True
-            assert isinstance(transport, asyncio.WriteTransport)
-            transport.write(_REFUSED)
-            transport.close()
-            log.warning(
-                "refused a connection (503): %d open, at most %d (CPERSONA_HTTP_MAX_CONNECTIONS)",
-                len(self.connections),
-                min(self.limits.max_connections, self.limits.fd_ceiling),
-            )
+        if fd >= self.limits.fd_ceiling:
+            # Descriptors are running out: this one is given back at once (making room
+            # instead would hold it until the other's close completes, while accept() goes on).
+            self._refuse(transport)
             return
+        if len(self.connections) >= self.limits.max_connections:
+            # Make room by closing the connection that has waited longest without sending a
+            # request: a flood of silent connections then churns itself, and a client that
+            # sends its request promptly is still served. Refuse only when every open
+            # connection has a request in progress.
+            oldest = next(iter(self.waiting), None)
+            if oldest is None:
+                self._refuse(transport)
+                return
+            oldest._close_for_room()
         super().connection_made(transport)  # type: ignore[arg-type]
+        self.waiting[self] = None
         self._arm("headers", self.limits.header_timeout)
+
+    def _refuse(self, transport: asyncio.BaseTransport) -> None:
+        self._refused = True
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(_REFUSED)
+        transport.close()
+        log.warning(
+            "refused a connection (503): %d open, at most %d (CPERSONA_HTTP_MAX_CONNECTIONS "
+            "and what the open-file limit leaves), none of them waiting to be replaced",
+            len(self.connections),
+            min(self.limits.max_connections, self.limits.fd_ceiling),
+        )
+
+    def _close_for_room(self) -> None:
+        self.waiting.pop(self, None)
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.write(_REFUSED)
+            self.transport.close()
+        log.warning(
+            "connection limit reached: closed the connection that waited longest without "
+            "a request (503) to make room for a new one"
+        )
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
             return
+        self.waiting.pop(self, None)
         self._disarm()
         super().connection_lost(exc)
 
@@ -180,6 +217,10 @@ class _GuardedH11(H11Protocol):
     def _follow(self) -> None:
         """Move the deadline along with h11's view of where the request is."""
         state = self.conn.their_state
+        if state is not h11.IDLE:
+            self.waiting.pop(self, None)
+        elif self not in self.waiting and not self.transport.is_closing():
+            self.waiting[self] = None  # kept alive after a response: newest of the waiting
         if state is h11.SEND_BODY and self._phase != "body":
             self._arm("body", self.limits.body_timeout)
         elif state is not h11.IDLE and state is not h11.SEND_BODY:
