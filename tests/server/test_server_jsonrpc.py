@@ -9,7 +9,7 @@ from typing import Any
 
 import mcp_types as types
 import pytest
-from cpersona.server.jsonrpc import MAX_DEPTH, Refusal, read_body
+from cpersona.server.jsonrpc import MAX_DEPTH, Refusal, read_body, tool_call_with_surrogates
 from cpersona.server.stdio import read_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -53,8 +53,9 @@ def _check(message: Any, text: str) -> None:
                 assert answer["id"] is None
             if not outcome.answer:  # only a notification goes unanswered on stdio
                 assert isinstance(message, dict) and "method" in message and "id" not in message
+        elif oracle is None:  # nothing the SDK refuses is let through, but for one case:
+            assert tool_call_with_surrogates(text) is not None  # the tool refuses it itself
         else:
-            assert oracle is not None  # nothing the SDK refuses is let through
             if isinstance(oracle, types.JSONRPCNotification):
                 assert "id" not in message  # an id the SDK ignored is refused, not dropped
             if outcome is not None:
@@ -87,3 +88,18 @@ def test_nesting_past_the_parser_is_refused_as_invalid_params_with_the_id(levels
         assert isinstance(outcome, Refusal)
         assert (outcome.id, outcome.code) == ("deep", types.INVALID_PARAMS)
         assert f"nested {levels + 2} levels deep" in outcome.message
+
+
+def test_a_lone_surrogate_in_tool_arguments_reaches_the_tool_elsewhere_it_is_refused():
+    """The tool answers its own refusal for a lone surrogate in its arguments (nothing is
+    written; tests/server/test_server_stdio.py); anywhere else it is invalid params."""
+    call = '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"store","arguments":'
+    inside = call + '{"agent_id":"a","message":{"content":"half \\ud83d"}}}}'
+    line = read_line(inside)
+    assert isinstance(line, types.JSONRPCRequest) and line.id == 3
+    assert read_body(inside.encode()) is None
+    outside = '{"jsonrpc":"2.0","id":4,"method":"ping","params":{"x":"\\udc00"}}'
+    for outcome in (read_line(outside), read_body(outside.encode())):
+        assert isinstance(outcome, Refusal)
+        assert (outcome.id, outcome.code) == (4, types.INVALID_PARAMS)
+        assert "surrogate" in outcome.message

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
-import pydantic_core
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cpersona.memory.text import first_surrogate
 
 log = logging.getLogger("cpersona.jsonrpc")
 
@@ -62,16 +63,25 @@ class Refusal:
 
 
 def read_body(body: bytes) -> Refusal | None:
-    """HTTP: None when the SDK can read `body` (read as it reads it), else the refusal."""
+    """HTTP: None when the SDK can read `body`, else the refusal.
+
+    The SDK parses with pydantic-core then validates; `validate_json` refuses exactly what that
+    refuses, in one pass. A tool call whose only flaw is a lone surrogate in its arguments is
+    let through as on stdio: the SDK's per-request (2026) path reads it with Python's json and
+    the tool answers its own refusal; the legacy path answers its parse error.
+    """
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         return Refusal(types.PARSE_ERROR, "Parse error: the body is not UTF-8")
     try:
-        message = types.jsonrpc_message_adapter.validate_python(
-            pydantic_core.from_json(body), by_name=False
-        )
-    except (ValueError, ValidationError):  # pydantic's JSON errors are ValueErrors
+        message = types.jsonrpc_message_adapter.validate_json(body, by_name=False)
+    except ValidationError:
+        try:
+            if tool_call_with_surrogates(text) is not None:
+                return None
+        except Exception:  # whatever this second reading trips on, the refusal answers
+            log.debug("could not re-read a refused body", exc_info=True)
         return diagnose(text)
     return bad_id(message, text)
 
@@ -292,3 +302,27 @@ async def _answer(send: Send, refusal: Refusal) -> None:
         ],
     })  # fmt: skip
     await send({"type": "http.response.body", "body": body})
+
+
+def tool_call_with_surrogates(line: str) -> types.JSONRPCMessage | None:
+    """The tool call that pydantic refused only for lone surrogates inside its arguments.
+
+    Pydantic refuses a JSON string escape of a lone UTF-16 surrogate (`"\\ud83d"`, what a
+    JavaScript client sends for an emoji cut in half) as invalid JSON. Python's json accepts
+    it: a `tools/call` whose only surrogates are inside its arguments is let through, and the
+    tool answers it with its own refusal (app.py: nothing is written).
+    """
+    if not SURROGATE_ESCAPE.search(line):
+        return None
+    message = json.loads(line)
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return None
+    params = message.get("params")
+    if not isinstance(params, dict) or not isinstance(params.get("arguments"), dict):
+        return None
+    # Only the arguments may carry them: the SDK echoes other fields (e.g. an unknown method)
+    # into its answers, and a lone surrogate cannot be written back as UTF-8.
+    envelope = {**message, "params": {k: v for k, v in params.items() if k != "arguments"}}
+    if first_surrogate(json.dumps(envelope, ensure_ascii=False)) is not None:
+        return None
+    return types.jsonrpc_message_adapter.validate_python(message, by_name=False)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -19,8 +18,7 @@ from pydantic import ValidationError
 
 from cpersona.config import Settings
 from cpersona.engine import Engine
-from cpersona.memory.text import first_surrogate
-from cpersona.server.jsonrpc import SURROGATE_ESCAPE, Refusal, bad_id, diagnose
+from cpersona.server.jsonrpc import Refusal, bad_id, diagnose, tool_call_with_surrogates
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
@@ -103,10 +101,17 @@ async def serve_lines(server: Server[Any], wire_in: BinaryIO, wire_out: BinaryIO
                     await to_server.send(SessionMessage(outcome))
 
     async def writer() -> None:
+        gone = False
         async with from_server:
             async for message in from_server:
+                if gone:  # keep taking answers so no handler blocks on a client that left
+                    continue
                 line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                await anyio.to_thread.run_sync(_write_line, wire_out, line.encode() + b"\n")
+                try:
+                    await anyio.to_thread.run_sync(_write_line, wire_out, line.encode() + b"\n")
+                except OSError as exc:  # the client closed its end of the pipe
+                    log.info("stdout closed by the client (%s); answers are dropped", exc)
+                    gone = True
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(reader, to_wire.clone())
@@ -131,32 +136,8 @@ def read_line(line: str) -> types.JSONRPCMessage | Refusal | None:
     else:
         return bad_id(message, line) or message
     try:
-        call = _tool_call_with_surrogates(line)
+        call = tool_call_with_surrogates(line)
     except Exception:  # whatever this second reading trips on, the refusal below answers
         log.debug("could not re-read a refused line", exc_info=True)
         call = None
     return call if call is not None else diagnose(line)
-
-
-def _tool_call_with_surrogates(line: str) -> types.JSONRPCMessage | None:
-    """The tool call that pydantic refused only for lone surrogates inside its arguments.
-
-    Pydantic refuses a JSON string escape of a lone UTF-16 surrogate (`"\\ud83d"`, what a
-    JavaScript client sends for an emoji cut in half) as invalid JSON. Python's json accepts
-    it: a `tools/call` whose only surrogates are inside its arguments is let through, and the
-    tool answers it with its own refusal (app.py: nothing is written).
-    """
-    if not SURROGATE_ESCAPE.search(line):
-        return None
-    message = json.loads(line)
-    if not isinstance(message, dict) or message.get("method") != "tools/call":
-        return None
-    params = message.get("params")
-    if not isinstance(params, dict) or not isinstance(params.get("arguments"), dict):
-        return None
-    # Only the arguments may carry them: the SDK echoes other fields (e.g. an unknown method)
-    # into its answers, and a lone surrogate cannot be written back as UTF-8.
-    envelope = {**message, "params": {k: v for k, v in params.items() if k != "arguments"}}
-    if first_surrogate(json.dumps(envelope, ensure_ascii=False)) is not None:
-        return None
-    return types.jsonrpc_message_adapter.validate_python(message, by_name=False)
