@@ -72,7 +72,7 @@ def _valid_number(var: Any) -> float:
     return low + (high - low) // 2 if var.kind == "int" else (low + high) / 2
 
 
-@pytest.mark.parametrize("var", _by_kind("int"), ids=_id)
+@pytest.mark.parametrize("var", _by_kind("int") + _by_kind("optint"), ids=_id)
 def test_int_variables(var):
     name = var.names[0]
     value = int(_valid_number(var))
@@ -127,7 +127,16 @@ def test_string_variables(var):
 
 
 def test_every_kind_is_covered():
-    assert {v.kind for v in VARS} <= {"bool", "int", "float", "optfloat", "choice", "str", "optstr"}
+    assert {v.kind for v in VARS} <= {
+        "bool",
+        "int",
+        "optint",
+        "float",
+        "optfloat",
+        "choice",
+        "str",
+        "optstr",
+    }
 
 
 def test_explicit_records_the_names_that_were_set():

@@ -1,4 +1,5 @@
-"""The `cpersona` command: `serve` (the default), `--version`, `--help`."""
+"""The `cpersona` command: `serve` (the default), `index`, `export`/`import`, `backup`/`restore`,
+`--version`, `--help`."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from cpersona import __version__
 from cpersona.config import Settings
 from cpersona.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cpersona.server.acl import AclConfig
 
 log = logging.getLogger("cpersona")
 
@@ -36,6 +41,17 @@ def _parser() -> argparse.ArgumentParser:
         choices=("stdio", "streamable-http"),
         help="override CPERSONA_TRANSPORT",
     )
+    sub.add_parser(
+        "proxy",
+        help="relay MCP on stdio to a cpersona HTTP server (CPERSONA_REMOTE_URL, "
+        "CPERSONA_AUTH_TOKEN); the same as python -m cpersona.proxy_stdio",
+    )
+    web = sub.add_parser(
+        "web",
+        help="serve a read-only web view of the memory (CPERSONA_WEB_HOST, CPERSONA_WEB_PORT)",
+    )
+    web.add_argument("--host", help="override CPERSONA_WEB_HOST (default 127.0.0.1)")
+    web.add_argument("--port", type=int, help="override CPERSONA_WEB_PORT (default 8403)")
     index = sub.add_parser("index", help="inspect or repair the vector index files")
     index.add_argument("action", choices=("status", "rebuild", "verify"))
     index.add_argument("--table", choices=("memories", "episodes"), help="default: both")
@@ -47,6 +63,21 @@ def _parser() -> argparse.ArgumentParser:
     restore.add_argument("path")
     restore.add_argument("--agent", default="", help="write every record under this agent")
     restore.add_argument("--dry-run", action="store_true", help="count without writing")
+    backup = sub.add_parser(
+        "backup", help="write a consistent backup bundle (database, sidecar, ACL, OC file)"
+    )
+    backup.add_argument("dest", help="a new (or empty) directory for the bundle")
+    backup.add_argument("--db", help="the database (default: $CPERSONA_DB_PATH)")
+    restore_bundle = sub.add_parser("restore", help="restore a backup bundle into a database")
+    restore_bundle.add_argument("bundle", help="the bundle directory `cpersona backup` wrote")
+    restore_bundle.add_argument("--db", required=True, help="the database file to restore into")
+    restore_bundle.add_argument(
+        "--force", action="store_true", help="replace a database (or file) that holds data"
+    )
+    restore_bundle.add_argument("--acl-file", help="also restore the bundle's ACL file here")
+    restore_bundle.add_argument(
+        "--operating-context-path", help="also restore the bundle's operating-context file here"
+    )
     return parser
 
 
@@ -68,6 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "serve":
         transport = getattr(args, "transport", None) or settings.transport
         return _serve(settings, transport)
+    if command == "proxy":
+        from cpersona.proxy_stdio import run
+
+        return run(settings)
+    if command == "web":
+        return _web(settings, args.host, args.port)
     if command == "index":
         from cpersona.vectors.cli import run_index_command
 
@@ -78,28 +115,68 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "export":
             return commands.run_export(settings, args.path, args.agent, args.embeddings)
         return commands.run_import(settings, args.path, args.agent, args.dry_run)
+    if command == "backup":
+        from cpersona.bundle import run_backup
+
+        return run_backup(settings, args.dest, args.db)
+    if command == "restore":
+        from cpersona.bundle import run_restore
+
+        return run_restore(
+            args.bundle,
+            args.db,
+            force=args.force,
+            acl_file=args.acl_file,
+            operating_context_path=args.operating_context_path,
+        )
     return 2
+
+
+def _load_acl(settings: Settings) -> AclConfig | int | None:
+    """The ACL file when one is configured; an exit code when it is unusable."""
+    from cpersona.server.acl import load_acl
+
+    if not settings.acl_file:
+        return None
+    try:
+        acl = load_acl(settings.acl_file)
+    except ConfigError as exc:
+        print(f"cpersona: {exc}", file=sys.stderr)
+        return 2
+    if settings.auth_token:
+        log.warning(
+            "CPERSONA_AUTH_TOKEN is ignored in ACL mode (CPERSONA_ACL_FILE); "
+            "to keep using that token, list it as a client in the ACL file"
+        )
+    return acl
+
+
+def _web(settings: Settings, host: str | None, port: int | None) -> int:
+    import dataclasses
+
+    from cpersona.web.serve import serve_web
+
+    settings = dataclasses.replace(
+        settings,
+        web_host=host if host is not None else settings.web_host,
+        web_port=port if port is not None else settings.web_port,
+    )
+    acl = _load_acl(settings)
+    if isinstance(acl, int):
+        return acl
+    return serve_web(settings, acl)
 
 
 def _serve(settings: Settings, transport: str) -> int:
     import dataclasses
 
-    from cpersona.server.acl import LOCAL, Guard, load_acl
+    from cpersona.server.acl import LOCAL, Guard
 
     settings = dataclasses.replace(settings, transport=transport)
     # ACL mode is loaded first and any defect refuses start-up, on both transports (§14.2).
-    acl = None
-    if settings.acl_file:
-        try:
-            acl = load_acl(settings.acl_file)
-        except ConfigError as exc:
-            print(f"cpersona: {exc}", file=sys.stderr)
-            return 2
-        if settings.auth_token:
-            log.warning(
-                "CPERSONA_AUTH_TOKEN is ignored in ACL mode (CPERSONA_ACL_FILE); "
-                "to keep using that token, list it as a client in the ACL file"
-            )
+    acl = _load_acl(settings)
+    if isinstance(acl, int):
+        return acl
     if transport == "streamable-http":
         from cpersona.server.http import serve_http
 

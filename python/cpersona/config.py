@@ -28,7 +28,7 @@ class _Var:
 
     field: str
     names: tuple[str, ...]  # first non-empty wins: the CPERSONA_ form, then its generic alias
-    kind: str  # bool | int | float | choice | str | optstr
+    kind: str  # bool | int | optint | float | optfloat | choice | str | optstr
     default: Any
     low: float | None = None
     high: float | None = None
@@ -100,7 +100,12 @@ _VARS: tuple[_Var, ...] = (
     _v("oauth_scopes", "optstr", None),
     _v("oauth_jwks_uri", "optstr", None),
     _v("remote_url", "str", "http://localhost:8402/mcp"),
+    # cpersona's own: where `cpersona web` (the read-only view) listens.
+    _v("web_host", "str", "127.0.0.1"),
+    _v("web_port", "int", 8403, low=0, high=65535),
     _v("proxy_max_inflight", "int", 8, low=1),
+    # cpersona's own: how long the bridge waits for one answer before failing it with -32000.
+    _v("proxy_timeout_seconds", "float", 300.0, low=0.1),
     # Retrieval (retrieval.md §17)
     # rsf, not 2.5.x's rrf: the best mean nDCG@10 over LoCoMo and JSQuAD with the default
     # embedder, 0.647 against 0.628 (docs/quality.md).
@@ -152,6 +157,10 @@ _VARS: tuple[_Var, ...] = (
     # cpersona's own
     _v("log_level", "choice", "info", choices=("debug", "info", "warning", "error")),
     _v("sql_trace", "bool", False),
+    # Metrics (issue 14): /metrics on HTTP, authenticated unless public; a stdio server serves
+    # them only when given a loopback port (0: any free port, shown on stderr).
+    _v("metrics_public", "bool", False),
+    _v("metrics_port", "optint", None, low=0, high=65535),
 )
 
 
@@ -213,7 +222,10 @@ class Settings:
     oauth_scopes: str | None = None
     oauth_jwks_uri: str | None = None
     remote_url: str = "http://localhost:8402/mcp"
+    web_host: str = "127.0.0.1"
+    web_port: int = 8403
     proxy_max_inflight: int = 8
+    proxy_timeout_seconds: float = 300.0
     recall_mode: str = "rsf"
     max_memories: int = 10000
     vector_reach: int = 0
@@ -261,6 +273,8 @@ class Settings:
     scope_stats_ttl_seconds: float = 60.0
     log_level: str = "info"
     sql_trace: bool = False
+    metrics_public: bool = False
+    metrics_port: int | None = None
     #: Variables that were set in the environment (for the start-up banner).
     explicit: frozenset[str] = field(default=frozenset(), compare=False)
 
@@ -335,7 +349,7 @@ def _parse(var: _Var, name: str, raw: str) -> Any:
         if low in var.choices:
             return low
         raise ConfigError(f"{name}={raw!r} is not valid: expected one of {', '.join(var.choices)}")
-    if var.kind == "int":
+    if var.kind in ("int", "optint"):
         try:
             value: float = int(text)
         except ValueError:
@@ -355,14 +369,14 @@ def _parse(var: _Var, name: str, raw: str) -> Any:
 
 def _bounded(var: _Var, name: str, raw: str, value: float) -> float:
     if (var.low is not None and value < var.low) or (var.high is not None and value > var.high):
-        what = "an integer" if var.kind == "int" else "a number"
+        what = "an integer" if var.kind in ("int", "optint") else "a number"
         raise ConfigError(f"{name}={raw!r} is out of range: expected {_range(var, what)}")
     return value
 
 
 def _range(var: _Var, what: str) -> str:
     def num(x: float) -> str:
-        return str(int(x)) if var.kind == "int" else str(x)
+        return str(int(x)) if var.kind in ("int", "optint") else str(x)
 
     if var.low is not None and var.high is not None:
         return f"{what} from {num(var.low)} to {num(var.high)}"

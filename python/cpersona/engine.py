@@ -20,6 +20,7 @@ from cpersona.storage import Database, open_database
 from cpersona.tasks import TaskQueue
 from cpersona.update import UpdateCheck
 from cpersona.vectors.index import VectorIndex
+from cpersona.vectors.remote import RemoteVectors
 
 if TYPE_CHECKING:
     from cpersona.embedding.base import EmbeddingProvider
@@ -46,11 +47,26 @@ class Engine:
             settings.db_path, fts_enabled=settings.fts_enabled, tracer=tracer
         )
         self.indexes = {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
-        self.writer = Writer(self.db, settings, self.embedder, after_write=self._after_write)
+        self.remote = RemoteVectors.from_settings(settings)
+        if self.remote is not None and not settings.store_blob:
+            log.info(
+                "remote vector mode without local memory vectors (CPERSONA_STORE_BLOB=false): "
+                "while %s is down, recall has full-text and keyword search only",
+                self.remote.base,
+            )
+        self.writer = Writer(
+            self.db, settings, self.embedder, after_write=self._after_write, remote=self.remote
+        )
         self.thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
         self.health = EmbeddingHealth(settings.transport)
         self.recaller = Recaller(
-            self.db, settings, self.embedder, self.indexes, self.thresholds, self.health
+            self.db,
+            settings,
+            self.embedder,
+            self.indexes,
+            self.thresholds,
+            self.health,
+            remote=self.remote,
         )
         self.calibrator = Calibrator(
             self.db,

@@ -146,6 +146,11 @@ class Pauses:
             "scope": b.scope,
         }
 
+    def live_count(self) -> int:
+        """How many buckets are paused right now (the metrics' gauge)."""
+        with self._lock:
+            return len(self._live(self.clock()))
+
     # -- what write tools call ---------------------------------------------------------------
 
     def active(self, session_key: Any) -> str | None:

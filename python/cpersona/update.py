@@ -40,6 +40,8 @@ _FILENAME = re.compile(r"cpersona-([0-9][^-]*?)(?:\.tar\.gz|-py|\.zip|-cp)")
 
 #: (versions listed -> {version: every file yanked}) for a test to replace the network.
 Fetch = Callable[[], dict[str, bool]]
+#: How this copy was installed (`install_hint`), for a test to point at another environment.
+Installer = Callable[[], dict[str, Any]]
 
 
 def _fetch_index() -> dict[str, bool]:
@@ -67,9 +69,15 @@ def _key(version: str) -> tuple[tuple[int, ...], bool]:
     return nums, final
 
 
-def install_hint() -> dict[str, Any]:
-    """How this copy was installed, and the command that would upgrade it."""
-    here = Path(__file__).resolve()
+def install_hint(executable: str | None = None, module: Path | None = None) -> dict[str, Any]:
+    """How this copy was installed, and the command that would upgrade it.
+
+    `executable` and `module` default to the running interpreter and this file; a test names
+    another environment's to see the command it would get there.
+    """
+    prefix = Path(sys.prefix) if executable is None else Path(executable).parent.parent
+    executable = executable or sys.executable
+    here = (module or Path(__file__)).resolve()
     for parent in here.parents:
         if (parent / ".git").exists() and (parent / "pyproject.toml").exists():
             command = ["git", "-C", str(parent), "pull", "--ff-only"]
@@ -79,7 +87,7 @@ def install_hint() -> dict[str, Any]:
                 "note": "a source checkout: pull, then rebuild (maturin develop)",
                 "restart_required": True,
             }
-    if "uv" in Path(sys.prefix).parts and "tools" in Path(sys.prefix).parts:
+    if "uv" in prefix.parts and "tools" in prefix.parts:
         return {
             "method": "uvx",
             "command": ["uvx", "cpersona@latest"],
@@ -88,7 +96,7 @@ def install_hint() -> dict[str, Any]:
         }
     return {
         "method": "pip",
-        "command": [sys.executable, "-m", "pip", "install", "--upgrade", "cpersona"],
+        "command": [executable, "-m", "pip", "install", "--upgrade", "cpersona"],
         "note": "installs into this interpreter's environment",
         "restart_required": True,
     }
@@ -101,6 +109,7 @@ class UpdateCheck:
         self.settings = settings
         self.enabled = settings.update_check
         self.fetch = fetch or _fetch_index
+        self.installer: Installer = install_hint
         db = settings.db_path
         self.cache = None if db == ":memory:" else Path(db).resolve().parent / "update-check.json"
         self._told: set[str] = set()
@@ -207,7 +216,7 @@ class UpdateCheck:
     def report(self, refresh: bool, apply: bool) -> dict[str, Any]:
         """The `check_update` answer (no `ok` key on success)."""
         v = self.verdict(refresh and self.enabled)
-        install = install_hint()
+        install = self.installer()
         if v.get("available") and install["method"] == "pip":
             install = {
                 **install,
@@ -278,7 +287,7 @@ class UpdateCheck:
         if v.get("kind") not in ("newer", "yanked", "prerelease_final"):
             return None
         self._told.add(bucket)
-        hint = install_hint()
+        hint = self.installer()
         return {
             "kind": v["kind"],
             "running": __version__,

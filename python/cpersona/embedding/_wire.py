@@ -82,8 +82,10 @@ def post_json(
     *,
     timeout: float,
     headers: Mapping[str, str] | None = None,
+    want_body: bool = True,
 ) -> object:
-    """POST `payload` as JSON and return the decoded answer.
+    """POST `payload` as JSON and return the decoded answer (None when not `want_body`: any
+    2xx is the answer, whatever its body).
 
     `timeout` bounds each socket operation and, checked between reads, the whole body.
 
@@ -119,6 +121,8 @@ def post_json(
         raise EmbeddingMisconfigured(f"{label} is not a URL a request can be sent to") from None
     except (http.client.HTTPException, OSError) as exc:
         raise EmbeddingUnavailable(f"could not reach {label}: {_describe(exc)}") from None
+    if not want_body:
+        return None
     try:
         return json.loads(raw)
     except (ValueError, RecursionError):

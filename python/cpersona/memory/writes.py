@@ -31,6 +31,7 @@ from cpersona.storage import Database
 from cpersona.storage import episodes as episode_sql
 from cpersona.storage import memories as memory_sql
 from cpersona.storage import profiles as profile_sql
+from cpersona.vectors.remote import Item, RemoteVectors
 
 log = logging.getLogger("cpersona.memory")
 
@@ -46,11 +47,14 @@ class Writer:
         settings: Settings,
         embedder: EmbeddingProvider,
         after_write: AfterWrite | None = None,
+        remote: RemoteVectors | None = None,
     ) -> None:
         self.db = db
         self.settings = settings
         self.embedder = embedder
         self._after_write = after_write
+        #: The remote vector service, told after each commit (surface.md §12.4), or None.
+        self.remote = remote
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -67,6 +71,12 @@ class Writer:
         if row.size == 0 or not np.all(np.isfinite(row)):
             return None
         return row.astype("<f4").tobytes()
+
+    def _memory_vector(self, text: str) -> bytes | None:
+        """A memory's local BLOB: not kept in remote mode with CPERSONA_STORE_BLOB=false."""
+        if self.remote is not None and not self.settings.store_blob:
+            return None
+        return self._embed(text)
 
     def _written(self) -> None:
         if self._after_write is not None:
@@ -114,7 +124,7 @@ class Writer:
         dup = self._probe(self.db.reader(), agent_id, project_id, channel, msg_id, content)
         if dup is not None:
             return dup
-        embedding = self._embed(content)
+        embedding = self._memory_vector(content)
         new = NewMemory(
             agent_id=agent_id,
             project_id=project_id,
@@ -134,11 +144,14 @@ class Writer:
         if new_id is None:
             return {"ok": True, "result": "skipped", "reason": "duplicate (unique index)"}
         self._written()
+        embedded = embedding is not None
+        if self.remote is not None:  # in remote mode `embedded` is the service's 2xx
+            embedded = self.remote.index(agent_id, [Item(f"mem:{new_id}", content)])
         out: dict[str, Any] = {
             "ok": True,
             "result": "stored",
             "id": new_id,
-            "embedded": embedding is not None,
+            "embedded": embedded,
         }
         if truncated:
             out["truncated"] = True
@@ -191,7 +204,7 @@ class Writer:
         text, truncated = sanitize(content, self.settings.max_content_length)
         if not text:
             return _fail("Content cannot be empty after sanitization")
-        embedding = self._embed(text)
+        embedding = self._memory_vector(text)
         try:
             with self.db.atomic() as conn:
                 changed = memory_sql.update_content(conn, memory_id, text, embedding)
@@ -203,6 +216,8 @@ class Writer:
         if changed == 0:
             return _fail(f"Memory {memory_id} is locked and cannot be edited")
         self._written()
+        if self.remote is not None and current is not None:
+            self.remote.index(current.agent_id, [Item(f"mem:{memory_id}", text)])
         out: dict[str, Any] = {"ok": True, "updated_id": memory_id}
         if truncated:
             out["truncated"] = True
@@ -220,6 +235,8 @@ class Writer:
         if deleted == 0:
             return _fail(_ambiguous(memory_id))
         self._written()
+        if self.remote is not None and current is not None:
+            self.remote.remove(current.agent_id, [f"mem:{memory_id}"])
         return {"ok": True, "deleted_id": memory_id}
 
     def set_lock(self, memory_id: int, agent_id: str, locked: bool) -> dict[str, Any]:
@@ -276,6 +293,8 @@ class Writer:
         with self.db.atomic() as conn:
             episode_id = episode_sql.insert(conn, new)
         self._written()
+        if self.remote is not None:
+            self.remote.index(agent_id, [Item(f"ep:{episode_id}", text)])
         out: dict[str, Any] = {"ok": True, "episode_id": episode_id}
         if cut_summary or cut_keywords:
             out["truncated"] = True
@@ -283,10 +302,14 @@ class Writer:
 
     def delete_episode(self, episode_id: int, agent_id: str) -> dict[str, Any]:
         with self.db.atomic() as conn:
+            # Read in the deleting transaction: the service's namespace is the row's agent.
+            owner = episode_sql.get(conn, episode_id) if self.remote is not None else None
             deleted = episode_sql.delete(conn, episode_id, agent_id or None)
         if deleted == 0:
             return _fail(f"Episode {episode_id} not found or not owned by agent")
         self._written()
+        if self.remote is not None and owner is not None:
+            self.remote.remove(owner.agent_id, [f"ep:{episode_id}"])
         return {"ok": True, "deleted_id": episode_id}
 
     # -- profiles ----------------------------------------------------------------------------

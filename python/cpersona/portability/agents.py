@@ -36,6 +36,8 @@ def delete_agent_data(engine: Engine, agent_id: str, *, paused: bool = False) ->
         return {"ok": False, "error": f"could not delete agent {agent_id!r}: {exc}"}
     forget_agent(engine, agent_id)
     engine._after_write()
+    if engine.remote is not None:
+        engine.remote.purge(agent_id)
     log.info(
         "deleted agent %r: %s memories, %s episodes, %s profiles, %s pending tasks",
         agent_id,

@@ -36,6 +36,7 @@ from cpersona.portability import records
 from cpersona.portability.paths import confine, refusal
 from cpersona.storage import portability as sql
 from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRecord
+from cpersona.vectors.remote import Item
 
 if TYPE_CHECKING:
     import sqlite3
@@ -103,6 +104,8 @@ class _Tally:
     without_vector: int = 0
     #: Items the preview found would be written (a real run embeds these).
     written: list[_Item] = field(default_factory=list)
+    #: What a real run inserted, per agent, for the remote vector service.
+    inserted: dict[str, list[Item]] = field(default_factory=dict)
 
 
 class _Aborted(Exception):
@@ -164,6 +167,9 @@ def import_memories(
         return _aborted(exc, dry_run, tally, plan.errors)
     if not dry_run:
         engine._after_write()
+        if engine.remote is not None:
+            for agent, items in tally.inserted.items():
+                engine.remote.index(agent, items)
         log.info(
             "imported %s memories (%s skipped), %s episodes (%s skipped) from %s",
             tally.imported_memories,
@@ -424,7 +430,12 @@ def _apply(
                 )
             )
             if not duplicate and write:
-                duplicate = sql.insert_memory(conn, rec) is None
+                new_id = sql.insert_memory(conn, rec)
+                duplicate = new_id is None
+                if new_id is not None:
+                    tally.inserted.setdefault(rec.agent_id, []).append(
+                        Item(f"mem:{new_id}", rec.content)
+                    )
             if duplicate:
                 tally.skipped_memories += 1
             else:
@@ -444,7 +455,10 @@ def _apply(
                 tally.skipped_episodes += 1
             else:
                 if write:
-                    sql.insert_episode(conn, rec)
+                    new_id = sql.insert_episode(conn, rec)
+                    tally.inserted.setdefault(rec.agent_id, []).append(
+                        Item(f"ep:{new_id}", rec.summary)
+                    )
                 else:
                     seen_episode.add(key)
                 tally.imported_episodes += 1

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from cpersona.portability.agents import forget_agent
 from cpersona.storage import portability as sql
+from cpersona.vectors.remote import Item, RemoteVectors
 
 if TYPE_CHECKING:
     from cpersona.engine import Engine
@@ -41,6 +42,8 @@ class _Tally:
     copied: dict[str, list[int]] = field(
         default_factory=lambda: {"memories": [], "episodes": [], "profiles": []}
     )
+    #: The target's new rows, for the remote vector service.
+    inserted: list[Item] = field(default_factory=list)
 
 
 def validate(source: str, target: str, strategy: str, mode: str) -> str | None:
@@ -109,9 +112,13 @@ def merge_memories(
         }
     if not dry_run:
         engine._after_write()
+        if engine.remote is not None:
+            engine.remote.index(target, tally.inserted)
     out = _success(head, strategy, mode, tally, dry_run=dry_run)
     if moved is not None:
         left = moved.pop("left")
+        if engine.remote is not None:
+            _remote_move(engine.remote, source, tally, emptied=not any(left.values()))
         if not any(left.values()):
             # The source agent is gone: its calibration goes with it (as delete_agent_data).
             forget_agent(engine, source)
@@ -129,6 +136,16 @@ def merge_memories(
         tally.skipped_episodes,
     )
     return out
+
+
+def _remote_move(remote: RemoteVectors, source: str, tally: _Tally, *, emptied: bool) -> None:
+    """The source's moved rows leave its namespace; an emptied source is purged (§12.4)."""
+    if emptied:
+        remote.purge(source)
+        return
+    ids = [f"mem:{i}" for i in tally.copied["memories"]]
+    ids += [f"ep:{i}" for i in tally.copied["episodes"]]
+    remote.remove(source, ids)
 
 
 def _success(
@@ -173,7 +190,10 @@ def _copy_all(
             or sql.memory_exists(conn, target, mem.project_id, mem.channel, mem.msg_id, mem.content)
         )
         if not duplicate and write:
-            duplicate = sql.insert_memory(conn, replace(mem, agent_id=target)) is None
+            new_id = sql.insert_memory(conn, replace(mem, agent_id=target))
+            duplicate = new_id is None
+            if new_id is not None:
+                tally.inserted.append(Item(f"mem:{new_id}", mem.content))
         if duplicate:
             tally.skipped_memories += 1
             continue
@@ -193,7 +213,8 @@ def _copy_all(
             tally.skipped_episodes += 1
             continue
         if write:
-            sql.insert_episode(conn, replace(ep, agent_id=target))
+            new_id = sql.insert_episode(conn, replace(ep, agent_id=target))
+            tally.inserted.append(Item(f"ep:{new_id}", ep.summary))
         else:
             seen_episode.add(key)
         tally.merged_episodes += 1

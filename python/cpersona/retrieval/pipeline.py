@@ -43,7 +43,9 @@ from cpersona.storage import Database
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage import retrieval as sql
 from cpersona.storage.retrieval import ScopeSql
+from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
+from cpersona.vectors.remote import RemoteVectors
 from cpersona.vectors.search import Scope, scan
 
 log = logging.getLogger("cpersona.recall")
@@ -81,8 +83,11 @@ class Recaller:
         indexes: dict[str, VectorIndex],
         thresholds: Thresholds,
         health: EmbeddingHealth,
+        *,
+        remote: RemoteVectors | None = None,
     ) -> None:
         self.db = db
+        self.remote = remote
         self.s = settings
         self.embedder = embedder
         self.indexes = indexes
@@ -110,15 +115,21 @@ class Recaller:
         mode = s.recall_mode if (not blank and s.recall_mode in ("rrf", "rsf")) else "cascade"
         scope = ScopeSql(req.agent_id, req.project, req.channel)
         episodes_ok = not (req.source_id and not req.channel)
-        qvec = self._embed_query(req.query) if not blank else None
+        remote = None
+        if self.remote is not None and not blank and limit > 0:
+            remote = self._remote_vector(req, scope, limit, episodes_ok, mode != "cascade")
+        # A remote list is authoritative: no local scan, no far list, no query embedding.
+        qvec = self._embed_query(req.query) if not blank and remote is None else None
         if mode == "cascade":
-            rows = self._cascade(req, scope, qvec, limit, exclusions, blank, episodes_ok)
+            rows = self._cascade(req, scope, qvec, limit, exclusions, blank, episodes_ok, remote)
         else:
-            rows = self._fused(req, mode, scope, qvec, limit, exclusions, episodes_ok)
+            rows = self._fused(req, mode, scope, qvec, limit, exclusions, episodes_ok, remote)
         result = RecallResult(rows=[])
         if rows and limit > 0:
-            rows, pool = self._score(req, scope, rows, qvec)
-            result = self._gate_and_cut(req, rows, pool, limit, blank)
+            with stage("scoring"):
+                rows, pool = self._score(req, scope, rows, qvec)
+            with stage("gate"):
+                result = self._gate_and_cut(req, rows, pool, limit, blank)
         if s.degraded_advisory:
             result.advisory = self.health.advisory(req.session_key)
         return result
@@ -127,7 +138,8 @@ class Recaller:
         if not self.embedder.available:
             return None
         try:
-            vec, hit = self.embedder.embed_one(query, "query")
+            with stage("query_embedding"):
+                vec, hit = self.embedder.embed_one(query, "query")
         except EmbeddingMisconfigured as exc:
             self.health.observe_failure(str(exc), misconfigured=True)
             return None
@@ -161,7 +173,8 @@ class Recaller:
             rows = self._fused(req, mode, scope, qvec, limit, [], True)
         if not rows or limit <= 0:
             return []
-        rows, _ = self._score(req, scope, rows, qvec)
+        with stage("scoring"):
+            rows, _ = self._score(req, scope, rows, qvec)
         return rows
 
     # -- retrievers --------------------------------------------------------------------------
@@ -181,26 +194,27 @@ class Recaller:
         far_k = min(limit, s.vector_far_limit) if s.vector_far_limit > 0 else limit
         reach = s.vector_reach if far else 0
         per_table = {}
-        for table in ("memories", "episodes"):
-            if table == "episodes" and not episodes_ok:
-                per_table[table] = ([], [])
-                continue
-            prefix = req.source_id if table == "memories" else ""
-            hits = scan(
-                self.indexes[table],
-                qvec,
-                Scope(req.agent_id, req.project, req.channel, prefix),
-                window=s.max_memories,
-                reach=reach,
-                threshold=threshold,
-                k=limit,
-                far_k=far_k,
-                chunk_rows=s.vector_scan_chunk_rows,
-            )
-            per_table[table] = (
-                list(zip(hits.near_ids.tolist(), hits.near_scores.tolist(), strict=True)),
-                list(zip(hits.far_ids.tolist(), hits.far_scores.tolist(), strict=True)),
-            )
+        with stage("vector_scan"):
+            for table in ("memories", "episodes"):
+                if table == "episodes" and not episodes_ok:
+                    per_table[table] = ([], [])
+                    continue
+                prefix = req.source_id if table == "memories" else ""
+                hits = scan(
+                    self.indexes[table],
+                    qvec,
+                    Scope(req.agent_id, req.project, req.channel, prefix),
+                    window=s.max_memories,
+                    reach=reach,
+                    threshold=threshold,
+                    k=limit,
+                    far_k=far_k,
+                    chunk_rows=s.vector_scan_chunk_rows,
+                )
+                per_table[table] = (
+                    list(zip(hits.near_ids.tolist(), hits.near_scores.tolist(), strict=True)),
+                    list(zip(hits.far_ids.tolist(), hits.far_scores.tolist(), strict=True)),
+                )
         near = merged_vector_list(per_table["memories"][0], per_table["episodes"][0], limit)
         far_list = merged_vector_list(per_table["memories"][1], per_table["episodes"][1], far_k)
         near_ids = {(k, i) for k, i, _ in near}
@@ -208,10 +222,28 @@ class Recaller:
         if overlap:
             log.warning("far list overlapped the near list (%d rows); dropped", len(overlap))
             far_list = [(k, i, sc) for k, i, sc in far_list if (k, i) not in near_ids]
-        return (
-            self._hydrate(near, scope, req.source_id),
-            self._hydrate(far_list, scope, req.source_id),
-        )
+        with stage("hydration"):
+            return (
+                self._hydrate(near, scope, req.source_id),
+                self._hydrate(far_list, scope, req.source_id),
+            )
+
+    def _remote_vector(
+        self, req: RecallRequest, scope: ScopeSql, limit: int, episodes_ok: bool, fused: bool
+    ) -> list[Candidate] | None:
+        """The remote service's list, hydrated in its order (retrieval.md §4.5), or None when
+        the service failed and the local scan must run."""
+        assert self.remote is not None
+        threshold = self._threshold(req.agent_id, fused)
+        hits = self.remote.search(req.agent_id, req.query, limit, threshold)
+        if hits is None:
+            return None
+        ranked = [(h.kind, h.row_id, h.score) for h in hits if h.kind == "mem" or episodes_ok]
+        try:
+            return self._hydrate(ranked, scope, req.source_id)
+        except sqlite3.Error as exc:
+            log.warning("remote vector hits could not be read (%s); using the local scan", exc)
+            return None
 
     def _hydrate(
         self, hits: list[tuple[str, int, float]], scope: ScopeSql, source: str
@@ -277,23 +309,28 @@ class Recaller:
         exclusions: list[str],
         blank: bool,
         episodes_ok: bool,
+        remote: list[Candidate] | None = None,
     ) -> list[Candidate]:
         rows: list[Candidate] = []
-        if qvec is not None and not blank and limit > 0:
+        if remote is not None:
+            rows += [r for r in remote if not is_excluded(r.content, exclusions)]
+        elif qvec is not None and not blank and limit > 0:
             near, _ = self._vector(
                 req, scope, qvec, self._threshold(req.agent_id, False), limit, False, episodes_ok
             )
             rows += [r for r in near if not is_excluded(r.content, exclusions)]
         match = match_expression(req.query) if not blank else ""
         if not blank and episodes_ok:
-            rows += self._episode_fts(scope, match, limit)
+            with stage("full_text"):
+                rows += self._episode_fts(scope, match, limit)
         rows = dedupe(rows)
         profile = self._profile(req.agent_id)
         if profile is not None:
             rows.append(profile)
         remaining = limit - len(rows)
         if remaining > 0:
-            kw = self._keyword(req, scope, match, remaining, blank)
+            with stage("keyword"):
+                kw = self._keyword(req, scope, match, remaining, blank)
             rows = dedupe(rows + [r for r in kw if not is_excluded(r.content, exclusions)])
         return rows
 
@@ -306,18 +343,40 @@ class Recaller:
         limit: int,
         exclusions: list[str],
         episodes_ok: bool,
+        remote: list[Candidate] | None = None,
     ) -> list[Candidate]:
         s = self.s
         near: list[Candidate] = []
         far: list[Candidate] = []
-        if qvec is not None and limit > 0:
+        if remote is not None:
+            near = remote
+        elif qvec is not None and limit > 0:
             want_far = s.vector_reach > s.max_memories
             near, far = self._vector(
                 req, scope, qvec, self._threshold(req.agent_id, True), limit, want_far, episodes_ok
             )
         match = match_expression(req.query)
-        episodes = self._episode_fts(scope, match, limit) if episodes_ok else []
-        keyword = self._keyword(req, scope, match, limit, False) if s.fts_enabled else []
+        episodes: list[Candidate] = []
+        if episodes_ok:
+            with stage("full_text"):
+                episodes = self._episode_fts(scope, match, limit)
+        keyword: list[Candidate] = []
+        if s.fts_enabled:
+            with stage("keyword"):
+                keyword = self._keyword(req, scope, match, limit, False)
+        with stage("fusion"):
+            out = self._fuse(mode, [near, far, episodes, keyword], exclusions)
+        profile = self._profile(req.agent_id)
+        if profile is not None:
+            out.append(profile)
+        return out
+
+    def _fuse(
+        self, mode: str, lists: list[list[Candidate]], exclusions: list[str]
+    ) -> list[Candidate]:
+        """rrf or rsf over the near, far, episode-FTS and keyword lists, best first."""
+        s = self.s
+        near, far, episodes, keyword = lists
         excluded = lambda r: is_excluded(r.content, exclusions)  # noqa: E731
         channels = [(near, True), (far, True), (episodes, False), (keyword, True)]
         by_key: dict[int, Candidate] = {}
@@ -363,9 +422,6 @@ class Recaller:
             row = by_key[key]
             setattr(row, attr, float(score))
             out.append(row)
-        profile = self._profile(req.agent_id)
-        if profile is not None:
-            out.append(profile)
         return out
 
     # -- scoring, gate, cut ------------------------------------------------------------------

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
@@ -15,13 +16,27 @@ from cpersona import __version__
 from cpersona.engine import Engine
 from cpersona.server.registry import ToolSpec, coerce, schema_error, unstorable_text
 from cpersona.server.tools import all_tools
+from cpersona.timings import CallTimings, timed_call
 
 log = logging.getLogger("cpersona.server")
+#: One debug line per tool call with its stage timings (CPERSONA_LOG_LEVEL=debug).
+timing_log = logging.getLogger("cpersona.timings")
 
 SERVER_NAME = "cloto-mcp-cpersona"
 
 #: The ACL hook (surface.md §11.4): None lets the call through, a dict is the denial to answer.
 Authorize = Callable[[str, Mapping[str, Any]], dict[str, Any] | None]
+
+#: The `tool` label of a call to a name that is not a tool (client-chosen names stay out).
+UNKNOWN_TOOL = "unknown"
+
+
+class CallObserver(Protocol):
+    """Where each call's outcome goes (server/metrics.py); `error` is a kind, never a text."""
+
+    def observe_call(self, tool: str, seconds: float, error: str | None) -> None: ...
+
+    def observe_stage(self, stage: str, seconds: float) -> None: ...
 
 
 def _text(payload: dict[str, Any], *, ascii_only: bool = False) -> types.CallToolResult:
@@ -41,13 +56,32 @@ def _tool(spec: ToolSpec) -> types.Tool:
     )
 
 
+def _error_kind(result: dict[str, Any]) -> str | None:
+    """The metrics' error kind of a handler's answer: None for success."""
+    if result.get("ok") is not False:
+        return None
+    return "permission_denied" if result.get("error") == "permission_denied" else "refused"
+
+
+def _run_timed(timings: CallTimings, spec: ToolSpec, engine: Engine, args: dict[str, Any]) -> Any:
+    # Entered in the worker thread itself, so the pipeline's stages find this call.
+    with timed_call(timings):
+        return spec.handler(engine, args)
+
+
 def build_server(
-    engine: Engine, *, instructions: str | None = None, authorize: Authorize | None = None
+    engine: Engine,
+    *,
+    instructions: str | None = None,
+    authorize: Authorize | None = None,
+    metrics: CallObserver | None = None,
 ) -> Server[Any]:
     """The MCP server over one open Engine. Tool listing never touches the database or model.
 
     `authorize` (ACL mode only) runs after schema validation and before anything else reads
-    the arguments (surface.md §1.5); a denied call never reaches its handler.
+    the arguments (surface.md §1.5); a denied call never reaches its handler. `metrics` sees
+    every call's duration, error kind and recall stages; with the `cpersona.timings` logger at
+    DEBUG each call also logs one line of stage timings. Neither changes any answer.
     """
     specs = {spec.name: spec for spec in all_tools(engine.settings)}
     listed = types.ListToolsResult(tools=[_tool(spec) for spec in specs.values()])
@@ -58,38 +92,58 @@ def build_server(
         return listed
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        start = time.perf_counter()
+        name = params.name if params.name in specs else UNKNOWN_TOOL
+        timings = CallTimings(name, metrics.observe_stage if metrics is not None else None)
+        kind: str | None = "cancelled"  # what stays when the dispatch itself is interrupted
+        try:
+            answer, kind = await dispatch(params, timings)
+            return answer
+        finally:
+            seconds = time.perf_counter() - start
+            if metrics is not None:
+                metrics.observe_call(name, seconds, kind)
+            if timing_log.isEnabledFor(logging.DEBUG):
+                stages = f" {timings.summary()}" if timings.seconds else ""
+                timing_log.debug("tool %s %.2fms %s%s", name, seconds * 1000, kind or "ok", stages)
+
+    async def dispatch(
+        params: types.CallToolRequestParams, timings: CallTimings
+    ) -> tuple[types.CallToolResult, str | None]:
+        """The outer dispatch: the answer and the call's error kind (None: it succeeded)."""
         spec = specs.get(params.name)
         if spec is None:
-            return _text({"error": f"Unknown tool: {params.name}"}, ascii_only=True)
+            return _text({"error": f"Unknown tool: {params.name}"}, ascii_only=True), "unknown_tool"
         arguments = params.arguments or {}
         problem = schema_error(spec, arguments)
         if problem is not None:
-            return types.CallToolResult(
+            invalid = types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"Input validation error: {problem}")],
                 isError=True,
             )
+            return invalid, "invalid_arguments"
         # --- ACL guard (server/acl.py): wins over every refusal except the schema's ---
         if authorize is not None:
             denial = authorize(spec.name, arguments)
             if denial is not None:
                 # The denial echoes the agent id it refused; a lone surrogate there cannot be
                 # written as UTF-8, so such a denial is sent \u-escaped.
-                return _text(denial, ascii_only=unstorable_text(denial) is not None)
+                escaped = unstorable_text(denial) is not None
+                return _text(denial, ascii_only=escaped), "permission_denied"
         bad = unstorable_text(arguments)
         if bad is not None:
-            return _text(
-                spec.fail(
-                    f"{bad} holds a lone UTF-16 surrogate, which is not valid Unicode text; "
-                    "send well-formed UTF-8"
-                )
+            refusal = spec.fail(
+                f"{bad} holds a lone UTF-16 surrogate, which is not valid Unicode text; "
+                "send well-formed UTF-8"
             )
+            return _text(refusal), "invalid_text"
         args = coerce(spec, arguments)
         try:
-            result = await anyio.to_thread.run_sync(spec.handler, engine, args)
+            result = await anyio.to_thread.run_sync(_run_timed, timings, spec, engine, args)
         except Exception as exc:  # the outer layer's bare shape, for what handlers did not foresee
             log.exception("tool %s failed", spec.name)
-            return _text({"error": f"{type(exc).__name__}: {exc}"}, ascii_only=True)
-        return _text(result)
+            return _text({"error": f"{type(exc).__name__}: {exc}"}, ascii_only=True), "exception"
+        return _text(result), _error_kind(result)
 
     return Server(
         SERVER_NAME,

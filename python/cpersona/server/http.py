@@ -2,9 +2,10 @@
 
 The SDK's streamable-HTTP app in stateless mode (no session outlives its request), reachable at
 `/mcp` and at any other path, under three layers of middleware, outermost first: CORS, the
-request body budget, authentication (`auth.py`). Tool calls from all clients run in worker
-threads against the shared Engine, whose storage serialises writers and gives each thread its
-own reader. In ACL mode (`acl.py`) the outer dispatch asks the guard before any handler runs.
+request body budget, authentication (`auth.py`); `GET /metrics` is the Prometheus scrape
+(`metrics.py`), not MCP. Tool calls from all clients run in worker threads against the shared
+Engine, whose storage serialises writers and gives each thread its own reader. In ACL mode
+(`acl.py`) the outer dispatch asks the guard before any handler runs.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from cpersona import __version__
 from cpersona.server.auth import BearerAuth, BodyBudget, current_client
 from cpersona.server.jsonrpc import JsonRpcGuard
+from cpersona.server.metrics import MetricsRoute
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
 
     from cpersona.config import Settings
     from cpersona.server.acl import AclConfig
+    from cpersona.server.metrics import Metrics
 
 log = logging.getLogger("cpersona.http")
 
@@ -49,6 +52,7 @@ def serve_http(settings: Settings, acl: AclConfig | None) -> int:
     from cpersona.server.acl import Guard
     from cpersona.server.app import build_server
     from cpersona.server.auth import preflight_refusal
+    from cpersona.server.metrics import server_metrics
 
     refusal = preflight_refusal(settings, acl)
     if refusal is not None:  # before the database or the embedder is touched (§14.2 step 3)
@@ -86,11 +90,12 @@ def serve_http(settings: Settings, acl: AclConfig | None) -> int:
             guard = None
             if acl is not None:
                 guard = Guard(acl, current_client, export_dir_set=bool(settings.export_dir))
-            server = build_server(engine, authorize=guard)
+            metrics = server_metrics(engine)
+            server = build_server(engine, authorize=guard, metrics=metrics)
             engine.start_index_warmup()
             engine.start_calibration()
             engine.tasks.start()  # drains legacy pending_memory_tasks rows (§9.6)
-            _run(build_app(server, settings, acl), sock, settings)
+            _run(build_app(server, settings, acl, metrics), sock, settings)
         finally:
             engine.close()
     finally:
@@ -98,8 +103,14 @@ def serve_http(settings: Settings, acl: AclConfig | None) -> int:
     return 0
 
 
-def build_app(server: Server[Any], settings: Settings, acl: AclConfig | None) -> ASGIApp:
-    """The whole ASGI stack: CORS → body budget → authentication → JSON-RPC guard → the SDK."""
+def build_app(
+    server: Server[Any], settings: Settings, acl: AclConfig | None, metrics: Metrics | None = None
+) -> ASGIApp:
+    """The whole ASGI stack: CORS → body budget → authentication → JSON-RPC guard → the SDK.
+
+    `GET /metrics` is answered just inside authentication, or just outside it when
+    CPERSONA_METRICS_PUBLIC=true (server/metrics.py).
+    """
     sdk_app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=True,
@@ -110,7 +121,11 @@ def build_app(server: Server[Any], settings: Settings, acl: AclConfig | None) ->
     )
     app: ASGIApp = _AnyPath(sdk_app)
     app = JsonRpcGuard(app)  # after authentication: no body is read for an unknown caller
+    if metrics is not None and not settings.metrics_public:
+        app = MetricsRoute(app, metrics)
     app = BearerAuth(app, token=settings.auth_token, acl=acl)
+    if metrics is not None and settings.metrics_public:
+        app = MetricsRoute(app, metrics)
     app = BodyBudget(
         app, max_bytes=settings.http_max_body_bytes, mode=settings.http_body_limit_mode
     )

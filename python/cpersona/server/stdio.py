@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
 
     from cpersona.server.app import Authorize
+    from cpersona.server.metrics import Metrics
 
 log = logging.getLogger("cpersona")
 
@@ -39,7 +41,10 @@ def serve_stdio(settings: Settings, *, authorize: Authorize | None = None) -> in
         print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=sys.stderr)
         return 1
     print(banner(settings, engine.embedder.name), file=sys.stderr, flush=True)
-    server = build_server(engine, authorize=authorize)
+    metrics = None
+    if settings.metrics_port is not None:
+        metrics = _serve_metrics(engine, settings.metrics_port)
+    server = build_server(engine, authorize=authorize, metrics=metrics)
     engine.start_index_warmup()
     engine.start_calibration()
     engine.tasks.start()  # drains legacy pending_memory_tasks rows (surface.md §9.6)
@@ -55,6 +60,26 @@ def serve_stdio(settings: Settings, *, authorize: Authorize | None = None) -> in
     finally:
         engine.close()
     return 0
+
+
+def _serve_metrics(engine: Engine, port: int) -> Metrics:
+    """Metrics on 127.0.0.1:`port`, bound in the background: start-up does not wait for the
+    import, and a port another stdio server on this machine holds costs only the metrics
+    (one warning), never the MCP session."""
+    from cpersona.server.metrics import server_metrics
+
+    metrics = server_metrics(engine)
+
+    def bind() -> None:
+        try:
+            bound = metrics.serve_loopback(port)
+        except OSError as exc:
+            log.warning("metrics not served: cannot listen on 127.0.0.1:%d: %s", port, exc)
+            return
+        print(f"  metrics: http://127.0.0.1:{bound}/metrics", file=sys.stderr, flush=True)
+
+    threading.Thread(target=bind, name="cpersona-metrics-port", daemon=True).start()
+    return metrics
 
 
 @contextlib.contextmanager

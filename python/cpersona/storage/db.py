@@ -182,14 +182,16 @@ def newest(
     agent_id: str | None,
     project: ProjectFilter,
     limit: int,
+    offset: int = 0,
 ) -> list[sqlite3.Row]:
-    """Rows of `table` newest first by (created_at DESC, id DESC), one agent's or all agents'."""
+    """Rows of `table` newest first by (created_at DESC, id DESC), one agent's or all agents';
+    `offset` rows of that order skipped (a page of a listing)."""
     where, params = project.sql()
     sql = f"SELECT {columns} FROM {quote_identifier(table)} WHERE {where}"
     args: list[object] = list(params)
     if agent_id is not None:
         sql += " AND agent_id = ?"
         args.append(agent_id)
-    sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-    args.append(limit)
+    sql += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+    args += [limit, offset]
     return db.query(sql, args)

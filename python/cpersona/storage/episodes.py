@@ -70,7 +70,8 @@ def delete(conn: sqlite3.Connection, episode_id: int, agent_id: str | None) -> i
 
 
 def list_newest(
-    db: Database, agent_id: str | None, project: ProjectFilter, limit: int
+    db: Database, agent_id: str | None, project: ProjectFilter, limit: int, offset: int = 0
 ) -> list[Episode]:
     """Newest first by created_at (ties: higher id first); agent None = all agents."""
-    return [_episode(row) for row in newest(db, "episodes", _COLUMNS, agent_id, project, limit)]
+    rows = newest(db, "episodes", _COLUMNS, agent_id, project, limit, offset)
+    return [_episode(row) for row in rows]

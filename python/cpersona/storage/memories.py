@@ -151,10 +151,11 @@ def set_locked(conn: sqlite3.Connection, memory_id: int, locked: bool) -> int:
 
 
 def list_newest(
-    db: Database, agent_id: str | None, project: ProjectFilter, limit: int
+    db: Database, agent_id: str | None, project: ProjectFilter, limit: int, offset: int = 0
 ) -> list[Memory]:
     """Newest first by created_at (ties: higher id first); agent None = all agents."""
-    return [_memory(row) for row in newest(db, "memories", _COLUMNS, agent_id, project, limit)]
+    rows = newest(db, "memories", _COLUMNS, agent_id, project, limit, offset)
+    return [_memory(row) for row in rows]
 
 
 def search_fts(db: Database, match: str, agent_id: str, limit: int) -> list[Memory]:

@@ -54,6 +54,11 @@ TRIM_EVERY = 5000
 Progress = Callable[[int, int], None]
 
 
+def index_file(db_path: str | Path, table: str) -> Path:
+    """The index file of `table` beside the database file at `db_path`."""
+    return Path(f"{db_path}.{table}.vec")
+
+
 @dataclass(frozen=True, slots=True)
 class IndexStatus:
     """What `cpersona index status` reports for one table."""
@@ -85,7 +90,7 @@ class VectorIndex:
             base = Path(self._tmp.name) / "memory.db"
         else:
             base = Path(directory) / Path(db.path).name if directory else Path(db.path)
-        self.path = Path(f"{base}.{table}.vec")
+        self.path = index_file(base, table)
         self.lock_path = Path(f"{self.path}.lock")
         self._thread_lock = threading.Lock()
         self._db_uid: bytes | None = None
@@ -364,6 +369,12 @@ class VectorIndex:
                 )
             finally:
                 _release(writer)
+
+    def lag(self) -> int | None:
+        """Log entries the file has not applied yet, read without a lock (a gauge, not a
+        promise); None while the file is missing or cannot be trusted."""
+        applied = self._applied_seq_unlocked()
+        return None if applied is None else max(0, vector_sql.max_seq(self.db) - applied)
 
     def verify(self) -> list[str]:
         """Compare every row of the index with SQLite; the differences found (empty = same)."""

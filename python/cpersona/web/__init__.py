@@ -1,0 +1,1 @@
+"""The read-only web view of the memory (`cpersona web`)."""
