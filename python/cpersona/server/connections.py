@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import resource
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,6 +34,11 @@ import h11
 import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from cpersona.config import Settings
@@ -114,6 +118,8 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
 
 def raise_descriptor_limit(wanted: int) -> int:
     """Raise the soft open-file limit toward `wanted` (never past the hard limit); the result."""
+    if resource is None:  # not POSIX: no limit to read or raise
+        return wanted
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= wanted:
         return wanted if soft == resource.RLIM_INFINITY else soft
