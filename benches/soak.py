@@ -158,9 +158,8 @@ def run(url: str, pid: int, soak: Soak, seed: int) -> None:
             gap = rng.choice([0.0, 2.0, 5.0, 12.0, 25.0])
             time.sleep(max(0.0, min(gap, deadline - time.monotonic())))
             fds, rss = read_proc(pid)
-            soak.samples.append(
-                Sample(soak.samples[-1].t if soak.samples else 0.0, fds, rss, "gap-end")
-            )
+            at = soak.samples[-1].t if soak.samples else 0.0
+            soak.samples.append(Sample(at, fds, rss, "gap-end", gap, fd_kinds(pid)))
     finally:
         stop.set()
         thread.join(timeout=10)
@@ -238,11 +237,13 @@ def main(argv: list[str] | None = None) -> int:
             code = server.stop()
         stderr = server.stderr
         lost = lost_writes(server.db, soak.ledgers)
+        files = {f.name: f.stat().st_size for f in Path(tmp).iterdir() if f.is_file()}
     soak.failures.extend(e for ledger in soak.ledgers for e in ledger.errors)
     soak.failures.extend(lost)
     if code != 0:
         soak.failures.append(f"server exited {code}")
     lines = report(soak, stderr)
+    lines.append(f"  files at the end (bytes): {files}")
     print("\n".join(lines))
     for failure in soak.failures[:20]:
         print(f"  FAIL: {failure}")
