@@ -64,7 +64,7 @@ def serve_web(settings: Settings, acl: AclConfig | None) -> int:
             print("\n".join(lines), file=sys.stderr, flush=True)
             engine.start_index_warmup()
             engine.start_calibration()
-            _run(build_web_app(engine, access), sock)
+            _run(build_web_app(engine, access), sock, settings)
         finally:
             engine.close()
     finally:
