@@ -171,23 +171,37 @@ def _serve(settings: Settings, transport: str) -> int:
     import dataclasses
 
     from cpersona.server.acl import LOCAL, Guard
+    from cpersona.server.oauth import load_oauth, warn_unreachable_clients
+    from cpersona.server.subjects import AliasLedger, ledger_path
 
     settings = dataclasses.replace(settings, transport=transport)
-    # ACL mode is loaded first and any defect refuses start-up, on both transports (§14.2).
+    # ACL mode is loaded first and any defect refuses start-up, on both transports (§14.2),
+    # then the alias ledger of per-subject clients and (HTTP only) the OAuth settings.
     acl = _load_acl(settings)
     if isinstance(acl, int):
         return acl
+    oauth = ledger = None
+    try:
+        if acl is not None and acl.per_subject:
+            ledger = AliasLedger.load(ledger_path(settings))
+        if transport == "streamable-http":
+            oauth = load_oauth(settings, acl)
+    except ConfigError as exc:
+        print(f"cpersona: {exc}", file=sys.stderr)
+        return 2
+    if acl is not None:
+        warn_unreachable_clients(acl, oauth)
     if transport == "streamable-http":
         from cpersona.server.http import serve_http
 
-        return serve_http(settings, acl)
+        return serve_http(settings, acl, oauth=oauth, ledger=ledger)
     from cpersona.server.stdio import serve_stdio
 
     if acl is None:
         return serve_stdio(settings)
     # stdio calls run as the reserved principal `local` (surface.md §11.4).
     guard = Guard(acl, lambda: LOCAL, export_dir_set=bool(settings.export_dir))
-    return serve_stdio(settings, authorize=guard)
+    return serve_stdio(settings, authorize=guard, ledger=ledger)
 
 
 def banner(settings: Settings, embedder_name: str) -> str:

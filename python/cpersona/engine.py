@@ -92,7 +92,13 @@ class Engine:
         # repaired by the next reader's sync: the log entry was committed with the row).
         self.recaller.invalidate_stats()
         for index in self.indexes.values():
-            index.sync()
+            try:
+                index.sync()
+            except OSError as exc:
+                # The row is committed and the index is derived: a full disk or an obstructed
+                # index path must not turn a done write into an error (scans read SQLite, and
+                # the next sync catches up). One line, no traceback: it repeats per write.
+                log.warning("the %s index is behind SQLite: %s", index.table, exc)
 
     def warm_indexes(self) -> None:
         """Bring both index files current (rebuilding a missing one)."""
@@ -101,6 +107,8 @@ class Engine:
                 return
             try:
                 index.sync()
+            except OSError as exc:  # a full disk, an obstructed path: said in one line
+                log.warning("could not bring the %s index current: %s", index.table, exc)
             except Exception:
                 log.exception("could not bring the %s index current", index.table)
 

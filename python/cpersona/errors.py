@@ -19,6 +19,12 @@ class StoreCorrupt(CPersonaError):
     """A derived vector file failed validation; it is rebuilt from SQLite, never trusted."""
 
 
+class IndexObstructed(CPersonaError, OSError):
+    """Something that is not cpersona's sits where an index file or its lock file belongs (a
+    directory with contents): cpersona leaves it alone, and the index stays unusable until it is
+    moved; scans read SQLite meanwhile. The message names the path and what to do."""
+
+
 class EmbeddingUnavailable(CPersonaError):
     """The embedding provider could not produce a vector for this call."""
 

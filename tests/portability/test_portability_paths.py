@@ -100,25 +100,78 @@ async def test_portability_paths_import_prechecks(open_client, export_dir):
     async with open_client(max_import_bytes=64) as tools:
         before = tools.rows()
         out = await tools("import_memories", {"input_path": "missing.jsonl"})
-        assert out["error"] == f"File not found: {export_dir / 'missing.jsonl'}"
+        assert out["error"] == "File not found: missing.jsonl"
         (export_dir / "adir").mkdir()
         out = await tools("import_memories", {"input_path": "adir"})
-        assert out["error"] == f"input_path is not a regular file: {export_dir / 'adir'}"
+        assert out["error"] == "input_path is not a regular file: adir"
+        for itself in (".", str(export_dir)):
+            out = await tools("import_memories", {"input_path": itself})
+            assert out["error"] == f"input_path is not a regular file: {itself}"
         os.mkfifo(export_dir / "fifo")
         out = await tools("import_memories", {"input_path": "fifo"})  # must not hang
-        assert out["error"] == f"input_path is not a regular file: {export_dir / 'fifo'}"
+        assert out["error"] == "input_path is not a regular file: fifo"
         big = planted(export_dir / "big.jsonl")
         assert big.stat().st_size > 64
         out = await tools("import_memories", {"input_path": "big.jsonl"})
-        assert out["error"] == f"input file exceeds MAX_IMPORT_BYTES (64): {big}"
+        assert out["error"] == "input file exceeds MAX_IMPORT_BYTES (64): big.jsonl"
         (export_dir / "latin1.jsonl").write_bytes(b'{"x": "\xe9"}\n')
         out = await tools("import_memories", {"input_path": "latin1.jsonl"})
-        assert out["error"].startswith(f"could not read {export_dir / 'latin1.jsonl'}: ")
+        assert out["error"].startswith("could not read latin1.jsonl: ")
         assert tools.rows() == before
 
 
-async def test_portability_paths_export_write_failure_is_ok_false(tools, export_dir):
+async def test_portability_paths_export_write_failure_is_ok_false(tools, export_dir, tmp_path):
+    (export_dir / "afile").write_text("not a directory")
+    out = await tools("export_memories", {"agent_id": "", "output_path": "afile/x.jsonl"})
+    assert out == {"ok": False, "error": "could not write afile/x.jsonl: File exists"}
+    assert [p.name for p in export_dir.iterdir()] == ["afile"]
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if not p.name.startswith("mem.db")}
+
+
+async def test_portability_paths_export_to_a_directory_writes_nothing(tools, export_dir, tmp_path):
+    """The export directory itself passes confinement (surface.md §8.1) but names no file: the
+    answer says so, naming the caller's path, and no temp file lands beside it (issue 11)."""
+    await tools("store", {"agent_id": "a", "message": {"content": "kept inside"}})
     (export_dir / "taken").mkdir()
-    out = await tools("export_memories", {"agent_id": "", "output_path": "taken"})
-    assert out["ok"] is False and out["error"].startswith(f"could not write {export_dir / 'taken'}")
-    assert [p.name for p in export_dir.iterdir()] == ["taken"]  # the temp file is removed
+    before = _tree(tmp_path)
+    for path in [".", "./", str(export_dir), str(export_dir) + "/", "taken", "taken/."]:
+        out = await tools("export_memories", {"agent_id": "", "output_path": path})
+        assert out == {"ok": False, "error": f"output_path names a directory, not a file: {path}"}
+        assert _tree(tmp_path) == before, path
+    out = await tools("export_memories", {"agent_id": "", "output_path": "taken/x.jsonl"})
+    assert out["ok"] is True
+    assert _tree(tmp_path) == before | {"exports/taken/x.jsonl"}
+
+
+async def test_portability_paths_export_dir_not_created_yet(open_client, tmp_path):
+    later = tmp_path / "later"
+    async with open_client(export_dir=str(later)) as tools:
+        before = _tree(tmp_path)
+        for path in [".", str(later)]:
+            out = await tools("export_memories", {"agent_id": "", "output_path": path})
+            assert out["error"] == f"output_path names a directory, not a file: {path}"
+            assert _tree(tmp_path) == before
+        assert (await tools("export_memories", {"agent_id": "", "output_path": "x.jsonl"}))["ok"]
+        assert _tree(tmp_path) == before | {"later", "later/x.jsonl"}
+
+
+async def test_portability_paths_errors_never_show_server_paths(open_client, export_dir, tmp_path):
+    (export_dir / "afile").write_text("not a directory")
+    (export_dir / "locked").mkdir(mode=0o500)
+    calls = [
+        ("export_memories", {"agent_id": "", "output_path": "."}),
+        ("export_memories", {"agent_id": "", "output_path": "afile/x.jsonl"}),
+        ("import_memories", {"input_path": "."}),
+        ("import_memories", {"input_path": "missing.jsonl"}),
+        ("import_memories", {"input_path": "afile/x.jsonl"}),
+    ]
+    if os.geteuid() != 0:  # root writes through a 0500 directory
+        calls.append(("export_memories", {"agent_id": "", "output_path": "locked/x.jsonl"}))
+    async with open_client() as tools:
+        for name, args in calls:
+            out = await tools(name, args)
+            assert out["ok"] is False, (name, args, out)
+            assert str(tmp_path) not in out["error"], out

@@ -15,7 +15,7 @@ import tempfile
 from typing import TYPE_CHECKING, Any
 
 from cpersona.portability import records
-from cpersona.portability.paths import confine, refusal
+from cpersona.portability.paths import confine, names_directory, os_reason, refusal
 from cpersona.storage import portability as sql
 
 if TYPE_CHECKING:
@@ -39,14 +39,20 @@ def export_memories(
     """
     if not output_path:
         return {"ok": False, "error": "output_path is required"}
-    path = confine(output_path, engine.settings.export_dir if confined else None)
+    export_dir = engine.settings.export_dir if confined else None
+    path = confine(output_path, export_dir)
     if path is None:
         return {"ok": False, "error": refusal("output_path", output_path)}
+    if names_directory(path, export_dir):
+        # Refused before anything is created: the temp file would go beside the directory.
+        return {"ok": False, "error": f"output_path names a directory, not a file: {output_path}"}
     try:
         counts = _write(engine, agent_id, path, include_embeddings)
-    except (OSError, ValueError, sqlite3.Error) as exc:
+    except OSError as exc:
         # 2.5.x lets these escape as a bare {"error"}; the response-shape rule wants ok:false.
-        return {"ok": False, "error": f"could not write {path}: {exc}"}
+        return {"ok": False, "error": f"could not write {output_path}: {os_reason(exc)}"}
+    except (ValueError, sqlite3.Error) as exc:
+        return {"ok": False, "error": f"could not write {output_path}: {exc}"}
     log.info("exported %s memories, %s episodes, %s profiles to %s", *counts, path)
     return {
         "ok": True,

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from cpersona.errors import EmbeddingUnavailable
 from cpersona.memory.text import parse_utc, sanitize, utc_now_iso
 from cpersona.portability import records
-from cpersona.portability.paths import confine, refusal
+from cpersona.portability.paths import confine, os_reason, refusal
 from cpersona.storage import portability as sql
+from cpersona.storage.db import DISK_FULL, is_disk_full
 from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRecord
 from cpersona.vectors.remote import Item
 
@@ -136,7 +137,9 @@ def import_memories(
     path = confine(input_path, s.export_dir if confined else None)
     if path is None:
         return _fail(refusal("input_path", input_path))
-    raw = _read_bounded(path, s.max_import_bytes, nofollow=confined and s.export_dir is not None)
+    raw = _read_bounded(
+        path, input_path, s.max_import_bytes, nofollow=confined and s.export_dir is not None
+    )
     if isinstance(raw, dict):
         return raw
     if paused and not dry_run:
@@ -144,7 +147,7 @@ def import_memories(
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return _fail(f"could not read {path}: {exc}")
+        return _fail(f"could not read {input_path}: {exc}")
 
     plan = _plan(text, target_agent_id, s.max_content_length, s.max_profile_length)
     mismatch = plan.mismatch()
@@ -162,7 +165,9 @@ def import_memories(
             with engine.db.atomic() as conn:
                 _apply(conn, plan, tally, s, write=True, report=report)
     except Exception as exc:  # one transaction: everything rolled back
-        if not isinstance(exc, _Aborted):
+        if is_disk_full(exc):
+            log.warning("import of %s failed: %s (%s)", path, DISK_FULL, exc)
+        elif not isinstance(exc, _Aborted):
             log.exception("import of %s failed", path)
         return _aborted(exc, dry_run, tally, plan.errors)
     if not dry_run:
@@ -198,9 +203,10 @@ def import_memories(
 # -- file ----------------------------------------------------------------------------------------
 
 
-def _read_bounded(path: str, cap: int, *, nofollow: bool) -> bytes | dict[str, Any]:
+def _read_bounded(path: str, shown: str, cap: int, *, nofollow: bool) -> bytes | dict[str, Any]:
     """The file's bytes, or the refusal. Checks run on the opened descriptor (no stat/open race);
-    O_NONBLOCK keeps a FIFO from hanging the open before it is refused."""
+    O_NONBLOCK keeps a FIFO from hanging the open before it is refused. Answers name `shown`,
+    the caller's own spelling of `path`."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if nofollow:
         # The path was resolved already: a symlink here was swapped in since.
@@ -208,25 +214,25 @@ def _read_bounded(path: str, cap: int, *, nofollow: bool) -> bytes | dict[str, A
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        return _fail(f"File not found: {path}")
+        return _fail(f"File not found: {shown}")
     except OSError as exc:
         if nofollow and exc.errno is not None and exc.errno == getattr(os, "ELOOP", -1):
-            return _fail(refusal("input_path", path))
-        return _fail(f"could not read {path}: {exc}")
+            return _fail(refusal("input_path", shown))
+        return _fail(f"could not read {shown}: {os_reason(exc)}")
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return _fail(f"input_path is not a regular file: {path}")
+            return _fail(f"input_path is not a regular file: {shown}")
         if info.st_size > cap:
-            return _fail(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {path}")
+            return _fail(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {shown}")
         with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read(cap + 1)
     except OSError as exc:
-        return _fail(f"could not read {path}: {exc}")
+        return _fail(f"could not read {shown}: {os_reason(exc)}")
     finally:
         os.close(fd)
     if len(data) > cap:  # it grew after the stat
-        return _fail(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {path}")
+        return _fail(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {shown}")
     return data
 
 
@@ -563,7 +569,7 @@ def _aborted(exc: Exception, dry_run: bool, tally: _Tally, errors: list[str]) ->
     how = "aborted (dry run — nothing was written)" if dry_run else "aborted and rolled back"
     out: dict[str, Any] = {
         "ok": False,
-        "error": f"import {how}: {exc}",
+        "error": f"import {how}: {DISK_FULL if is_disk_full(exc) else exc}",
         "dry_run": dry_run,
         "imported_memories": 0,
         "skipped_memories": tally.skipped_memories,

@@ -6,6 +6,9 @@ symlink swapped in later cannot redirect the file. A relative path is taken rela
 export directory (the caller cannot know the server's working directory). Without one, any
 path is accepted except one with a `..` segment. A `..` segment is refused in both modes: a
 caller that needs one is escaping, not organising.
+
+Answers name a path as the caller wrote it, never the resolved one, and an OS error by its
+reason only (`os_reason`): the server's directories are not the caller's business (issue 11).
 """
 
 from __future__ import annotations
@@ -34,3 +37,19 @@ def confine(path: str, export_dir: str | None) -> str | None:
 def refusal(argument: str, path: str) -> str:
     """The refusal text (2.5.x's wording, which callers may match)."""
     return f"{argument} rejected (path traversal or outside export dir): {path}"
+
+
+def names_directory(path: str, export_dir: str | None) -> bool:
+    """Whether the confined `path` is a directory, or the export directory itself (which need
+    not exist yet): no file can be written there, and a temp file beside it would land in the
+    export directory's parent."""
+    if os.path.isdir(path):
+        return True
+    if export_dir is None:
+        return False
+    return path == os.path.realpath(os.path.expanduser(export_dir))
+
+
+def os_reason(exc: OSError) -> str:
+    """An OS error without the file names it carries (`str(exc)` shows absolute paths)."""
+    return exc.strerror or type(exc).__name__

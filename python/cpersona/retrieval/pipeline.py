@@ -34,7 +34,6 @@ from cpersona.retrieval.candidates import (
 from cpersona.retrieval.health import EmbeddingHealth
 from cpersona.retrieval.query import (
     is_excluded,
-    like_pattern,
     match_expression,
     normalise_exclusions,
 )
@@ -286,7 +285,7 @@ class Recaller:
                 hits = []
         if not hits:
             read = min(self.s.max_memories, max(5 * limit, 50))
-            hits = sql.memory_like(self.db, scope, req.source_id, like_pattern(req.query), read)
+            hits = sql.memory_like(self.db, scope, req.source_id, req.query, read)
             hits = hits[:limit]
         return [from_memory(h) for h in hits]
 

@@ -1,4 +1,7 @@
-"""Query text rules: the FTS5 MATCH expression (§4.8), LIKE patterns (§4.7), exclusions (§4.10)."""
+"""Query text rules: the FTS5 MATCH expression (§4.8) and exclusions (§4.10).
+
+The LIKE fallback (§4.7) takes the raw query; storage/retrieval.py builds its pattern.
+"""
 
 from __future__ import annotations
 
@@ -41,12 +44,6 @@ def match_expression(query: str) -> str:
                 seen.add(piece)
                 terms.append(piece)
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-
-
-def like_pattern(query: str) -> str:
-    """`%query%` with LIKE's wildcards escaped (ESCAPE '\\'); the raw query, untrimmed."""
-    escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
 
 
 def normalise_exclusions(entries: list[str]) -> list[str]:

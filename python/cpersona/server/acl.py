@@ -68,6 +68,11 @@ class AclConfig:
     path: str
     clients: tuple[AclClient, ...]
 
+    @property
+    def per_subject(self) -> bool:
+        """Whether any client is partitioned per OAuth subject (surface.md §11.5)."""
+        return any(c.per_subject for c in self.clients)
+
     def client(self, client_id: str) -> AclClient | None:
         return next((c for c in self.clients if c.client_id == client_id), None)
 
@@ -115,13 +120,6 @@ def load_acl(path: str, env: Mapping[str, str] | None = None) -> AclConfig:
             path,
             stat.S_IMODE(mode),
         )
-    for client in clients:
-        if client.token is None and client.client_id != LOCAL:
-            log.warning(
-                "ACL client %r has no token: only an OAuth resolver could assert it, and this "
-                "server has none, so no request can act as it",
-                client.client_id,
-            )
     return AclConfig(path=os.path.abspath(where), clients=clients)
 
 
@@ -360,6 +358,14 @@ class Guard:
         self._principal = principal
         self._export_dir_set = export_dir_set
 
+    @property
+    def export_dir_set(self) -> bool:
+        return self._export_dir_set
+
+    def principal(self) -> str | None:
+        """The client id the current call runs as."""
+        return self._principal()
+
     def __call__(self, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any] | None:
         client_id = self._principal()
         if client_id is None:
@@ -397,22 +403,34 @@ class Guard:
         required: str | None = None,
         detail: str | None = None,
     ) -> dict[str, Any]:
-        log.warning(
-            "permission denied: client %s called %s%s%s",
-            client_id,
-            tool,
-            f" on agent {agent!r}" if agent is not None else "",
-            f" ({detail})" if detail else "",
-        )
-        out: dict[str, Any] = {"ok": False, "error": "permission_denied", "tool": tool}
-        if agent is not None:
-            out["agent_id"] = agent
-        if required is not None:
-            out["required"] = required
-        out["client_id"] = client_id
-        if detail is not None:
-            out["detail"] = detail
-        return out
+        return denial(tool, client_id, agent=agent, required=required, detail=detail)
+
+
+def denial(
+    tool: str,
+    client_id: str | None,
+    *,
+    agent: str | None = None,
+    required: str | None = None,
+    detail: str | None = None,
+) -> dict[str, Any]:
+    """The permission-denied answer (logged at WARNING); keys present only when applicable."""
+    log.warning(
+        "permission denied: client %s called %s%s%s",
+        client_id,
+        tool,
+        f" on agent {agent!r}" if agent is not None else "",
+        f" ({detail})" if detail else "",
+    )
+    out: dict[str, Any] = {"ok": False, "error": "permission_denied", "tool": tool}
+    if agent is not None:
+        out["agent_id"] = agent
+    if required is not None:
+        out["required"] = required
+    out["client_id"] = client_id
+    if detail is not None:
+        out["detail"] = detail
+    return out
 
 
 def _name(rank: int) -> str:

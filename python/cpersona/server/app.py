@@ -6,6 +6,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
@@ -16,6 +17,7 @@ from cpersona import __version__
 from cpersona.engine import Engine
 from cpersona.server.registry import ToolSpec, coerce, schema_error, unstorable_text
 from cpersona.server.tools import all_tools
+from cpersona.storage.db import DISK_FULL, is_disk_full
 from cpersona.timings import CallTimings, timed_call
 
 log = logging.getLogger("cpersona.server")
@@ -24,8 +26,22 @@ timing_log = logging.getLogger("cpersona.timings")
 
 SERVER_NAME = "cloto-mcp-cpersona"
 
-#: The ACL hook (surface.md §11.4): None lets the call through, a dict is the denial to answer.
-Authorize = Callable[[str, Mapping[str, Any]], dict[str, Any] | None]
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A call let through with rewritten arguments and keys to add to its answer.
+
+    Per-subject mode (server/subjects.py) rewrites `@me` to the caller's alias and adds
+    `resolved_agent_id` / `alias_issued` to the answer (surface.md §11.5).
+    """
+
+    arguments: Mapping[str, Any]
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: The ACL hook (surface.md §11.4): None lets the call through, `Admitted` lets it through
+#: changed, a dict is the answer instead (a denial).
+Authorize = Callable[[str, Mapping[str, Any]], dict[str, Any] | Admitted | None]
 
 #: The `tool` label of a call to a name that is not a tool (client-chosen names stay out).
 UNKNOWN_TOOL = "unknown"
@@ -123,13 +139,16 @@ def build_server(
             )
             return invalid, "invalid_arguments"
         # --- ACL guard (server/acl.py): wins over every refusal except the schema's ---
+        extra: Mapping[str, Any] = {}
         if authorize is not None:
-            denial = authorize(spec.name, arguments)
-            if denial is not None:
+            verdict = authorize(spec.name, arguments)
+            if isinstance(verdict, Admitted):
+                arguments, extra = verdict.arguments, verdict.extra
+            elif verdict is not None:
                 # The denial echoes the agent id it refused; a lone surrogate there cannot be
                 # written as UTF-8, so such a denial is sent \u-escaped.
-                escaped = unstorable_text(denial) is not None
-                return _text(denial, ascii_only=escaped), "permission_denied"
+                escaped = unstorable_text(verdict) is not None
+                return _text(verdict, ascii_only=escaped), "permission_denied"
         bad = unstorable_text(arguments)
         if bad is not None:
             refusal = spec.fail(
@@ -141,9 +160,12 @@ def build_server(
         try:
             result = await anyio.to_thread.run_sync(_run_timed, timings, spec, engine, args)
         except Exception as exc:  # the outer layer's bare shape, for what handlers did not foresee
+            if is_disk_full(exc):  # the transaction was rolled back: say so in the tool's shape
+                log.warning("tool %s: %s (%s)", spec.name, DISK_FULL, exc)
+                return _text(spec.fail(DISK_FULL)), "disk_full"
             log.exception("tool %s failed", spec.name)
             return _text({"error": f"{type(exc).__name__}: {exc}"}, ascii_only=True), "exception"
-        return _text(result), _error_kind(result)
+        return _text({**result, **extra} if extra else result), _error_kind(result)
 
     return Server(
         SERVER_NAME,

@@ -20,9 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cpersona.server.oauth import SUBJECT
+
 if TYPE_CHECKING:
     from cpersona.config import Settings
     from cpersona.server.acl import AclConfig
+    from cpersona.server.oauth_tokens import Verifier
 
 log = logging.getLogger("cpersona.http")
 
@@ -71,13 +74,25 @@ class BearerAuth:
 
     Exactly one mode: `acl` (its clients' tokens), `token` (the single legacy token; ignored
     when `acl` is given), or neither (unauthenticated, by explicit opt-out). CORS preflights
-    (OPTIONS) and the lifespan pass untouched; a websocket is closed with 1008.
+    (OPTIONS) and the lifespan pass untouched; a websocket is closed with 1008. In ACL mode an
+    unmatched bearer goes to `oauth` (server/oauth.py) when given; `challenge` is the
+    `WWW-Authenticate` value of a 401.
     """
 
-    def __init__(self, app: ASGIApp, *, token: str | None, acl: AclConfig | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        acl: AclConfig | None,
+        oauth: Verifier | None = None,
+        challenge: bytes = b"Bearer",
+    ) -> None:
         self.app = app
         self.acl = acl
         self.token = None if acl is not None else (token.encode("utf-8") if token else None)
+        self.oauth = oauth if acl is not None else None
+        self.challenge = challenge
         self._warned_exposure = threading.Event()
 
     @property
@@ -93,19 +108,27 @@ class BearerAuth:
             self._warn_if_exposed(scope)
             await self.app(scope, receive, send)
             return
-        known, client_id = self._identify(bearer_token(scope))
+        presented = bearer_token(scope)
+        known, client_id = self._identify(presented)
+        subject = None
+        if not known and presented is not None and self.oauth is not None:
+            identity = await self.oauth.identify(presented)
+            if identity is not None:
+                known, client_id, subject = True, identity.client_id, identity.subject
         if not known:
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             else:
                 await _json(
-                    send, 401, {"error": "unauthorized"}, [(b"www-authenticate", b"Bearer")]
+                    send, 401, {"error": "unauthorized"}, [(b"www-authenticate", self.challenge)]
                 )
             return
         reset = CLIENT_ID.set(client_id)
+        reset_subject = SUBJECT.set(subject)
         try:
             await self.app(scope, receive, send)
         finally:
+            SUBJECT.reset(reset_subject)
             CLIENT_ID.reset(reset)
 
     def _identify(self, presented: bytes | None) -> tuple[bool, str | None]:

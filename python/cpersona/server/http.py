@@ -24,6 +24,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cpersona import __version__
+from cpersona.errors import ConfigError
 from cpersona.server.auth import BearerAuth, BodyBudget, current_client
 from cpersona.server.jsonrpc import JsonRpcGuard
 from cpersona.server.metrics import MetricsRoute
@@ -33,7 +34,10 @@ if TYPE_CHECKING:
 
     from cpersona.config import Settings
     from cpersona.server.acl import AclConfig
+    from cpersona.server.app import Authorize
     from cpersona.server.metrics import Metrics
+    from cpersona.server.oauth import OAuthConfig
+    from cpersona.server.subjects import AliasLedger
 
 log = logging.getLogger("cpersona.http")
 
@@ -42,8 +46,14 @@ CORS_ORIGINS = ("https://claude.ai", "https://www.claude.ai")
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-def serve_http(settings: Settings, acl: AclConfig | None) -> int:
-    """Run until SIGINT/SIGTERM. `acl` was loaded (and validated) by the caller.
+def serve_http(
+    settings: Settings,
+    acl: AclConfig | None,
+    *,
+    oauth: OAuthConfig | None = None,
+    ledger: AliasLedger | None = None,
+) -> int:
+    """Run until SIGINT/SIGTERM. `acl`, `oauth` and `ledger` were loaded by the caller.
 
     Returns the process exit code: 0 after a clean stop, 1 when the port or the database
     cannot be opened, 2 when the configuration refuses to serve.
@@ -83,19 +93,27 @@ def serve_http(settings: Settings, acl: AclConfig | None) -> int:
             print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=sys.stderr)
             return 1
         try:
+            guard: Authorize | None = None
+            if acl is not None:
+                guard = Guard(acl, current_client, export_dir_set=bool(settings.export_dir))
+                if ledger is not None:  # per-subject mode (server/subjects.py)
+                    from cpersona.server.subjects import per_subject_guard
+
+                    try:
+                        guard = per_subject_guard(guard, ledger, engine.db)
+                    except ConfigError as exc:  # the database holds reserved agent ids
+                        print(f"cpersona: {exc}", file=sys.stderr)
+                        return 2
             url = endpoint_url(settings.http_host, sock.getsockname()[1])
             print(
                 http_banner(settings, engine.embedder.name, url, acl), file=sys.stderr, flush=True
             )
-            guard = None
-            if acl is not None:
-                guard = Guard(acl, current_client, export_dir_set=bool(settings.export_dir))
             metrics = server_metrics(engine)
             server = build_server(engine, authorize=guard, metrics=metrics)
             engine.start_index_warmup()
             engine.start_calibration()
             engine.tasks.start()  # drains legacy pending_memory_tasks rows (§9.6)
-            _run(build_app(server, settings, acl, metrics), sock, settings)
+            _run(build_app(server, settings, acl, metrics, oauth=oauth), sock, settings)
         finally:
             engine.close()
     finally:
@@ -104,9 +122,15 @@ def serve_http(settings: Settings, acl: AclConfig | None) -> int:
 
 
 def build_app(
-    server: Server[Any], settings: Settings, acl: AclConfig | None, metrics: Metrics | None = None
+    server: Server[Any],
+    settings: Settings,
+    acl: AclConfig | None,
+    metrics: Metrics | None = None,
+    *,
+    oauth: OAuthConfig | None = None,
 ) -> ASGIApp:
-    """The whole ASGI stack: CORS → body budget → authentication → JSON-RPC guard → the SDK.
+    """The whole ASGI stack: CORS → body budget → [OAuth metadata] → authentication → JSON-RPC
+    guard → the SDK's app.
 
     `GET /metrics` is answered just inside authentication, or just outside it when
     CPERSONA_METRICS_PUBLIC=true (server/metrics.py).
@@ -123,9 +147,20 @@ def build_app(
     app = JsonRpcGuard(app)  # after authentication: no body is read for an unknown caller
     if metrics is not None and not settings.metrics_public:
         app = MetricsRoute(app, metrics)
-    app = BearerAuth(app, token=settings.auth_token, acl=acl)
+    if oauth is None:
+        app = BearerAuth(app, token=settings.auth_token, acl=acl)
+    else:  # server/oauth.py: the metadata document, the challenge, JWT verification
+        from cpersona.server.oauth import ResourceMetadata
+        from cpersona.server.oauth_tokens import Verifier
+
+        verifier = Verifier(oauth, acl) if acl is not None and oauth.verify else None
+        app = BearerAuth(
+            app, token=settings.auth_token, acl=acl, oauth=verifier, challenge=oauth.challenge()
+        )
     if metrics is not None and settings.metrics_public:
         app = MetricsRoute(app, metrics)
+    if oauth is not None:
+        app = ResourceMetadata(app, oauth)
     app = BodyBudget(
         app, max_bytes=settings.http_max_body_bytes, mode=settings.http_body_limit_mode
     )

@@ -24,14 +24,19 @@ from cpersona.server.jsonrpc import Refusal, bad_id, diagnose, tool_call_with_su
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
 
+    from cpersona.server.acl import Guard
     from cpersona.server.app import Authorize
     from cpersona.server.metrics import Metrics
+    from cpersona.server.subjects import AliasLedger
 
 log = logging.getLogger("cpersona")
 
 
-def serve_stdio(settings: Settings, *, authorize: Authorize | None = None) -> int:
-    """Serve one client on stdin/stdout; `authorize` is the ACL guard in ACL mode."""
+def serve_stdio(
+    settings: Settings, *, authorize: Guard | None = None, ledger: AliasLedger | None = None
+) -> int:
+    """Serve one client on stdin/stdout; `authorize` is the ACL guard in ACL mode, `ledger` the
+    alias ledger when the ACL file has per-subject clients (their ids stay reserved here too)."""
     from cpersona.cli import banner
     from cpersona.server.app import build_server
 
@@ -40,11 +45,22 @@ def serve_stdio(settings: Settings, *, authorize: Authorize | None = None) -> in
     except Exception as exc:  # an unusable database path, a locked or corrupt file
         print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=sys.stderr)
         return 1
+    guard: Authorize | None = authorize
+    if authorize is not None and ledger is not None:
+        from cpersona.errors import ConfigError
+        from cpersona.server.subjects import per_subject_guard
+
+        try:
+            guard = per_subject_guard(authorize, ledger, engine.db)
+        except ConfigError as exc:  # the database holds reserved agent ids
+            engine.close()
+            print(f"cpersona: {exc}", file=sys.stderr)
+            return 2
     print(banner(settings, engine.embedder.name), file=sys.stderr, flush=True)
     metrics = None
     if settings.metrics_port is not None:
         metrics = _serve_metrics(engine, settings.metrics_port)
-    server = build_server(engine, authorize=authorize, metrics=metrics)
+    server = build_server(engine, authorize=guard, metrics=metrics)
     engine.start_index_warmup()
     engine.start_calibration()
     engine.tasks.start()  # drains legacy pending_memory_tasks rows (surface.md §9.6)

@@ -5,16 +5,23 @@ start with `BEGIN IMMEDIATE`, so two processes on one file queue on SQLite's wri
 (`busy_timeout`) instead of failing a deferred transaction's upgrade. Readers use their own
 connection per thread, so a read sees committed WAL snapshots only. MCP runs sync handlers in
 worker threads; no connection is shared across threads unguarded.
+
+A thread's reader lives exactly as long as the thread: anyio retires a worker thread after
+10 s idle and starts fresh ones for the next burst, so readers kept until shutdown leaked
+descriptors (the database, its WAL) and a page cache per retired thread (issue 11: 18 -> 196
+descriptors in 6 bursts of 30 calls).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sqlite3
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,7 +65,7 @@ class Database:
         self._tracer = tracer
         self._write_lock = threading.RLock()
         self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        self._all: set[sqlite3.Connection] = set()
         self._all_lock = threading.Lock()
         self._closed = False
         if not self.is_memory and not self.read_only:
@@ -91,18 +98,34 @@ class Database:
             tracer = self._tracer
             conn.set_trace_callback(lambda sql: tracer(sql, None))
         with self._all_lock:
-            self._all.append(conn)
+            self._all.add(conn)
         return conn
+
+    def _forget(self, conn: sqlite3.Connection) -> None:
+        """Close `conn` and stop tracking it (a retired thread's reader)."""
+        with self._all_lock:
+            self._all.discard(conn)
+        with contextlib.suppress(sqlite3.Error):  # closing is best effort
+            conn.close()
 
     # -- reads -------------------------------------------------------------------------------
 
     def reader(self) -> sqlite3.Connection:
         """This thread's read connection (autocommit: each statement sees the newest commit)."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-        return conn
+        slot: _ReaderSlot | None = getattr(self._local, "reader", None)
+        if slot is None:
+            slot = _ReaderSlot(self._connect())
+            # The thread-local slot is dropped when its thread ends (CPython clears a finished
+            # thread's locals), and the finalizer then closes the reader in that moment.
+            # WeakMethod: the finalizer must not keep this Database alive.
+            weakref.finalize(slot, _close_reader, weakref.WeakMethod(self._forget), slot.conn)
+            self._local.reader = slot
+        return slot.conn
+
+    def open_connections(self) -> int:
+        """How many connections this Database holds open (the writer and live threads' readers)."""
+        with self._all_lock:
+            return len(self._all)
 
     def query(self, sql: str, params: Any = ()) -> list[sqlite3.Row]:
         return self.reader().execute(sql, params).fetchall()
@@ -131,11 +154,15 @@ class Database:
                 yield conn
             except BaseException:
                 self._local.depth = depth
-                if depth == 0:
-                    conn.execute("ROLLBACK")
-                else:
-                    conn.execute(f"ROLLBACK TO sp{depth}")
-                    conn.execute(f"RELEASE sp{depth}")
+                # SQLite may have rolled the whole transaction back itself (SQLITE_FULL,
+                # SQLITE_IOERR, SQLITE_NOMEM): a ROLLBACK then fails and would replace the
+                # error that says what happened.
+                if conn.in_transaction:
+                    if depth == 0:
+                        conn.execute("ROLLBACK")
+                    else:
+                        conn.execute(f"ROLLBACK TO sp{depth}")
+                        conn.execute(f"RELEASE sp{depth}")
                 raise
             self._local.depth = depth
             if depth == 0:
@@ -152,10 +179,71 @@ class Database:
             return
         self._closed = True
         with self._all_lock:
-            conns, self._all = self._all, []
+            conns, self._all = self._all, set()
         for conn in conns:
             with contextlib.suppress(sqlite3.Error):  # closing is best effort
                 conn.close()
+
+
+class _ReaderSlot:
+    """Holds one thread's reader in that thread's locals; its death closes the reader."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+
+def _close_reader(
+    forget: weakref.WeakMethod[Callable[[sqlite3.Connection], None]], conn: sqlite3.Connection
+) -> None:
+    method = forget()
+    if method is not None:
+        method(conn)
+    else:  # the Database is gone; its close() may not have run
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
+
+
+#: What a write answers when the disk is full. "This write": a tool that commits in steps
+#: (a health repair) keeps the steps it finished; the one that hit the full disk is undone.
+DISK_FULL = (
+    "the disk holding the database is full: this write was rolled back; free space and try again"
+)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from or during, is a full disk or quota:
+    SQLite's SQLITE_FULL, or ENOSPC / EDQUOT from the operating system."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlite3.Error):
+            code = getattr(current, "sqlite_errorcode", None)
+            if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
+                return True
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def open_failure(path: str, exc: BaseException) -> str:
+    """Why `path` could not be opened, in words an operator can act on.
+
+    A WAL database that was closed cleanly has no `-shm` and `-wal` files, and opening it
+    creates them: on a full disk that fails as "disk I/O error", which names no cause.
+    """
+    if is_disk_full(exc):
+        return f"{exc} (the disk holding the database is full: free space and try again)"
+    try:
+        free = os.statvfs(Path(path).resolve().parent).f_bavail
+    except OSError:
+        return str(exc)
+    if free == 0:
+        return f"{exc} (the disk holding the database is full: free space and try again)"
+    return str(exc)
 
 
 def _prepare_file(path: Path) -> None:

@@ -66,6 +66,7 @@ class EpisodeHit:
     bm25: float | None
 
 
+_LIKE_LIMIT = sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH
 _MEM_COLS = "m.id, m.msg_id, m.content, m.source, m.timestamp, m.channel, m.project_id, m.agent_id"
 _EP_COLS = (
     "e.id, e.summary, e.start_time, e.created_at, e.resolved, e.channel, e.project_id, e.agent_id"
@@ -96,16 +97,30 @@ def memory_fts(
 
 
 def memory_like(
-    db: Database, scope: ScopeSql, source_prefix: str, pattern: str, read: int
+    db: Database, scope: ScopeSql, source_prefix: str, text: str, read: int
 ) -> list[MemoryHit]:
+    """Newest rows whose content contains `text`, ASCII case folded (the LIKE fallback, §4.7).
+
+    SQLite refuses a LIKE pattern longer than SQLITE_LIMIT_LIKE_PATTERN_LENGTH (50,000 bytes,
+    a compile-time ceiling no connection can raise): such a query was answered with
+    "LIKE or GLOB pattern too complex" (issue 11). Past the limit the same test runs as
+    `instr(lower(content), lower(text))`: SQLite's lower() folds ASCII only, as LIKE does, so
+    the rows are the same ones.
+    """
     where, params = scope.where("m")
     sw, sp = _source_filter("m", source_prefix)
-    rows = db.query(
+    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    conn = db.reader()
+    if len(pattern.encode("utf-8", "surrogatepass")) <= conn.getlimit(_LIKE_LIMIT):
+        test, arg = "m.content LIKE ? ESCAPE '\\'", pattern
+    else:
+        test, arg = "instr(lower(m.content), lower(?)) > 0", text
+    rows = conn.execute(
         f"""SELECT {_MEM_COLS} FROM memories m
-            WHERE m.content LIKE ? ESCAPE '\\' AND {where} AND {sw}
+            WHERE {test} AND {where} AND {sw}
             ORDER BY m.created_at DESC, m.id DESC LIMIT ?""",
-        [pattern, *params, *sp, read],
-    )
+        [arg, *params, *sp, read],
+    ).fetchall()
     return [_mem(r, None) for r in rows]
 
 

@@ -1,7 +1,8 @@
 """`cpersona index status|rebuild|verify`: the vector index from the command line.
 
-Exit codes: 0 = usable / rebuilt / verified; 1 = verify found differences or status found an
-unusable file; 2 = the database could not be opened.
+Exit codes: 0 = usable / rebuilt / verified; 1 = verify found differences, status found an
+unusable file, or the file could not be written (a full disk; a directory with contents where
+the file belongs: the message says which); 2 = the database could not be opened.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import sys
 from pathlib import Path
 
 from cpersona.config import Settings
+from cpersona.errors import IndexObstructed
 from cpersona.storage import open_database
+from cpersona.storage.db import open_failure
 from cpersona.vectors.index import VectorIndex
 
 TABLES = ("memories", "episodes")
@@ -32,39 +35,60 @@ def run_index_command(settings: Settings, action: str, table: str | None) -> int
     try:
         db = open_database(settings.db_path, fts_enabled=settings.fts_enabled)
     except Exception as exc:
-        print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=sys.stderr)
+        reason = open_failure(settings.db_path, exc)
+        print(f"cpersona: cannot open the database {settings.db_path}: {reason}", file=sys.stderr)
         return 2
     code = 0
     try:
         for name in (table,) if table else TABLES:
             index = VectorIndex(db, name)
-            if action == "status":
-                st = index.status()
-                print(
-                    f"{name}: {st.path}: "
-                    + (
-                        f"usable, {st.reason}; dim {st.dim}, {st.live} rows "
-                        f"({st.count - st.live} deleted slots), "
-                        f"log seq {st.applied_seq}/{st.log_seq}"
-                        if st.usable
-                        else f"not usable ({st.reason}); the server rebuilds it"
-                    )
-                )
-                code = code or (0 if st.usable else 1)
-            elif action == "rebuild":
-                print(f"rebuilding {name} index from SQLite", file=sys.stderr)
-                rows = index.rebuild(progress=_progress(name))
+            try:
+                code = _run(index, action) or code
+            except OSError as exc:
+                # A full disk, or a directory that is not ours where the file belongs: the old
+                # file (if any) is untouched; say what is wrong, and go on to the next table.
                 print(file=sys.stderr)
-                print(f"{name}: rebuilt, {rows} rows")
-            else:
-                problems = index.verify()
-                for line in problems[:50]:
-                    print(line)
-                if len(problems) > 50:
-                    print(f"... and {len(problems) - 50} more")
-                print(f"{name}: {'OK' if not problems else f'{len(problems)} differences'}")
-                code = code or (1 if problems else 0)
-            index.close()
+                print(f"{name}: {action} failed: {_reason(exc)}")
+                code = 1
+            finally:
+                index.close()
     finally:
         db.close()
     return code
+
+
+def _run(index: VectorIndex, action: str) -> int:
+    name = index.table
+    if action == "status":
+        st = index.status()
+        print(
+            f"{name}: {st.path}: "
+            + (
+                f"usable, {st.reason}; dim {st.dim}, {st.live} rows "
+                f"({st.count - st.live} deleted slots), "
+                f"log seq {st.applied_seq}/{st.log_seq}"
+                if st.usable
+                else f"not usable ({st.reason}); the server rebuilds it"
+            )
+        )
+        return 0 if st.usable else 1
+    if action == "rebuild":
+        print(f"rebuilding {name} index from SQLite", file=sys.stderr)
+        rows = index.rebuild(progress=_progress(name))
+        print(file=sys.stderr)
+        print(f"{name}: rebuilt, {rows} rows")
+        return 0
+    problems = index.verify()
+    for line in problems[:50]:
+        print(line)
+    if len(problems) > 50:
+        print(f"... and {len(problems) - 50} more")
+    print(f"{name}: {'OK' if not problems else f'{len(problems)} differences'}")
+    return 1 if problems else 0
+
+
+def _reason(exc: OSError) -> str:
+    if isinstance(exc, IndexObstructed) or not exc.strerror:
+        return str(exc)
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror}{where}"

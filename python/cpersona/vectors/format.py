@@ -133,6 +133,21 @@ def _section_views(mm: np.memmap[Any, Any], layout: Layout) -> dict[str, np.ndar
     return views
 
 
+def _allocate(fd: int, length: int) -> None:
+    """Give the file `length` bytes with every block reserved now.
+
+    A file sized with truncate() is sparse: its pages are allocated when first written through
+    the mapping, and on a full disk that write kills the whole process with SIGBUS instead of
+    raising. posix_fallocate fails with ENOSPC up front (glibc emulates it on filesystems
+    without native support); where Python lacks it (macOS) the file stays sparse.
+    """
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is None:
+        os.ftruncate(fd, length)
+    elif length:
+        fallocate(fd, 0, length)
+
+
 class VectorFileWriter:
     """Writes one vector index file in place through a shared ``np.memmap``.
 
@@ -146,6 +161,13 @@ class VectorFileWriter:
         self._map()
 
     def _map(self) -> None:
+        # Files of earlier versions were sized sparse: reserve their blocks before writing
+        # through the mapping (a no-op for a file created by `create`; ENOSPC on a full disk).
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            _allocate(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
         self._mm: np.memmap[Any, Any] = np.memmap(self.path, dtype=np.uint8, mode="r+")
         self._hdr = np.ndarray((), dtype=HEADER_DTYPE, buffer=self._mm, offset=0)
         if bytes(self._hdr["magic"]) != MAGIC:
@@ -170,6 +192,8 @@ class VectorFileWriter:
             db_uid: the database's 16-byte identity.
             table: ``TABLE_MEMORIES`` or ``TABLE_EPISODES``.
 
+        On failure (a full disk) nothing is left at ``path``.
+
         Writing straight to ``path`` is the caller's choice: a rebuild should create a
         temporary path and ``os.replace`` it when complete. An existing file at ``path`` is
         unlinked, never truncated: a reader that still maps it would die of SIGBUS on the
@@ -190,8 +214,12 @@ class VectorFileWriter:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         with open(path, "xb") as f:
-            f.truncate(layout.file_len)
-            f.write(header.tobytes())
+            try:
+                _allocate(f.fileno(), layout.file_len)
+                f.write(header.tobytes())
+            except BaseException:
+                os.unlink(path)
+                raise
         return cls(path)
 
     # -- header ----------------------------------------------------------------------------

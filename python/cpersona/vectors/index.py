@@ -7,6 +7,10 @@ file `dirty` while it mutates; a file that is missing, corrupt, dirty (a writer 
 foreign (another database's) is rebuilt from SQLite. Scans run under a shared lock. So any
 number of processes on one database see the same, current index, and a crash at any point is
 repaired on the next read. The file format is docs/vector-index.md.
+
+The index file and its lock file are cpersona's: an empty directory in either place (issue 11:
+`index verify` failed forever, the lock path crashed it) is removed before use. A directory
+with contents is not ours to delete: `IndexObstructed` says so, and scans read SQLite.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from cpersona.errors import IndexObstructed
 from cpersona.storage import Database
 from cpersona.storage import vectors as vector_sql
 from cpersona.storage.vectors import IndexRow
@@ -42,6 +47,8 @@ from cpersona.vectors.format import (
 )
 
 log = logging.getLogger("cpersona.vectors")
+
+_T = TypeVar("_T")
 
 TABLE_CODES = {"memories": TABLE_MEMORIES, "episodes": TABLE_EPISODES}
 #: Slots allocated by a rebuild beyond the rows it writes, so the next writes need no growth.
@@ -104,7 +111,7 @@ class VectorIndex:
     def _flock(self, exclusive: bool) -> Iterator[None]:
         # flock is per open file description, so threads of one process take the thread lock
         # first for exclusive work (two threads must not both mutate through one process).
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = _unobstructed(lambda: os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
@@ -196,6 +203,8 @@ class VectorIndex:
                 raw = f.read(HEADER_LEN)
         except FileNotFoundError:
             return None, "missing"
+        except IsADirectoryError:
+            return None, "a directory stands where the file belongs"
         except OSError as exc:
             return None, f"unreadable ({exc})"
         if len(raw) < HEADER_LEN:
@@ -303,23 +312,29 @@ class VectorIndex:
         log_seq = vector_sql.max_seq(self.db)
         total, dim = vector_sql.embedded_shape(self.db, self.table)
         tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
-        writer = VectorFileWriter.create(
-            tmp, dim or 1, total + HEADROOM, self.db_uid(), TABLE_CODES[self.table]
-        )
         done = 0
         try:
-            # Newest first, so each append lands at the end of the order (no shifting).
-            for row in vector_sql.iter_rows(self.db, self.table):
-                _append(writer, row)
-                done += 1
-                if progress is not None and done % 10_000 == 0:
-                    progress(done, total)
-            writer.set_header(applied_seq=log_seq, dirty=0)
-            writer.flush()
-        finally:
-            _release(writer)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, self.path)
+            writer = VectorFileWriter.create(
+                tmp, dim or 1, total + HEADROOM, self.db_uid(), TABLE_CODES[self.table]
+            )
+            try:
+                # Newest first, so each append lands at the end of the order (no shifting).
+                for row in vector_sql.iter_rows(self.db, self.table):
+                    _append(writer, row)
+                    done += 1
+                    if progress is not None and done % 10_000 == 0:
+                        progress(done, total)
+                writer.set_header(applied_seq=log_seq, dirty=0)
+                writer.flush()
+            finally:
+                _release(writer)
+            os.chmod(tmp, 0o600)
+            _unobstructed(lambda: os.replace(tmp, self.path))
+        except BaseException:
+            # A full disk or an obstruction: the old file stays as it was, and no half-written
+            # temporary is left to hold the space.
+            tmp.unlink(missing_ok=True)
+            raise
         self._handle = None
         if progress is not None:
             progress(done, total)
@@ -430,6 +445,35 @@ class VectorIndex:
         self._handle = None
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+def _unobstructed(act: Callable[[], _T]) -> _T:
+    """`act()` on a path of ours (the index file, its lock file); an empty directory standing
+    there is removed and `act` tried once more, one with contents is `IndexObstructed`."""
+    try:
+        return act()
+    except IsADirectoryError as exc:
+        path = Path(exc.filename2 or exc.filename)
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        raise _obstructed(path) from None
+    else:
+        log.warning("removed an empty directory that stood where %s belongs", path.name)
+    try:
+        return act()
+    except IsADirectoryError:  # it came back between the two tries
+        raise _obstructed(path) from None
+
+
+def _obstructed(path: Path) -> IndexObstructed:
+    return IndexObstructed(
+        f"{path} is a directory with contents, where cpersona's index keeps a file; "
+        "cpersona does not delete it: move it away, and the index is rebuilt on the next use "
+        "(recall reads SQLite until then)"
+    )
 
 
 def _vector(embedding: bytes) -> np.ndarray:

@@ -1,0 +1,69 @@
+"""Bursts of concurrent recalls with idle gaps, and what a process holds between them.
+
+anyio retires a worker thread that sat idle for `WorkerThread.MAX_IDLE_TIME` (10 s) when the
+next call arrives, and the burst after an idle gap runs on fresh threads. The tests shorten that
+period (in-process by monkeypatching, in a server process through `SHORT_IDLE`'s prelude) so a
+dozen bursts take seconds, not minutes; what is measured is the same thread turnover.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+#: Seconds a worker thread may idle before anyio retires it, in the tests.
+IDLE = 0.2
+#: The idle gap after each burst: longer than IDLE, so the next call retires its workers and
+#: the next burst runs on fresh threads.
+GAP = 3 * IDLE
+#: A pause before reading the counts, for retired threads to finish exiting (the slack
+#: absorbs one that has not: this is no timing claim).
+SETTLE = IDLE
+BURSTS = 12
+PER_BURST = 24
+#: Descriptors a process may gain from its early bursts to its late ones (a retired thread
+#: still exiting), far below the leak before the fix: two per retired thread, ~10-20 per burst.
+FD_SLACK = 10
+#: Fractional RSS growth allowed between the early and the late bursts.
+RSS_SLACK = 0.15
+
+_PRELUDE = (
+    "import sys; import anyio._backends._asyncio as backend; "
+    f"backend.WorkerThread.MAX_IDLE_TIME = {IDLE}; "
+    "from cpersona.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def short_idle_argv(*cli_args: str) -> list[str]:
+    """`python -m cpersona <cli_args>` with worker threads retired after IDLE seconds."""
+    return [sys.executable, "-c", _PRELUDE, *cli_args]
+
+
+def open_fds(pid: int) -> int:
+    """Open descriptors other than sockets. A retired reader leaks files (the database, its
+    WAL); the HTTP client's pooled keep-alive connections come and go on the client's own
+    schedule, which is not what is measured here."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:  # closed while listing
+            continue
+        count += not target.startswith("socket:")
+    return count
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def assert_flat(label: str, fds: list[int], rss: list[int]) -> None:
+    """The late bursts hold no more than the early ones, within the slack."""
+    early_fd, late_fd = max(fds[:3]), max(fds[-3:])
+    assert late_fd <= early_fd + FD_SLACK, f"{label}: descriptors grew {fds}"
+    early_rss, late_rss = max(rss[:3]), max(rss[-3:])
+    assert late_rss <= early_rss * (1 + RSS_SLACK), f"{label}: RSS (KiB) grew {rss}"

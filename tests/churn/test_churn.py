@@ -1,0 +1,218 @@
+"""Worker threads retired between bursts release what they held (issue 11, problem 1).
+
+Each test runs BURSTS bursts of PER_BURST concurrent recalls separated by idle gaps long
+enough for every worker thread to retire. After each burst and gap, one more call retires the
+burst's idle workers (anyio prunes them when the next call arrives), and the process's open
+descriptors (/proc/PID/fd) and RSS are read: both must stay flat. In process through the official
+client, and against real server processes over stdio (pipelined JSON-RPC) and streamable HTTP.
+Every loop is bounded by a count and every wait by a timeout; nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio._backends._asyncio as anyio_asyncio
+import pytest
+from churn_support import (
+    BURSTS,
+    GAP,
+    IDLE,
+    PER_BURST,
+    SETTLE,
+    assert_flat,
+    open_fds,
+    rss_kib,
+    short_idle_argv,
+)
+from cpersona.server.app import build_server
+from http_support import WAIT, HttpServer, connect
+from mcp import Client
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc"),
+]
+
+AGENT = "churn"
+TOKEN = "churn-test-token"
+
+
+def _recall_args(i: int) -> dict[str, Any]:
+    return {"agent_id": AGENT, "query": f"lantern harbor {i}"}
+
+
+@pytest.mark.anyio
+async def test_churn_in_process_readers_close_with_their_threads(make_engine, monkeypatch):
+    monkeypatch.setattr(anyio_asyncio.WorkerThread, "MAX_IDLE_TIME", IDLE)
+    engine = make_engine()
+    async with Client(build_server(engine), raise_exceptions=True) as client:
+        for i in range(20):
+            await client.call_tool(
+                "store", {"agent_id": AGENT, "message": {"content": f"lantern {i}"}}
+            )
+        fds: list[int] = []
+        rss: list[int] = []
+        connections: list[int] = []
+        answers = 0
+        for _ in range(BURSTS):
+            results: list[Any] = []
+
+            async def recall(i: int, results: list[Any] = results) -> None:
+                results.append(await client.call_tool("recall", _recall_args(i)))
+
+            async with anyio.create_task_group() as tg:
+                for i in range(PER_BURST):
+                    tg.start_soon(recall, i)
+            answers += sum(1 for r in results if "messages" in json.loads(r.content[0].text))
+            await anyio.sleep(GAP)  # every worker of the burst idle past IDLE:
+            await client.call_tool("recall", _recall_args(0))  # this call retires them
+            await anyio.sleep(SETTLE)
+            fds.append(open_fds(os.getpid()))
+            rss.append(rss_kib(os.getpid()))
+            connections.append(engine.db.open_connections())
+    assert answers == BURSTS * PER_BURST
+    assert_flat("in process", fds, rss)
+    # The writer plus at most one reader per worker thread alive at once.
+    assert max(connections) <= PER_BURST + 1 + 1, connections
+
+
+class _PipedServer:
+    """`cpersona` on stdio pipes with short-lived worker threads: pipelined JSON-RPC lines."""
+
+    def __init__(self, db: Path) -> None:
+        env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+        env |= {"CPERSONA_DB_PATH": str(db), "CPERSONA_EMBEDDING_MODE": "hashing"}
+        self.proc = subprocess.Popen(
+            short_idle_argv(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=db.parent,
+        )
+        self.answers: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.next_id = 0
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in iter(self.proc.stdout.readline, b""):
+            message = json.loads(line)
+            if "id" in message:
+                self.answers.put(message)
+
+    def send(self, messages: list[dict[str, Any]]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
+        self.proc.stdin.flush()
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.next_id += 1
+        return {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+
+    def collect(self, n: int) -> list[dict[str, Any]]:
+        return [self.answers.get(timeout=WAIT) for _ in range(n)]
+
+    def tools(self, calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Send every call at once, then read as many answers (in any order)."""
+        self.send([self.request("tools/call", {"name": n, "arguments": a}) for n, a in calls])
+        answers = self.collect(len(calls))
+        return [json.loads(a["result"]["content"][0]["text"]) for a in answers]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=WAIT)
+        self._reader.join(timeout=WAIT)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def test_churn_stdio_descriptors_and_rss_stay_flat(tmp_path):
+    server = _PipedServer(tmp_path / "mem.db")
+    try:
+        init = {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "churn", "version": "0"},
+        }
+        server.send([server.request("initialize", init)])
+        server.collect(1)
+        server.send([{"jsonrpc": "2.0", "method": "notifications/initialized"}])
+        stored = server.tools([("store", {"agent_id": AGENT, "message": {"content": f"harbor {i}"}})
+                               for i in range(20)])  # fmt: skip
+        assert all(s["result"] == "stored" for s in stored), stored
+        fds: list[int] = []
+        rss: list[int] = []
+        for _ in range(BURSTS):
+            answers = server.tools([("recall", _recall_args(i)) for i in range(PER_BURST)])
+            assert all("messages" in a for a in answers), answers
+            time.sleep(GAP)
+            server.tools([("recall", _recall_args(0))])  # retires the burst's idle workers
+            time.sleep(SETTLE)
+            fds.append(open_fds(server.proc.pid))
+            rss.append(rss_kib(server.proc.pid))
+    finally:
+        server.close()
+    assert_flat("stdio", fds, rss)
+
+
+class _ShortIdleHttpServer(HttpServer):
+    def launch(self) -> subprocess.Popen[bytes]:
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                short_idle_argv("serve", "--transport", "streamable-http"),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=self.env,
+                cwd=self.workdir,
+            )
+        return self.proc
+
+
+@pytest.mark.anyio
+async def test_churn_http_descriptors_and_rss_stay_flat(tmp_path):
+    server = _ShortIdleHttpServer(tmp_path, env={"CPERSONA_AUTH_TOKEN": TOKEN})
+    url = server.start()
+    assert server.proc is not None
+    pid = server.proc.pid
+    fds: list[int] = []
+    rss: list[int] = []
+    try:
+        async with connect(url, TOKEN) as tools:
+            for i in range(20):
+                await tools("store", {"agent_id": AGENT, "message": {"content": f"lantern {i}"}})
+            for _ in range(BURSTS):
+                answers: list[dict[str, Any]] = []
+
+                async def recall(i: int, answers: list[dict[str, Any]] = answers) -> None:
+                    answers.append(await tools("recall", _recall_args(i)))
+
+                async with anyio.create_task_group() as tg:
+                    for i in range(PER_BURST):
+                        tg.start_soon(recall, i)
+                assert len(answers) == PER_BURST
+                assert all("messages" in a for a in answers), answers
+                await anyio.sleep(GAP)
+                await tools("recall", _recall_args(0))  # retires the burst's idle workers
+                await anyio.sleep(SETTLE)
+                fds.append(open_fds(pid))
+                rss.append(rss_kib(pid))
+    finally:
+        assert server.stop() == 0, server.stderr
+    assert_flat("http", fds, rss)
