@@ -13,6 +13,7 @@ import resource
 import select
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +37,7 @@ class Server(HttpServer):
         limit = self.nofile
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [os.sys.executable, "-m", "cpersona", "serve", "--transport", "streamable-http"],
+                [sys.executable, "-m", "cpersona", "serve", "--transport", "streamable-http"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
