@@ -5,20 +5,25 @@ out of descriptors: asyncio logs that with a traceback up to 2,048 times per eve
 must not bury the log or cost the server its time. `RateLimit` lets the first `burst` records
 of each kind through per `window` seconds and counts the rest; the next record of that kind
 after the window says how many were left out. A kind is the logger, the level and the message
-template (before its arguments are filled in), so two different failures never hide each other.
+with its numbers masked: two different failures (an OAuth token refused for an expired
+signature, another for a wrong audience) never hide each other, while a count, a port or an
+id in the text does not make a repeat new.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-#: Kinds remembered at most; past that the oldest window is forgotten (templates are few, but a
-#: message built with an f-string is a kind of its own).
+_DIGITS = re.compile(r"\d+")
+
+#: Kinds remembered at most; past that the oldest window is forgotten (a message naming an
+#: agent or a path is a kind of its own).
 _MAX_KINDS = 1024
 
 
@@ -49,7 +54,7 @@ class RateLimit(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno <= logging.DEBUG:
             return True
-        kind = (record.name, record.levelno, str(record.msg))
+        kind = (record.name, record.levelno, _DIGITS.sub("#", record.getMessage()))
         now = self._clock()
         with self._lock:
             seen = self._kinds.get(kind)
