@@ -1,15 +1,17 @@
 //! Score kernels and the scans built on them.
 //!
 //! - `dot_scalar` is the readable reference and the test oracle. `dot` is the fast kernel: the
-//!   same sum split over 16 independent accumulators, which LLVM vectorises. On x86-64 with
-//!   AVX2 the same code is compiled a second time for AVX2 and picked at run time; both builds
-//!   add in the same order without fused multiply-add, so every machine gets identical scores.
+//!   same sum split over 16 lanes folded pairwise (`dot_rows_lanes`, portable Rust), and `dot4`
+//!   the same kernel over four rows per pass (four independent add chains, one query load for
+//!   four rows). On x86-64 the `x86` module writes that arithmetic with AVX2 instructions,
+//!   picked at run time. Every build multiplies and adds in the same order without
+//!   fused multiply-add, so every machine and every path gives identical scores.
 //! - `scan_chunk` scores a caller's block of rows (the no-index path, fed `SQLite` BLOB chunks)
 //!   and keeps a thresholded top k.
 //! - `scan_index` is the scoped window / far scan over a `Store`, as `docs/vector-index.md`
 //!   "The scan" defines it.
 //!
-//! Every path scores a row with the same `dot`, and the top k is taken under the total order of
+//! Every path scores a row with `dot` or `dot4` (bit for bit the same), and the top k is taken under the total order of
 //! `topk`, so no result depends on chunk size or thread count. This module knows nothing of
 //! `SQLite` or memory ids: it returns slot ids as the file stores them.
 
@@ -26,6 +28,8 @@ pub const DEFAULT_CHUNK_ROWS: usize = 4096;
 pub const MIN_ROWS_PER_THREAD: usize = 32_768;
 
 const LANES: usize = 16;
+// The folds (`dot_rows_lanes`, `x86`) are written out for 16 lanes.
+const _: () = assert!(LANES == 16);
 
 /// Plain dot product, one accumulator. Kept as the oracle for the fast kernel.
 #[must_use]
@@ -43,50 +47,139 @@ pub fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
 #[allow(clippy::inline_always)]
 #[inline(always)]
 fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; LANES];
-    let ca = a.chunks_exact(LANES);
-    let cb = b.chunks_exact(LANES);
-    let (ta, tb) = (ca.remainder(), cb.remainder());
-    for (xa, xb) in ca.zip(cb) {
-        for i in 0..LANES {
-            acc[i] += xa[i] * xb[i];
-        }
-    }
-    let mut width = LANES / 2;
-    while width > 0 {
-        for i in 0..width {
-            acc[i] += acc[i + width];
-        }
-        width /= 2;
-    }
-    let mut tail = 0.0f32;
-    for (x, y) in ta.iter().zip(tb) {
-        tail += x * y;
-    }
-    acc[0] + tail
+    let [score] = dot_rows_lanes([a], b);
+    score
 }
+
+/// `ROWS` dot products against one query in one pass, each summed exactly as `dot_lanes` sums it
+/// (so the scores are bit for bit the single-row kernel's).
+///
+/// One row's 16 lanes are one or two vector registers whose adds form a single dependency chain:
+/// the single-row loop waits on the add latency, not on memory. Four rows give four independent
+/// chains and load each query chunk once for all four (docs/performance.md, "Kernels at the
+/// floor").
+#[allow(clippy::inline_always)]
+#[inline(always)]
+fn dot_rows_lanes<const ROWS: usize>(rows: [&[f32]; ROWS], query: &[f32]) -> [f32; ROWS] {
+    let dim = rows.iter().fold(query.len(), |n, row| n.min(row.len()));
+    let whole = dim - dim % LANES;
+    let body = rows.map(|row| &row[..whole]);
+    let mut acc = [[0.0f32; LANES]; ROWS];
+    for (c, qc) in query[..whole].chunks_exact(LANES).enumerate() {
+        let at = c * LANES;
+        for r in 0..ROWS {
+            let rc = &body[r][at..at + LANES];
+            for i in 0..LANES {
+                acc[r][i] += rc[i] * qc[i];
+            }
+        }
+    }
+    let mut out = [0.0f32; ROWS];
+    for r in 0..ROWS {
+        // The pairwise fold, one level per line: lane i takes lane i + width. Written as fresh
+        // arrays (not in place) so the compiler keeps each level in a register.
+        let lanes = acc[r];
+        let h8: [f32; 8] = std::array::from_fn(|i| lanes[i] + lanes[i + 8]);
+        let h4: [f32; 4] = std::array::from_fn(|i| h8[i] + h8[i + 4]);
+        let h2: [f32; 2] = std::array::from_fn(|i| h4[i] + h4[i + 2]);
+        let mut tail = 0.0f32;
+        for (x, y) in rows[r][whole..dim].iter().zip(&query[whole..dim]) {
+            tail += x * y;
+        }
+        out[r] = (h2[0] + h2[1]) + tail;
+    }
+    out
+}
+
+/// Rows scored per pass by `dot4`.
+pub const BATCH: usize = 4;
 
 fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     dot_lanes(a, b)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn dot_avx2_impl(a: &[f32], b: &[f32]) -> f32 {
-    dot_lanes(a, b)
+fn dot4_portable(rows: [&[f32]; BATCH], query: &[f32]) -> [f32; BATCH] {
+    dot_rows_lanes(rows, query)
 }
 
 #[cfg(target_arch = "x86_64")]
-fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    // SAFETY: `kernel()` hands this function out only after `is_x86_feature_detected!("avx2")`.
-    unsafe { dot_avx2_impl(a, b) }
+mod x86 {
+    //! `dot_rows_lanes` written with AVX2 instructions: the same products, the same lane sums
+    //! and the same fold, so the scores are bit for bit the portable kernel's. Left to the
+    //! auto-vectoriser, the four-row loop came out scalar in one build and vectorised in the
+    //! next; intrinsics pin the code down. (An AVX-512 twin, one zmm per row, measured the same
+    //! as this within noise on an AVX-512 Xeon, where every scan here is bound by cache or
+    //! memory bandwidth, so it was left out: docs/performance.md.)
+
+    use super::{BATCH, LANES};
+    use std::arch::x86_64::{
+        __m128, __m256, _mm256_add_ps, _mm256_castps256_ps128, _mm256_extractf128_ps,
+        _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32,
+        _mm_movehl_ps, _mm_shuffle_ps,
+    };
+
+    /// The common length of the rows and the query (each is cut to the shortest).
+    fn width<const ROWS: usize>(rows: &[&[f32]; ROWS], query: &[f32]) -> usize {
+        rows.iter().fold(query.len(), |n, row| n.min(row.len()))
+    }
+
+    /// Lanes 0..8 folded with lanes 8..16 already; folds 8 -> 4 -> 2 -> 1 and adds the tail.
+    #[target_feature(enable = "avx2")]
+    fn finish(h8: __m256, row: &[f32], query: &[f32], whole: usize, dim: usize) -> f32 {
+        let h4: __m128 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps::<1>(h8));
+        let h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+        let h1 = _mm_add_ss(h2, _mm_shuffle_ps::<0b01>(h2, h2));
+        let mut tail = 0.0f32;
+        for (x, y) in row[whole..dim].iter().zip(&query[whole..dim]) {
+            tail += x * y;
+        }
+        _mm_cvtss_f32(h1) + tail
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn dot_rows_avx2<const ROWS: usize>(
+        rows: [&[f32]; ROWS],
+        query: &[f32],
+    ) -> [f32; ROWS] {
+        let dim = width(&rows, query);
+        let whole = dim - dim % LANES;
+        let mut lo = [_mm256_setzero_ps(); ROWS];
+        let mut hi = [_mm256_setzero_ps(); ROWS];
+        let mut at = 0;
+        while at < whole {
+            // SAFETY: `at + LANES <= whole <= dim`, and every slice is at least `dim` long.
+            unsafe {
+                let q_lo = _mm256_loadu_ps(query.as_ptr().add(at));
+                let q_hi = _mm256_loadu_ps(query.as_ptr().add(at + 8));
+                for r in 0..ROWS {
+                    let p = rows[r].as_ptr().add(at);
+                    lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_loadu_ps(p), q_lo));
+                    hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(_mm256_loadu_ps(p.add(8)), q_hi));
+                }
+            }
+            at += LANES;
+        }
+        std::array::from_fn(|r| finish(_mm256_add_ps(lo[r], hi[r]), rows[r], query, whole, dim))
+    }
+
+    pub(super) fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+        // SAFETY: `kernel()` hands this out only after `is_x86_feature_detected!("avx2")`.
+        unsafe { dot_rows_avx2([a], b)[0] }
+    }
+
+    pub(super) fn dot4_avx2(rows: [&[f32]; BATCH], query: &[f32]) -> [f32; BATCH] {
+        // SAFETY: as `dot_avx2`.
+        unsafe { dot_rows_avx2(rows, query) }
+    }
 }
 
-/// The dot kernel picked for this CPU, with the name reported as `KERNEL`.
+/// The dot kernels picked for this CPU, with the name reported as `KERNEL`.
 #[derive(Clone, Copy, Debug)]
 pub struct Kernel {
     pub name: &'static str,
     pub dot: fn(&[f32], &[f32]) -> f32,
+    /// `BATCH` rows against one query; each score bit for bit `dot`'s.
+    pub dot4: fn([&[f32]; BATCH], &[f32]) -> [f32; BATCH],
 }
 
 /// Detects the CPU once and returns the kernel every scan uses.
@@ -98,12 +191,14 @@ pub fn kernel() -> Kernel {
         if std::is_x86_feature_detected!("avx2") {
             return Kernel {
                 name: "avx2-f32x16",
-                dot: dot_avx2,
+                dot: x86::dot_avx2,
+                dot4: x86::dot4_avx2,
             };
         }
         Kernel {
             name: "portable-f32x16",
             dot: dot_portable,
+            dot4: dot4_portable,
         }
     })
 }
@@ -152,18 +247,39 @@ pub fn scan_chunk(
             "base_position + rows overflows".into(),
         ));
     }
-    let dot = kernel().dot;
     let mut top = TopK::new(k, n);
-    for (i, row) in rows.chunks_exact(query.len()).enumerate() {
-        let score = dot(row, query);
+    score_block(&kernel(), rows, query, |i, score| {
         if f64::from(score) >= threshold {
             top.push(Hit {
                 score,
                 position: base_position + i as u64,
             });
         }
-    }
+    });
     Ok(top.into_sorted())
+}
+
+/// Scores every row of a contiguous block, `BATCH` rows per pass, and hands `(row, score)` to
+/// `keep` in row order.
+#[inline]
+fn score_block(kernel: &Kernel, rows: &[f32], query: &[f32], mut keep: impl FnMut(usize, f32)) {
+    let dim = query.len();
+    let mut batches = rows.chunks_exact(BATCH * dim);
+    let mut i = 0;
+    for batch in &mut batches {
+        let (r0, rest) = batch.split_at(dim);
+        let (r1, rest) = rest.split_at(dim);
+        let (r2, r3) = rest.split_at(dim);
+        let scores = (kernel.dot4)([r0, r1, r2, r3], query);
+        for (j, score) in scores.into_iter().enumerate() {
+            keep(i + j, score);
+        }
+        i += BATCH;
+    }
+    for row in batches.remainder().chunks_exact(dim) {
+        keep(i, (kernel.dot)(row, query));
+        i += 1;
+    }
 }
 
 fn check_rows(rows: &[f32], query: &[f32]) -> Result<(), CoreError> {
@@ -420,10 +536,6 @@ struct Ctx<'a> {
 
 /// Scores the units `first, first + step, ...` into one near and one far selection.
 fn score_units(ctx: &Ctx<'_>, units: &[Unit], first: usize, step: usize) -> (TopK, TopK) {
-    let dim = ctx.store.dim();
-    let (vectors, flags) = (ctx.store.vectors(), ctx.store.flags());
-    let dot = kernel().dot;
-    let threshold = ctx.params.threshold;
     let mut near = TopK::new(ctx.params.k, ctx.params.window.min(ctx.slots.len()));
     let mut far = TopK::new(ctx.params.far_k, ctx.slots.len());
     for unit in units.iter().skip(first).step_by(step) {
@@ -432,30 +544,54 @@ fn score_units(ctx: &Ctx<'_>, units: &[Unit], first: usize, step: usize) -> (Top
         } else {
             &mut far
         };
-        let mut score_at = |position: usize| {
-            let slot = ctx.slots[position] as usize;
-            if flags[slot] & FLAG_FOREIGN != 0 {
-                return;
-            }
-            let score = dot(&vectors[slot * dim..(slot + 1) * dim], ctx.query);
-            if f64::from(score) >= threshold {
-                top.push(Hit {
-                    score,
-                    position: position as u64,
-                });
-            }
-        };
         // A file appended in time order lists its slots newest (highest) first, so scan order
         // walks memory backwards, which the hardware prefetcher does not follow: 4x slower on a
         // 200,000 x 768 far scan (docs/performance.md). The top k does not depend on the order
         // rows are offered in, so walk such a unit backwards, i.e. forwards through memory.
         if ctx.slots[unit.range.start] > ctx.slots[unit.range.end - 1] {
-            unit.range.clone().rev().for_each(&mut score_at);
+            score_positions(ctx, unit.range.clone().rev(), top);
         } else {
-            unit.range.clone().for_each(&mut score_at);
+            score_positions(ctx, unit.range.clone(), top);
         }
     }
     (near, far)
+}
+
+/// Scores the slots at `positions` (foreign-width slots skipped), `BATCH` rows per pass.
+fn score_positions(ctx: &Ctx<'_>, positions: impl Iterator<Item = usize>, top: &mut TopK) {
+    let dim = ctx.store.dim();
+    let (vectors, flags) = (ctx.store.vectors(), ctx.store.flags());
+    let kernel = kernel();
+    let threshold = ctx.params.threshold;
+    let row = |slot: usize| &vectors[slot * dim..(slot + 1) * dim];
+    let mut keep = |position: usize, score: f32| {
+        if f64::from(score) >= threshold {
+            top.push(Hit {
+                score,
+                position: position as u64,
+            });
+        }
+    };
+    let mut pending = [(0usize, 0usize); BATCH];
+    let mut held = 0;
+    for position in positions {
+        let slot = ctx.slots[position] as usize;
+        if flags[slot] & FLAG_FOREIGN != 0 {
+            continue;
+        }
+        pending[held] = (position, slot);
+        held += 1;
+        if held == BATCH {
+            let scores = (kernel.dot4)(pending.map(|(_, slot)| row(slot)), ctx.query);
+            for ((position, _), score) in pending.into_iter().zip(scores) {
+                keep(position, score);
+            }
+            held = 0;
+        }
+    }
+    for &(position, slot) in &pending[..held] {
+        keep(position, (kernel.dot)(row(slot), ctx.query));
+    }
 }
 
 #[cfg(test)]
@@ -481,6 +617,26 @@ mod tests {
                 "dim {dim}"
             );
         }
+    }
+
+    /// Every kernel this CPU can run, the portable one first.
+    fn kernels() -> Vec<Kernel> {
+        let mut all = vec![Kernel {
+            name: "portable-f32x16",
+            dot: dot_portable,
+            dot4: dot4_portable,
+        }];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") {
+                all.push(Kernel {
+                    name: "avx2-f32x16",
+                    dot: x86::dot_avx2,
+                    dot4: x86::dot4_avx2,
+                });
+            }
+        }
+        all
     }
 
     #[test]
@@ -510,6 +666,57 @@ mod tests {
             let tol = 1e-6 * (bound + 1.0);
             prop_assert!((f64::from(dot(&a, &b)) - exact).abs() <= tol);
             prop_assert!((f64::from(dot_portable(&a, &b)) - f64::from(dot(&a, &b))).abs() == 0.0);
+        }
+
+        /// The four-row pass of every kernel gives each row the portable single-row score, bit
+        /// for bit, whatever the values (infinities, signed zeros, subnormals included). A NaN
+        /// result is only required to be a NaN: Rust leaves the payload and sign of an
+        /// arithmetic NaN unspecified (the compiler may swap an add's operands), and stored
+        /// vectors are finite (`Writer` refuses others), so no stored row scores NaN.
+        #[test]
+        fn every_kernel_scores_four_rows_as_one(
+            dim in 1usize..140,
+            bits in prop::collection::vec(any::<u32>(), 5 * 140),
+            finite in any::<bool>(),
+        ) {
+            let value = |b: u32| {
+                let x = f32::from_bits(b);
+                if finite && !x.is_finite() { 0.5 } else { x }
+            };
+            let data: Vec<f32> = bits[..5 * dim].iter().map(|&b| value(b)).collect();
+            let (query, rows) = data.split_at(dim);
+            let rows: [&[f32]; BATCH] = std::array::from_fn(|r| &rows[r * dim..(r + 1) * dim]);
+            let canon = |x: f32| if x.is_nan() { f32::NAN.to_bits() } else { x.to_bits() };
+            let expected: Vec<u32> = rows.iter().map(|r| canon(dot_portable(r, query))).collect();
+            for k in kernels() {
+                let four: Vec<u32> = (k.dot4)(rows, query).iter().map(|&s| canon(s)).collect();
+                let one: Vec<u32> = rows.iter().map(|r| canon((k.dot)(r, query))).collect();
+                prop_assert_eq!(&four, &expected, "{} dot4, dim {}", k.name, dim);
+                prop_assert_eq!(&one, &expected, "{} dot, dim {}", k.name, dim);
+            }
+        }
+
+        /// `scan_chunk` (four rows per pass plus a remainder) keeps exactly the rows and scores
+        /// that scoring each row alone with `scan_dot` and ranking them gives.
+        #[test]
+        fn scan_chunk_matches_row_by_row_scores(
+            n in 0usize..23,
+            dim in 1usize..40,
+            values in prop::collection::vec(-1.0f32..1.0, 23 * 40 + 40),
+            k in 0usize..30,
+            threshold in -0.5f64..0.5,
+            base in 0u64..1000,
+        ) {
+            let query = &values[..dim];
+            let rows = &values[dim..dim + n * dim];
+            let got = scan_chunk(rows, query, threshold, k, base).unwrap();
+            let mut naive: Vec<Hit> = scan_dot(rows, query).unwrap().into_iter().enumerate()
+                .filter(|(_, s)| f64::from(*s) >= threshold)
+                .map(|(i, score)| Hit { score, position: base + i as u64 }).collect();
+            naive.sort_by(rank_cmp);
+            naive.truncate(k);
+            let bits = |h: &[Hit]| h.iter().map(|h| (h.score.to_bits(), h.position)).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&got), bits(&naive));
         }
 
         #[test]

@@ -48,11 +48,24 @@ impl Ord for Worst {
     }
 }
 
+/// The integer whose order is `f32::total_cmp`'s: `total_key(a) < total_key(b)` exactly when
+/// `a.total_cmp(&b)` is `Less`.
+#[inline]
+#[must_use]
+pub fn total_key(score: f32) -> i32 {
+    let bits = score.to_bits() as i32;
+    // Negative floats order backwards by their bits: flip all but the sign bit.
+    bits ^ ((((bits >> 31) as u32) >> 1) as i32)
+}
+
 /// The best `k` hits seen so far.
 #[derive(Clone, Debug)]
 pub struct TopK {
     k: usize,
     heap: BinaryHeap<Worst>,
+    /// `total_key` of the worst kept score once `k` are kept (`i32::MIN` before): a hit scoring
+    /// below it cannot get in, which one integer compare tells without touching the heap.
+    floor: i32,
 }
 
 impl TopK {
@@ -63,6 +76,7 @@ impl TopK {
         Self {
             k,
             heap: BinaryHeap::with_capacity(k.min(expected)),
+            floor: if k == 0 { i32::MAX } else { i32::MIN },
         }
     }
 
@@ -79,11 +93,26 @@ impl TopK {
     /// Offers one hit; it is kept if it ranks among the best `k`.
     #[inline]
     pub fn push(&mut self, hit: Hit) {
+        // A tie with the floor may still get in on its position; only a lower score cannot.
+        if total_key(hit.score) < self.floor {
+            return;
+        }
+        self.offer(hit);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn offer(&mut self, hit: Hit) {
         if self.heap.len() < self.k {
             self.heap.push(Worst(hit));
         } else if let Some(mut worst) = self.heap.peek_mut() {
             if rank_cmp(&hit, &worst.0) == Ordering::Less {
                 *worst = Worst(hit);
+            }
+        }
+        if self.heap.len() == self.k {
+            if let Some(worst) = self.heap.peek() {
+                self.floor = total_key(worst.0.score);
             }
         }
     }
@@ -180,6 +209,20 @@ mod tests {
         fn top_k_matches_sort(scores in prop::collection::vec(-4i8..4, 0..200), k in 0usize..210) {
             let scores: Vec<f32> = scores.into_iter().map(f32::from).collect();
             prop_assert_eq!(bits(&top_k(&scores, k)), bits(&naive(&scores, k)));
+        }
+
+        /// Any f32 bit pattern (NaNs of both signs, infinities, signed zeros): the floor that
+        /// skips the heap never drops a hit the full comparison would keep.
+        #[test]
+        fn top_k_matches_sort_on_any_bits(raw in prop::collection::vec(any::<u32>(), 0..300), k in 0usize..40) {
+            let scores: Vec<f32> = raw.into_iter().map(f32::from_bits).collect();
+            prop_assert_eq!(bits(&top_k(&scores, k)), bits(&naive(&scores, k)));
+        }
+
+        #[test]
+        fn total_key_orders_as_total_cmp(a in any::<u32>(), b in any::<u32>()) {
+            let (x, y) = (f32::from_bits(a), f32::from_bits(b));
+            prop_assert_eq!(total_key(x).cmp(&total_key(y)), x.total_cmp(&y));
         }
 
         #[test]

@@ -143,3 +143,18 @@ def test_installing_twice_equals_installing_once_for_any_surrounding_text(before
     assert once.startswith(before)
     replaced = policy.merged(before + block + after, block)
     assert replaced == before + block + after
+
+
+def test_install_writes_through_a_linked_file_and_keeps_the_link(tmp_path):
+    dotfiles = tmp_path / "dotfiles" / "CLAUDE.md"
+    dotfiles.parent.mkdir()
+    dotfiles.write_text("# my notes\n", encoding="utf-8")
+    link = tmp_path / ".claude" / "CLAUDE.md"
+    link.parent.mkdir()
+    link.symlink_to(dotfiles)
+    assert run("--agent-id", "alice", "--install", "--target", str(link)) == 0
+    assert link.is_symlink() and link.resolve() == dotfiles.resolve()
+    text = dotfiles.read_text(encoding="utf-8")
+    assert text.startswith("# my notes\n\n" + BEGIN)
+    assert run("--agent-id", "alice", "--install", "--target", str(link)) == 0
+    assert dotfiles.read_text(encoding="utf-8") == text

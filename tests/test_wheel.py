@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import venv
 import zipfile
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from cpersona import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT = 600  # a cold release build on a 2-core machine; never a timing claim
+STDIO_WAIT = 120  # one answer of the installed stdio server (the first loads the model)
 NEEDED = [
     "cpersona/_core.abi3.so",
     "cpersona/embedding/data/minilm-tokenizer.json",
@@ -135,6 +138,18 @@ def test_the_installed_stdio_server_stores_and_recalls(installed: Path, tmp_path
         env=env,
     )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    # Lines are read in a thread so that every wait is bounded: a server that hangs fails the
+    # test instead of blocking the suite on readline().
+    lines: queue.Queue[bytes] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            lines.put(raw)
+        lines.put(b"")  # EOF: the server exited
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     answers: dict[int, dict[str, object]] = {}
     try:
         for request in requests:
@@ -142,16 +157,20 @@ def test_the_installed_stdio_server_stores_and_recalls(installed: Path, tmp_path
             proc.stdin.flush()
             if "id" not in request:
                 continue
-            line = proc.stdout.readline()
+            try:
+                line = lines.get(timeout=STDIO_WAIT)
+            except queue.Empty:
+                raise AssertionError(f"no answer to {request['id']} in {STDIO_WAIT}s") from None
             assert line, proc.stderr.read().decode(errors="replace")
             answer = json.loads(line)
             answers[answer["id"]] = answer
         proc.stdin.close()
-        assert proc.wait(timeout=60) == 0
+        assert proc.wait(timeout=STDIO_WAIT) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+            proc.wait(timeout=STDIO_WAIT)
+        reader.join(timeout=STDIO_WAIT)
         proc.stdout.close()
         proc.stderr.close()
     assert len(answers[2]["result"]["tools"]) == 31  # type: ignore[index]

@@ -43,6 +43,8 @@ NAMES = {
     "acl": "acl.json",
     "operating_context": "operating-context.toml",
 }
+#: How a restored side file's temporary copy is opened: new, owner-only, never through a link.
+_NEW_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 #: Databases of at least this many pages report their progress (32 MiB at 4 KiB pages).
 PROGRESS_MIN_PAGES = 8 * sqlite_backup.STEP_PAGES
 
@@ -96,8 +98,10 @@ def _extra_files(settings: Settings, db_path: str) -> list[tuple[str, Path]]:
     sidecar = sidecar_path(db_path)
     if sidecar and os.path.isfile(sidecar):
         found.append(("calibration", Path(sidecar)))
-    if settings.acl_file and os.path.isfile(settings.acl_file):
-        found.append(("acl", Path(settings.acl_file)))
+    # Expanded as the server's loader expands it (server/acl.py): `~/acl.json` is configured.
+    acl = os.path.expanduser(settings.acl_file) if settings.acl_file else ""
+    if acl and os.path.isfile(acl):
+        found.append(("acl", Path(acl)))
     oc_off = (settings.operating_context or "").strip().lower() == "off"
     oc_path = Path(os.path.expanduser(settings.operating_context_path))
     if not oc_off and oc_path.is_file():
@@ -246,7 +250,12 @@ def restore(
     if db_path == ":memory:":
         raise BundleError("cannot restore into an in-memory database")
     _refuse_non_empty(db_path, force)
-    destinations = {"acl": acl_file, "operating_context": operating_context_path}
+    # Expanded once, here: the existence check below must look at the file that gets written
+    # (`--acl-file=~/acl.json` reaches us unexpanded, as the server's loaders expand it).
+    destinations = {
+        role: os.path.expanduser(path) if path else None
+        for role, path in (("acl", acl_file), ("operating_context", operating_context_path))
+    }
     for role, path in destinations.items():
         if role in entries and path and os.path.exists(path) and not force:
             raise BundleError(f"{path} exists; pass --force to replace it")
@@ -278,8 +287,8 @@ def restore(
         if role not in entries:
             continue
         if path:
-            _place(bundle / NAMES[role], Path(os.path.expanduser(path)))
-            written.append(os.path.abspath(os.path.expanduser(path)))
+            _place(bundle / NAMES[role], Path(path))
+            written.append(os.path.abspath(path))
         else:
             left.append(str(bundle / NAMES[role]))
     return Restored(written, left)
@@ -303,8 +312,10 @@ def _place(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.tmp.{os.getpid()}")
     try:
-        shutil.copyfile(source, tmp)
-        os.chmod(tmp, 0o600)
+        # Owner-only from its creation: the ACL file holds tokens, and a copy made first and
+        # chmod-ed after is readable by others in between.
+        with open(source, "rb") as src, open(os.open(tmp, _NEW_PRIVATE, 0o600), "wb") as dst:
+            shutil.copyfileobj(src, dst)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)

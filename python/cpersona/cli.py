@@ -25,6 +25,18 @@ REGISTER_HINT = (
 )
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535, as CPERSONA_WEB_PORT is checked: the kernel
+    would otherwise bind 70000 as 4464 without a word."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
+    return port
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cpersona",
@@ -51,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
         help="serve a read-only web view of the memory (CPERSONA_WEB_HOST, CPERSONA_WEB_PORT)",
     )
     web.add_argument("--host", help="override CPERSONA_WEB_HOST (default 127.0.0.1)")
-    web.add_argument("--port", type=int, help="override CPERSONA_WEB_PORT (default 8403)")
+    web.add_argument("--port", type=_port, help="override CPERSONA_WEB_PORT (default 8403)")
     index = sub.add_parser("index", help="inspect or repair the vector index files")
     index.add_argument("action", choices=("status", "rebuild", "verify"))
     index.add_argument("--table", choices=("memories", "episodes"), help="default: both")

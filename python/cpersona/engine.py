@@ -1,31 +1,54 @@
-"""Engine: the one object a tool talks to. It owns the database, the embedder and the services."""
+"""Engine: the one object a tool talks to. It owns the database, the embedder and the services.
+
+Opening an Engine opens the database and reads the operating context, nothing more: the
+embedder, the index files and the services (and numpy with them) are built on first use, so a
+server answers `initialize` and `tools/list` without importing them (docs/performance.md,
+"Start-up").
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cpersona.config import Settings
-from cpersona.embedding.cache import CachedProvider
-from cpersona.memory.writes import Writer
 from cpersona.operating_context import OperatingContext
-from cpersona.retrieval.calibration import CalibrationStopped, Calibrator
-from cpersona.retrieval.health import EmbeddingHealth
-from cpersona.retrieval.pipeline import Recaller
-from cpersona.retrieval.sidecar import Sidecar, sidecar_path
-from cpersona.retrieval.thresholds import Thresholds
 from cpersona.session import Pauses
 from cpersona.storage import Database, open_database
-from cpersona.tasks import TaskQueue
-from cpersona.update import UpdateCheck
-from cpersona.vectors.index import VectorIndex
-from cpersona.vectors.remote import RemoteVectors
 
 if TYPE_CHECKING:
     from cpersona.embedding.base import EmbeddingProvider
+    from cpersona.embedding.cache import CachedProvider
+    from cpersona.memory.writes import Writer
+    from cpersona.retrieval.calibration import Calibrator
+    from cpersona.retrieval.health import EmbeddingHealth
+    from cpersona.retrieval.pipeline import Recaller
+    from cpersona.retrieval.thresholds import Thresholds
+    from cpersona.tasks import TaskQueue
+    from cpersona.update import UpdateCheck
+    from cpersona.vectors.index import VectorIndex
+    from cpersona.vectors.remote import RemoteVectors
 
 log = logging.getLogger("cpersona")
+
+
+@dataclass(frozen=True)
+class Services:
+    """Everything of an Engine beyond the database: built together, once, on first use."""
+
+    embedder: CachedProvider
+    indexes: dict[str, VectorIndex]
+    writer: Writer
+    thresholds: Thresholds
+    health: EmbeddingHealth
+    recaller: Recaller
+    calibrator: Calibrator
+    tasks: TaskQueue
+    updates: UpdateCheck
+    #: The remote vector service (CPERSONA_VECTOR_SEARCH_MODE=remote), or None.
+    remote: RemoteVectors | None
 
 
 class Engine:
@@ -33,6 +56,38 @@ class Engine:
 
     def __init__(self, settings: Settings, *, embedder: EmbeddingProvider | None = None) -> None:
         self.settings = settings
+        self._given_embedder = embedder
+        tracer = _sql_tracer if settings.sql_trace else None
+        self.db: Database = open_database(
+            settings.db_path, fts_enabled=settings.fts_enabled, tracer=tracer
+        )
+        self._services: Services | None = None
+        self._services_lock = threading.Lock()
+        self._calibration: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._warmup: threading.Thread | None = None
+        self._background_started = False
+        #: The no-persist pauses of this process (surface.md §10) and the operating context.
+        self.pause = Pauses()
+        self.operating_context = OperatingContext(settings)
+        #: `initialize.instructions`: the OC summary, read once at start (surface.md §1.1).
+        self.instructions = self.operating_context.instructions()
+
+    def _build(self) -> Services:
+        from cpersona.embedding.cache import CachedProvider
+        from cpersona.memory.writes import Writer
+        from cpersona.retrieval.calibration import Calibrator
+        from cpersona.retrieval.health import EmbeddingHealth
+        from cpersona.retrieval.pipeline import Recaller
+        from cpersona.retrieval.sidecar import Sidecar, sidecar_path
+        from cpersona.retrieval.thresholds import Thresholds
+        from cpersona.tasks import TaskQueue
+        from cpersona.update import UpdateCheck
+        from cpersona.vectors.index import VectorIndex
+        from cpersona.vectors.remote import RemoteVectors
+
+        settings = self.settings
+        embedder = self._given_embedder
         if embedder is None:
             from cpersona.embedding import make_provider
 
@@ -41,51 +96,102 @@ class Engine:
             embedder = CachedProvider(
                 embedder, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
             )
-        self.embedder = embedder
-        tracer = _sql_tracer if settings.sql_trace else None
-        self.db: Database = open_database(
-            settings.db_path, fts_enabled=settings.fts_enabled, tracer=tracer
-        )
-        self.indexes = {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
-        self.remote = RemoteVectors.from_settings(settings)
-        if self.remote is not None and not settings.store_blob:
+        indexes = {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
+        remote = RemoteVectors.from_settings(settings)
+        if remote is not None and not settings.store_blob:
             log.info(
                 "remote vector mode without local memory vectors (CPERSONA_STORE_BLOB=false): "
                 "while %s is down, recall has full-text and keyword search only",
-                self.remote.base,
+                remote.base,
             )
-        self.writer = Writer(
-            self.db, settings, self.embedder, after_write=self._after_write, remote=self.remote
-        )
-        self.thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
-        self.health = EmbeddingHealth(settings.transport)
-        self.recaller = Recaller(
+        writer = Writer(self.db, settings, embedder, after_write=self._after_write, remote=remote)
+        thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
+        health = EmbeddingHealth(settings.transport)
+        recaller = Recaller(self.db, settings, embedder, indexes, thresholds, health, remote=remote)
+        calibrator = Calibrator(
             self.db,
             settings,
-            self.embedder,
-            self.indexes,
-            self.thresholds,
-            self.health,
-            remote=self.remote,
-        )
-        self.calibrator = Calibrator(
-            self.db,
-            settings,
-            self.embedder,
-            self.thresholds,
-            self.recaller,
+            embedder,
+            thresholds,
+            recaller,
             Sidecar(None if self.db.is_memory else sidecar_path(settings.db_path)),
         )
-        self._calibration: threading.Thread | None = None
-        self._closed = threading.Event()
-        self._warmup: threading.Thread | None = None
-        #: The no-persist pauses of this process (surface.md §10) and the operating context.
-        self.pause = Pauses()
-        self.operating_context = OperatingContext(settings)
-        #: `initialize.instructions`: the OC summary, read once at start (surface.md §1.1).
-        self.instructions = self.operating_context.instructions()
-        self.tasks = TaskQueue(self.db, settings, self.writer, self.pause)
-        self.updates = UpdateCheck(settings)
+        return Services(
+            embedder=embedder,
+            indexes=indexes,
+            writer=writer,
+            thresholds=thresholds,
+            health=health,
+            recaller=recaller,
+            calibrator=calibrator,
+            tasks=TaskQueue(self.db, settings, writer, self.pause),
+            updates=UpdateCheck(settings),
+            remote=remote,
+        )
+
+    @property
+    def services(self) -> Services:
+        """The services, built by the first caller (tool calls run on several threads)."""
+        services = self._services
+        if services is None:
+            with self._services_lock:
+                if self._services is None:
+                    self._services = self._build()
+                services = self._services
+        return services
+
+    @property
+    def embedder(self) -> CachedProvider:
+        return self.services.embedder
+
+    @property
+    def indexes(self) -> dict[str, VectorIndex]:
+        return self.services.indexes
+
+    @property
+    def writer(self) -> Writer:
+        return self.services.writer
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return self.services.thresholds
+
+    @property
+    def health(self) -> EmbeddingHealth:
+        return self.services.health
+
+    @property
+    def recaller(self) -> Recaller:
+        return self.services.recaller
+
+    @property
+    def calibrator(self) -> Calibrator:
+        return self.services.calibrator
+
+    @property
+    def tasks(self) -> TaskQueue:
+        return self.services.tasks
+
+    @property
+    def remote(self) -> RemoteVectors | None:
+        return self.services.remote
+
+    @property
+    def updates(self) -> UpdateCheck:
+        return self.services.updates
+
+    def start_background(self) -> None:
+        """The server's background work, once: index warm-up, calibration, the legacy task queue.
+
+        A stdio server starts it with its first tool call rather than at spawn, so that
+        `initialize` and `tools/list` are answered before any of it (and numpy) is loaded.
+        """
+        if self._background_started or self._closed.is_set():
+            return
+        self._background_started = True
+        self.start_index_warmup()
+        self.start_calibration()
+        self.tasks.start()  # drains legacy pending_memory_tasks rows (surface.md §9.6)
 
     def _after_write(self) -> None:
         # The index is current after every acknowledged write (a crash before this point is
@@ -139,6 +245,8 @@ class Engine:
         return self._calibration
 
     def _calibrate_at_start(self) -> None:
+        from cpersona.retrieval.calibration import CalibrationStopped
+
         try:
             self.calibrator.startup()
         except CalibrationStopped:
@@ -151,8 +259,13 @@ class Engine:
         if self._closed.is_set():
             return
         self._closed.set()
-        self.calibrator.stopping.set()
-        self.tasks.stop()
+        with self._services_lock:  # a call still building them finishes first
+            services = self._services
+        if services is None:  # nothing beyond the database was ever used
+            self.db.close()
+            return
+        services.calibrator.stopping.set()
+        services.tasks.stop()
         if self._warmup is not None:
             # A rebuild of a large index takes seconds; it is bounded by the table's size.
             self._warmup.join(timeout=120.0)
@@ -160,9 +273,9 @@ class Engine:
             # It checks `stopping` between pseudo-recalls and agents; don't hang shutdown on it.
             self._calibration.join(timeout=5.0)
         try:
-            self.embedder.close()
+            services.embedder.close()
         finally:
-            for index in self.indexes.values():
+            for index in services.indexes.values():
                 index.close()
             self.db.close()
 

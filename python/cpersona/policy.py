@@ -111,7 +111,9 @@ def install(target: Path, block: str, *, dry_run: bool) -> Outcome:
         return Outcome(target, "unchanged", text)
     action = "replaced" if _BLOCK.search(current) else "installed"
     if not dry_run:
-        _write_atomically(target, text)
+        # Through a link to the file it names: a CLAUDE.md linked into a dotfiles checkout
+        # must stay a link (the rename below would otherwise put a plain file in its place).
+        _write_atomically(target.resolve(), text)
     return Outcome(target, action, text)
 
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import httpx2
 
@@ -37,6 +39,7 @@ PARSE_ERROR = -32700
 #: Headers the streamable-HTTP transport asks a client to echo on every later request.
 _SESSION_HEADER = "mcp-session-id"
 _VERSION_HEADER = "mcp-protocol-version"
+_SSE_LINE = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass
@@ -93,7 +96,9 @@ def request_ids(message: object) -> list[object]:
 def sse_messages(text: str) -> Iterator[object]:
     """The JSON payloads of an SSE body: each event's `data:` lines joined (WHATWG rules)."""
     data: list[str] = []
-    for raw in [*text.splitlines(), ""]:
+    # Only CR, LF and CRLF end an SSE line: str.splitlines() would also cut at U+2028, U+0085
+    # and the like, which JSON carries unescaped inside strings (a memory's text).
+    for raw in [*_SSE_LINE.split(text), ""]:
         if raw == "":
             if data:
                 payload = "\n".join(data)
@@ -141,9 +146,9 @@ def _answered_ids(messages: list[object]) -> set[str]:
 
 
 class Bridge:
-    def __init__(self, config: BridgeConfig, out: object = None) -> None:
+    def __init__(self, config: BridgeConfig, out: BinaryIO | None = None) -> None:
         self.config = config
-        self._out = out if out is not None else sys.stdout.buffer
+        self._out: BinaryIO = out if out is not None else sys.stdout.buffer
         self._write_lock = threading.Lock()
         self._session = _Session()
         self._slots = asyncio.Semaphore(config.max_inflight)
@@ -158,8 +163,8 @@ class Bridge:
     def emit(self, message: object) -> None:
         line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         with self._write_lock:  # one message per line, never interleaved
-            self._out.write(line)  # type: ignore[attr-defined]
-            self._out.flush()  # type: ignore[attr-defined]
+            self._out.write(line)
+            self._out.flush()
 
     async def relay(self, line: bytes) -> None:
         try:
@@ -174,6 +179,11 @@ class Bridge:
             )
         except httpx2.HTTPError as exc:
             self._fail(ids, f"{_describe(exc)} ({self.config.url})")
+            return
+        except (httpx2.InvalidURL, ValueError) as exc:
+            # Raised while building the request (not an HTTPError): without this answer the
+            # client would wait for ever on a request the task silently dropped.
+            self._fail(ids, f"cannot send to CPERSONA_REMOTE_URL {self.config.url!r}: {exc}")
             return
         messages = body_messages(response)
         self._session.learn(response, messages)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -251,3 +252,67 @@ def test_backup_and_restore_report_progress_on_stderr(source, tmp_path, monkeypa
     assert len(backup_lines) >= 2
     assert backup_lines[-1].startswith("cpersona: backup copied 100%")
     assert any(line.startswith("cpersona: restore copied 100%") for line in err)
+
+
+def test_restore_refuses_an_existing_side_file_named_with_a_tilde(made: Path, tmp_path: Path):
+    home = tmp_path / "home"
+    home.mkdir()
+    mine = home / "acl.json"
+    mine.write_text('{"clients": []}\n', encoding="utf-8")
+    target = tmp_path / "t.db"
+    # `--opt=~/x` reaches the command unexpanded; the file written is the expanded one.
+    done = run(
+        "cpersona", "restore", str(made), "--db", str(target), "--acl-file=~/acl.json",
+        env={"HOME": str(home)},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "--force" in done.stderr
+    assert mine.read_text(encoding="utf-8") == '{"clients": []}\n'
+    assert not target.exists()
+    forced = run(
+        "cpersona", "restore", str(made), "--db", str(target), "--acl-file=~/acl.json",
+        "--force", env={"HOME": str(home)},
+    )  # fmt: skip
+    assert forced.returncode == 0, forced.stderr
+    assert mine.read_text(encoding="utf-8") == ACL
+    assert not (tmp_path / "~").exists()
+
+
+def test_a_restored_acl_file_is_never_readable_by_others(
+    made: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The tokens are written into a file that is owner-only already (umask 022 otherwise
+    gives 0644 until a later chmod)."""
+    modes: list[int] = []
+    real_copyfile, real_copyfileobj = shutil.copyfile, shutil.copyfileobj
+
+    def copyfile(src: Any, dst: Any, **kw: Any) -> Any:
+        out = real_copyfile(src, dst, **kw)
+        modes.append(stat.S_IMODE(os.stat(dst).st_mode))
+        return out
+
+    def copyfileobj(src: Any, dst: Any, *args: Any) -> None:
+        real_copyfileobj(src, dst, *args)
+        modes.append(stat.S_IMODE(os.fstat(dst.fileno()).st_mode))
+
+    monkeypatch.setattr(shutil, "copyfile", copyfile)
+    monkeypatch.setattr(shutil, "copyfileobj", copyfileobj)
+    previous = os.umask(0o022)
+    try:
+        bundle.restore(made, str(tmp_path / "r.db"), acl_file=str(tmp_path / "out" / "acl.json"))
+    finally:
+        os.umask(previous)
+    assert modes and set(modes) == {0o600}
+    assert (tmp_path / "out" / "acl.json").read_text(encoding="utf-8") == ACL
+
+
+def test_backup_takes_an_acl_file_configured_with_a_tilde(source: Path, tmp_path: Path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "acl.json").write_text(ACL, encoding="utf-8")
+    env = {**env_for(tmp_path, source), "HOME": str(home), "CPERSONA_ACL_FILE": "~/acl.json"}
+    done = run("cpersona", "backup", str(tmp_path / "b"), env=env)
+    assert done.returncode == 0, done.stderr
+    listed = {f["role"]: f for f in manifest(tmp_path / "b")["files"]}
+    assert listed["acl"]["source"] == str(home / "acl.json")
+    assert (tmp_path / "b" / "acl.json").read_text(encoding="utf-8") == ACL

@@ -387,3 +387,36 @@ def test_in_flight_requests_are_bounded_and_answered_before_exit_at_eof():
     assert sorted(line["id"] for line in bridge.lines) == list(range(6))
     assert all(line["result"] == {"done": True} for line in bridge.lines)
     assert p.most_active == 2
+
+
+def test_a_url_that_cannot_be_requested_gives_errors_not_a_hang():
+    # httpx2 refuses such a URL while building the request, before any transport error.
+    bridge = RawBridge(bridge_env("http://[::1/mcp"))
+    answer = bridge.call(1, "tools/list")
+    bridge.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert bridge.call(2, "tools/list")["error"]["code"] == -32000
+    assert bridge.close() == 0
+    assert answer["error"]["code"] == -32000
+    assert "CPERSONA_REMOTE_URL" in answer["error"]["message"]
+    assert [line["id"] for line in bridge.lines] == [1, 2]
+    assert "Traceback" not in bridge.stderr
+
+
+def test_sse_data_holding_unicode_line_separators_is_relayed_whole():
+    # SSE ends lines at CR, LF or CRLF only; U+2028, U+0085 and U+001C are text inside JSON.
+    text = "line\u2028separator, next\u0085line, file\u001cseparator"
+
+    def behaviour(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        request = json.loads(body)
+        payload = json.dumps(
+            {"jsonrpc": "2.0", "id": request["id"], "result": {"text": text}}, ensure_ascii=False
+        ).encode()
+        reply(
+            handler, 200, "text/event-stream", b"event: message\r\ndata: " + payload + b"\r\n\r\n"
+        )
+
+    with peer(behaviour) as p:
+        bridge = RawBridge(bridge_env(p.url))
+        answer = bridge.call(1, "tools/call", {"name": "recall"})
+        assert bridge.close() == 0
+    assert answer["result"] == {"text": text}

@@ -157,6 +157,21 @@ def test_scan_chunk_float_vectors_give_a_valid_top_k(backend: ModuleType, case) 
         assert np.all(exact[left_out] <= worst + 2 * tol[left_out] + 1e-12) or len(positions) < k
 
 
+@given(block(integer=False), st.integers(0, 45), st.sampled_from([-1e30, -0.2, 0.0, 0.3]))
+def test_scan_chunk_scores_each_row_as_scan_dot_does(
+    backend: ModuleType, data, k, threshold
+) -> None:
+    """The block scan (the Rust one scores four rows per pass, then the rest one by one) keeps
+    exactly the rows and scores that scoring each row alone and ranking gives, bit for bit."""
+    rows, query = data
+    scores = backend.scan_dot(rows, query)
+    keep = [i for i in range(rows.shape[0]) if float(scores[i]) >= threshold]
+    want = ranked([float(scores[i]) for i in keep], keep, k)
+    positions, got = backend.scan_chunk(rows, query, threshold, k, 0)
+    assert positions.tolist() == [p for p, _ in want]
+    assert got.tobytes() == scores[positions].tobytes()
+
+
 def test_scan_chunk_threshold_compares_the_widened_score(backend: ModuleType) -> None:
     # 0.3 as float32 is 0.30000001192...; the float64 threshold 0.3 is below it.
     rows = np.array([[0.3]], np.float32)

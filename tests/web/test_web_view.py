@@ -91,6 +91,19 @@ def test_search_runs_recall_without_bookkeeping(open_view: str, db: Path):
     assert fingerprint(db) == before  # no recall_count or last_recalled_at moved
 
 
+def test_search_says_when_recall_is_degraded(db: Path):
+    server = WebServer(db, {"CPERSONA_EMBEDDING_MODE": "none"})
+    url = server.start()
+    try:
+        page = get(url + "search", params={"agent": "alice", "q": "quarterly report"})
+    finally:
+        server.stop()
+    assert page.status_code == 200
+    assert "the quarterly report is due" in page.text  # full-text still finds them
+    warning = page.text.split('<p class="warn">')[1].split("</p>")[0]
+    assert warning.startswith("Recall is degraded: embeddings are disabled")
+
+
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
 def test_no_route_accepts_a_write_method(open_view: str, db: Path, method: str):
     before = fingerprint(db)
@@ -121,6 +134,31 @@ def test_the_token_by_header_query_or_cookie_or_refused(db: Path):
         with httpx2.Client(base_url=url, timeout=WAIT) as browser:
             browser.cookies.set("cpersona_web_token", TOKEN)
             assert "page 2 of 3" in browser.get("/agents/alice?page=2").text
+    finally:
+        server.stop()
+
+
+def test_a_loopback_view_answers_only_to_loopback_host_names(open_view: str):
+    # DNS rebinding: a page on evil.example re-pointed at 127.0.0.1 would read as same-origin.
+    port = open_view.rsplit(":", 1)[1].rstrip("/")
+    rebound = get(open_view + "agents/alice", headers={"host": f"evil.example:{port}"})
+    assert rebound.status_code == 400
+    assert "quarterly report" not in rebound.text
+    assert get(open_view, headers={"host": f"localhost:{port}"}).status_code == 200
+    assert get(open_view, headers={"host": f"127.0.0.1:{port}"}).status_code == 200
+
+
+def test_the_token_redirect_stays_on_this_site(db: Path):
+    server = WebServer(db, {"CPERSONA_AUTH_TOKEN": TOKEN})
+    url = server.start()
+    try:
+        for path in ("/evil.example/x", "//evil.example/x", "/\\evil.example/x"):
+            opened = get(url + path + f"?token={TOKEN}")  # url ends in "/": "//evil..."
+            assert opened.status_code == 303
+            location = opened.headers["location"]
+            # A browser reads `//host` and `/\host` as another site; `/%5Chost` is a path here.
+            assert location.startswith("/") and location[1] not in "/\\", location
+            assert location.endswith("evil.example/x"), location
     finally:
         server.stop()
 
@@ -173,3 +211,18 @@ def test_an_open_view_refuses_to_listen_beyond_loopback(db: Path):
         "CPERSONA_ALLOW_UNAUTHENTICATED_HTTP=true to show every memory to anyone who can reach "
         "the port"
     ]
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "http"])
+def test_a_port_outside_the_tcp_range_is_a_usage_error(db: Path, port: str):
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+    env.update({"CPERSONA_DB_PATH": str(db), "CPERSONA_EMBEDDING_MODE": "hashing"})
+    out = subprocess.run(
+        [sys.executable, "-m", "cpersona", "web", "--port", port],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=WAIT,
+    )
+    assert out.returncode == 2
+    assert "is not a port (0 to 65535)" in out.stderr

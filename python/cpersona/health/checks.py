@@ -15,8 +15,6 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from cpersona.health.context import HealthContext
 from cpersona.memory.text import normalize_source, parse_utc, py_json
 from cpersona.operating_context import SUMMARY_SOFT_LIMIT
@@ -155,6 +153,8 @@ def embedding_dimension(ctx: HealthContext) -> list[Issue]:
 
 
 def nonfinite_embedding(ctx: HealthContext) -> list[Issue]:
+    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+
     out = []
     for table in TABLES:
         bad: list[int] = []
@@ -899,6 +899,8 @@ def probe_model(ctx: HealthContext) -> tuple[int, int] | None:
     Runs only where it costs no network request (local providers) or in a fix run (before the
     write lock); None when it did not run.
     """
+    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+
     if ctx.embedder is None or ctx.dim is None or not (ctx.local_embedder or ctx.probe.ran):
         return None
     sample: list[tuple[int, bytes]] = []

@@ -10,18 +10,18 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
-from cpersona.embedding.base import MAX_BATCH, EmbeddingProvider
 from cpersona.errors import EmbeddingUnavailable
 from cpersona.operating_context import OperatingContext
 from cpersona.retrieval.health import EmbeddingHealth
 from cpersona.retrieval.sidecar import Sidecar
 from cpersona.storage import Database
-from cpersona.vectors.index import VectorIndex
+
+if TYPE_CHECKING:
+    from cpersona.embedding.base import EmbeddingProvider
+    from cpersona.vectors.index import VectorIndex
 
 
 @dataclass
@@ -78,6 +78,10 @@ class HealthContext:
         Raises:
             EmbeddingUnavailable: the backend failed.
         """
+        import numpy as np  # on first use: see docs/performance.md, "Start-up"
+
+        from cpersona.embedding.base import MAX_BATCH
+
         assert self.embedder is not None
         out: list[bytes | None] = []
         for i in range(0, len(texts), MAX_BATCH):

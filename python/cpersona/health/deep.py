@@ -10,9 +10,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from cpersona import __version__
 from cpersona.health.context import HealthContext
@@ -27,6 +25,9 @@ from cpersona.health.registry import (
 from cpersona.memory.text import py_json
 from cpersona.retrieval.sidecar import SCORING_VERSION
 from cpersona.storage import health as sql
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Result = dict[str, Any]
 
@@ -127,6 +128,8 @@ def calibration_staleness(ctx: HealthContext, fix: bool) -> Result:
 
 
 def _vectors(ctx: HealthContext, table: str, limit: int) -> tuple[list[int], np.ndarray]:
+    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+
     rows = [
         r
         for batch in sql.iter_embeddings(ctx.c, table, ctx.agent_id, newest_first=True, limit=limit)
@@ -144,6 +147,8 @@ def _vectors(ctx: HealthContext, table: str, limit: int) -> tuple[list[int], np.
 
 
 def near_duplicate(ctx: HealthContext, fix: bool) -> Result:
+    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+
     ids, vectors = _vectors(ctx, "memories", ctx.settings.near_duplicate_row_cap)
     out: Result = {"pairs": 0, "rows_scanned": len(ids), "threshold": NEAR_DUPLICATE_THRESHOLD}
     if len(ids) < 2:
@@ -198,6 +203,8 @@ def unnormalized_content(ctx: HealthContext, fix: bool) -> Result:
 
 
 def embedding_norm(ctx: HealthContext, fix: bool) -> Result:
+    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+
     cap = ctx.settings.normalization_scan_cap
     by_table: dict[str, int] = {}
     samples: list[dict[str, Any]] = []

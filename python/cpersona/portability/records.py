@@ -11,12 +11,13 @@ import base64
 import binascii
 import json
 from datetime import UTC, datetime
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from cpersona.memory.text import parse_utc
 from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRecord
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FORMAT_VERSION = "cpersona-export/1.0"
 
@@ -159,6 +160,8 @@ def sqlite_stamp(value: Any) -> tuple[str | None, bool]:
 def decode_embedding(value: Any) -> tuple[bytes | None, str | None]:
     """(float32 BLOB, None) from `embedding_b64`, or (None, why it was refused); (None, None)
     when the record carries none."""
+    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+
     if value is None or value == "":
         return None, None
     if not isinstance(value, str):
@@ -177,6 +180,8 @@ def decode_embedding(value: Any) -> tuple[bytes | None, str | None]:
 
 def vector_blob(row: np.ndarray) -> bytes | None:
     """A provider's output row as a float32 BLOB, or None when it is not a usable vector."""
+    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+
     flat = np.asarray(row, dtype=np.float32).reshape(-1)
     if flat.size == 0 or not np.all(np.isfinite(flat)):
         return None

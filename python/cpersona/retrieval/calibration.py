@@ -42,15 +42,13 @@ from cpersona.retrieval.sidecar import (
     Sidecar,
     backup_label,
 )
-from cpersona.retrieval.thresholds import Thresholds
+from cpersona.retrieval.thresholds import MIN_EMBEDDINGS, Thresholds
 from cpersona.storage import Database
 from cpersona.storage import calibration as cal_sql
 
 log = logging.getLogger("cpersona.calibration")
 
 METHODS = ("percentile", "separation", "zscore")
-#: Fewest vectors a threshold is derived from.
-MIN_EMBEDDINGS = 10
 #: Fused-gate draws need this many null and positive scores.
 MIN_NULL_SCORES = 10
 MIN_POS_SCORES = 5

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cpersona.retrieval.candidates import Candidate
 from cpersona.retrieval.scoring import signal_of
 from cpersona.storage import Database
 from cpersona.storage import episodes as episode_sql
 from cpersona.storage import memories as memory_sql
+
+if TYPE_CHECKING:
+    from cpersona.retrieval.candidates import Candidate
 
 #: Characters `full_content=true` returns whole, from the best message backwards.
 FULL_CONTENT_BUDGET = 200_000

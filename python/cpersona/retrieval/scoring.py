@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from cpersona.config import Settings
 from cpersona.memory.text import parse_utc
-from cpersona.retrieval.candidates import Candidate
+
+if TYPE_CHECKING:
+    from cpersona.retrieval.candidates import Candidate
 
 #: Pool sizes below which the profile row / unscored rows are dropped (contract §7).
 PROFILE_POOL_MIN = 50

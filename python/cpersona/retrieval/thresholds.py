@@ -9,6 +9,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+#: Fewest vectors a threshold is derived from.
+MIN_EMBEDDINGS = 10
+
 
 @dataclass
 class Thresholds:

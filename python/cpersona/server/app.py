@@ -91,6 +91,7 @@ def build_server(
     instructions: str | None = None,
     authorize: Authorize | None = None,
     metrics: CallObserver | None = None,
+    on_first_call: Callable[[], None] | None = None,
 ) -> Server[Any]:
     """The MCP server over one open Engine. Tool listing never touches the database or model.
 
@@ -98,6 +99,8 @@ def build_server(
     the arguments (surface.md §1.5); a denied call never reaches its handler. `metrics` sees
     every call's duration, error kind and recall stages; with the `cpersona.timings` logger at
     DEBUG each call also logs one line of stage timings. Neither changes any answer.
+    `on_first_call` runs once, when the first tool call arrives (the stdio server's background
+    work).
     """
     specs = {spec.name: spec for spec in all_tools(engine.settings)}
     listed = types.ListToolsResult(tools=[_tool(spec) for spec in specs.values()])
@@ -107,7 +110,12 @@ def build_server(
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return listed
 
+    first_call = [on_first_call]
+
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        begin, first_call[0] = first_call[0], None
+        if begin is not None:  # the stdio server's background work, once
+            await anyio.to_thread.run_sync(begin)
         start = time.perf_counter()
         name = params.name if params.name in specs else UNKNOWN_TOOL
         timings = CallTimings(name, metrics.observe_stage if metrics is not None else None)

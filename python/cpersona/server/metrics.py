@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -30,6 +30,8 @@ from cpersona.storage.counts import table_rows
 from cpersona.timings import RECALL_STAGES
 
 if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
     from cpersona.engine import Engine
 
 log = logging.getLogger("cpersona.metrics")
@@ -176,10 +178,10 @@ class _StateCollector:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def describe(self) -> list[Any]:
+    def describe(self) -> list[Metric]:
         return []  # registering must not scrape the database
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         engine = self._engine

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from jsonschema import Draft202012Validator
+from typing import TYPE_CHECKING, Any
 
 from cpersona.memory.text import first_surrogate
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 Handler = Callable[[Any, dict[str, Any]], dict[str, Any]]
 
@@ -52,6 +53,10 @@ class ToolSpec:
         return schema
 
     def validator(self) -> Draft202012Validator:
+        # Imported on the first tool call: jsonschema (with attrs, referencing, rpds) costs as
+        # much start-up time as numpy, and initialize / tools/list never validate anything.
+        from jsonschema import Draft202012Validator
+
         return Draft202012Validator(self.input_schema)
 
     def fail(self, error: str) -> dict[str, Any]:

@@ -56,14 +56,17 @@ def serve_stdio(
             engine.close()
             print(f"cpersona: {exc}", file=sys.stderr)
             return 2
-    print(banner(settings, engine.embedder.name), file=sys.stderr, flush=True)
+    # The provider is named from the settings: building it would import numpy before the
+    # first answer (docs/performance.md, "Start-up").
+    print(banner(settings, settings.embedding_provider), file=sys.stderr, flush=True)
     metrics = None
     if settings.metrics_port is not None:
         metrics = _serve_metrics(engine, settings.metrics_port)
-    server = build_server(engine, authorize=guard, metrics=metrics)
-    engine.start_index_warmup()
-    engine.start_calibration()
-    engine.tasks.start()  # drains legacy pending_memory_tasks rows (surface.md §9.6)
+    # Warm-up, calibration and the task queue start with the first tool call, so initialize
+    # and tools/list are answered before any of them loads.
+    server = build_server(
+        engine, authorize=guard, metrics=metrics, on_first_call=engine.start_background
+    )
 
     async def run() -> None:
         with claimed_stdio() as (wire_in, wire_out):

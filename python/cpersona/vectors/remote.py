@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from cpersona.config import Settings
-from cpersona.embedding import _wire
-from cpersona.embedding.base import EmbeddingMisconfigured
-from cpersona.errors import EmbeddingUnavailable
+from cpersona.errors import EmbeddingMisconfigured, EmbeddingUnavailable
 
 log = logging.getLogger("cpersona.remote")
 
@@ -85,6 +83,10 @@ class RemoteVectors:
     def _post(
         self, call: str, payload: dict[str, object], timeout: float, *, want_body: bool = True
     ) -> object:
+        # The wire helpers come with numpy: imported at the first call, never at start-up
+        # (the portability tools import this module to name the service's items).
+        from cpersona.embedding import _wire
+
         endpoint = _wire.parse_endpoint(f"{self.base}/{call}", "CPERSONA_EMBEDDING_URL")
         return _wire.post_json(endpoint, payload, timeout=timeout, want_body=want_body)
 

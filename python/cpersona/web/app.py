@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from urllib.parse import urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -49,6 +51,8 @@ HERE = Path(__file__).parent
 PAGE_ROWS = 50
 COOKIE = "cpersona_web_token"
 READ_METHODS = frozenset({"GET", "HEAD"})
+#: The Host names a loopback-bound view answers to (`build_web_app`'s `hosts`).
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 SEARCH_LIMIT_MAX = 100
 #: No script, no frames, nothing from elsewhere: the page is text and one stylesheet.
 SECURITY_HEADERS = {
@@ -133,7 +137,9 @@ class TokenGate:
         if from_query is not None:
             # Keep the token out of the address bar, history and logs from here on.
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+            # One leading slash: `//host` or `/\host` would send the browser to another site.
+            path = "/" + request.url.path.lstrip("/\\")
+            target = path + (f"?{urlencode(rest)}" if rest else "")
             redirect = RedirectResponse(target, status_code=303)
             redirect.set_cookie(COOKIE, presented, httponly=True, samesite="strict", path="/")
             await redirect(scope, receive, send)
@@ -171,7 +177,11 @@ class Pages:
         return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
 
 
-def build_web_app(engine: Engine, access: Access) -> ASGIApp:
+def build_web_app(engine: Engine, access: Access, *, hosts: Sequence[str] | None = None) -> ASGIApp:
+    """The view's ASGI app. `hosts`: the only Host header names answered (400 otherwise);
+    None answers any. A loopback-bound view passes LOOPBACK_HOSTS: a page on another site
+    whose name an attacker re-points at 127.0.0.1 (DNS rebinding) is then refused instead of
+    reading an open view's memories as same-origin."""
     pages = Pages(engine)
     db = engine.db
 
@@ -288,7 +298,11 @@ def build_web_app(engine: Engine, access: Access) -> ASGIApp:
             result = engine.recaller.recall(req)
             context["results"] = [msgs.message(r) for r in result.rows]
             if result.advisory:
-                context["advisory"] = result.advisory.get("message")
+                # The advisory's own words for people (its `runbook` addresses an agent).
+                reason, evidence = result.advisory["reason"], result.advisory.get("evidence")
+                context["advisory"] = f"Recall is degraded: {reason}" + (
+                    f" ({evidence})" if evidence else ""
+                )
         return pages.render("search.html", **context)
 
     def health(request: Request) -> Response:
@@ -319,4 +333,7 @@ def build_web_app(engine: Engine, access: Access) -> ASGIApp:
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
     )
-    return ReadOnly(TokenGate(app, access, pages))
+    gated = ReadOnly(TokenGate(app, access, pages))
+    if hosts is None:
+        return gated
+    return TrustedHostMiddleware(gated, allowed_hosts=list(hosts))

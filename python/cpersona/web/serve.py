@@ -32,7 +32,7 @@ def refusal(settings: Settings, acl: AclConfig | None) -> str | None:
 def serve_web(settings: Settings, acl: AclConfig | None) -> int:
     from cpersona.engine import Engine
     from cpersona.server.http import _run, endpoint_url, listen
-    from cpersona.web.app import Access, build_web_app
+    from cpersona.web.app import LOOPBACK_HOSTS, Access, build_web_app
 
     problem = refusal(settings, acl)
     if problem is not None:
@@ -64,7 +64,9 @@ def serve_web(settings: Settings, acl: AclConfig | None) -> int:
             print("\n".join(lines), file=sys.stderr, flush=True)
             engine.start_index_warmup()
             engine.start_calibration()
-            _run(build_web_app(engine, access), sock, settings)
+            loopback = _is_loopback(settings.web_host) or settings.web_host == "localhost"
+            hosts = LOOPBACK_HOSTS if loopback else None
+            _run(build_web_app(engine, access, hosts=hosts), sock, settings)
         finally:
             engine.close()
     finally:

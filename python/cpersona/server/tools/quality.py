@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cpersona.config import PRECISION_BETAS, Settings
-from cpersona.retrieval.calibration import MIN_EMBEDDINGS
+from cpersona.retrieval.thresholds import MIN_EMBEDDINGS
 from cpersona.server.registry import Annotations, ToolSpec
 from cpersona.server.tools.memory import SESSION_KEY, STR
 from cpersona.session import marked

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
 from cpersona.models import ProjectFilter
 from cpersona.operating_context import Gate
 from cpersona.retrieval import context as ctx
 from cpersona.retrieval import messages as msgs
-from cpersona.retrieval.pipeline import RecallRequest, RecallResult
 from cpersona.server.registry import Annotations, ToolSpec
 from cpersona.server.tools.memory import SESSION_KEY, STR
 from cpersona.session import bucket
+
+if TYPE_CHECKING:
+    from cpersona.retrieval.pipeline import RecallRequest, RecallResult
 
 LIMIT = {"type": "integer", "minimum": 0, "maximum": 100, "default": 10}
 
 
 def _request(engine: Any, a: dict[str, Any], gate: Gate, exclude: list[str]) -> RecallRequest:
+    # The pipeline (and numpy) loads with the first recall, not with tools/list.
+    from cpersona.retrieval.pipeline import RecallRequest
+
     return RecallRequest(
         agent_id=a["agent_id"],
         query=a["query"],
