@@ -153,7 +153,17 @@ def test_index_rebuild(benchmark, rebuild_rows, request, tmp_path_factory) -> No
     corpus = _copy(rebuild_rows, request, tmp_path_factory)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CPERSONA_")}
     env["CPERSONA_DB_PATH"] = str(corpus.db_path)
-    command = [sys.executable, "-m", "cpersona", "index", "rebuild", "--table", "memories"]
+    command = [
+        sys.executable,
+        "-m",
+        "cpersona",
+        "index",
+        "rebuild",
+        "--table",
+        "memories",
+        "--kind",
+        "vector",
+    ]
 
     def rebuild() -> str:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)

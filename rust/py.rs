@@ -6,13 +6,15 @@
 //! back. Work on caller-owned numpy buffers keeps the GIL, because another Python thread could
 //! write to them; the index scan copies its small inputs first and releases the GIL while it
 //! reads the mapping, which Rust owns. `python/cpersona/_fallback.py` is the numpy twin of
-//! everything here: same names, signatures, defaults, dtypes and exceptions.
+//! everything here: same names, signatures, defaults, dtypes and exceptions, except `FtsIndex`
+//! and `fts_fold`, whose fallback is the FTS5 statement they reproduce.
 
 // Doc comments here are Python docstrings, written for Python readers, not rustdoc; and pyo3
 // hands extracted arguments over by value.
 #![allow(clippy::doc_markdown, clippy::needless_pass_by_value)]
 
 use std::path::PathBuf;
+use std::sync::{PoisonError, RwLock};
 
 use numpy::{Element, PyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
@@ -20,10 +22,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::error::CoreError;
+use crate::fts::{self, FtsIndex};
 use crate::fusion::{self, Fused};
 use crate::scan::{self, HashSet64, ScanParams, Scope, DEFAULT_CHUNK_ROWS};
 use crate::store::Store;
 use crate::topk::{self, Hit};
+use crate::unigram;
 
 pyo3::import_exception!(cpersona.errors, StoreCorrupt);
 
@@ -370,6 +374,169 @@ impl VectorIndex {
     }
 }
 
+/// The full-text index of one table, held in memory (docs/fts-index.md). Thread-safe: searches
+/// share it, `apply` takes it exclusively; both run without the GIL.
+#[pyclass(frozen, name = "FtsIndex", module = "cpersona._core")]
+struct FtsIndexPy {
+    inner: RwLock<FtsIndex>,
+}
+
+type FtsRow = (u64, u64, u64, u64, i64, Vec<String>);
+
+impl FtsIndexPy {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, FtsIndex> {
+        self.inner.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[pymethods]
+impl FtsIndexPy {
+    #[new]
+    fn new() -> Self {
+        Self {
+            inner: RwLock::new(FtsIndex::new()),
+        }
+    }
+
+    /// Applies change records (the bytes of the file's record area); raises StoreCorrupt when
+    /// they cannot be parsed, before changing anything.
+    fn apply(&self, py: Python<'_>, records: &[u8]) -> PyResult<()> {
+        let records = records.to_vec();
+        py.detach(|| -> Result<(), CoreError> {
+            let parsed = fts::parse_records(&records)?;
+            self.inner
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .apply(parsed);
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// The top `limit` rows of the scope matching any of `terms` (query phrases, in query
+    /// order) -> (ids int64, bm25 float64), by bm25 ascending then id ascending.
+    #[allow(clippy::too_many_arguments)] // the scope's parts are the documented API
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        terms: Vec<String>,
+        agent: u64,
+        projects: PyReadonlyArrayDyn<'py, u64>,
+        channels: PyReadonlyArrayDyn<'py, u64>,
+        sources: PyReadonlyArrayDyn<'py, u64>,
+        limit: i64,
+    ) -> PyResult<Ranked<'py, f64>> {
+        let limit = count(limit, "limit")?;
+        let scope = Scope {
+            agent,
+            projects: HashSet64::new(vector(&projects, "projects")?),
+            channels: HashSet64::new(vector(&channels, "channels")?),
+            sources: HashSet64::new(vector(&sources, "sources")?),
+        };
+        let hits = py.detach(|| {
+            let folded: Vec<String> = terms.iter().map(|t| fts::fold::fold_text(t).0).collect();
+            self.read().search(&folded, &scope, limit)
+        });
+        let (ids, scores): (Vec<i64>, Vec<f64>) = hits.into_iter().unzip();
+        Ok((PyArray1::from_vec(py, ids), PyArray1::from_vec(py, scores)))
+    }
+
+    /// Live rows.
+    #[getter]
+    fn live(&self) -> usize {
+        self.read().live()
+    }
+
+    /// Forgets the cached phrase rows (benchmarks of a freshly loaded index).
+    fn clear_cache(&self) {
+        self.read().clear_cache();
+    }
+
+    /// Tokens over all live rows.
+    #[getter]
+    fn total_tokens(&self) -> u64 {
+        self.read().total_tokens()
+    }
+
+    /// Slots held, dead ones included.
+    #[getter]
+    fn slots(&self) -> usize {
+        self.read().slot_count()
+    }
+
+    /// Live row ids, ascending.
+    fn ids<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        PyArray1::from_vec(py, self.read().ids())
+    }
+
+    /// (agent, project, channel, source, key, folded columns) of a live row, else None.
+    fn row(&self, id: i64) -> Option<FtsRow> {
+        self.read().row(id).map(|r| {
+            (
+                r.agent,
+                r.project,
+                r.channel,
+                r.source,
+                r.key,
+                r.columns.iter().map(ToString::to_string).collect(),
+            )
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        let ix = self.read();
+        format!("FtsIndex(live={}, slots={})", ix.live(), ix.slot_count())
+    }
+}
+
+/// `text` as the FTS5 trigram tokenizer sees it: folded, cut at its first NUL.
+#[pyfunction(name = "fts_fold")]
+fn fts_fold_py(text: &str) -> String {
+    fts::fold::fold_text(text).0
+}
+
+/// A SentencePiece unigram tokenizer over a model's own tables (rust/unigram.rs).
+#[pyclass(frozen, name = "Unigram", module = "cpersona._core")]
+struct Unigram {
+    inner: unigram::Unigram,
+}
+
+#[pymethods]
+impl Unigram {
+    /// Unigram(blob, offsets, scores, unk_id, norm_cp, norm_off, norm_out): piece i is
+    /// blob[offsets[i]:offsets[i + 1]] (UTF-8) scored scores[i]; character norm_cp[j] normalises
+    /// to norm_out[norm_off[j]:norm_off[j + 1]]. Arrays are 1-D uint32 (scores float32).
+    #[new]
+    fn new(
+        blob: &[u8],
+        offsets: PyReadonlyArrayDyn<'_, u32>,
+        scores: PyReadonlyArrayDyn<'_, f32>,
+        unk_id: u32,
+        norm_cp: PyReadonlyArrayDyn<'_, u32>,
+        norm_off: PyReadonlyArrayDyn<'_, u32>,
+        norm_out: PyReadonlyArrayDyn<'_, u32>,
+    ) -> PyResult<Self> {
+        let offsets = vector(&offsets, "offsets")?;
+        let scores = vector(&scores, "scores")?;
+        let norm_cp = vector(&norm_cp, "norm_cp")?;
+        let norm_off = vector(&norm_off, "norm_off")?;
+        let norm_out = vector(&norm_out, "norm_out")?;
+        let inner =
+            unigram::Unigram::new(blob, offsets, scores, unk_id, norm_cp, norm_off, norm_out)?;
+        Ok(Self { inner })
+    }
+
+    /// The normalised text the split runs over (spaces as U+2581).
+    fn normalize(&self, text: &str) -> String {
+        self.inner.normalize(text)
+    }
+
+    /// The piece ids of text, without start and end tokens.
+    fn encode(&self, py: Python<'_>, text: &str) -> Vec<u32> {
+        py.detach(|| self.inner.encode(text))
+    }
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -383,5 +550,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rrf_py, m)?)?;
     m.add_function(wrap_pyfunction!(rsf_py, m)?)?;
     m.add_class::<VectorIndex>()?;
+    m.add_class::<FtsIndexPy>()?;
+    m.add_function(wrap_pyfunction!(fts_fold_py, m)?)?;
+    m.add_class::<Unigram>()?;
     Ok(())
 }

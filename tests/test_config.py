@@ -197,5 +197,5 @@ def test_precision_and_provider_properties():
     assert Settings().fused_beta == 1.0
     assert Settings.from_env({"CPERSONA_RECALL_PRECISION": "strict"}).fused_beta == 2.0
     assert Settings.from_env({"CPERSONA_FUSED_GATE_BETA": "0.7"}).fused_beta == 0.7
-    assert Settings().embedding_provider == "local-minilm"
+    assert Settings().embedding_provider == "local-e5"
     assert Settings(embedding_mode="hashing").embedding_provider == "hashing"

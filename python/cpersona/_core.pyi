@@ -11,8 +11,11 @@ __all__ = [
     "DEBUG_BUILD",
     "DEFAULT_CHUNK_ROWS",
     "KERNEL",
+    "FtsIndex",
+    "Unigram",
     "VectorIndex",
     "__version__",
+    "fts_fold",
     "merge_top_k",
     "rrf",
     "rsf",
@@ -97,3 +100,51 @@ class VectorIndex:
         threads: int = 1,
     ) -> tuple[_I64, _F32, _I64, _F32]:
         """-> (near_ids, near_scores, far_ids, far_scores), each best first."""
+
+class FtsIndex:
+    """The in-memory full-text index of one table (docs/fts-index.md)."""
+
+    def __init__(self) -> None: ...
+    def apply(self, records: bytes) -> None:
+        """Applies change records; raises StoreCorrupt (changing nothing) if they do not parse."""
+    def search(
+        self,
+        terms: list[str],
+        agent: int,
+        projects: _U64,
+        channels: _U64,
+        sources: _U64,
+        limit: int,
+    ) -> tuple[_I64, _F64]:
+        """-> (ids, bm25), by bm25 ascending then id ascending."""
+    @property
+    def live(self) -> int: ...
+    @property
+    def total_tokens(self) -> int: ...
+    @property
+    def slots(self) -> int: ...
+    def clear_cache(self) -> None: ...
+    def ids(self) -> _I64: ...
+    def row(self, id: int) -> tuple[int, int, int, int, int, list[str]] | None: ...
+
+def fts_fold(text: str) -> str:
+    """`text` as the FTS5 trigram tokenizer sees it: folded, cut at its first NUL."""
+
+@final
+class Unigram:
+    """SentencePiece unigram tokenizer over a model's own tables (rust/unigram.rs)."""
+
+    def __init__(
+        self,
+        blob: bytes,
+        offsets: npt.NDArray[np.uint32],
+        scores: npt.NDArray[np.float32],
+        unk_id: int,
+        norm_cp: npt.NDArray[np.uint32],
+        norm_off: npt.NDArray[np.uint32],
+        norm_out: npt.NDArray[np.uint32],
+    ) -> None: ...
+    def normalize(self, text: str) -> str:
+        """The normalised text the split runs over (spaces as U+2581)."""
+    def encode(self, text: str) -> list[int]:
+        """Piece ids of text, without start and end tokens."""

@@ -1,5 +1,5 @@
 """The `cpersona` command: `serve` (the default), `index`, `export`/`import`, `backup`/`restore`,
-`--version`, `--help`."""
+`reembed`, `--version`, `--help`."""
 
 from __future__ import annotations
 
@@ -64,9 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     web.add_argument("--host", help="override CPERSONA_WEB_HOST (default 127.0.0.1)")
     web.add_argument("--port", type=_port, help="override CPERSONA_WEB_PORT (default 8403)")
-    index = sub.add_parser("index", help="inspect or repair the vector index files")
+    index = sub.add_parser("index", help="inspect or repair the vector and full-text index files")
     index.add_argument("action", choices=("status", "rebuild", "verify"))
     index.add_argument("--table", choices=("memories", "episodes"), help="default: both")
+    index.add_argument(
+        "--kind", choices=("vector", "fulltext", "all"), default="all", help="default: all"
+    )
     export = sub.add_parser("export", help="write a JSONL backup (export_memories)")
     export.add_argument("path")
     export.add_argument("--agent", default="", help="one agent (default: every agent)")
@@ -89,6 +92,17 @@ def _parser() -> argparse.ArgumentParser:
     restore_bundle.add_argument("--acl-file", help="also restore the bundle's ACL file here")
     restore_bundle.add_argument(
         "--operating-context-path", help="also restore the bundle's operating-context file here"
+    )
+    reembed = sub.add_parser(
+        "reembed",
+        help="convert the stored vectors to the configured embedding model, in place "
+        "(resumable; the old vectors serve until every row has its new one)",
+    )
+    reembed.add_argument(
+        "--dry-run", action="store_true", help="say how many rows and how long; change nothing"
+    )
+    reembed.add_argument(
+        "--batch", type=int, default=64, help="rows embedded and committed together (default 64)"
     )
     return parser
 
@@ -120,7 +134,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "index":
         from cpersona.vectors.cli import run_index_command
 
-        return run_index_command(settings, args.action, args.table)
+        return run_index_command(settings, args.action, args.table, args.kind)
+    if command == "reembed":
+        from cpersona.reembed import run_reembed
+
+        return run_reembed(settings, dry_run=args.dry_run, batch=args.batch)
     if command in ("export", "import"):
         from cpersona.portability import commands
 

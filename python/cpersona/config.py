@@ -44,6 +44,8 @@ _VARS: tuple[_Var, ...] = (
     # Storage, limits and surface (surface.md §13.2)
     _v("db_path", "str", "data/cpersona.db"),
     _v("fts_enabled", "bool", True),
+    # The FTS arms from the Rust core's full-text index (docs/fts-index.md); false = FTS5 SQL.
+    _v("fts_index", "bool", True),
     _v("max_content_length", "int", 16000, low=1),
     _v("max_profile_length", "int", 2000, low=1),
     _v("max_metadata_length", "int", 8000, low=1),
@@ -107,9 +109,9 @@ _VARS: tuple[_Var, ...] = (
     # cpersona's own: how long the bridge waits for one answer before failing it with -32000.
     _v("proxy_timeout_seconds", "float", 300.0, low=0.1),
     # Retrieval (retrieval.md §17)
-    # rsf, not 2.5.x's rrf: the best mean nDCG@10 over LoCoMo and JSQuAD with the default
-    # embedder, 0.647 against 0.628 (docs/quality.md).
-    _v("recall_mode", "choice", "rsf", choices=("rrf", "rsf", "cascade")),
+    # rrf, as retrieval.md §17 and the contract's default configuration say; with the default
+    # embedder (e5) it has the best mean nDCG@10 of docs/quality.md before calibration.
+    _v("recall_mode", "choice", "rrf", choices=("rrf", "rsf", "cascade")),
     _v("max_memories", "int", 10000, low=0),
     _v("vector_reach", "int", 0, low=0),
     _v("vector_far_limit", "int", 0, low=0),
@@ -170,6 +172,7 @@ class Settings:
 
     db_path: str = "data/cpersona.db"
     fts_enabled: bool = True
+    fts_index: bool = True
     max_content_length: int = 16000
     max_profile_length: int = 2000
     max_metadata_length: int = 8000
@@ -226,7 +229,7 @@ class Settings:
     web_port: int = 8403
     proxy_max_inflight: int = 8
     proxy_timeout_seconds: float = 300.0
-    recall_mode: str = "rsf"
+    recall_mode: str = "rrf"
     max_memories: int = 10000
     vector_reach: int = 0
     vector_far_limit: int = 0
@@ -307,10 +310,11 @@ class Settings:
     def embedding_provider(self) -> str:
         """The concrete provider name (`local` resolves to the default local model).
 
-        MiniLM, not e5: e5 has the best recall in docs/quality.md but embeds about five times
-        slower per store, over the 3x bound the defaults are chosen under.
+        e5, not MiniLM: the only embedded model that reads Japanese, and the best mean nDCG@10
+        of docs/quality.md (0.694 with rrf). Where its package has no wheel, the factory falls
+        back to MiniLM and says so at start (embedding.factory.local_fallback).
         """
-        return "local-minilm" if self.embedding_mode == "local" else self.embedding_mode
+        return "local-e5" if self.embedding_mode == "local" else self.embedding_mode
 
 
 def variables() -> list[tuple[str, str, str]]:

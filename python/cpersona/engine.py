@@ -21,6 +21,8 @@ from cpersona.storage import Database, open_database
 if TYPE_CHECKING:
     from cpersona.embedding.base import EmbeddingProvider
     from cpersona.embedding.cache import CachedProvider
+    from cpersona.embedding.routing import ModelRouter
+    from cpersona.fts.index import FtsIndex
     from cpersona.memory.writes import Writer
     from cpersona.retrieval.calibration import Calibrator
     from cpersona.retrieval.health import EmbeddingHealth
@@ -49,6 +51,10 @@ class Services:
     updates: UpdateCheck
     #: The remote vector service (CPERSONA_VECTOR_SEARCH_MODE=remote), or None.
     remote: RemoteVectors | None
+    #: The full-text indexes of the Rust core; empty where FTS5 answers the FTS arms.
+    fts: dict[str, FtsIndex]
+    #: Which model embeds for which table: the one that made its stored vectors.
+    router: ModelRouter
 
 
 class Engine:
@@ -75,6 +81,8 @@ class Engine:
 
     def _build(self) -> Services:
         from cpersona.embedding.cache import CachedProvider
+        from cpersona.embedding.routing import ModelRouter, QueryModel, local_provider
+        from cpersona.fts.index import open_fts_indexes
         from cpersona.memory.writes import Writer
         from cpersona.retrieval.calibration import Calibrator
         from cpersona.retrieval.health import EmbeddingHealth
@@ -97,6 +105,7 @@ class Engine:
                 embedder, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
             )
         indexes = {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
+        fts = open_fts_indexes(self.db, enabled=settings.fts_enabled and settings.fts_index)
         remote = RemoteVectors.from_settings(settings)
         if remote is not None and not settings.store_blob:
             log.info(
@@ -104,17 +113,31 @@ class Engine:
                 "while %s is down, recall has full-text and keyword search only",
                 remote.base,
             )
-        writer = Writer(self.db, settings, embedder, after_write=self._after_write, remote=remote)
+        sidecar = Sidecar(None if self.db.is_memory else sidecar_path(settings.db_path))
+        #: Which model embeds for which table: the one that made its stored vectors.
+        router = ModelRouter(
+            self.db,
+            embedder,
+            cache_size=settings.embedding_cache_size,
+            cache_ttl=settings.embedding_cache_ttl,
+            make_local=lambda name: local_provider(name, settings.embedding_threads),
+        )
+        if embedder.available:
+            loaded = sidecar.load().payload
+            router.identify(loaded.embedding_model if loaded is not None else "")
+        writer = Writer(self.db, settings, router, after_write=self._after_write, remote=remote)
         thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
         health = EmbeddingHealth(settings.transport)
-        recaller = Recaller(self.db, settings, embedder, indexes, thresholds, health, remote=remote)
+        recaller = Recaller(
+            self.db, settings, router, indexes, thresholds, health, fts, remote=remote
+        )
         calibrator = Calibrator(
             self.db,
             settings,
-            embedder,
+            QueryModel(router),
             thresholds,
             recaller,
-            Sidecar(None if self.db.is_memory else sidecar_path(settings.db_path)),
+            sidecar,
         )
         return Services(
             embedder=embedder,
@@ -127,6 +150,8 @@ class Engine:
             tasks=TaskQueue(self.db, settings, writer, self.pause),
             updates=UpdateCheck(settings),
             remote=remote,
+            fts=fts,
+            router=router,
         )
 
     @property
@@ -177,6 +202,14 @@ class Engine:
         return self.services.remote
 
     @property
+    def fts(self) -> dict[str, FtsIndex]:
+        return self.services.fts
+
+    @property
+    def router(self) -> ModelRouter:
+        return self.services.router
+
+    @property
     def updates(self) -> UpdateCheck:
         return self.services.updates
 
@@ -205,10 +238,16 @@ class Engine:
                 # index path must not turn a done write into an error (scans read SQLite, and
                 # the next sync catches up). One line, no traceback: it repeats per write.
                 log.warning("the %s index is behind SQLite: %s", index.table, exc)
+        for fts in self.fts.values():
+            try:
+                fts.refresh()
+            except OSError as exc:  # the same promise for the full-text index
+                log.warning("the %s full-text index is behind SQLite: %s", fts.table, exc)
 
     def warm_indexes(self) -> None:
-        """Bring both index files current (rebuilding a missing one)."""
-        for index in self.indexes.values():
+        """Bring the index files current (rebuilding a missing one), the full-text indexes
+        into memory."""
+        for index in [*self.indexes.values(), *self.fts.values()]:
             if self._closed.is_set():
                 return
             try:
@@ -236,7 +275,7 @@ class Engine:
 
         Only with embeddings; serving never waits for it. Returns the thread (tests join it).
         """
-        if not self.embedder.available or self._calibration is not None:
+        if not self.calibrator.embedder.available or self._calibration is not None:
             return self._calibration
         self._calibration = threading.Thread(
             target=self._calibrate_at_start, name="cpersona-calibration", daemon=True
@@ -274,9 +313,12 @@ class Engine:
             self._calibration.join(timeout=5.0)
         try:
             services.embedder.close()
+            services.router.close()
         finally:
             for index in services.indexes.values():
                 index.close()
+            for fts in services.fts.values():
+                fts.close()
             self.db.close()
 
 

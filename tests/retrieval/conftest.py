@@ -50,8 +50,8 @@ def make_engine(tmp_path: Path, backend: str) -> Iterator[Callable[..., Engine]]
     engines: list[Engine] = []
 
     def make(path: str = "mem.db", embedder: Any = None, **overrides: Any) -> Engine:
-        # These tests pin the spec's fusion default, rrf (retrieval.md §17); cpersona's own
-        # default is rsf, chosen by docs/quality.md. A test passes recall_mode to change it.
+        # These tests pin the spec's fusion default, rrf (retrieval.md §17), which is also
+        # cpersona's default; a test passes recall_mode to change it.
         base = Settings(db_path=str(tmp_path / path), embedding_mode="hashing", recall_mode="rrf")
         provider = HashingProvider() if embedder is None else embedder
         engine = Engine(dataclasses.replace(base, **overrides), embedder=provider)

@@ -177,8 +177,16 @@ async def test_rows_of_a_foreign_width_take_a_position_and_are_skipped(connect):
     async with connect() as t:
         await t.store(X)
         await t.store("an older filler")
-    async with connect(embedder=HashingProvider(64)) as t:  # another model's 64-wide vectors
+    async with connect() as t:
         await t.store("kubernetes rollout strategy notes")
+        # Another writer's 64-wide vector (a 2.5.x server on another model): cpersona's own
+        # writes never mix models in one table (embedding/routing.py), so it is planted.
+        blob = HashingProvider(64).embed(["kubernetes rollout strategy notes"])[0].tobytes()
+        with t.engine.db.atomic() as conn:
+            conn.execute(
+                "UPDATE memories SET embedding = ? WHERE content = ?",
+                (blob, "kubernetes rollout strategy notes"),
+            )
     # The window holds the newest 2 rows: the 64-wide one (skipped) and the filler; X is out.
     got = await answer(connect, QUERY, max_memories=2)
     assert X not in got and "cosine" not in got.get("kubernetes rollout strategy notes", {})

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from cpersona.config import Settings
 from cpersona.storage import memories as memory_sql
 
 pytestmark = pytest.mark.anyio
@@ -131,18 +132,22 @@ async def test_unknown_argument_keys_are_ignored(tools):
     assert out["result"] == "stored"
 
 
-async def test_embedded_is_false_without_an_embedder(make_engine):
+async def test_embedded_is_false_without_an_embedder(tmp_path):
     from cpersona.embedding.none import NoneProvider
+    from cpersona.engine import Engine
     from cpersona.server.app import build_server
     from mcp import Client
 
-    engine = make_engine()
-    engine.writer.embedder = NoneProvider()
-    async with Client(build_server(engine), raise_exceptions=True) as client:
-        res = await client.call_tool("store", {"agent_id": "a", "message": {"content": "x"}})
-    out = json.loads(res.content[0].text)
-    assert out == {"ok": True, "result": "stored", "id": out["id"], "embedded": False}
-    assert engine.db.query_one("SELECT embedding FROM memories")[0] is None
+    settings = Settings(db_path=str(tmp_path / "none.db"), embedding_mode="none")
+    engine = Engine(settings, embedder=NoneProvider())
+    try:
+        async with Client(build_server(engine), raise_exceptions=True) as client:
+            res = await client.call_tool("store", {"agent_id": "a", "message": {"content": "x"}})
+        out = json.loads(res.content[0].text)
+        assert out == {"ok": True, "result": "stored", "id": out["id"], "embedded": False}
+        assert engine.db.query_one("SELECT embedding FROM memories")[0] is None
+    finally:
+        engine.close()
 
 
 # -- rejections --------------------------------------------------------------------------------

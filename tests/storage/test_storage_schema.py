@@ -52,11 +52,27 @@ V13_INDEXES = {
     "idx_memories_span",
     "sqlite_autoindex_profiles_1",
 }
-CPERSONA_TABLES = {"cpersona_meta", "cpersona_migrations", "vector_log"}
-CPERSONA_TRIGGERS = {
-    f"cpersona_vlog_{table}_{op}" for table in ("memories", "episodes") for op in ("ai", "ad", "au")
+CPERSONA_TABLES = {
+    "cpersona_meta",
+    "cpersona_migrations",
+    "vector_log",
+    "fts_log",
+    "cpersona_vector_model",
+    "cpersona_reembed",
+    "cpersona_reembed_vectors",
 }
-CPERSONA_INDEXES = {"sqlite_autoindex_cpersona_meta_1", "sqlite_autoindex_cpersona_migrations_1"}
+CPERSONA_TRIGGERS = {
+    f"cpersona_{log}_{table}_{op}"
+    for log in ("vlog", "ftslog")
+    for table in ("memories", "episodes")
+    for op in ("ai", "ad", "au")
+} | {f"cpersona_reembed_{table}_{op}" for table in ("memories", "episodes") for op in ("au", "ad")}
+CPERSONA_INDEXES = {
+    "sqlite_autoindex_cpersona_meta_1",
+    "sqlite_autoindex_cpersona_migrations_1",
+    "sqlite_autoindex_cpersona_vector_model_1",
+    "sqlite_autoindex_cpersona_reembed_1",
+}
 
 
 def names(objects: dict[tuple[str, str], str], kind: str) -> set[str]:
@@ -149,7 +165,7 @@ def test_reopening_is_idempotent(tmp_path):
             "INSERT INTO memories(agent_id, content, timestamp) VALUES ('a', 'hello there', 't')"
         )
     db.close()
-    extra = ("cpersona_migrations", "cpersona_meta", "vector_log")
+    extra = ("cpersona_migrations", "cpersona_meta", "vector_log", "fts_log")
     before = (file_schema(path), table_rows(path, DATA_TABLES + extra))
     for _ in range(2):
         open_database(str(path)).close()
@@ -274,7 +290,7 @@ async def test_sample_lists_through_mcp(sample_path, open_engine):
 
 def test_sample_reopen_is_idempotent(sample_path, open_engine):
     open_engine(sample_path).close()
-    extra = ("cpersona_migrations", "cpersona_meta", "vector_log")
+    extra = ("cpersona_migrations", "cpersona_meta", "vector_log", "fts_log")
     before = (file_schema(sample_path), table_rows(sample_path, DATA_TABLES + extra))
     open_engine(sample_path).close()
     assert (file_schema(sample_path), table_rows(sample_path, DATA_TABLES + extra)) == before

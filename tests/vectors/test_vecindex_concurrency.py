@@ -55,7 +55,7 @@ def test_two_processes_write_and_scan(tmp_path: Path, tiny: bool) -> None:
     cli_env = {**os.environ, "CPERSONA_DB_PATH": str(db)}
     for _ in range(3):
         rebuild = subprocess.run(
-            [sys.executable, "-m", "cpersona", "index", "rebuild"],
+            [sys.executable, "-m", "cpersona", "index", "rebuild", "--kind", "vector"],
             env=cli_env,
             capture_output=True,
             text=True,
@@ -90,7 +90,7 @@ def test_two_processes_write_and_scan(tmp_path: Path, tiny: bool) -> None:
 
     env = {**os.environ, "CPERSONA_DB_PATH": str(db)}
     verify = subprocess.run(
-        [sys.executable, "-m", "cpersona", "index", "verify"],
+        [sys.executable, "-m", "cpersona", "index", "verify", "--kind", "vector"],
         env=env,
         capture_output=True,
         text=True,

@@ -222,7 +222,7 @@ def test_silent_corruption_is_found_by_verify(world_dir: Path) -> None:
 def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CPERSONA_DB_PATH": str(db)}
     return subprocess.run(
-        [sys.executable, "-m", "cpersona", "index", *args],
+        [sys.executable, "-m", "cpersona", "index", *args, "--kind", "vector"],
         env=env,
         capture_output=True,
         text=True,

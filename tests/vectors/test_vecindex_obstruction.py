@@ -55,12 +55,16 @@ def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+#: `cpersona index verify` covers the vector and the full-text index of both tables.
+ALL_OK = "memories: OK\nepisodes: OK\nmemories full-text: OK\nepisodes full-text: OK\n"
+
+
 @pytest.mark.parametrize("where", sorted(WHERE))
 def test_vecindex_obstruction_empty_directory_is_repaired(db: Path, where: str) -> None:
     for table in ("memories", "episodes"):
         obstruct(index_path(db, table, where), contents=False)
     r = cli(db, "verify")
-    assert (r.returncode, r.stdout) == (0, "memories: OK\nepisodes: OK\n"), r.stderr
+    assert (r.returncode, r.stdout) == (0, ALL_OK), r.stderr
     for table in ("memories", "episodes"):
         assert index_path(db, table, where).is_file()
 
@@ -81,7 +85,7 @@ def test_vecindex_obstruction_directory_with_contents_is_named(db: Path, where: 
     assert (blocked / "keep.txt").read_text() == "someone's file"
     blocked.rename(blocked.with_name("moved-away"))
     r = cli(db, "verify")
-    assert (r.returncode, r.stdout) == (0, "memories: OK\nepisodes: OK\n"), r.stderr
+    assert (r.returncode, r.stdout) == (0, ALL_OK), r.stderr
 
 
 @pytest.mark.anyio
@@ -114,4 +118,4 @@ async def test_vecindex_obstruction_server_keeps_serving(db: Path, where: str) -
         engine.close()
     assert (blocked.with_name("moved-away") / "keep.txt").exists()
     r = cli(db, "verify")
-    assert (r.returncode, r.stdout) == (0, "memories: OK\nepisodes: OK\n"), r.stderr
+    assert (r.returncode, r.stdout) == (0, ALL_OK), r.stderr

@@ -19,6 +19,7 @@ from cpersona.health.context import HealthContext
 from cpersona.memory.text import normalize_source, parse_utc, py_json
 from cpersona.operating_context import SUMMARY_SOFT_LIMIT
 from cpersona.storage import health as sql
+from cpersona.storage import vector_models
 from cpersona.storage.schema import SCHEMA_VERSION
 
 Issue = dict[str, Any]
@@ -815,6 +816,12 @@ def embedding_model(ctx: HealthContext) -> list[Issue]:
     if ctx.embedder is None:
         return skipped("embedding_model", "no embedding backend is configured")
     configured = ctx.embedder.name
+    conversion = _conversion(ctx, configured)
+    if conversion:
+        # The stored vectors are recorded as another model's: recall serves them with that
+        # model (or without vectors) and `cpersona reembed` converts them; no probe or fix
+        # here may write vectors of the configured model among them.
+        return conversion
     widths: dict[int, int] = {}
     for table in TABLES:
         for width, n in sql.width_counts(ctx.c, table, ctx.agent_id).items():
@@ -890,6 +897,60 @@ def embedding_model(ctx: HealthContext) -> list[Issue]:
                     "and re-embeds them if they differ",
                 )
             )
+    return out
+
+
+def _conversion(ctx: HealthContext, configured: str) -> list[Issue]:
+    # Both come with numpy: imported on first use (docs/performance.md, "Start-up").
+    from cpersona import reembed
+    from cpersona.embedding.routing import REEMBED_COMMAND
+
+    """Findings about model conversions: one begun and not finished, or one that is due."""
+    out = []
+    record = vector_models.recorded(ctx.c)
+    for table, conv in sorted(vector_models.conversions(ctx.c).items()):
+        done, total = vector_models.progress(ctx.c, table)
+        live = not ctx.db.is_memory and reembed.running(ctx.db.path)
+        out.append(
+            issue(
+                "embedding_model",
+                "reembed_running" if live else "reembed_interrupted",
+                "info" if live else "warn",
+                table=table,
+                stored_model=record[table].model if table in record else None,
+                target_model=conv.model,
+                phase=conv.phase,
+                started_at=conv.started_at,
+                rows_converted=done,
+                rows=total,
+                repairable=None,
+                hint=(
+                    "a conversion is running; the old vectors serve until it switches over"
+                    if live
+                    else f"a conversion stopped before it finished; run `{REEMBED_COMMAND}` "
+                    "again: it continues where it stopped (the old vectors serve meanwhile)"
+                ),
+            )
+        )
+    pending = {
+        t: r.model
+        for t, r in sorted(record.items())
+        if r.model != configured and vector_models.has_vectors(ctx.c, t)
+    }
+    if pending and not out:  # an open conversion is the finding that says what to do
+        out.append(
+            issue(
+                "embedding_model",
+                "embedding_model_conversion_pending",
+                "warn",
+                configured_model=configured,
+                stored_model=dict(pending),
+                repairable=None,
+                hint=f"the stored vectors are another model's; recall queries with that model "
+                f"where it runs here, else uses full-text and keyword search only. "
+                f"`{REEMBED_COMMAND}` converts them in place",
+            )
+        )
     return out
 
 

@@ -17,7 +17,7 @@ from cpersona.errors import EmbeddingUnavailable
 from cpersona.operating_context import OperatingContext
 from cpersona.retrieval.health import EmbeddingHealth
 from cpersona.retrieval.sidecar import Sidecar
-from cpersona.storage import Database
+from cpersona.storage import Database, vector_models
 
 if TYPE_CHECKING:
     from cpersona.embedding.base import EmbeddingProvider
@@ -71,6 +71,14 @@ class HealthContext:
     def local_embedder(self) -> bool:
         """Whether embedding costs no network request (probes may then run in any run)."""
         return self.settings.embedding_provider not in ("http", "api")
+
+    def takes_configured_vectors(self, table: str) -> bool:
+        """Whether `table`'s vectors are the configured model's (or it has no record yet):
+        a repair may write the configured model's vectors there and nowhere else."""
+        if self.embedder is None:
+            return False
+        found = vector_models.recorded(self.c).get(table)
+        return found is None or found.model == self.embedder.name
 
     def embed(self, texts: Sequence[str]) -> list[bytes | None]:
         """float32 BLOBs of `texts` in batches of the http contract's size (None = unusable).

@@ -183,6 +183,8 @@ def _prepare(ctx: HealthContext, names: Sequence[str]) -> None:
     for name, table in (("null_embedding", "memories"), ("null_episode_embedding", "episodes")):
         if name not in names or (table == "memories" and not ctx.stores_blobs):
             continue
+        if not ctx.takes_configured_vectors(table):
+            continue  # another model's vectors: `cpersona reembed` fills these rows
         rows = sql.texts_to_embed(ctx.db.reader(), table, ctx.agent_id, ctx.reembed_budget)
         blobs, error = ctx.try_embed([text for _, text in rows])
         if error is not None:
@@ -259,6 +261,8 @@ def _second_pass(ctx: HealthContext, issues: list[Issue]) -> None:
     usable = ctx.embedder is not None and ctx.probe.error is None
     for table, ids in wanted.items():
         if not ids or not usable or (table == "memories" and not ctx.stores_blobs):
+            continue
+        if not ctx.takes_configured_vectors(table):
             continue
         ids = sorted(set(ids))[: max(0, ctx.reembed_budget)]
         texts = sql.texts_by_id(ctx.db.reader(), table, ids)

@@ -8,16 +8,17 @@ which makes probe-and-insert atomic across threads and processes (BEGIN IMMEDIAT
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cpersona.config import Settings
-from cpersona.embedding.base import EmbeddingProvider
 from cpersona.errors import EmbeddingUnavailable
 from cpersona.memory.text import (
     normalize_source,
@@ -27,15 +28,27 @@ from cpersona.memory.text import (
     utc_now_iso,
 )
 from cpersona.models import NewEpisode, NewMemory
-from cpersona.storage import Database
+from cpersona.storage import Database, vector_models
 from cpersona.storage import episodes as episode_sql
 from cpersona.storage import memories as memory_sql
 from cpersona.storage import profiles as profile_sql
 from cpersona.vectors.remote import Item, RemoteVectors
 
+if TYPE_CHECKING:
+    from cpersona.embedding.routing import ModelRouter
+
 log = logging.getLogger("cpersona.memory")
 
 AfterWrite = Callable[[], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Vector:
+    """A computed vector and the model that made it."""
+
+    blob: bytes
+    model: str
+    dim: int
 
 
 class Writer:
@@ -45,38 +58,61 @@ class Writer:
         self,
         db: Database,
         settings: Settings,
-        embedder: EmbeddingProvider,
+        router: ModelRouter,
         after_write: AfterWrite | None = None,
         remote: RemoteVectors | None = None,
     ) -> None:
         self.db = db
         self.settings = settings
-        self.embedder = embedder
+        self.router = router
         self._after_write = after_write
         #: The remote vector service, told after each commit (surface.md §12.4), or None.
         self.remote = remote
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _embed(self, text: str) -> bytes | None:
-        """The float32 BLOB of `text`, or None when no vector can be had (never fails a write)."""
-        if not self.embedder.available:
+    def _embed(self, text: str, table: str) -> _Vector | None:
+        """`text`'s vector by the model of `table`'s vectors, or None when no vector can be had
+        (never fails a write)."""
+        provider = self.router.passage(table)
+        if provider is None:
             return None
         try:
-            vec = self.embedder.embed([text], kind="passage")
+            vec = provider.embed([text], kind="passage")
         except EmbeddingUnavailable as exc:
             log.warning("embedding failed; the row is stored without a vector: %s", exc)
             return None
         row = np.asarray(vec, dtype=np.float32).reshape(-1)
         if row.size == 0 or not np.all(np.isfinite(row)):
             return None
-        return row.astype("<f4").tobytes()
+        return _Vector(row.astype("<f4").tobytes(), provider.name, int(row.size))
 
-    def _memory_vector(self, text: str) -> bytes | None:
-        """A memory's local BLOB: not kept in remote mode with CPERSONA_STORE_BLOB=false."""
+    @staticmethod
+    def _admit(conn: sqlite3.Connection, table: str, vec: _Vector | None) -> bytes | None:
+        """Inside the write transaction: the BLOB to write, or None when `table`'s vectors
+        became another model's since `vec` was computed (a conversion cut over meanwhile)."""
+        if vec is None:
+            return None
+        owner = vector_models.claim(conn, table, vec.model, vec.dim)
+        return vec.blob if owner in (vec.model, "") else None
+
+    def _late_vector(self, table: str, row_id: int, text: str) -> bool:
+        """After a commit that had to drop its vector: embed again with the model the table
+        takes now; whether the row got a vector. A failure leaves the row for
+        `check_health(fix=true)` or `cpersona reembed`."""
+        vec = self._embed(text, table)
+        if vec is None:
+            return False
+        with self.db.atomic() as conn:
+            if self._admit(conn, table, vec) is None:
+                return False
+            return vector_models.fill_vector(conn, table, row_id, text, vec.blob) == 1
+
+    def _memory_vector(self, text: str) -> _Vector | None:
+        """A memory's local vector: not kept in remote mode with CPERSONA_STORE_BLOB=false."""
         if self.remote is not None and not self.settings.store_blob:
             return None
-        return self._embed(text)
+        return self._embed(text, "memories")
 
     def _written(self) -> None:
         if self._after_write is not None:
@@ -124,7 +160,7 @@ class Writer:
         dup = self._probe(self.db.reader(), agent_id, project_id, channel, msg_id, content)
         if dup is not None:
             return dup
-        embedding = self._memory_vector(content)
+        vec = self._memory_vector(content)
         new = NewMemory(
             agent_id=agent_id,
             project_id=project_id,
@@ -134,17 +170,20 @@ class Writer:
             timestamp=timestamp,
             metadata=metadata_text,
             channel=channel,
-            embedding=embedding,
+            embedding=None,
         )
         with self.db.atomic() as conn:
             dup = self._probe(conn, agent_id, project_id, channel, msg_id, content)
             if dup is not None:
                 return dup
-            new_id = memory_sql.insert(conn, new)
+            embedding = self._admit(conn, "memories", vec)
+            new_id = memory_sql.insert(conn, dataclasses.replace(new, embedding=embedding))
         if new_id is None:
             return {"ok": True, "result": "skipped", "reason": "duplicate (unique index)"}
-        self._written()
         embedded = embedding is not None
+        if vec is not None and not embedded:
+            embedded = self._late_vector("memories", new_id, content)
+        self._written()
         if self.remote is not None:  # in remote mode `embedded` is the service's 2xx
             embedded = self.remote.index(agent_id, [Item(f"mem:{new_id}", content)])
         out: dict[str, Any] = {
@@ -204,9 +243,10 @@ class Writer:
         text, truncated = sanitize(content, self.settings.max_content_length)
         if not text:
             return _fail("Content cannot be empty after sanitization")
-        embedding = self._memory_vector(text)
+        vec = self._memory_vector(text)
         try:
             with self.db.atomic() as conn:
+                embedding = self._admit(conn, "memories", vec)
                 changed = memory_sql.update_content(conn, memory_id, text, embedding)
         except sqlite3.IntegrityError:
             return _fail(
@@ -215,6 +255,8 @@ class Writer:
             )
         if changed == 0:
             return _fail(f"Memory {memory_id} is locked and cannot be edited")
+        if vec is not None and embedding is None:
+            self._late_vector("memories", memory_id, text)
         self._written()
         if self.remote is not None and current is not None:
             self.remote.index(current.agent_id, [Item(f"mem:{memory_id}", text)])
@@ -278,7 +320,7 @@ class Writer:
             }
         words, cut_keywords = sanitize(keywords, cap)
         start, end = _history_span(history)
-        embedding = self._embed(text)
+        vec = self._embed(text, "episodes")
         new = NewEpisode(
             agent_id=agent_id,
             project_id=project_id,
@@ -288,10 +330,13 @@ class Writer:
             end_time=end,
             resolved=resolved,
             channel=channel,
-            embedding=embedding,
+            embedding=None,
         )
         with self.db.atomic() as conn:
-            episode_id = episode_sql.insert(conn, new)
+            embedding = self._admit(conn, "episodes", vec)
+            episode_id = episode_sql.insert(conn, dataclasses.replace(new, embedding=embedding))
+        if vec is not None and embedding is None:
+            self._late_vector("episodes", episode_id, text)
         self._written()
         if self.remote is not None:
             self.remote.index(agent_id, [Item(f"ep:{episode_id}", text)])

@@ -512,11 +512,24 @@ def _embed(engine: Engine, items: list[_Item], report: Progress) -> None:
     """
     if not items or not engine.embedder.available:
         return
+    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+
+    # Each table's rows get the model of that table's stored vectors (embedding/routing.py):
+    # a row embedded by another model would be compared with them by every recall.
+    providers = {t: engine.router.passage(t) for t in ("memories", "episodes")}
+    items = [i for i in items if providers[_table(i)] is not None]
+    items.sort(key=_table)
     for start in range(0, len(items), EMBED_BATCH):
         batch = items[start : start + EMBED_BATCH]
-        texts = [_passage(i.record) for i in batch]
         try:
-            vectors = engine.embedder.embed(texts, kind="passage")
+            vectors = np.concatenate(
+                [
+                    providers[table].embed(  # type: ignore[union-attr]
+                        [_passage(i.record) for i in batch if _table(i) == table], kind="passage"
+                    )
+                    for table in dict.fromkeys(_table(i) for i in batch)
+                ]
+            )
         except EmbeddingUnavailable as exc:
             log.warning(
                 "import: embedding unavailable (%s); %s rows are stored without a vector",
@@ -535,6 +548,10 @@ def _embed(engine: Engine, items: list[_Item], report: Progress) -> None:
             done % PROGRESS_EVERY < EMBED_BATCH or done == len(items)
         ):
             report(f"import: embedded {done}/{len(items)} rows without a vector in the file")
+
+
+def _table(item: _Item) -> str:
+    return "episodes" if isinstance(item.record, EpisodeRecord) else "memories"
 
 
 def _passage(rec: MemoryRecord | EpisodeRecord | ProfileRecord) -> str:

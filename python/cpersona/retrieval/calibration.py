@@ -24,6 +24,7 @@ import numpy as np
 from cpersona.config import PRECISION_BETAS, Settings
 from cpersona.memory.text import parse_utc
 from cpersona.retrieval.candidates import Candidate
+from cpersona.retrieval.pipeline import QueryVector
 from cpersona.retrieval.scoring import signal_of
 from cpersona.retrieval.separation import (
     admit_rate,
@@ -309,6 +310,7 @@ class Calibrator:
                 queries.append((q, t))
         todo = [(q, t) for q, t in queries if q.id not in memo]
         if todo:
+            tables = self.embedder.tables()
             qvecs = self.embedder.embed([q.content for q, _ in todo], kind="query")
             window = s.calibrate_temporal_window_min * 60.0
             for (q, t), qvec in zip(todo, qvecs, strict=True):
@@ -318,7 +320,7 @@ class Calibrator:
                     agent_id,
                     q.content,
                     PSEUDO_RECALL_LIMIT,
-                    qvec=np.ascontiguousarray(qvec, dtype=np.float32),
+                    qvec=QueryVector(np.ascontiguousarray(qvec, dtype=np.float32), tables),
                 )
                 memo[q.id] = _scored(rows, q.id, t, signal, window)
         null = [r.value for q, _ in queries for r in memo[q.id] if not r.positive]

@@ -25,7 +25,17 @@ class EmbeddingHealth:
             if self.state != "hint":
                 self._delivered.clear()
             self.state = "hint"
+            self.kind = ""
             self.evidence = "CPERSONA_EMBEDDING_MODE=none: no embedding backend is configured"
+
+    def observe_foreign(self, evidence: str) -> None:
+        """The stored vectors are a model this process cannot run: vector search is off."""
+        with self._lock:
+            if self.state != "hint" or self.kind != "foreign":
+                self._delivered.clear()
+            self.state = "hint"
+            self.kind = "foreign"
+            self.evidence = evidence
 
     def observe_ok(self) -> None:
         with self._lock:
@@ -65,6 +75,11 @@ class EmbeddingHealth:
             }
 
     def _reason(self) -> str:
+        if self.state == "hint" and self.kind == "foreign":
+            return (
+                "the stored vectors come from another embedding model: recall uses full-text "
+                "and keyword search only until they are converted"
+            )
         if self.state == "hint":
             return "embeddings are disabled: recall uses full-text and keyword search only"
         if self.kind == "misconfigured":
@@ -72,7 +87,12 @@ class EmbeddingHealth:
         return "the embedding backend is unreachable: query embeddings are failing"
 
     def _full(self, reason: str) -> str:
-        if self.state == "hint":
+        if self.state == "hint" and self.kind == "foreign":
+            fix = (
+                "run `cpersona reembed` once (it converts the stored vectors to the configured "
+                "model in place; recall keeps working meanwhile)"
+            )
+        elif self.state == "hint":
             fix = (
                 "configure an embedding backend: unset CPERSONA_EMBEDDING_MODE for the "
                 "embedded local model, or set it to http / api"

@@ -10,9 +10,9 @@ import logging
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,8 @@ from cpersona._backend import kernels
 from cpersona.config import Settings
 from cpersona.embedding.base import EmbeddingMisconfigured
 from cpersona.errors import EmbeddingUnavailable
+from cpersona.fts import search as fts_search
+from cpersona.fts.index import FtsIndex
 from cpersona.memory.text import parse_utc
 from cpersona.models import ProjectFilter
 from cpersona.retrieval import scoring
@@ -41,13 +43,32 @@ from cpersona.retrieval.thresholds import Thresholds
 from cpersona.storage import Database
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage import retrieval as sql
-from cpersona.storage.retrieval import ScopeSql
+from cpersona.storage.retrieval import EpisodeHit, MemoryHit, ScopeSql
 from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.remote import RemoteVectors
 from cpersona.vectors.search import Scope, scan
 
+if TYPE_CHECKING:
+    from cpersona.embedding.routing import ModelRouter
+
 log = logging.getLogger("cpersona.recall")
+
+
+def match_terms_of(match: str) -> list[str]:
+    """The terms of a MATCH expression built by `match_expression`: `"t1" OR "t2"`, each with
+    its quotes doubled. No term holds whitespace, so `" OR "` only ever separates terms."""
+    if not match:
+        return []
+    return [t.replace('""', '"') for t in match[1:-1].split('" OR "')]
+
+
+@dataclass(frozen=True, slots=True)
+class QueryVector:
+    """A query's embedding and the tables whose stored vectors came from the same model."""
+
+    vector: np.ndarray
+    tables: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,17 +99,20 @@ class Recaller:
         self,
         db: Database,
         settings: Settings,
-        embedder: Any,
+        router: ModelRouter,
         indexes: dict[str, VectorIndex],
         thresholds: Thresholds,
         health: EmbeddingHealth,
+        fts: dict[str, FtsIndex] | None = None,
         *,
         remote: RemoteVectors | None = None,
     ) -> None:
         self.db = db
+        #: The full-text indexes; without them (no Rust core) FTS5 answers the FTS arms.
+        self.fts = fts or {}
         self.remote = remote
         self.s = settings
-        self.embedder = embedder
+        self.router = router
         self.indexes = indexes
         self.thresholds = thresholds
         self.health = health
@@ -107,7 +131,7 @@ class Recaller:
         limit = max(0, min(req.limit, s.recall_library_max_limit))
         if req.limit > s.recall_library_max_limit:
             log.warning("recall limit %d clamped to %d", req.limit, s.recall_library_max_limit)
-        if not self.embedder.available:
+        if not self.router.configured.available:
             self.health.observe_none()
         exclusions = normalise_exclusions(list(req.exclude_contents))
         blank = not req.query.strip()
@@ -133,12 +157,23 @@ class Recaller:
             result.advisory = self.health.advisory(req.session_key)
         return result
 
-    def _embed_query(self, query: str) -> np.ndarray | None:
-        if not self.embedder.available:
+    def _embed_query(self, query: str) -> QueryVector | None:
+        """The query's vector by the model of the stored vectors, with the tables it may be
+        compared with; None when no vector search can run (never a vector of another model)."""
+        if not self.router.configured.available:
+            return None
+        provider, tables = self.router.query()
+        if provider is None:
+            foreign = self.router.foreign()
+            models = ", ".join(sorted(set(foreign.values())))
+            self.health.observe_foreign(
+                f"stored vectors were made by {models}, which is not available here "
+                f"(configured: {self.router.configured.name})"
+            )
             return None
         try:
             with stage("query_embedding"):
-                vec, hit = self.embedder.embed_one(query, "query")
+                vec, hit = provider.embed_one(query, "query")
         except EmbeddingMisconfigured as exc:
             self.health.observe_failure(str(exc), misconfigured=True)
             return None
@@ -147,10 +182,10 @@ class Recaller:
             return None
         if not hit:
             self.health.observe_ok()
-        return np.ascontiguousarray(vec, dtype=np.float32)
+        return QueryVector(np.ascontiguousarray(vec, dtype=np.float32), tables)
 
     def score_without_gate(
-        self, agent_id: str, query: str, limit: int = 20, *, qvec: np.ndarray | None = None
+        self, agent_id: str, query: str, limit: int = 20, *, qvec: QueryVector | None = None
     ) -> list[Candidate]:
         """The fused-gate calibration's pseudo-recall (retrieval.md §15.4), best first.
 
@@ -182,7 +217,7 @@ class Recaller:
         self,
         req: RecallRequest,
         scope: ScopeSql,
-        qvec: np.ndarray,
+        qvec: QueryVector,
         threshold: float,
         limit: int,
         far: bool,
@@ -195,13 +230,13 @@ class Recaller:
         per_table = {}
         with stage("vector_scan"):
             for table in ("memories", "episodes"):
-                if table == "episodes" and not episodes_ok:
+                if (table == "episodes" and not episodes_ok) or table not in qvec.tables:
                     per_table[table] = ([], [])
                     continue
                 prefix = req.source_id if table == "memories" else ""
                 hits = scan(
                     self.indexes[table],
-                    qvec,
+                    qvec.vector,
                     Scope(req.agent_id, req.project, req.channel, prefix),
                     window=s.max_memories,
                     reach=reach,
@@ -259,11 +294,30 @@ class Recaller:
             out.append(row)
         return out
 
+    def _memory_fts(self, scope: ScopeSql, source: str, match: str, limit: int) -> list[MemoryHit]:
+        """The memory FTS channel: the full-text index, else the FTS5 statement (same rows)."""
+        index = self.fts.get("memories")
+        if index is not None:
+            ranked = fts_search.ranked(index, match_terms_of(match), scope, source, limit)
+            if ranked is not None:
+                rows = sql.memories_by_id(self.db, [i for i, _ in ranked], scope, source)
+                return [replace(rows[i], bm25=b) for i, b in ranked if i in rows]
+        return sql.memory_fts(self.db, scope, source, match, limit)
+
+    def _episode_hits(self, scope: ScopeSql, match: str, limit: int) -> list[EpisodeHit]:
+        index = self.fts.get("episodes")
+        if index is not None:
+            ranked = fts_search.ranked(index, match_terms_of(match), scope, "", limit)
+            if ranked is not None:
+                rows = sql.episodes_by_id(self.db, [i for i, _ in ranked], scope)
+                return [replace(rows[i], bm25=b) for i, b in ranked if i in rows]
+        return sql.episode_fts(self.db, scope, match, limit)
+
     def _episode_fts(self, scope: ScopeSql, match: str, limit: int) -> list[Candidate]:
         if not (self.s.fts_enabled and match and limit > 0):
             return []
         try:
-            return [from_episode(h) for h in sql.episode_fts(self.db, scope, match, limit)]
+            return [from_episode(h) for h in self._episode_hits(scope, match, limit)]
         except sqlite3.OperationalError as exc:
             log.warning("episode FTS failed (%s); that channel is empty for this recall", exc)
             return []
@@ -279,7 +333,7 @@ class Recaller:
         hits: list[Any] = []
         if self.s.fts_enabled and match:
             try:
-                hits = sql.memory_fts(self.db, scope, req.source_id, match, limit)
+                hits = self._memory_fts(scope, req.source_id, match, limit)
             except sqlite3.OperationalError as exc:
                 log.warning("memory FTS failed (%s); using the LIKE fallback", exc)
                 hits = []
@@ -303,7 +357,7 @@ class Recaller:
         self,
         req: RecallRequest,
         scope: ScopeSql,
-        qvec: np.ndarray | None,
+        qvec: QueryVector | None,
         limit: int,
         exclusions: list[str],
         blank: bool,
@@ -338,7 +392,7 @@ class Recaller:
         req: RecallRequest,
         mode: str,
         scope: ScopeSql,
-        qvec: np.ndarray | None,
+        qvec: QueryVector | None,
         limit: int,
         exclusions: list[str],
         episodes_ok: bool,
@@ -442,10 +496,13 @@ class Recaller:
                 self._stats[key] = (now, pool, span)
         return pool, span
 
-    def _backfill(self, rows: list[Candidate], qvec: np.ndarray | None) -> None:
-        if qvec is None:
+    def _backfill(self, rows: list[Candidate], query: QueryVector | None) -> None:
+        if query is None:
             return
+        qvec = query.vector
         for table, kind in (("memories", "mem"), ("episodes", "ep")):
+            if table not in query.tables:
+                continue  # another model's vectors: their cosine would mean nothing
             need = [r for r in rows if r.kind == kind and r.cosine is None and r.id > 0]
             if not need:
                 continue
@@ -465,7 +522,7 @@ class Recaller:
         req: RecallRequest,
         scope: ScopeSql,
         rows: list[Candidate],
-        qvec: np.ndarray | None,
+        qvec: QueryVector | None,
     ) -> tuple[list[Candidate], int]:
         """§6 on the fused list: backfill, penalty, re-sort, confidence. Returns (rows, N_pool)."""
         s = self.s

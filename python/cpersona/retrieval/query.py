@@ -17,6 +17,23 @@ FTS_MIN_TERM = 3
 EXCLUDE_PREFIX_MIN = 32
 
 
+def match_terms(query: str) -> list[str]:
+    """The terms of `query`'s FTS5 MATCH expression, in order (see `match_expression`)."""
+    terms: list[str] = []
+    seen: set[str] = set()
+    for cjk, other in _TOKENS.findall(query):
+        if cjk:
+            pieces = [cjk[i : i + 3] for i in range(len(cjk) - 2)]
+        else:
+            core = _EDGES.sub("", other)
+            pieces = [t for t in dict.fromkeys((other, core)) if len(t) >= FTS_MIN_TERM]
+        for piece in pieces:
+            if piece not in seen:
+                seen.add(piece)
+                terms.append(piece)
+    return terms
+
+
 def match_expression(query: str) -> str:
     """The FTS5 MATCH expression for `query`, or '' when no term is long enough.
 
@@ -31,19 +48,7 @@ def match_expression(query: str) -> str:
     quarter of its R@10 (docs/quality.md). The original token stays a term, so every row the
     2.5.x expression matches still matches.
     """
-    terms: list[str] = []
-    seen: set[str] = set()
-    for cjk, other in _TOKENS.findall(query):
-        if cjk:
-            pieces = [cjk[i : i + 3] for i in range(len(cjk) - 2)]
-        else:
-            core = _EDGES.sub("", other)
-            pieces = [t for t in dict.fromkeys((other, core)) if len(t) >= FTS_MIN_TERM]
-        for piece in pieces:
-            if piece not in seen:
-                seen.add(piece)
-                terms.append(piece)
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in match_terms(query))
 
 
 def normalise_exclusions(entries: list[str]) -> list[str]:

@@ -108,6 +108,9 @@ def serve_http(
             print(
                 http_banner(settings, engine.embedder.name, url, acl), file=sys.stderr, flush=True
             )
+            notice = engine.router.notice()
+            if notice is not None:  # the stored vectors are another model's (one line)
+                print(notice, file=sys.stderr, flush=True)
             metrics = server_metrics(engine)
             server = build_server(engine, authorize=guard, metrics=metrics)
             engine.start_index_warmup()

@@ -62,11 +62,18 @@ def serve_stdio(
     metrics = None
     if settings.metrics_port is not None:
         metrics = _serve_metrics(engine, settings.metrics_port)
+
     # Warm-up, calibration and the task queue start with the first tool call, so initialize
     # and tools/list are answered before any of them loads.
-    server = build_server(
-        engine, authorize=guard, metrics=metrics, on_first_call=engine.start_background
-    )
+    def first_call() -> None:
+        engine.start_background()
+        # Said once the services exist (building them loads the model record and numpy, which
+        # tools/list must not wait for): the stored vectors are another model's.
+        notice = engine.router.notice()
+        if notice is not None:
+            print(notice, file=sys.stderr, flush=True)
+
+    server = build_server(engine, authorize=guard, metrics=metrics, on_first_call=first_call)
 
     async def run() -> None:
         with claimed_stdio() as (wire_in, wire_out):

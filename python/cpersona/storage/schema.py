@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cpersona.storage import vector_models
 from cpersona.storage.db import Database
 
 log = logging.getLogger("cpersona.storage")
@@ -188,6 +189,29 @@ END""",
     )
 
 
+#: Columns whose change moves a row's text or scope in the full-text index (docs/fts-index.md).
+FTS_LOG_COLUMNS = {
+    "memories": "content, agent_id, project_id, channel, source, created_at",
+    "episodes": "summary, keywords, agent_id, project_id, channel, created_at",
+}
+
+
+def _fts_log_triggers(table: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE TRIGGER IF NOT EXISTS cpersona_ftslog_{table}_ai AFTER INSERT ON {table} BEGIN
+    INSERT INTO fts_log(tbl, row_id) VALUES ('{table}', new.id);
+END""",
+        f"""CREATE TRIGGER IF NOT EXISTS cpersona_ftslog_{table}_ad AFTER DELETE ON {table} BEGIN
+    INSERT INTO fts_log(tbl, row_id) VALUES ('{table}', old.id);
+END""",
+        f"""CREATE TRIGGER IF NOT EXISTS cpersona_ftslog_{table}_au
+AFTER UPDATE OF id, {FTS_LOG_COLUMNS[table]} ON {table} BEGIN
+    INSERT INTO fts_log(tbl, row_id) VALUES ('{table}', old.id);
+    INSERT INTO fts_log(tbl, row_id) SELECT '{table}', new.id WHERE new.id <> old.id;
+END""",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """One named migration. `before` = a 2.5.x ladder step run while MAX(version) < before."""
@@ -312,10 +336,29 @@ def _vector_log_watches_ids(conn: sqlite3.Connection, fts: bool) -> None:
     _vector_log(conn, fts)
 
 
+def _fts_log(conn: sqlite3.Connection, fts: bool) -> None:
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS fts_log (
+    seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+    tbl    TEXT NOT NULL,
+    row_id INTEGER NOT NULL
+)"""
+    )
+    for ddl in _fts_log_triggers("memories") + _fts_log_triggers("episodes"):
+        conn.execute(ddl)
+
+
+def _vector_models(conn: sqlite3.Connection, fts: bool) -> None:
+    for ddl in vector_models.DDL + vector_models.triggers():
+        conn.execute(ddl)
+
+
 OWN_STEPS: tuple[Step, ...] = (
     Step("cpersona_0001_meta", _meta),
     Step("cpersona_0002_vector_log", _vector_log),
     Step("cpersona_0003_vector_log_watches_ids", _vector_log_watches_ids),
+    Step("cpersona_0004_fts_log", _fts_log),
+    Step("cpersona_0005_vector_models", _vector_models),
 )
 
 

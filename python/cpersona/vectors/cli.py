@@ -1,4 +1,4 @@
-"""`cpersona index status|rebuild|verify`: the vector index from the command line.
+"""`cpersona index status|rebuild|verify`: the vector and full-text indexes from the command line.
 
 Exit codes: 0 = usable / rebuilt / verified; 1 = verify found differences, status found an
 unusable file, or the file could not be written (a full disk; a directory with contents where
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cpersona.config import Settings
 from cpersona.errors import IndexObstructed
+from cpersona.fts.index import FtsIndex, open_fts_indexes
 from cpersona.storage import open_database
 from cpersona.storage.db import open_failure
 from cpersona.vectors.index import VectorIndex
@@ -27,7 +28,7 @@ def _progress(table: str):  # type: ignore[no-untyped-def]
     return report
 
 
-def run_index_command(settings: Settings, action: str, table: str | None) -> int:
+def run_index_command(settings: Settings, action: str, table: str | None, kind: str = "all") -> int:
     if settings.db_path != ":memory:" and not Path(settings.db_path).exists():
         # Opening would create an empty database (and report on its empty index).
         print(f"cpersona: no database at {settings.db_path}", file=sys.stderr)
@@ -40,15 +41,22 @@ def run_index_command(settings: Settings, action: str, table: str | None) -> int
         return 2
     code = 0
     try:
-        for name in (table,) if table else TABLES:
-            index = VectorIndex(db, name)
+        tables = (table,) if table else TABLES
+        targets: list[VectorIndex | FtsIndex] = []
+        if kind != "fulltext":
+            targets += [VectorIndex(db, name) for name in tables]
+        fts = open_fts_indexes(
+            db, enabled=kind != "vector" and settings.fts_enabled and settings.fts_index
+        )
+        targets += [fts[name] for name in tables if name in fts]
+        for index in targets:
             try:
                 code = _run(index, action) or code
             except OSError as exc:
                 # A full disk, or a directory that is not ours where the file belongs: the old
-                # file (if any) is untouched; say what is wrong, and go on to the next table.
+                # file (if any) is untouched; say what is wrong, and go on to the next one.
                 print(file=sys.stderr)
-                print(f"{name}: {action} failed: {_reason(exc)}")
+                print(f"{_name(index)}: {action} failed: {_reason(exc)}")
                 code = 1
             finally:
                 index.close()
@@ -57,21 +65,28 @@ def run_index_command(settings: Settings, action: str, table: str | None) -> int
     return code
 
 
-def _run(index: VectorIndex, action: str) -> int:
-    name = index.table
+def _name(index: VectorIndex | FtsIndex) -> str:
+    return index.table if isinstance(index, VectorIndex) else f"{index.table} full-text"
+
+
+def _run(index: VectorIndex | FtsIndex, action: str) -> int:
+    name = _name(index)
     if action == "status":
-        st = index.status()
-        print(
-            f"{name}: {st.path}: "
-            + (
-                f"usable, {st.reason}; dim {st.dim}, {st.live} rows "
-                f"({st.count - st.live} deleted slots), "
-                f"log seq {st.applied_seq}/{st.log_seq}"
-                if st.usable
-                else f"not usable ({st.reason}); the server rebuilds it"
-            )
-        )
-        return 0 if st.usable else 1
+        if isinstance(index, VectorIndex):
+            vst = index.status()
+            usable, path, reason = vst.usable, vst.path, vst.reason
+            detail = f"dim {vst.dim}, {vst.live} rows ({vst.count - vst.live} deleted slots)"
+            seqs = (vst.applied_seq, vst.log_seq)
+        else:
+            fst = index.status()
+            usable, path, reason = fst.usable, fst.path, fst.reason
+            detail = f"{fst.live} rows ({fst.records} records)"
+            seqs = (fst.applied_seq, fst.log_seq)
+        if not usable:
+            print(f"{name}: {path}: not usable ({reason}); the server rebuilds it")
+            return 1
+        print(f"{name}: {path}: usable, {reason}; {detail}, log seq {seqs[0]}/{seqs[1]}")
+        return 0
     if action == "rebuild":
         print(f"rebuilding {name} index from SQLite", file=sys.stderr)
         rows = index.rebuild(progress=_progress(name))

@@ -1,0 +1,104 @@
+"""The full-text index file: a header and an append-only area of change records.
+
+The layout is docs/fts-index.md; `rust/fts/index.rs` parses the records.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from cpersona.storage.fts import FtsRow
+from cpersona.vectors import format as vector_format
+
+#: Scope values repeat across rows (agents, projects, channels): hash each once.
+_scope_hash = functools.lru_cache(maxsize=65536)(vector_format.scope_hash)
+
+MAGIC = b"CPFTSIX1"
+VERSION = 1
+HEADER_LEN = 128
+TABLE_CODES = {"memories": 0, "episodes": 1}
+# magic, version, table, applied_seq, db_uid, dirty, generation, end, records, live
+_HEADER = struct.Struct("<8sIIq16sIIQQQ")
+_PUT = struct.Struct("<BqQQQQqB")
+_DELETE = struct.Struct("<Bq")
+_U32 = struct.Struct("<I")
+OFF_DIRTY = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    magic: bytes
+    version: int
+    table: int
+    applied_seq: int
+    db_uid: bytes
+    dirty: int
+    generation: int
+    end: int
+    records: int
+    live: int
+
+    def pack(self) -> bytes:
+        raw = _HEADER.pack(
+            self.magic,
+            self.version,
+            self.table,
+            self.applied_seq,
+            self.db_uid,
+            self.dirty,
+            self.generation,
+            self.end,
+            self.records,
+            self.live,
+        )
+        return raw + bytes(HEADER_LEN - len(raw))
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Header:
+        f = _HEADER.unpack_from(raw)
+        return cls(*f)
+
+    @classmethod
+    def new(cls, table: str, db_uid: bytes) -> Header:
+        # A fresh generation per rebuild: a process that read an older file never mistakes a
+        # new one that reuses its inode number for the file it knows.
+        generation = int.from_bytes(os.urandom(4), "little")
+        return cls(MAGIC, VERSION, TABLE_CODES[table], 0, db_uid, 1, generation, HEADER_LEN, 0, 0)
+
+
+def put_record(row: FtsRow) -> bytes:
+    texts = [c.encode("utf-8") for c in row.columns]
+    body = _PUT.pack(
+        1,
+        row.id,
+        _scope_hash(row.agent_id),
+        _scope_hash(row.project_id),
+        _scope_hash(row.channel),
+        0 if row.source_id is None else _scope_hash(row.source_id),
+        row.key,
+        len(texts),
+    ) + b"".join(_U32.pack(len(t)) + t for t in texts)
+    return _U32.pack(len(body)) + body
+
+
+def delete_record(row_id: int) -> bytes:
+    body = _DELETE.pack(2, row_id)
+    return _U32.pack(len(body)) + body
+
+
+def records_for(row_ids: Iterable[int], rows: dict[int, FtsRow]) -> bytes:
+    """A put for each id whose row exists, else a delete, in the order given."""
+    out = []
+    for row_id in row_ids:
+        row = rows.get(row_id)
+        out.append(delete_record(row_id) if row is None else put_record(row))
+    return b"".join(out)
+
+
+def read_header(fd: int) -> Header | None:
+    raw = os.pread(fd, HEADER_LEN, 0)
+    return Header.unpack(raw) if len(raw) == HEADER_LEN else None

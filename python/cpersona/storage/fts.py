@@ -1,0 +1,144 @@
+"""SQL behind the full-text index: its change log and the rows it indexes (docs/fts-index.md)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from cpersona.storage.db import Database
+
+TABLES = ("memories", "episodes")
+# created_at as Unix seconds, as the vector index keys it (storage/vectors.py).
+_KEY = "COALESCE(CAST(strftime('%s', created_at) AS INTEGER), 0)"
+_SELECT = {
+    "memories": (
+        f"SELECT id, {_KEY}, agent_id, project_id, channel, "
+        "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END, "
+        "content FROM memories"
+    ),
+    "episodes": (
+        f"SELECT id, {_KEY}, agent_id, project_id, channel, NULL, summary, keywords FROM episodes"
+    ),
+}
+#: The columns each table's FTS5 table indexes, in its column order (storage/schema.py).
+FTS_COLUMNS = {"memories": ("content",), "episodes": ("summary", "keywords")}
+_HIGH_WATER = "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'fts_log'), 0)"
+
+
+@dataclass(frozen=True, slots=True)
+class FtsRow:
+    """What the full-text index stores of one row: the FTS5 columns and the scope."""
+
+    id: int
+    key: int
+    agent_id: str
+    project_id: str
+    channel: str
+    source_id: str | None
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    row_ids: list[int]
+    max_seq: int
+
+
+def _check(table: str) -> str:
+    if table not in TABLES:
+        raise ValueError(f"no full-text index for table {table!r}")
+    return table
+
+
+def _row(r: sqlite3.Row | tuple[object, ...]) -> FtsRow:
+    # A NULL column is indexed as no text, as FTS5 indexes it.
+    cols = tuple("" if c is None else str(c) for c in tuple(r)[6:])
+    return FtsRow(
+        int(r[0]),  # type: ignore[arg-type]
+        int(r[1]),  # type: ignore[arg-type]
+        str(r[2]),
+        str(r[3]),
+        str(r[4]),
+        None if r[5] is None else str(r[5]),
+        cols,
+    )
+
+
+def max_seq(db: Database) -> int:
+    """The largest `fts_log.seq` ever written (trimmed entries included)."""
+    row = db.query_one(_HIGH_WATER)
+    return int(row[0]) if row else 0
+
+
+def changes_since(db: Database, table: str, seq: int) -> Changes:
+    """Distinct row ids of `table` logged after `seq`, oldest change first, and the log's max."""
+    conn = db.reader()
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        top = conn.execute(_HIGH_WATER).fetchone()[0]
+        rows = conn.execute(
+            "SELECT row_id, MIN(seq) AS first FROM fts_log WHERE tbl = ? AND seq > ? "
+            "AND seq <= ? GROUP BY row_id ORDER BY first",
+            (_check(table), seq, top),
+        ).fetchall()
+    finally:
+        if own:
+            conn.execute("COMMIT")
+    return Changes([int(r[0]) for r in rows], int(top))
+
+
+def rows_by_id(db: Database, table: str, ids: Sequence[int]) -> dict[int, FtsRow]:
+    """The current rows among `ids` (a row that is gone is absent)."""
+    found: dict[int, FtsRow] = {}
+    for start in range(0, len(ids), 500):
+        batch = list(ids[start : start + 500])
+        marks = ",".join("?" * len(batch))
+        for r in db.reader().execute(f"{_SELECT[_check(table)]} WHERE id IN ({marks})", batch):
+            row = _row(r)
+            found[row.id] = row
+    return found
+
+
+def row_count(db: Database, table: str) -> int:
+    row = db.query_one(f"SELECT COUNT(*) FROM {_check(table)}")
+    return int(row[0]) if row else 0
+
+
+def iter_rows(db: Database, table: str) -> Iterator[FtsRow]:
+    """Every row of `table`, by id."""
+    cur = db.reader().execute(f"{_SELECT[_check(table)]} ORDER BY id")
+    while batch := cur.fetchmany(4096):
+        for r in batch:
+            yield _row(r)
+
+
+def trim_log(db: Database, table: str, upto: int) -> int:
+    """Forget applied log entries of `table`, remembering how far (as storage/vectors.py)."""
+    key = f"fts_log_trimmed_{_check(table)}"
+    with db.atomic() as conn:
+        conn.execute(
+            "INSERT INTO cpersona_meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
+            "DO UPDATE SET value = MAX(value, excluded.value)",
+            (key, upto),
+        )
+        return conn.execute(
+            "DELETE FROM fts_log WHERE tbl = ? AND seq <= ?", (table, upto)
+        ).rowcount
+
+
+def trimmed_upto(db: Database, table: str) -> int:
+    row = db.query_one(
+        "SELECT value FROM cpersona_meta WHERE key = ?", (f"fts_log_trimmed_{_check(table)}",)
+    )
+    return int(row[0]) if row else 0
+
+
+def has_fts5_tables(db: Database) -> bool:
+    """Whether the FTS5 tables exist (the index answers only where FTS5 would)."""
+    row = db.query_one(
+        "SELECT COUNT(*) FROM sqlite_master WHERE name IN ('memories_fts', 'episodes_fts')"
+    )
+    return bool(row and int(row[0]) == 2)

@@ -1,0 +1,279 @@
+"""Which model made each table's vectors, and the staging area of a model conversion.
+
+`cpersona_vector_model` holds one row per vector table (`memories`, `episodes`): the name of
+the provider whose vectors the table's `embedding` column holds. It is the authority recall
+and every write consult (the calibration sidecar's `embedding_model` only says what the
+calibration was measured on). A conversion (`cpersona reembed`) is one row of
+`cpersona_reembed` per table plus the new vectors staged in `cpersona_reembed_vectors`; the
+`embedding` column keeps serving the old vectors until `cut_over` swaps them in one
+transaction. Triggers drop a staged vector when its row's text changes or the row goes, so a
+staged vector always belongs to the row's current text, whoever wrote (a 2.5.x server too).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cpersona.storage.db import Database
+
+TABLES = ("memories", "episodes")
+#: The embedded text of each table.
+TEXT_COLUMN = {"memories": "content", "episodes": "summary"}
+
+Conn = sqlite3.Connection
+
+DDL = (
+    """CREATE TABLE IF NOT EXISTS cpersona_vector_model (
+    tbl         TEXT PRIMARY KEY,
+    model       TEXT NOT NULL,
+    dim         INTEGER,
+    how         TEXT NOT NULL,
+    recorded_at TEXT NOT NULL DEFAULT (datetime('now'))
+)""",
+    """CREATE TABLE IF NOT EXISTS cpersona_reembed (
+    tbl        TEXT PRIMARY KEY,
+    model      TEXT NOT NULL,
+    phase      TEXT NOT NULL DEFAULT 'staging',
+    started_at TEXT NOT NULL DEFAULT (datetime('now'))
+)""",
+    """CREATE TABLE IF NOT EXISTS cpersona_reembed_vectors (
+    tbl       TEXT NOT NULL,
+    row_id    INTEGER NOT NULL,
+    embedding BLOB NOT NULL,
+    PRIMARY KEY (tbl, row_id)
+) WITHOUT ROWID""",
+)
+
+
+def triggers() -> tuple[str, ...]:
+    out = []
+    for table, column in TEXT_COLUMN.items():
+        drop = f"DELETE FROM cpersona_reembed_vectors WHERE tbl = '{table}' AND row_id = old.id;"
+        out += [
+            f"""CREATE TRIGGER IF NOT EXISTS cpersona_reembed_{table}_au
+AFTER UPDATE OF id, {column} ON {table} BEGIN
+    {drop}
+END""",
+            f"""CREATE TRIGGER IF NOT EXISTS cpersona_reembed_{table}_ad
+AFTER DELETE ON {table} BEGIN
+    {drop}
+END""",
+        ]
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """The model of one table's vectors and how cpersona learned it."""
+
+    model: str
+    dim: int | None
+    how: str  # written | probed | sidecar | unknown | reembed
+
+
+@dataclass(frozen=True, slots=True)
+class Conversion:
+    """A conversion of one table, begun by `cpersona reembed` and not finished."""
+
+    table: str
+    model: str
+    phase: str  # staging | finishing
+    started_at: str
+
+
+def _check(table: str) -> str:
+    if table not in TABLES:
+        raise ValueError(f"no vectors in table {table!r}")
+    return table
+
+
+# -- the record ------------------------------------------------------------------------------
+
+
+def _present(conn: Conn) -> bool:
+    """Whether the tables exist (a read-only look at a database no cpersona of this version
+    has opened yet finds none: nothing is recorded or converting there)."""
+    return (
+        conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cpersona_reembed'"
+        ).fetchone()
+        is not None
+    )
+
+
+def recorded(conn: Conn) -> dict[str, Recorded]:
+    """{table: Recorded} of every table with a record."""
+    if not _present(conn):
+        return {}
+    rows = conn.execute("SELECT tbl, model, dim, how FROM cpersona_vector_model").fetchall()
+    return {r[0]: Recorded(r[1], r[2], r[3]) for r in rows}
+
+
+def record(conn: Conn, table: str, model: str, dim: int | None, how: str) -> None:
+    conn.execute(
+        "INSERT INTO cpersona_vector_model(tbl, model, dim, how) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(tbl) DO UPDATE SET model = excluded.model, dim = excluded.dim, "
+        "how = excluded.how, recorded_at = datetime('now')",
+        (_check(table), model, dim, how),
+    )
+
+
+def claim(conn: Conn, table: str, model: str, dim: int | None) -> str:
+    """Inside a write transaction: the model whose vectors `table` takes now.
+
+    A table without a record, or whose every vector is gone, is claimed for `model`;
+    otherwise the recorded model stands and the caller writes a vector only if it matches.
+    """
+    row = conn.execute(
+        "SELECT model FROM cpersona_vector_model WHERE tbl = ?", (_check(table),)
+    ).fetchone()
+    if row is not None and (row[0] == model or has_vectors(conn, table)):
+        return str(row[0])
+    if row is None and has_vectors(conn, table):
+        # Vectors nobody identified (a 2.5.x writer, or a start that could not probe):
+        # never let a new vector of one model join them under a record that says so.
+        return ""
+    record(conn, table, model, dim, "written")
+    return model
+
+
+def has_vectors(conn: Conn, table: str) -> bool:
+    return (
+        conn.execute(
+            f"SELECT 1 FROM {_check(table)} WHERE embedding IS NOT NULL LIMIT 1"
+        ).fetchone()
+        is not None
+    )
+
+
+def sample_texts(conn: Conn, table: str, n: int) -> list[tuple[str, bytes]]:
+    """(text, stored BLOB) of up to `n` embedded rows with text, newest first."""
+    column = TEXT_COLUMN[_check(table)]
+    rows = conn.execute(
+        f"SELECT {column}, embedding FROM {table} WHERE embedding IS NOT NULL "
+        f"AND {column} != '' ORDER BY id DESC LIMIT ?",
+        (n,),
+    ).fetchall()
+    return [(str(r[0]), bytes(r[1])) for r in rows]
+
+
+# -- conversions -----------------------------------------------------------------------------
+
+
+def conversions(conn: Conn) -> dict[str, Conversion]:
+    if not _present(conn):
+        return {}
+    rows = conn.execute("SELECT tbl, model, phase, started_at FROM cpersona_reembed").fetchall()
+    return {r[0]: Conversion(r[0], r[1], r[2], r[3]) for r in rows}
+
+
+def begin(conn: Conn, table: str, model: str) -> Conversion:
+    """Start converting `table` to `model`, or resume the conversion already begun.
+
+    A conversion begun towards another model is dropped with its staged vectors.
+    """
+    found = conversions(conn).get(_check(table))
+    if found is not None and found.model == model:
+        return found
+    drop(conn, table)
+    conn.execute("INSERT INTO cpersona_reembed(tbl, model) VALUES (?, ?)", (table, model))
+    return conversions(conn)[table]
+
+
+def drop(conn: Conn, table: str) -> None:
+    """Abandon `table`'s conversion and its staged vectors (the old vectors never moved)."""
+    conn.execute("DELETE FROM cpersona_reembed_vectors WHERE tbl = ?", (_check(table),))
+    conn.execute("DELETE FROM cpersona_reembed WHERE tbl = ?", (table,))
+
+
+def set_phase(conn: Conn, table: str, phase: str) -> None:
+    conn.execute("UPDATE cpersona_reembed SET phase = ? WHERE tbl = ?", (phase, _check(table)))
+
+
+def finish(conn: Conn, table: str) -> None:
+    conn.execute("DELETE FROM cpersona_reembed WHERE tbl = ?", (_check(table),))
+
+
+def progress(conn: Conn, table: str) -> tuple[int, int]:
+    """(rows with a staged vector, rows to convert) of `table`."""
+    column = TEXT_COLUMN[_check(table)]
+    total = conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {column} != ''").fetchone()[0]
+    done = conn.execute(
+        f"SELECT COUNT(*) FROM cpersona_reembed_vectors s JOIN {table} t ON t.id = s.row_id "
+        "WHERE s.tbl = ?",
+        (table,),
+    ).fetchone()[0]
+    return int(done), int(total)
+
+
+def unstaged(conn: Conn, table: str, limit: int) -> list[tuple[int, str]]:
+    """(id, text) of rows that have text and no staged vector yet, lowest id first."""
+    column = TEXT_COLUMN[_check(table)]
+    rows = conn.execute(
+        f"SELECT id, {column} FROM {table} WHERE {column} != '' AND id NOT IN "
+        "(SELECT row_id FROM cpersona_reembed_vectors WHERE tbl = ?) ORDER BY id LIMIT ?",
+        (table, limit),
+    ).fetchall()
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def stage(conn: Conn, table: str, rows: Sequence[tuple[int, str, bytes]]) -> int:
+    """Keep the new vectors of (id, text it was computed from, BLOB); a row whose text
+    changed since it was read is skipped (the next batch reads it again)."""
+    column = TEXT_COLUMN[_check(table)]
+    staged = 0
+    for row_id, text, blob in rows:
+        staged += conn.execute(
+            "INSERT OR REPLACE INTO cpersona_reembed_vectors(tbl, row_id, embedding) "
+            f"SELECT ?, id, ? FROM {table} WHERE id = ? AND {column} = ?",
+            (table, blob, row_id, text),
+        ).rowcount
+    return staged
+
+
+def cut_over(conn: Conn, table: str, model: str, dim: int | None) -> int:
+    """Inside one write transaction: swap every staged vector into `table` and record `model`.
+
+    The caller has checked that no row with text is unstaged (`unstaged(...)` is empty in the
+    same transaction). A row without text loses any old vector: no vector of the old model
+    may stay behind under the new record. Returns the rows swapped.
+    """
+    _check(table)
+    swapped = conn.execute(
+        f"UPDATE {table} SET embedding = s.embedding FROM cpersona_reembed_vectors s "
+        f"WHERE s.tbl = ? AND s.row_id = {table}.id",
+        (table,),
+    ).rowcount
+    conn.execute(
+        f"UPDATE {table} SET embedding = NULL WHERE embedding IS NOT NULL AND id NOT IN "
+        "(SELECT row_id FROM cpersona_reembed_vectors WHERE tbl = ?)",
+        (table,),
+    )
+    conn.execute("DELETE FROM cpersona_reembed_vectors WHERE tbl = ?", (table,))
+    record(conn, table, model, dim, "reembed")
+    set_phase(conn, table, "finishing")
+    return int(swapped)
+
+
+def read(db: Database) -> tuple[dict[str, Recorded], dict[str, Conversion]]:
+    """The record and the open conversions, read in one snapshot."""
+    conn = db.reader()
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        return recorded(conn), conversions(conn)
+    finally:
+        if own:
+            conn.execute("COMMIT")
+
+
+def fill_vector(conn: Conn, table: str, row_id: int, text: str, blob: bytes) -> int:
+    """Give a row stored without a vector its vector, if its text is still `text`."""
+    column = TEXT_COLUMN[_check(table)]
+    return conn.execute(
+        f"UPDATE {table} SET embedding = ? WHERE id = ? AND embedding IS NULL AND {column} = ?",
+        (blob, row_id, text),
+    ).rowcount

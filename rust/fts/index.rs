@@ -1,0 +1,723 @@
+//! The in-memory full-text index of one table and its bm25 search (docs/fts-index.md).
+//!
+//! Each row is a slot: its id, scope hashes, token count and the folded text of each column.
+//! A trigram's posting list is the ascending list of slots whose text contains it. A row that
+//! changes takes a new slot and its old slot is marked dead (postings keep dead slots until the
+//! next compaction), so posting lists only ever grow at their end and stay sorted.
+//!
+//! Search reproduces `bm25()` of FTS5 over the trigram tokenizer exactly: for each query phrase
+//! the rows containing it and its instance count per row (the phrase's trigram lists intersected,
+//! then each candidate's folded text searched), the phrase's IDF over the whole table, and each
+//! row's score summed phrase by phrase in query order with FTS5's own expression, so the values
+//! are the same doubles. A phrase's rows depend only on the table, so they are cached until the
+//! table changes under them (each write updates the cached phrases it touches).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use memchr::memmem::Finder;
+
+use super::fold::{fold_text, occurrences, token_count, trigrams};
+use crate::error::CoreError;
+use crate::scan::Scope;
+
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+/// Phrases kept in the cache before it is emptied (each costs its row list).
+const CACHE_PHRASES: usize = 4096;
+/// Compact the slots once this many are dead and they outnumber the live ones.
+const COMPACT_MIN_DEAD: usize = 65_536;
+
+/// One row as the change records carry it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Doc {
+    pub id: i64,
+    pub agent: u64,
+    pub project: u64,
+    pub channel: u64,
+    pub source: u64,
+    /// `created_at` as Unix seconds (kept for the scope-ordered keyword reads).
+    pub key: i64,
+    pub columns: Vec<String>,
+}
+
+/// One change record: a row's current state, or its absence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    Put(Doc),
+    Delete(i64),
+}
+
+struct Slot {
+    id: i64,
+    agent: u64,
+    project: u64,
+    channel: u64,
+    source: u64,
+    key: i64,
+    tokens: u64,
+    columns: Box<[Box<str>]>,
+}
+
+/// A trigram's rows, ascending by slot, and its number of windows in each (saturating).
+#[derive(Default)]
+struct Postings {
+    slots: Vec<u32>,
+    counts: Vec<u8>,
+}
+
+/// The rows containing one folded phrase, ascending by slot, with the instance count in each.
+#[derive(Clone, Default)]
+struct Phrase {
+    slots: Vec<u32>,
+    tfs: Vec<u32>,
+    /// Live rows among `slots` (FTS5's `nHit`).
+    hits: i64,
+    /// The largest frequency and the smallest row size among `slots`: the phrase's best
+    /// possible contribution to a score (the `MaxScore` bound) is reached at these.
+    max_tf: u32,
+    min_size: u64,
+}
+
+impl Phrase {
+    fn push(&mut self, slot: u32, tf: u32, size: u64) {
+        if self.slots.is_empty() {
+            self.min_size = size;
+        }
+        self.slots.push(slot);
+        self.tfs.push(tf);
+        self.hits += 1;
+        self.max_tf = self.max_tf.max(tf);
+        self.min_size = self.min_size.min(size);
+    }
+
+    fn tf_of(&self, slot: u32) -> Option<u32> {
+        self.slots.binary_search(&slot).ok().map(|i| self.tfs[i])
+    }
+}
+
+/// A row of the index as `verify` compares it with `SQLite`.
+pub struct RowView<'a> {
+    pub agent: u64,
+    pub project: u64,
+    pub channel: u64,
+    pub source: u64,
+    pub key: i64,
+    pub columns: &'a [Box<str>],
+}
+
+#[derive(Default)]
+pub struct FtsIndex {
+    slots: Vec<Slot>,
+    alive: Vec<bool>,
+    /// Per slot, dense for the scoring loops: the agent hash and the token count.
+    agents: Vec<u64>,
+    sizes: Vec<u64>,
+    by_id: HashMap<i64, u32>,
+    postings: HashMap<u64, Postings>,
+    live_tokens: u64,
+    cache: Mutex<HashMap<Box<str>, Arc<Phrase>>>,
+}
+
+impl FtsIndex {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Live rows (FTS5's `nRow`).
+    #[must_use]
+    pub fn live(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Tokens over all live rows and columns (FTS5's total column size).
+    #[must_use]
+    pub fn total_tokens(&self) -> u64 {
+        self.live_tokens
+    }
+
+    #[must_use]
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Live row ids, ascending.
+    #[must_use]
+    pub fn ids(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self.by_id.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    #[must_use]
+    pub fn row(&self, id: i64) -> Option<RowView<'_>> {
+        self.by_id.get(&id).map(|&s| {
+            let slot = &self.slots[s as usize];
+            RowView {
+                agent: slot.agent,
+                project: slot.project,
+                channel: slot.channel,
+                source: slot.source,
+                key: slot.key,
+                columns: &slot.columns,
+            }
+        })
+    }
+
+    /// Apply change records in order (idempotent per record: a put replaces, a delete of an
+    /// absent row does nothing).
+    pub fn apply(&mut self, records: Vec<Record>) {
+        let cache = self.cache.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let mut cache = std::mem::take(cache);
+        for record in records {
+            match record {
+                Record::Put(doc) => {
+                    self.remove(doc.id, &mut cache);
+                    self.insert(&doc, &mut cache);
+                }
+                Record::Delete(id) => self.remove(id, &mut cache),
+            }
+        }
+        *self.cache.get_mut().unwrap_or_else(PoisonError::into_inner) = cache;
+        let dead = self.slots.len() - self.by_id.len();
+        if dead >= COMPACT_MIN_DEAD && dead > self.by_id.len() {
+            self.compact();
+        }
+    }
+
+    fn insert(&mut self, doc: &Doc, cache: &mut HashMap<Box<str>, Arc<Phrase>>) {
+        let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 slots");
+        let mut tokens = 0u64;
+        let mut columns = Vec::with_capacity(doc.columns.len());
+        let mut keys: Vec<u64> = Vec::new();
+        for text in &doc.columns {
+            let (folded, chars) = fold_text(text);
+            tokens += token_count(chars);
+            keys.extend(trigrams(&folded));
+            columns.push(folded.into_boxed_str());
+        }
+        keys.sort_unstable();
+        for run in keys.chunk_by(|a, b| a == b) {
+            let list = self.postings.entry(run[0]).or_default();
+            list.slots.push(slot);
+            list.counts.push(u8::try_from(run.len()).unwrap_or(u8::MAX));
+        }
+        for (term, phrase) in cache.iter_mut() {
+            let finder = Finder::new(term.as_bytes());
+            let tf: u32 = columns
+                .iter()
+                .map(|c| occurrences(&finder, c.as_bytes()))
+                .sum();
+            if tf > 0 {
+                Arc::make_mut(phrase).push(slot, tf, tokens);
+            }
+        }
+        self.slots.push(Slot {
+            id: doc.id,
+            agent: doc.agent,
+            project: doc.project,
+            channel: doc.channel,
+            source: doc.source,
+            key: doc.key,
+            tokens,
+            columns: columns.into_boxed_slice(),
+        });
+        self.alive.push(true);
+        self.agents.push(doc.agent);
+        self.sizes.push(tokens);
+        self.by_id.insert(doc.id, slot);
+        self.live_tokens += tokens;
+    }
+
+    fn remove(&mut self, id: i64, cache: &mut HashMap<Box<str>, Arc<Phrase>>) {
+        let Some(slot) = self.by_id.remove(&id) else {
+            return;
+        };
+        self.alive[slot as usize] = false;
+        self.live_tokens -= self.slots[slot as usize].tokens;
+        for phrase in cache.values_mut() {
+            if phrase.slots.binary_search(&slot).is_ok() {
+                Arc::make_mut(phrase).hits -= 1;
+            }
+        }
+    }
+
+    /// Renumber the live slots densely and rebuild the postings (the cache is dropped).
+    fn compact(&mut self) {
+        let old = std::mem::take(&mut self.slots);
+        let alive = std::mem::take(&mut self.alive);
+        self.agents.clear();
+        self.sizes.clear();
+        self.by_id.clear();
+        self.postings.clear();
+        self.live_tokens = 0;
+        self.cache
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        let mut none = HashMap::new();
+        for (slot, live) in old.into_iter().zip(alive) {
+            if live {
+                let doc = Doc {
+                    id: slot.id,
+                    agent: slot.agent,
+                    project: slot.project,
+                    channel: slot.channel,
+                    source: slot.source,
+                    key: slot.key,
+                    columns: slot.columns.iter().map(ToString::to_string).collect(),
+                };
+                self.insert(&doc, &mut none);
+            }
+        }
+    }
+
+    /// Forget every cached phrase (what a freshly loaded index has).
+    pub fn clear_cache(&self) {
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// The rows of one folded phrase, from the cache or computed (and then cached).
+    fn phrase(&self, term: &str) -> Arc<Phrase> {
+        let cache = || self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(hit) = cache().get(term) {
+            return Arc::clone(hit);
+        }
+        let phrase = Arc::new(self.compute_phrase(term));
+        let mut cache = cache();
+        if cache.len() >= CACHE_PHRASES {
+            cache.clear();
+        }
+        cache.insert(term.into(), Arc::clone(&phrase));
+        phrase
+    }
+
+    fn compute_phrase(&self, term: &str) -> Phrase {
+        let mut keys: Vec<u64> = trigrams(term).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut lists = Vec::with_capacity(keys.len());
+        for key in &keys {
+            match self.postings.get(key) {
+                Some(list) => lists.push(list),
+                None => return Phrase::default(),
+            }
+        }
+        if lists.is_empty() {
+            return Phrase::default();
+        }
+        let finder = Finder::new(term.as_bytes());
+        let mut out = Phrase::default();
+        if term.chars().count() == 3 {
+            // One window: the rows holding the trigram are the phrase's rows, and the
+            // trigram's count in a row is the phrase frequency (counted anew only if saturated).
+            let list = lists[0];
+            for (&slot, &count) in list.slots.iter().zip(&list.counts) {
+                if self.alive[slot as usize] {
+                    let tf = if count < u8::MAX {
+                        u32::from(count)
+                    } else {
+                        self.frequency(slot, &finder)
+                    };
+                    out.push(slot, tf, self.sizes[slot as usize]);
+                }
+            }
+            return out;
+        }
+        let mut lists: Vec<&[u32]> = lists.iter().map(|l| l.slots.as_slice()).collect();
+        lists.sort_by_key(|l| l.len());
+        let (drive, others) = lists.split_first().expect("non-empty");
+        // Two more lists prune nearly all false candidates; the text search settles the rest.
+        let others = &others[..others.len().min(2)];
+        let mut cursors = vec![0usize; others.len()];
+        'rows: for &slot in *drive {
+            if !self.alive[slot as usize] {
+                continue;
+            }
+            for (list, pos) in others.iter().zip(cursors.iter_mut()) {
+                if !gallop(list, pos, slot) {
+                    continue 'rows;
+                }
+            }
+            let tf = self.frequency(slot, &finder);
+            if tf > 0 {
+                out.push(slot, tf, self.sizes[slot as usize]);
+            }
+        }
+        out
+    }
+
+    /// Occurrences of a phrase in one row, over its columns.
+    fn frequency(&self, slot: u32, finder: &Finder<'_>) -> u32 {
+        self.slots[slot as usize]
+            .columns
+            .iter()
+            .map(|c| occurrences(finder, c.as_bytes()))
+            .sum()
+    }
+
+    /// The top `limit` rows of `scope` matching any of `terms` (already-folded query phrases,
+    /// in query order), as `(id, bm25)` ordered by bm25 ascending then id ascending: what
+    /// `ORDER BY bm25(fts), id LIMIT limit` returns over the FTS5 table joined to the scope.
+    ///
+    /// `MaxScore`: phrases are taken by their best possible contribution, largest first, each
+    /// adding to every row in scope it matches; once the `limit`-th best partial score beats
+    /// what all the phrases left could add, rows not yet seen cannot reach the top, and the
+    /// remaining phrases only complete the rows already seen (by lookup when those are few).
+    /// The rows that can still be in the top are then scored exactly, phrase by phrase in
+    /// query order as FTS5 sums them.
+    #[must_use]
+    pub fn search(&self, terms: &[String], scope: &Scope, limit: usize) -> Vec<(i64, f64)> {
+        let n_row = self.by_id.len() as i64;
+        if limit == 0 || n_row == 0 || terms.is_empty() {
+            return Vec::new();
+        }
+        let phrases: Vec<Arc<Phrase>> = terms.iter().map(|t| self.phrase(t)).collect();
+        let avgdl = self.live_tokens as f64 / n_row as f64;
+        let idfs: Vec<f64> = phrases.iter().map(|p| idf(n_row, p.hits)).collect();
+        let bound = |i: usize| {
+            let p = &phrases[i];
+            contribution(idfs[i], p.max_tf, p.min_size, avgdl)
+        };
+        let mut order: Vec<usize> = (0..phrases.len())
+            .filter(|&i| phrases[i].hits > 0)
+            .collect();
+        order.sort_by(|&a, &b| bound(b).total_cmp(&bound(a)));
+        let mut rest: f64 = order.iter().map(|&i| bound(i)).sum();
+
+        // 0 = not seen, 1 = in scope, 2 = out of scope.
+        let mut seen = vec![0u8; self.slots.len()];
+        let mut partial = vec![0f64; self.slots.len()];
+        let mut touched: Vec<u32> = Vec::new();
+        let mut next = 0;
+        while next < order.len() {
+            if touched.len() >= limit && kth_largest(&touched, &partial, limit) > rest * SAFETY {
+                break;
+            }
+            let i = order[next];
+            let p = &phrases[i];
+            for (&slot, &tf) in p.slots.iter().zip(&p.tfs) {
+                let s = slot as usize;
+                match seen[s] {
+                    0 => {
+                        let ok = self.alive[s] && self.in_scope(s, scope);
+                        seen[s] = if ok { 1 } else { 2 };
+                        if !ok {
+                            continue;
+                        }
+                        touched.push(slot);
+                    }
+                    2 => continue,
+                    _ => {}
+                }
+                partial[s] += contribution(idfs[i], tf, self.sizes[s], avgdl);
+            }
+            rest -= bound(i);
+            next += 1;
+        }
+        for &i in &order[next..] {
+            let p = &phrases[i];
+            if touched.len().saturating_mul(16) < p.slots.len() {
+                for &slot in &touched {
+                    if let Some(tf) = p.tf_of(slot) {
+                        let s = slot as usize;
+                        partial[s] += contribution(idfs[i], tf, self.sizes[s], avgdl);
+                    }
+                }
+            } else {
+                for (&slot, &tf) in p.slots.iter().zip(&p.tfs) {
+                    let s = slot as usize;
+                    if seen[s] == 1 {
+                        partial[s] += contribution(idfs[i], tf, self.sizes[s], avgdl);
+                    }
+                }
+            }
+        }
+        // `partial` now holds each seen row's whole score, summed in another order than
+        // FTS5's: keep every row within rounding of the limit-th, then score those exactly.
+        if touched.len() > limit {
+            let kth = kth_largest(&touched, &partial, limit);
+            touched.retain(|&s| partial[s as usize] >= kth / SAFETY);
+        }
+        let mut ranked: Vec<(i64, f64)> = touched
+            .iter()
+            .map(|&slot| {
+                let s = slot as usize;
+                let mut sum = 0.0f64;
+                for (i, p) in phrases.iter().enumerate() {
+                    if let Some(tf) = p.tf_of(slot) {
+                        sum += contribution(idfs[i], tf, self.sizes[s], avgdl);
+                    }
+                }
+                (self.slots[s].id, -sum)
+            })
+            .collect();
+        let by_rank = |a: &(i64, f64), b: &(i64, f64)| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0));
+        ranked.sort_unstable_by(by_rank);
+        ranked.truncate(limit);
+        ranked
+    }
+
+    fn in_scope(&self, s: usize, scope: &Scope) -> bool {
+        if self.agents[s] != scope.agent {
+            return false;
+        }
+        let row = &self.slots[s];
+        scope.projects.admits(row.project)
+            && scope.channels.admits(row.channel)
+            && scope.sources.admits(row.source)
+    }
+}
+
+/// Relative margin between a bound and a sum of floating-point terms (each term is a few
+/// roundings off its exact value, ~1e-16 relative; the margin is far above that).
+const SAFETY: f64 = 1.0 + 1e-9;
+
+/// FTS5's IDF of a phrase found in `n_hit` of `n_row` rows.
+fn idf(n_row: i64, n_hit: i64) -> f64 {
+    let idf = (((n_row - n_hit) as f64 + 0.5) / (n_hit as f64 + 0.5)).ln();
+    if idf <= 0.0 {
+        1e-6
+    } else {
+        idf
+    }
+}
+
+/// One phrase's term of FTS5's bm25 sum, written as FTS5 writes it so the doubles agree.
+#[inline]
+fn contribution(idf: f64, tf: u32, size: u64, avgdl: f64) -> f64 {
+    let freq = f64::from(tf);
+    let d = size as f64;
+    idf * ((freq * (K1 + 1.0)) / (freq + K1 * (1.0 - B + B * d / avgdl)))
+}
+
+/// The `k`-th largest of `scores` over `slots` (`slots.len() >= k >= 1`).
+fn kth_largest(slots: &[u32], scores: &[f64], k: usize) -> f64 {
+    let mut values: Vec<f64> = slots.iter().map(|&s| scores[s as usize]).collect();
+    let (_, kth, _) = values.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+    *kth
+}
+
+/// Advance `pos` in the ascending `list` to the first entry >= `target`; whether it is `target`.
+fn gallop(list: &[u32], pos: &mut usize, target: u32) -> bool {
+    let mut lo = *pos;
+    if lo >= list.len() {
+        return false;
+    }
+    if list[lo] < target {
+        let mut step = 1usize;
+        let mut hi = lo + 1;
+        while hi < list.len() && list[hi] < target {
+            lo = hi;
+            step *= 2;
+            hi = lo + step;
+        }
+        let hi = hi.min(list.len());
+        lo += list[lo..hi].partition_point(|&v| v < target);
+    }
+    *pos = lo;
+    lo < list.len() && list[lo] == target
+}
+
+/// Parse change records (the file format of docs/fts-index.md).
+///
+/// # Errors
+/// `Corrupt` when a record is cut short or malformed.
+pub fn parse_records(bytes: &[u8]) -> Result<Vec<Record>, CoreError> {
+    let mut out = Vec::new();
+    let mut r = Reader { bytes, pos: 0 };
+    while r.pos < bytes.len() {
+        let len = r.u32()? as usize;
+        let end = r.pos.checked_add(len).filter(|&e| e <= bytes.len());
+        let Some(end) = end else {
+            return Err(corrupt("a record runs past the end"));
+        };
+        let op = r.u8()?;
+        let id = r.u64()? as i64;
+        let record = match op {
+            1 => {
+                let agent = r.u64()?;
+                let project = r.u64()?;
+                let channel = r.u64()?;
+                let source = r.u64()?;
+                let key = r.u64()? as i64;
+                let ncols = r.u8()?;
+                let mut columns = Vec::with_capacity(usize::from(ncols));
+                for _ in 0..ncols {
+                    let n = r.u32()? as usize;
+                    let raw = r.take(n)?;
+                    let text =
+                        std::str::from_utf8(raw).map_err(|_| corrupt("text is not UTF-8"))?;
+                    columns.push(text.to_string());
+                }
+                Record::Put(Doc {
+                    id,
+                    agent,
+                    project,
+                    channel,
+                    source,
+                    key,
+                    columns,
+                })
+            }
+            2 => Record::Delete(id),
+            _ => return Err(corrupt("unknown record type")),
+        };
+        if r.pos != end {
+            return Err(corrupt("a record's length disagrees with its fields"));
+        }
+        out.push(record);
+    }
+    Ok(out)
+}
+
+fn corrupt(msg: &str) -> CoreError {
+    CoreError::Corrupt(format!("full-text index: {msg}"))
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], CoreError> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or_else(|| corrupt("a record is cut short"))?;
+        let out = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8, CoreError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, CoreError> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    fn u64(&mut self) -> Result<u64, CoreError> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::HashSet64;
+
+    fn doc(id: i64, text: &str) -> Record {
+        Record::Put(Doc {
+            id,
+            agent: 7,
+            project: 0,
+            channel: 0,
+            source: 0,
+            key: 0,
+            columns: vec![text.to_string()],
+        })
+    }
+
+    fn scope() -> Scope {
+        Scope {
+            agent: 7,
+            projects: HashSet64::new(&[]),
+            channels: HashSet64::new(&[]),
+            sources: HashSet64::new(&[]),
+        }
+    }
+
+    #[test]
+    fn matches_substrings_case_insensitively_and_orders_by_score_then_id() {
+        let mut ix = FtsIndex::new();
+        ix.apply(vec![
+            doc(1, "Hello world"),
+            doc(2, "say hello hello"),
+            doc(3, "nothing"),
+            doc(4, "xyz"),
+        ]);
+        let hits = ix.search(&["hello".into()], &scope(), 10);
+        assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), vec![2, 1]);
+        assert!(hits[0].1 < hits[1].1);
+        ix.apply(vec![Record::Delete(2), doc(1, "bye")]);
+        assert!(ix.search(&["hello".into()], &scope(), 10).is_empty());
+        assert_eq!(ix.live(), 3);
+    }
+
+    #[test]
+    fn records_round_trip_and_reject_truncation() {
+        let mut bytes = Vec::new();
+        let body: Vec<u8> = [vec![2u8], 5i64.to_le_bytes().to_vec()].concat();
+        bytes.extend((body.len() as u32).to_le_bytes());
+        bytes.extend(&body);
+        assert_eq!(parse_records(&bytes).unwrap(), vec![Record::Delete(5)]);
+        assert!(parse_records(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    /// Every matching row scored in full, phrase by phrase in query order: the search
+    /// without MaxScore, for the property below.
+    fn brute_force(ix: &FtsIndex, terms: &[String], limit: usize) -> Vec<(i64, f64)> {
+        let n_row = ix.live() as i64;
+        let avgdl = ix.total_tokens() as f64 / n_row as f64;
+        let phrases: Vec<Phrase> = terms.iter().map(|t| ix.compute_phrase(t)).collect();
+        let mut out = Vec::new();
+        for (&id, &slot) in &ix.by_id {
+            let mut score = 0.0;
+            let mut any = false;
+            for p in &phrases {
+                if let Some(tf) = p.tf_of(slot) {
+                    any = true;
+                    score += contribution(idf(n_row, p.hits), tf, ix.sizes[slot as usize], avgdl);
+                }
+            }
+            if any {
+                out.push((id, -score));
+            }
+        }
+        out.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        out.truncate(limit);
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn maxscore_returns_the_full_scoring_top(
+            docs in proptest::collection::vec(proptest::collection::vec(0usize..12, 0..30), 1..120),
+            deletes in proptest::collection::vec(0i64..120, 0..20),
+            query in proptest::collection::vec(0usize..12, 1..6),
+            limit in 1usize..12,
+        ) {
+            const WORDS: [&str; 12] = [
+                "the", "then", "hen", "maybe", "aaa", "aaaa", "rare", "zebra", "when", "xyz",
+                "東京都", "thé",
+            ];
+            let mut ix = FtsIndex::new();
+            let records = docs.iter().enumerate().map(|(i, words)| {
+                let text: Vec<&str> = words.iter().map(|&w| WORDS[w]).collect();
+                doc(i as i64, &text.join(" "))
+            }).collect();
+            ix.apply(records);
+            ix.apply(deletes.into_iter().map(Record::Delete).collect());
+            let terms: Vec<String> = query.iter().map(|&w| WORDS[w].to_string()).collect();
+            if ix.live() > 0 {
+                proptest::prop_assert_eq!(ix.search(&terms, &scope(), limit), brute_force(&ix, &terms, limit));
+            }
+        }
+    }
+
+    #[test]
+    fn gallop_finds_members() {
+        let list = [1u32, 3, 5, 7, 9, 11, 13];
+        let mut pos = 0;
+        assert!(gallop(&list, &mut pos, 5));
+        assert!(!gallop(&list, &mut pos, 6));
+        assert!(gallop(&list, &mut pos, 13));
+        assert!(!gallop(&list, &mut pos, 14));
+    }
+}

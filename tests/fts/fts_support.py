@@ -1,0 +1,56 @@
+"""Helpers of the full-text index tests: a database, rows written through SQL, and the two
+answers compared (the index's and FTS5's, the oracle)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from cpersona._backend import kernels
+from cpersona.fts.index import FtsIndex
+from cpersona.fts.search import ranked
+from cpersona.models import ProjectFilter
+from cpersona.retrieval.query import match_expression, match_terms
+from cpersona.storage import Database
+from cpersona.storage import retrieval as sql
+from cpersona.storage.retrieval import ScopeSql
+
+HAS_CORE = hasattr(kernels, "FtsIndex")
+
+
+def fts_index(db: Database, table: str) -> FtsIndex:
+    return FtsIndex(db, table, kernels.FtsIndex)
+
+
+def oracle(
+    db: Database, table: str, query: str, scope: ScopeSql, limit: int, source: str = ""
+) -> list[tuple[int, float]] | None:
+    """FTS5's answer: the statement the pipeline runs without the index (None: it failed)."""
+    match = match_expression(query)
+    if not match:
+        return []
+    try:
+        if table == "memories":
+            hits = sql.memory_fts(db, scope, source, match, limit)
+        else:
+            hits = sql.episode_fts(db, scope, match, limit)  # type: ignore[assignment]
+    except sqlite3.OperationalError:
+        return None
+    return [(h.id, h.bm25) for h in hits]  # type: ignore[misc]
+
+
+def indexed(
+    index: FtsIndex, query: str, scope: ScopeSql, limit: int, source: str = ""
+) -> list[tuple[int, float]] | None:
+    terms = match_terms(query)
+    if not terms:
+        return []
+    got = ranked(index, terms, scope, source, limit)
+    if any("\x00" in t for t in terms):
+        assert got is None  # FTS5 answers (with its error): docs/fts-index.md
+        return None
+    assert got is not None, "the index declined to answer"
+    return got
+
+
+def scope(agent: str, project: str | None = None, channel: str = "") -> ScopeSql:
+    return ScopeSql(agent, ProjectFilter(project), channel)
