@@ -108,12 +108,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _configure_logging(level: str) -> None:
-    # stdout belongs to the protocol: every log line goes to stderr.
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s [%(name)s] %(levelname)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    from cpersona.logs import configure
+
+    configure(level)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -92,6 +92,11 @@ _VARS: tuple[_Var, ...] = (
     _v("alias_ledger_file", "optstr", None),
     _v("http_max_body_bytes", "int", 4194304, low=1),
     _v("http_body_limit_mode", "choice", "warn", choices=("warn", "reject", "off")),
+    # Slow and idle HTTP connections, and how many may be open (issue 11.4, docs/reliability.md)
+    _v("http_header_timeout_seconds", "float", 10.0, low=0.01),
+    _v("http_body_timeout_seconds", "float", 60.0, low=0.01),
+    _v("http_keepalive_timeout_seconds", "float", 5.0, low=0.01),
+    _v("http_max_connections", "int", 512, low=1),
     _v("oauth_resource", "optstr", None),
     _v("oauth_authorization_servers", "optstr", None),
     _v("oauth_scopes", "optstr", None),
@@ -211,6 +216,10 @@ class Settings:
     alias_ledger_file: str | None = None
     http_max_body_bytes: int = 4194304
     http_body_limit_mode: str = "warn"
+    http_header_timeout_seconds: float = 10.0
+    http_body_timeout_seconds: float = 60.0
+    http_keepalive_timeout_seconds: float = 5.0
+    http_max_connections: int = 512
     oauth_resource: str | None = None
     oauth_authorization_servers: str | None = None
     oauth_scopes: str | None = None

@@ -66,7 +66,7 @@ class RawServer:
     """`python -m cpersona` on pipes: write any line, read answers by JSON-RPC id."""
 
     def __init__(self, db: Path) -> None:
-        env = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
+        env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
         self.stderr_path = db.with_name(db.name + f".{id(self)}.stderr")
         self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(
@@ -321,6 +321,75 @@ def test_lone_surrogates_on_the_wire_are_answered_and_refused(raw_server, tmp_pa
     assert db_rows(tmp_path / "mem.db") == {}
     assert server.tool("store", {"agent_id": "a", "message": {"content": "ok"}})["ok"] is True
     assert server.close() == 0
+
+
+def _deep(levels: int) -> str:
+    return '{"k":' * levels + "1" + "}" * levels
+
+
+def _store_with_metadata(request_id: int, metadata: str) -> str:
+    return (
+        f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call","params":{{"name":"store",'
+        f'"arguments":{{"agent_id":"a","message":{{"content":"deep {request_id}",'
+        f'"metadata":{metadata}}}}}}}}}'
+    )
+
+
+#: (line, the code of its answer, the id of its answer): every malformed request with an id is
+#: answered, with that id when it is a valid one (JSON-RPC 2.0 §5).
+MALFORMED: list[tuple[str | bytes, int, Any]] = [
+    ('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":"store"}', -32602, 2),
+    ('{"jsonrpc":"2.0","id":"s3","method":"tools/call","params":["store",{}]}', -32602, "s3"),
+    ('{"jsonrpc":"2.0","id":4,"method":"tools/list","params":7}', -32602, 4),
+    (_store_with_metadata(5, _deep(200)), -32602, 5),  # 205 levels with the envelope
+    (_store_with_metadata(6, _deep(100_000)), -32602, 6),  # past Python's json too
+    ('{"jsonrpc":"2.0","id":7,"method":"ping","params":{},"x":' + _deep(300) + "}", -32600, 7),
+    ('{"jsonrpc":"2.0","id":8}', -32600, 8),
+    ('{"jsonrpc":"1.0","id":9,"method":"tools/list"}', -32600, 9),
+    ('{"jsonrpc":"2.0","id":10,"method":42}', -32600, 10),
+    ('{"jsonrpc":"2.0","id":1.5,"method":"ping"}', -32600, None),
+    ('{"jsonrpc":"2.0","id":true,"method":"ping"}', -32600, None),
+    ('{"jsonrpc":"2.0","id":null,"method":"ping"}', -32600, None),
+    ('[{"jsonrpc":"2.0","id":11,"method":"ping"}]', -32600, None),
+    ("42", -32600, None),
+    ("not json at all", -32700, None),
+    ('{"jsonrpc": "2.0", "id": 12', -32700, None),
+    (b"\xff\xfe not utf-8", -32700, None),
+    # What the SDK itself answers (argument and method errors), unchanged:
+    ('{"jsonrpc":"2.0","id":13,"method":"tools/call"}', -32602, 13),
+    ('{"jsonrpc":"2.0","id":14,"method":"no/such/method","params":{}}', -32601, 14),
+]
+
+
+def test_every_malformed_request_with_an_id_is_answered(raw_server, tmp_path):
+    """One line at a time, each answered before the next is sent: the answer is an error with
+    the right JSON-RPC code and the request's id; the server serves normally afterwards."""
+    server = raw_server()
+    server.initialize()
+    for line, code, request_id in MALFORMED:
+        server.send(line)
+        answer = server.answer(request_id)
+        assert answer["error"]["code"] == code, (line[:80], answer)
+        assert "result" not in answer
+    # Nesting within the parser's reach is served: 199 levels of metadata (204 in all) fit.
+    ok = server.call(
+        "tools/call",
+        {"name": "store", "arguments": {"agent_id": "a", "message": {"content": "x"}}},
+    )
+    assert json.loads(ok["result"]["content"][0]["text"])["result"] == "stored"
+    server.send(_store_with_metadata(15, _deep(195)))
+    assert "result" in server.answer(15)
+    # Notifications get no answer, malformed or not; blank lines are not messages.
+    for line in ('{"jsonrpc":"2.0","method":"notifications/x","params":"p"}', "", "   "):
+        server.send(line)
+    assert server.call("ping")["result"] == {}
+    assert server.proc.poll() is None
+    assert server.close() == 0
+    for line in server.lines:  # every answer, the refusals included, is one JSON-RPC message
+        assert json.loads(line)["jsonrpc"] == "2.0"
+    # Only the two well-formed stores were written.
+    assert sorted(c for _, _, c in db_rows(tmp_path / "mem.db").values()) == ["deep 15", "x"]
+    assert "Traceback" not in server.stderr
 
 
 # -- (c) crash durability ------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from cpersona import __version__
 from cpersona.errors import ConfigError
 from cpersona.server.auth import BearerAuth, BodyBudget, current_client
+from cpersona.server.jsonrpc import JsonRpcGuard
 from cpersona.server.metrics import MetricsRoute
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def serve_http(
             engine.start_index_warmup()
             engine.start_calibration()
             engine.tasks.start()  # drains legacy pending_memory_tasks rows (§9.6)
-            _run(build_app(server, settings, acl, metrics, oauth=oauth), sock)
+            _run(build_app(server, settings, acl, metrics, oauth=oauth), sock, settings)
         finally:
             engine.close()
     finally:
@@ -131,8 +132,8 @@ def build_app(
     *,
     oauth: OAuthConfig | None = None,
 ) -> ASGIApp:
-    """The whole ASGI stack: CORS → body budget → [OAuth metadata] → authentication → the SDK's
-    app.
+    """The whole ASGI stack: CORS → body budget → [OAuth metadata] → authentication → JSON-RPC
+    guard → the SDK's app.
 
     `GET /metrics` is answered just inside authentication, or just outside it when
     CPERSONA_METRICS_PUBLIC=true (server/metrics.py).
@@ -146,6 +147,7 @@ def build_app(
         max_request_body_size=sys.maxsize,
     )
     app: ASGIApp = _AnyPath(sdk_app)
+    app = JsonRpcGuard(app)  # after authentication: no body is read for an unknown caller
     if metrics is not None and not settings.metrics_public:
         app = MetricsRoute(app, metrics)
     if oauth is None:
@@ -233,17 +235,12 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-def _run(app: ASGIApp, sock: socket.socket) -> None:
+def _run(app: ASGIApp, sock: socket.socket, settings: Settings) -> None:
     import uvicorn
 
-    config = uvicorn.Config(
-        app,
-        lifespan="on",
-        log_config=None,  # keep cpersona's stderr format; uvicorn's loggers propagate to it
-        access_log=False,
-        server_header=False,
-        timeout_graceful_shutdown=5,
-    )
+    from cpersona.server.connections import uvicorn_config
+
+    config = uvicorn_config(app, settings)  # timeouts and the connection bound live there
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal under the handler it
     # found; with the default one the process would die before the database is closed.
     main = threading.current_thread() is threading.main_thread()

@@ -2,34 +2,34 @@
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
-import re
+import os
 import sys
 import threading
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import anyio
+import anyio.to_thread
 import mcp_types as types
-from mcp.server.stdio import stdio_server
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from cpersona.config import LOCAL_MODEL_NAMES, Settings
 from cpersona.engine import Engine
-from cpersona.memory.text import first_surrogate
+from cpersona.server.jsonrpc import Refusal, bad_id, diagnose, tool_call_with_surrogates
 
 if TYPE_CHECKING:
+    from mcp.server.lowlevel.server import Server
+
     from cpersona.server.acl import Guard
     from cpersona.server.app import Authorize
     from cpersona.server.metrics import Metrics
     from cpersona.server.subjects import AliasLedger
 
 log = logging.getLogger("cpersona")
-
-#: A JSON escape of a UTF-16 surrogate (`\\ud800` to `\\udfff`), paired or not.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def serve_stdio(
@@ -79,10 +79,8 @@ def serve_stdio(
     )
 
     async def run() -> None:
-        async with stdio_server() as (read, write):
-            await server.run(
-                LoneSurrogateTolerant(read), write, server.create_initialization_options()
-            )
+        with claimed_stdio() as (wire_in, wire_out):
+            await serve_lines(server, wire_in, wire_out)
 
     try:
         anyio.run(run)
@@ -113,80 +111,87 @@ def _serve_metrics(engine: Engine, port: int) -> Metrics:
     return metrics
 
 
-class LoneSurrogateTolerant:
-    """The transport's read stream, with tool calls whose arguments hold lone surrogates let in.
+@contextlib.contextmanager
+def claimed_stdio() -> Iterator[tuple[BinaryIO, BinaryIO]]:
+    """The protocol's stdin and stdout, on private descriptors, for as long as the server runs.
 
-    The SDK parses each stdin line with pydantic, which refuses a JSON string escape of a lone
-    UTF-16 surrogate (`"\\ud83d"`, what a JavaScript client sends for an emoji cut in half) as
-    invalid JSON; the request is then dropped unanswered and its caller waits forever. Python's
-    json accepts such a line: a `tools/call` whose only surrogates are inside its arguments is
-    let through, and the tool answers it with its own refusal (app.py: nothing is written).
-    Anything else the SDK refused stays refused.
+    Meanwhile fd 0 reads the null device and fd 1 writes to stderr, so a library that prints
+    (or a child that reads) cannot corrupt the wire; both are put back on the way out. The
+    private descriptors are never closed: a worker thread may still be blocked reading one.
     """
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    @property
-    def last_context(self) -> Any:
-        return getattr(self._inner, "last_context", None)
-
-    async def receive(self) -> Any:
-        return _reparse(await self._inner.receive())
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def __aiter__(self) -> LoneSurrogateTolerant:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> LoneSurrogateTolerant:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None
-
-
-def _reparse(item: Any) -> Any:
-    """`item`, or the tool call that pydantic refused only for its lone surrogates."""
-    if not isinstance(item, ValidationError):
-        return item
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
     try:
-        call = _tool_call_with_surrogates(item)
-    except Exception:  # whatever this second reading trips on, the SDK's refusal stands
+        os.dup2(null, 0)
+        os.dup2(2, 1)
+    finally:
+        os.close(null)
+    try:
+        yield (
+            os.fdopen(wire_in, "rb", closefd=False),
+            os.fdopen(wire_out, "wb", closefd=False),
+        )
+    finally:
+        sys.stdout.flush()
+        os.dup2(wire_in, 0)
+        os.dup2(wire_out, 1)
+
+
+async def serve_lines(server: Server[Any], wire_in: BinaryIO, wire_out: BinaryIO) -> None:
+    """Serve newline-delimited JSON-RPC: every line the SDK cannot read gets its error answer
+    here (jsonrpc.py), the others go to the server; answers are written one line each."""
+    to_server, from_wire = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    to_wire, from_server = anyio.create_memory_object_stream[SessionMessage](0)
+    lines = anyio.wrap_file(wire_in)
+
+    async def reader(answers: MemoryObjectSendStream[SessionMessage]) -> None:
+        async with to_server, answers:
+            async for raw in lines:
+                outcome = read_line(raw.decode("utf-8", errors="replace"))
+                if isinstance(outcome, Refusal):
+                    if outcome.answer:
+                        await answers.send(SessionMessage(outcome.response()))
+                elif outcome is not None:
+                    await to_server.send(SessionMessage(outcome))
+
+    async def writer() -> None:
+        gone = False
+        async with from_server:
+            async for message in from_server:
+                if gone:  # keep taking answers so no handler blocks on a client that left
+                    continue
+                line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                try:
+                    await anyio.to_thread.run_sync(_write_line, wire_out, line.encode() + b"\n")
+                except OSError as exc:  # the client closed its end of the pipe
+                    log.info("stdout closed by the client (%s); answers are dropped", exc)
+                    gone = True
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader, to_wire.clone())
+        tg.start_soon(writer)
+        async with to_wire:
+            await server.run(from_wire, to_wire, server.create_initialization_options())
+
+
+def _write_line(out: BinaryIO, data: bytes) -> None:
+    out.write(data)
+    out.flush()
+
+
+def read_line(line: str) -> types.JSONRPCMessage | Refusal | None:
+    """One stdin line as the SDK reads it, its refusal, or None for a blank line."""
+    if not line.strip():
+        return None
+    try:
+        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValidationError:
+        pass
+    else:
+        return bad_id(message, line) or message
+    try:
+        call = tool_call_with_surrogates(line)
+    except Exception:  # whatever this second reading trips on, the refusal below answers
         log.debug("could not re-read a refused line", exc_info=True)
-        return item
-    return item if call is None else call
-
-
-def _tool_call_with_surrogates(error: ValidationError) -> SessionMessage | None:
-    errors = error.errors()
-    line = errors[0].get("input") if len(errors) == 1 else None
-    if errors[0].get("type") != "json_invalid" or not isinstance(line, str):
-        return None
-    if not _SURROGATE_ESCAPE.search(line):
-        return None
-    message = json.loads(line)
-    if not isinstance(message, dict) or message.get("method") != "tools/call":
-        return None
-    params = message.get("params")
-    if not isinstance(params, dict) or not isinstance(params.get("arguments"), dict):
-        return None
-    # Only the arguments may carry them: the SDK echoes other fields (e.g. an unknown method)
-    # into its answers, and a lone surrogate cannot be written back as UTF-8.
-    envelope = {**message, "params": {k: v for k, v in params.items() if k != "arguments"}}
-    if first_surrogate(json.dumps(envelope, ensure_ascii=False)) is not None:
-        return None
-    return SessionMessage(types.jsonrpc_message_adapter.validate_python(message, by_name=False))
+        call = None
+    return call if call is not None else diagnose(line)

@@ -66,7 +66,7 @@ def serve_web(settings: Settings, acl: AclConfig | None) -> int:
             engine.start_calibration()
             loopback = _is_loopback(settings.web_host) or settings.web_host == "localhost"
             hosts = LOOPBACK_HOSTS if loopback else None
-            _run(build_web_app(engine, access, hosts=hosts), sock)
+            _run(build_web_app(engine, access, hosts=hosts), sock, settings)
         finally:
             engine.close()
     finally:
