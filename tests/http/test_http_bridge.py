@@ -47,7 +47,14 @@ def bridge_env(url: str, token: str | None = TOKEN, **extra: str) -> dict[str, s
 def server(tmp_path: Path) -> Iterator[HttpServer]:
     exports = tmp_path / "exports"
     exports.mkdir()
-    srv = HttpServer(tmp_path, {"CPERSONA_AUTH_TOKEN": TOKEN, "CPERSONA_EXPORT_DIR": str(exports)})
+    # rsf: under the default rrf the contract's heuristic gate (retrieval.md §7.3, rrf >= m_eff
+    # * 3/(k+1)) drops a keyword-only match in a two-row corpus; this test is about relaying.
+    env = {
+        "CPERSONA_AUTH_TOKEN": TOKEN,
+        "CPERSONA_EXPORT_DIR": str(exports),
+        "CPERSONA_RECALL_MODE": "rsf",
+    }
+    srv = HttpServer(tmp_path, env)
     srv.start()
     yield srv
     srv.stop()
@@ -86,7 +93,7 @@ async def test_bridge_drives_every_tool_of_a_real_http_server(server: HttpServer
             assert (first["result"], second["result"]) == ("stored", "stored")
             found = await call("recall", {**a, "query": "meeting Tuesday"})
             assert f"mem:{first['id']}" in [m["ref"] for m in found["messages"]]
-            context = await call("recall_with_context", {**a, "query": "会議"})
+            context = await call("recall_with_context", {**a, "query": "火曜日"})
             assert [m["content"] for m in context["messages"]] == ["会議は火曜日に移った"]
             contents = await call("get_contents", {**a, "refs": [f"mem:{first['id']}"]})
             assert [i["content"] for i in contents["items"]] == ["the meeting is on Tuesday"]

@@ -24,8 +24,18 @@ if not (CHROMIUM and DRIVER):
     pytest.skip("chromium / chromedriver are not installed", allow_module_level=True)
 
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+def wait_for_text(browser: webdriver.Chrome, css: str, text: str) -> None:
+    """Until the page that a click loads shows `text` in `css` (never read the old page)."""
+    WebDriverWait(browser, 30, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda d: text in d.find_element(By.CSS_SELECTOR, css).text
+    )
 
 
 @pytest.fixture(scope="module")
@@ -63,17 +73,21 @@ def test_a_person_browses_pages_and_searches(view: str, browser: webdriver.Chrom
     assert [r.find_elements(By.TAG_NAME, "td")[0].text for r in rows] == ["alice", "bob"]
 
     browser.find_element(By.LINK_TEXT, "alice").click()
-    assert "page 1 of 3" in browser.find_element(By.CSS_SELECTOR, ".pager").text
+    wait_for_text(browser, ".pager", "page 1 of 3")
     first = browser.find_elements(By.CSS_SELECTOR, "ol.rows p.content")
     assert first[0].text == "会議は火曜日の午後三時に変更されました"
     assert first[1].text == "<b>bold</b> & <script>alert(1)</script>"  # shown, not run
     browser.find_element(By.CSS_SELECTOR, "a[rel=next]").click()
-    assert "page 2 of 3" in browser.find_element(By.CSS_SELECTOR, ".pager").text
+    wait_for_text(browser, ".pager", "page 2 of 3")
 
     browser.get(view)
     box = browser.find_element(By.NAME, "q")
     box.send_keys("火曜日の会議")
     browser.find_element(By.CSS_SELECTOR, "form.search button").click()
+    # The answer is a new page: wait for it rather than read the old one.
+    WebDriverWait(browser, 30).until(
+        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "ol.results"))
+    )
     results = browser.find_elements(By.CSS_SELECTOR, "ol.results li")
     assert results[0].find_element(By.CSS_SELECTOR, "p.content").text == (
         "会議は火曜日の午後三時に変更されました"
