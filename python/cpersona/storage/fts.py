@@ -6,6 +6,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from cpersona.storage.change_log import ChangeLog, Changes
 from cpersona.storage.db import Database
 
 TABLES = ("memories", "episodes")
@@ -23,7 +24,7 @@ _SELECT = {
 }
 #: The columns each table's FTS5 table indexes, in its column order (storage/schema.py).
 FTS_COLUMNS = {"memories": ("content",), "episodes": ("summary", "keywords")}
-_HIGH_WATER = "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'fts_log'), 0)"
+_LOG = ChangeLog("fts_log")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +38,6 @@ class FtsRow:
     channel: str
     source_id: str | None
     columns: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Changes:
-    row_ids: list[int]
-    max_seq: int
 
 
 def _check(table: str) -> str:
@@ -67,27 +62,12 @@ def _row(r: sqlite3.Row | tuple[object, ...]) -> FtsRow:
 
 def max_seq(db: Database) -> int:
     """The largest `fts_log.seq` ever written (trimmed entries included)."""
-    row = db.query_one(_HIGH_WATER)
-    return int(row[0]) if row else 0
+    return _LOG.max_seq(db)
 
 
 def changes_since(db: Database, table: str, seq: int) -> Changes:
     """Distinct row ids of `table` logged after `seq`, oldest change first, and the log's max."""
-    conn = db.reader()
-    own = not conn.in_transaction
-    if own:
-        conn.execute("BEGIN")
-    try:
-        top = conn.execute(_HIGH_WATER).fetchone()[0]
-        rows = conn.execute(
-            "SELECT row_id, MIN(seq) AS first FROM fts_log WHERE tbl = ? AND seq > ? "
-            "AND seq <= ? GROUP BY row_id ORDER BY first",
-            (_check(table), seq, top),
-        ).fetchall()
-    finally:
-        if own:
-            conn.execute("COMMIT")
-    return Changes([int(r[0]) for r in rows], int(top))
+    return _LOG.changes_since(db, _check(table), seq)
 
 
 def rows_by_id(db: Database, table: str, ids: Sequence[int]) -> dict[int, FtsRow]:
@@ -116,24 +96,13 @@ def iter_rows(db: Database, table: str) -> Iterator[FtsRow]:
 
 
 def trim_log(db: Database, table: str, upto: int) -> int:
-    """Forget applied log entries of `table`, remembering how far (as storage/vectors.py)."""
-    key = f"fts_log_trimmed_{_check(table)}"
-    with db.atomic() as conn:
-        conn.execute(
-            "INSERT INTO cpersona_meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
-            "DO UPDATE SET value = MAX(value, excluded.value)",
-            (key, upto),
-        )
-        return conn.execute(
-            "DELETE FROM fts_log WHERE tbl = ? AND seq <= ?", (table, upto)
-        ).rowcount
+    """Forget applied log entries of `table`, remembering how far (storage/change_log.py)."""
+    return _LOG.trim(db, _check(table), upto)
 
 
 def trimmed_upto(db: Database, table: str) -> int:
-    row = db.query_one(
-        "SELECT value FROM cpersona_meta WHERE key = ?", (f"fts_log_trimmed_{_check(table)}",)
-    )
-    return int(row[0]) if row else 0
+    """The seq up to which `table`'s log entries were trimmed (0 = never)."""
+    return _LOG.trimmed_upto(db, _check(table))
 
 
 def has_fts5_tables(db: Database) -> bool:

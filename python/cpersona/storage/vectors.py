@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cpersona.models import ProjectFilter
+from cpersona.storage.change_log import ChangeLog, Changes
 from cpersona.storage.db import Database
 
 _TABLES = ("memories", "episodes")
@@ -31,12 +32,6 @@ class IndexRow:
     channel: str
     source_id: str | None
     embedding: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Changes:
-    row_ids: list[int]
-    max_seq: int
 
 
 def _check(table: str) -> str:
@@ -71,37 +66,17 @@ def db_uid(db: Database) -> bytes:
     return bytes(row[0])
 
 
-# The log's high-water mark: AUTOINCREMENT keeps the largest seq ever used in sqlite_sequence,
-# so trimming the log never lowers it, and an index file that has applied more than this comes
-# from another point of the database's history (a restored backup).
-_HIGH_WATER = "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'vector_log'), 0)"
+_LOG = ChangeLog("vector_log")
 
 
 def max_seq(db: Database) -> int:
     """The largest `vector_log.seq` ever written (trimmed entries included)."""
-    row = db.query_one(_HIGH_WATER)
-    return int(row[0]) if row else 0
+    return _LOG.max_seq(db)
 
 
 def changes_since(db: Database, table: str, seq: int) -> Changes:
     """Distinct row ids of `table` logged after `seq`, oldest change first, and the log's max."""
-    conn = db.reader()
-    # One snapshot for both statements, so no change slips between them (the caller's, when
-    # this thread's reader is already inside a read transaction: BEGIN would fail there).
-    own = not conn.in_transaction
-    if own:
-        conn.execute("BEGIN")
-    try:
-        top = conn.execute(_HIGH_WATER).fetchone()[0]
-        rows = conn.execute(
-            "SELECT row_id, MIN(seq) AS first FROM vector_log WHERE tbl = ? AND seq > ? "
-            "AND seq <= ? GROUP BY row_id ORDER BY first",
-            (_check(table), seq, top),
-        ).fetchall()
-    finally:
-        if own:
-            conn.execute("COMMIT")
-    return Changes([int(r[0]) for r in rows], int(top))
+    return _LOG.changes_since(db, _check(table), seq)
 
 
 def rows_by_id(db: Database, table: str, ids: Sequence[int]) -> dict[int, IndexRow]:
@@ -141,26 +116,13 @@ def iter_rows(db: Database, table: str) -> Iterator[IndexRow]:
 
 
 def trim_log(db: Database, table: str, upto: int) -> int:
-    """Forget applied log entries of `table` (the index file remembers `applied_seq`), and
-    remember how far: a file that has applied less can no longer be brought current."""
-    key = f"vector_log_trimmed_{_check(table)}"
-    with db.atomic() as conn:
-        conn.execute(
-            "INSERT INTO cpersona_meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
-            "DO UPDATE SET value = MAX(value, excluded.value)",
-            (key, upto),
-        )
-        return conn.execute(
-            "DELETE FROM vector_log WHERE tbl = ? AND seq <= ?", (table, upto)
-        ).rowcount
+    """Forget applied log entries of `table`, remembering how far (storage/change_log.py)."""
+    return _LOG.trim(db, _check(table), upto)
 
 
 def trimmed_upto(db: Database, table: str) -> int:
     """The seq up to which `table`'s log entries were trimmed (0 = never)."""
-    row = db.query_one(
-        "SELECT value FROM cpersona_meta WHERE key = ?", (f"vector_log_trimmed_{_check(table)}",)
-    )
-    return int(row[0]) if row else 0
+    return _LOG.trimmed_upto(db, _check(table))
 
 
 def window_ids(

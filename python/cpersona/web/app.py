@@ -225,45 +225,32 @@ def build_web_app(engine: Engine, access: Access, *, hosts: Sequence[str] | None
             limit=10,
         )
 
-    def memories(request: Request) -> Response:
+    def listing(request: Request, tab: str) -> Response:
+        """One page (newest first) of an agent's memories or episodes."""
         agent = request.path_params["agent"]
         denied = refused(request, agent)
         if denied is not None:
             return denied
-        total = counts_of(agent).memories
+        counts = counts_of(agent)
+        total = counts.memories if tab == "memories" else counts.episodes
         page, pages_total = page_number(request, total)
-        rows = memory_sql.list_newest(
-            db, agent, ProjectFilter(None), PAGE_ROWS, (page - 1) * PAGE_ROWS
-        )
+        newest = memory_sql.list_newest if tab == "memories" else episode_sql.list_newest
+        rows = newest(db, agent, ProjectFilter(None), PAGE_ROWS, (page - 1) * PAGE_ROWS)
         return pages.render(
-            "memories.html",
+            f"{tab}.html",
             agent=agent,
-            tab="memories",
+            tab=tab,
             rows=rows,
             page=page,
             pages=pages_total,
             total=total,
         )
 
+    def memories(request: Request) -> Response:
+        return listing(request, "memories")
+
     def episodes(request: Request) -> Response:
-        agent = request.path_params["agent"]
-        denied = refused(request, agent)
-        if denied is not None:
-            return denied
-        total = counts_of(agent).episodes
-        page, pages_total = page_number(request, total)
-        rows = episode_sql.list_newest(
-            db, agent, ProjectFilter(None), PAGE_ROWS, (page - 1) * PAGE_ROWS
-        )
-        return pages.render(
-            "episodes.html",
-            agent=agent,
-            tab="episodes",
-            rows=rows,
-            page=page,
-            pages=pages_total,
-            total=total,
-        )
+        return listing(request, "episodes")
 
     def profile(request: Request) -> Response:
         agent = request.path_params["agent"]

@@ -1,0 +1,79 @@
+"""A change log kept by triggers (`vector_log`, `fts_log`): what a derived index file reads to
+catch up with SQLite, and forgets once applied. One implementation for both indexes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cpersona.storage.db import Database
+
+LOGS = ("vector_log", "fts_log")
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    row_ids: list[int]
+    max_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeLog:
+    """One log table; `table` arguments are checked by the caller (memories or episodes)."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name not in LOGS:
+            raise ValueError(f"no change log {self.name!r}")
+
+    @property
+    def _high_water(self) -> str:
+        # sqlite_sequence keeps the largest seq ever handed out, so trimming the log never
+        # lowers it, and an index file that has applied more than this comes from another
+        # point of the database's history (a restored backup).
+        return f"SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = '{self.name}'), 0)"
+
+    def max_seq(self, db: Database) -> int:
+        """The largest seq ever written (trimmed entries included)."""
+        row = db.query_one(self._high_water)
+        return int(row[0]) if row else 0
+
+    def changes_since(self, db: Database, table: str, seq: int) -> Changes:
+        """Distinct row ids of `table` logged after `seq`, oldest change first, and the max."""
+        conn = db.reader()
+        # One snapshot for both statements, so no change slips between them (the caller's,
+        # when this thread's reader is already inside a read transaction: BEGIN would fail).
+        own = not conn.in_transaction
+        if own:
+            conn.execute("BEGIN")
+        try:
+            top = conn.execute(self._high_water).fetchone()[0]
+            rows = conn.execute(
+                f"SELECT row_id, MIN(seq) AS first FROM {self.name} WHERE tbl = ? AND seq > ? "
+                "AND seq <= ? GROUP BY row_id ORDER BY first",
+                (table, seq, top),
+            ).fetchall()
+        finally:
+            if own:
+                conn.execute("COMMIT")
+        return Changes([int(r[0]) for r in rows], int(top))
+
+    def trim(self, db: Database, table: str, upto: int) -> int:
+        """Forget applied entries of `table` (the index file remembers `applied_seq`), and
+        remember how far: a file that has applied less can no longer be brought current."""
+        with db.atomic() as conn:
+            conn.execute(
+                "INSERT INTO cpersona_meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
+                "DO UPDATE SET value = MAX(value, excluded.value)",
+                (f"{self.name}_trimmed_{table}", upto),
+            )
+            return conn.execute(
+                f"DELETE FROM {self.name} WHERE tbl = ? AND seq <= ?", (table, upto)
+            ).rowcount
+
+    def trimmed_upto(self, db: Database, table: str) -> int:
+        """The seq up to which `table`'s entries were trimmed (0 = never)."""
+        row = db.query_one(
+            "SELECT value FROM cpersona_meta WHERE key = ?", (f"{self.name}_trimmed_{table}",)
+        )
+        return int(row[0]) if row else 0
