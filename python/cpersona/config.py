@@ -43,6 +43,11 @@ def _v(field_: str, kind: str, default: Any, *aliases: str, **kw: Any) -> _Var:
 _VARS: tuple[_Var, ...] = (
     # Storage, limits and surface (surface.md §13.2)
     _v("db_path", "str", "data/cpersona.db"),
+    # PostgreSQL + pgvector as the shared store (issue 12, docs/scale-out.md); unset = SQLite.
+    _v("database_url", "optstr", None),
+    _v("pg_pool_size", "int", 8, low=1, high=1000),
+    # Where a PostgreSQL deployment keeps this host's derived files (the full-text index).
+    _v("cache_dir", "optstr", None),
     _v("fts_enabled", "bool", True),
     # The FTS arms from the Rust core's full-text index (docs/fts-index.md); false = FTS5 SQL.
     _v("fts_index", "bool", True),
@@ -171,6 +176,9 @@ class Settings:
     """Every setting of the server. Build with `Settings.from_env()`; replace() for tests."""
 
     db_path: str = "data/cpersona.db"
+    database_url: str | None = None
+    pg_pool_size: int = 8
+    cache_dir: str | None = None
     fts_enabled: bool = True
     fts_index: bool = True
     max_content_length: int = 16000

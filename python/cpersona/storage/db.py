@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from cpersona.models import ProjectFilter
@@ -49,6 +49,9 @@ def is_row_id(value: int) -> bool:
 
 class Database:
     """One SQLite database file: a guarded writer connection and per-thread readers."""
+
+    #: Which backend this is; storage modules branch on it where SQL differs (issue 12).
+    dialect: Literal["sqlite", "postgresql"] = "sqlite"
 
     def __init__(self, path: str, *, tracer: Tracer | None = None, read_only: bool = False) -> None:
         """Open `path`. `read_only` (report-only maintenance, surface.md §7.7) sets only
