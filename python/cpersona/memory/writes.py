@@ -8,11 +8,8 @@ which makes probe-and-insert atomic across threads and processes (BEGIN IMMEDIAT
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +24,11 @@ from cpersona.memory.text import (
     sanitize,
     utc_now_iso,
 )
-from cpersona.models import NewEpisode, NewMemory
-from cpersona.storage import Database, vector_models
-from cpersona.storage import episodes as episode_sql
-from cpersona.storage import memories as memory_sql
-from cpersona.storage import profiles as profile_sql
+from cpersona.models import Memory, NewEpisode, NewMemory
+from cpersona.storage import Database
+from cpersona.storage import writes as sql
+from cpersona.storage.errors import ConstraintError
+from cpersona.storage.writes import Vector as _Vector
 from cpersona.vectors.remote import Item, RemoteVectors
 
 if TYPE_CHECKING:
@@ -40,15 +37,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("cpersona.memory")
 
 AfterWrite = Callable[[], None]
-
-
-@dataclass(frozen=True, slots=True)
-class _Vector:
-    """A computed vector and the model that made it."""
-
-    blob: bytes
-    model: str
-    dim: int
 
 
 class Writer:
@@ -87,15 +75,6 @@ class Writer:
             return None
         return _Vector(row.astype("<f4").tobytes(), provider.name, int(row.size))
 
-    @staticmethod
-    def _admit(conn: sqlite3.Connection, table: str, vec: _Vector | None) -> bytes | None:
-        """Inside the write transaction: the BLOB to write, or None when `table`'s vectors
-        became another model's since `vec` was computed (a conversion cut over meanwhile)."""
-        if vec is None:
-            return None
-        owner = vector_models.claim(conn, table, vec.model, vec.dim)
-        return vec.blob if owner in (vec.model, "") else None
-
     def _late_vector(self, table: str, row_id: int, text: str) -> bool:
         """After a commit that had to drop its vector: embed again with the model the table
         takes now; whether the row got a vector. A failure leaves the row for
@@ -103,10 +82,7 @@ class Writer:
         vec = self._embed(text, table)
         if vec is None:
             return False
-        with self.db.atomic() as conn:
-            if self._admit(conn, table, vec) is None:
-                return False
-            return vector_models.fill_vector(conn, table, row_id, text, vec.blob) == 1
+        return sql.fill_late_vector(self.db, table, row_id, text, vec)
 
     def _memory_vector(self, text: str) -> _Vector | None:
         """A memory's local vector: not kept in remote mode with CPERSONA_STORE_BLOB=false."""
@@ -157,10 +133,6 @@ class Writer:
                 f"timestamp '{timestamp}' is {ahead:.3f}s ahead of this clock "
                 f"(allowance {s.future_timestamp_skew_seconds}s)"
             )
-        dup = self._probe(self.db.reader(), agent_id, project_id, channel, msg_id, content)
-        if dup is not None:
-            return dup
-        vec = self._memory_vector(content)
         new = NewMemory(
             agent_id=agent_id,
             project_id=project_id,
@@ -172,15 +144,17 @@ class Writer:
             channel=channel,
             embedding=None,
         )
-        with self.db.atomic() as conn:
-            dup = self._probe(conn, agent_id, project_id, channel, msg_id, content)
-            if dup is not None:
-                return dup
-            embedding = self._admit(conn, "memories", vec)
-            new_id = memory_sql.insert(conn, dataclasses.replace(new, embedding=embedding))
+        dup = sql.find_duplicate(self.db, new)
+        if dup is not None:
+            return _skipped(dup)
+        vec = self._memory_vector(content)
+        stored = sql.store_memory(self.db, new, vec)
+        if stored.duplicate is not None:
+            return _skipped(stored.duplicate)
+        new_id = stored.id
         if new_id is None:
             return {"ok": True, "result": "skipped", "reason": "duplicate (unique index)"}
-        embedded = embedding is not None
+        embedded = stored.embedded
         if vec is not None and not embedded:
             embedded = self._late_vector("memories", new_id, content)
         self._written()
@@ -203,24 +177,6 @@ class Writer:
             }
         return out
 
-    @staticmethod
-    def _probe(
-        conn: sqlite3.Connection,
-        agent_id: str,
-        project_id: str,
-        channel: str,
-        msg_id: str,
-        content: str,
-    ) -> dict[str, Any] | None:
-        if msg_id:
-            found = memory_sql.find_msg_id_duplicate(conn, agent_id, project_id, msg_id)
-            if found is not None:
-                return {"ok": True, "result": "skipped", "reason": "duplicate msg_id", "id": found}
-        found = memory_sql.find_content_duplicate(conn, agent_id, project_id, channel, content)
-        if found is not None:
-            return {"ok": True, "result": "skipped", "reason": "duplicate content", "id": found}
-        return None
-
     def _future_check(self, timestamp: str) -> float | None:
         """Seconds the stamp lies ahead beyond the allowance, or None (mode off / not ahead)."""
         if self.settings.future_timestamp_mode == "off":
@@ -236,7 +192,7 @@ class Writer:
     def update_memory(self, memory_id: int, content: str, agent_id: str) -> dict[str, Any]:
         if not content.strip():
             return _fail("Content cannot be empty")
-        current = memory_sql.get(self.db.reader(), memory_id)
+        current = sql.get_memory(self.db, memory_id)
         refused = _ownership_error(memory_id, current, agent_id, "edited")
         if refused is not None:
             return refused
@@ -245,17 +201,15 @@ class Writer:
             return _fail("Content cannot be empty after sanitization")
         vec = self._memory_vector(text)
         try:
-            with self.db.atomic() as conn:
-                embedding = self._admit(conn, "memories", vec)
-                changed = memory_sql.update_content(conn, memory_id, text, embedding)
-        except sqlite3.IntegrityError:
+            changed, embedded = sql.update_memory(self.db, memory_id, text, vec)
+        except ConstraintError:
             return _fail(
                 f"Memory {memory_id} cannot take this content: another memory in the same "
                 "agent, project and channel already has exactly this text"
             )
         if changed == 0:
             return _fail(f"Memory {memory_id} is locked and cannot be edited")
-        if vec is not None and embedding is None:
+        if vec is not None and not embedded:
             self._late_vector("memories", memory_id, text)
         self._written()
         if self.remote is not None and current is not None:
@@ -268,12 +222,11 @@ class Writer:
     def delete_memory(self, memory_id: int, agent_id: str) -> dict[str, Any]:
         if not agent_id:
             log.warning("delete_memory %s called without agent_id (unscoped)", memory_id)
-        current = memory_sql.get(self.db.reader(), memory_id)
+        current = sql.get_memory(self.db, memory_id)
         refused = _ownership_error(memory_id, current, agent_id, "deleted")
         if refused is not None:
             return refused
-        with self.db.atomic() as conn:
-            deleted = memory_sql.delete(conn, memory_id, agent_id or None)
+        deleted = sql.delete_memory(self.db, memory_id, agent_id or None)
         if deleted == 0:
             return _fail(_ambiguous(memory_id))
         self._written()
@@ -283,12 +236,10 @@ class Writer:
 
     def set_lock(self, memory_id: int, agent_id: str, locked: bool) -> dict[str, Any]:
         key = "locked_id" if locked else "unlocked_id"
-        with self.db.atomic() as conn:
-            current = memory_sql.get(conn, memory_id)
-            if current is None or (agent_id and current.agent_id != agent_id):
-                msg = _ambiguous(memory_id) if agent_id else f"Memory {memory_id} not found"
-                return _fail(msg)
-            memory_sql.set_locked(conn, memory_id, locked)
+        current = sql.lock_memory(self.db, memory_id, agent_id, locked)
+        if current is None or (agent_id and current.agent_id != agent_id):
+            msg = _ambiguous(memory_id) if agent_id else f"Memory {memory_id} not found"
+            return _fail(msg)
         return {"ok": True, key: memory_id}
 
     # -- episodes ----------------------------------------------------------------------------
@@ -332,10 +283,8 @@ class Writer:
             channel=channel,
             embedding=None,
         )
-        with self.db.atomic() as conn:
-            embedding = self._admit(conn, "episodes", vec)
-            episode_id = episode_sql.insert(conn, dataclasses.replace(new, embedding=embedding))
-        if vec is not None and embedding is None:
+        episode_id, embedded = sql.insert_episode(self.db, new, vec)
+        if vec is not None and not embedded:
             self._late_vector("episodes", episode_id, text)
         self._written()
         if self.remote is not None:
@@ -346,10 +295,10 @@ class Writer:
         return out
 
     def delete_episode(self, episode_id: int, agent_id: str) -> dict[str, Any]:
-        with self.db.atomic() as conn:
-            # Read in the deleting transaction: the service's namespace is the row's agent.
-            owner = episode_sql.get(conn, episode_id) if self.remote is not None else None
-            deleted = episode_sql.delete(conn, episode_id, agent_id or None)
+        # Read in the deleting transaction: the service's namespace is the row's agent.
+        deleted, owner = sql.delete_episode(
+            self.db, episode_id, agent_id or None, read_owner=self.remote is not None
+        )
         if deleted == 0:
             return _fail(f"Episode {episode_id} not found or not owned by agent")
         self._written()
@@ -376,8 +325,7 @@ class Writer:
                 "reason": "empty after sanitization",
                 "error": "empty after sanitization",
             }
-        with self.db.atomic() as conn:
-            profile_sql.upsert(conn, agent_id, text)
+        sql.upsert_profile(self.db, agent_id, text)
         out: dict[str, Any] = {"ok": True, "profiles_updated": 1}
         if truncated:
             out["truncated"] = True
@@ -392,6 +340,10 @@ def _rejected(reason: str) -> dict[str, Any]:
     return {"ok": False, "result": "rejected", "reason": reason}
 
 
+def _skipped(dup: sql.Duplicate) -> dict[str, Any]:
+    return {"ok": True, "result": "skipped", "reason": dup.reason, "id": dup.id}
+
+
 def _fail(error: str) -> dict[str, Any]:
     return {"ok": False, "error": error}
 
@@ -401,7 +353,7 @@ def _ambiguous(memory_id: int) -> str:
 
 
 def _ownership_error(
-    memory_id: int, current: Any, agent_id: str, verb: str
+    memory_id: int, current: Memory | None, agent_id: str, verb: str
 ) -> dict[str, Any] | None:
     """The refusal for a missing / foreign / locked row, in the scoped or unscoped wording."""
     if agent_id:

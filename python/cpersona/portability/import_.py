@@ -35,7 +35,7 @@ from cpersona.memory.text import parse_utc, sanitize, utc_now_iso
 from cpersona.portability import records
 from cpersona.portability.paths import confine, os_reason, refusal
 from cpersona.storage import portability as sql
-from cpersona.storage.db import DISK_FULL, is_disk_full
+from cpersona.storage.errors import DISK_FULL, is_disk_full
 from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRecord
 from cpersona.vectors.remote import Item
 

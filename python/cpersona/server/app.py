@@ -17,7 +17,7 @@ from cpersona import __version__
 from cpersona.engine import Engine
 from cpersona.server.registry import ToolSpec, coerce, schema_error, unstorable_text
 from cpersona.server.tools import all_tools
-from cpersona.storage.db import DISK_FULL, is_disk_full
+from cpersona.storage.errors import DISK_FULL, is_disk_full
 from cpersona.timings import CallTimings, timed_call
 
 log = logging.getLogger("cpersona.server")

@@ -15,7 +15,6 @@ descriptors in 6 bursts of 30 calls).
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import sqlite3
@@ -27,8 +26,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from cpersona.storage.errors import DISK_FULL, is_disk_full
+
 if TYPE_CHECKING:
     from cpersona.models import ProjectFilter
+
+__all__ = ["DISK_FULL", "Database", "is_disk_full", "open_failure"]
 
 log = logging.getLogger("cpersona.storage")
 
@@ -206,30 +209,6 @@ def _close_reader(
     else:  # the Database is gone; its close() may not have run
         with contextlib.suppress(sqlite3.Error):
             conn.close()
-
-
-#: What a write answers when the disk is full. "This write": a tool that commits in steps
-#: (a health repair) keeps the steps it finished; the one that hit the full disk is undone.
-DISK_FULL = (
-    "the disk holding the database is full: this write was rolled back; free space and try again"
-)
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """Whether `exc`, or an error it was raised from or during, is a full disk or quota:
-    SQLite's SQLITE_FULL, or ENOSPC / EDQUOT from the operating system."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, sqlite3.Error):
-            code = getattr(current, "sqlite_errorcode", None)
-            if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
-                return True
-        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
 
 
 def open_failure(path: str, exc: BaseException) -> str:
