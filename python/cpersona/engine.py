@@ -89,7 +89,7 @@ class Engine:
         expected = LOCAL_MODEL_NAMES.get(self.settings.embedding_provider)
         record, _ = vector_models.read(self.db)
         for table in vector_models.TABLES:
-            if not vector_models.has_vectors(self.db.reader(), table):
+            if not vector_models.table_has_vectors(self.db, table):
                 continue
             stored = record.get(table)
             if stored is None or expected is None or stored.model != expected:

@@ -24,7 +24,6 @@ import contextlib
 import fcntl
 import math
 import os
-import sqlite3
 import sys
 import time
 from collections.abc import Iterator
@@ -172,15 +171,15 @@ class Converter:
             stored = record.get(table)
             converting = open_.get(table)
             if converting is not None and converting.model == self.target.name:
-                tables[table] = vm.progress(self.db.reader(), table)
+                tables[table] = vm.table_progress(self.db, table)
             elif stored is not None and stored.model != self.target.name:
-                _, total = vm.progress(self.db.reader(), table)
+                _, total = vm.table_progress(self.db, table)
                 tables[table] = (0, total)
         return Plan(self.target.name, tables)
 
     def estimate(self, plan: Plan) -> float:
         """Seconds per row of the target model, timed on a sample of the rows to convert."""
-        texts = [t for table in plan.tables for _, t in vm.unstaged(self.db.reader(), table, 8)]
+        texts = [t for table in plan.tables for _, t in vm.unstaged_rows(self.db, table, 8)]
         texts = texts[:SAMPLE_ROWS]
         if not texts:
             return 0.0
@@ -195,11 +194,9 @@ class Converter:
         if not plan.tables:
             self.say(f"nothing to convert: every stored vector is {self.target.name}'s")
             return 0
-        with self.db.atomic() as conn:
-            for table in plan.tables:
-                vm.begin(conn, table, self.target.name)
+        vm.begin_all(self.db, list(plan.tables), self.target.name)
         started = time.monotonic()
-        converting = vm.conversions(self.db.reader())
+        converting = vm.open_conversions(self.db)
         staging = [t for t in plan.tables if converting[t].phase == "staging"]
         for table in staging:
             self._stage(table)
@@ -212,30 +209,26 @@ class Converter:
     def _drop_stale(self) -> None:
         """Forget a conversion towards another model than the target (the configuration
         changed since it began): its staged vectors are of no use now."""
-        with self.db.atomic() as conn:
-            for table, conv in vm.conversions(conn).items():
-                if conv.model != self.target.name and conv.phase == "staging":
-                    self.say(f"dropping the unfinished conversion of {table} to {conv.model}")
-                    vm.drop(conn, table)
+        for conv in vm.drop_stale(self.db, self.target.name):
+            self.say(f"dropping the unfinished conversion of {conv.table} to {conv.model}")
 
     def _stage(self, table: str) -> None:
-        done, total = vm.progress(self.db.reader(), table)
+        done, total = vm.table_progress(self.db, table)
         if done:
             self.say(f"resuming {table}: {done} of {total} rows already converted")
         bar = Progress(self.out, table, done, total)
         bar.update(done, final=done >= total)
         while True:
-            rows = vm.unstaged(self.db.reader(), table, self.batch)
+            rows = vm.unstaged_rows(self.db, table, self.batch)
             if not rows:
                 break
-            self._embed_and_stage(table, rows)
-            done, total = vm.progress(self.db.reader(), table)
+            vm.stage_rows(self.db, table, self._embed(table, rows))
+            done, total = vm.table_progress(self.db, table)
             bar.total = total
             bar.update(done, final=done >= total)
 
-    def _embed_and_stage(
-        self, table: str, rows: list[tuple[int, str]], conn: sqlite3.Connection | None = None
-    ) -> int:
+    def _embed(self, table: str, rows: list[tuple[int, str]]) -> list[tuple[int, str, bytes]]:
+        """The new vectors of (id, text) rows; no text may fail (see below)."""
         blobs = _blobs(self.target, [text for _, text in rows])
         staged = [(i, t, b) for (i, t), b in zip(rows, blobs, strict=True) if b is not None]
         if len(staged) < len(rows):
@@ -244,29 +237,25 @@ class Converter:
             raise EmbeddingUnavailable(
                 f"{len(rows) - len(staged)} {table} rows gave no usable vector"
             )
-        if conn is not None:
-            return vm.stage(conn, table, staged)
-        with self.db.atomic() as c:
-            return vm.stage(c, table, staged)
+        return staged
 
     def _cut_over(self, tables: list[str]) -> None:
         """Swap every staged vector in, in one transaction, once nothing is left unstaged."""
         for attempt in range(CUTOVER_ROUNDS + 1):
             last = attempt == CUTOVER_ROUNDS
-            with self.db.atomic() as conn:
-                left = {t: vm.unstaged(conn, t, 1_000_000 if last else 1) for t in tables}
-                if last:
-                    for table, rows in left.items():
-                        for start in range(0, len(rows), self.batch):
-                            part = rows[start : start + self.batch]
-                            self._embed_and_stage(table, part, conn)
-                    left = {t: vm.unstaged(conn, t, 1) for t in tables}
-                if not any(left.values()):
-                    self.say(f"switching {', '.join(tables)} to {self.target.name}")
-                    for table in tables:
-                        swapped = vm.cut_over(conn, table, self.target.name, self.target.dim())
-                        self.say(f"{table}: {swapped} rows now served by {self.target.name}")
-                    return
+            swapped = vm.cut_over_all(
+                self.db,
+                tables,
+                self.target.name,
+                self.target.dim(),
+                self._embed if last else None,
+                self.batch,
+                lambda: self.say(f"switching {', '.join(tables)} to {self.target.name}"),
+            )
+            if swapped is not None:
+                for table, count in swapped.items():
+                    self.say(f"{table}: {count} rows now served by {self.target.name}")
+                return
             for table in tables:  # rows written meanwhile by other processes
                 self._stage(table)
         raise RuntimeError("could not reach a moment with every row converted")
@@ -287,9 +276,7 @@ class Converter:
             result = self.engine.calibrator.calibrate(agent)
             calibrated += bool(result.get("ok"))
         self.say(f"calibration rerun: {calibrated} of {len(agents)} scopes calibrated")
-        with self.db.atomic() as conn:
-            for table in tables:
-                vm.finish(conn, table)
+        vm.finish_all(self.db, tables)
 
 
 def run_reembed(settings: Settings, *, dry_run: bool, batch: int, out: TextIO = sys.stderr) -> int:

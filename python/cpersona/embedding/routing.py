@@ -152,7 +152,7 @@ class ModelRouter:
             elif stored is None or (
                 # A table whose every vector is gone takes the configured model again (the
                 # first write re-records it: vector_models.claim).
-                stored != self.configured.name and not vm.has_vectors(self.db.reader(), table)
+                stored != self.configured.name and not vm.table_has_vectors(self.db, table)
             ):
                 out[table] = Route(table, None, self.configured)
             else:
@@ -236,16 +236,14 @@ class ModelRouter:
         for table in vm.TABLES:
             if table in record:
                 continue
-            sample = vm.sample_texts(self.db.reader(), table, PROBE_ROWS)
+            sample = vm.sample(self.db, table, PROBE_ROWS)
             if not sample:
                 continue
             result = self._probe(table, sample, label)
             if result is None:
                 continue
-            with self.db.atomic() as conn:
-                if table not in vm.recorded(conn):
-                    vm.record(conn, table, result.model, result.dim, result.how)
-                    found[table] = result
+            if vm.record_if_absent(self.db, table, result):
+                found[table] = result
             log.info("%s vectors identified as %s (%s)", table, result.model, result.how)
         return found
 

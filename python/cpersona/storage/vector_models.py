@@ -13,10 +13,11 @@ staged vector always belongs to the row's current text, whoever wrote (a 2.5.x s
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cpersona.storage.db import Database
+from cpersona.storage.errors import translating
 
 TABLES = ("memories", "episodes")
 #: The embedded text of each table.
@@ -277,3 +278,108 @@ def fill_vector(conn: Conn, table: str, row_id: int, text: str, blob: bytes) -> 
         f"UPDATE {table} SET embedding = ? WHERE id = ? AND embedding IS NULL AND {column} = ?",
         (blob, row_id, text),
     ).rowcount
+
+
+# -- the services' calls: each takes the Database and opens what it needs ---------------------
+
+#: Computes new vectors (id, text, BLOB) for (id, text) rows; no SQL (called in a transaction).
+Embed = Callable[[str, list[tuple[int, str]]], Sequence[tuple[int, str, bytes]]]
+
+
+@translating
+def table_has_vectors(db: Database, table: str) -> bool:
+    return has_vectors(db.reader(), table)
+
+
+@translating
+def sample(db: Database, table: str, n: int) -> list[tuple[str, bytes]]:
+    return sample_texts(db.reader(), table, n)
+
+
+@translating
+def record_if_absent(db: Database, table: str, found: Recorded) -> bool:
+    """Record `found` for `table` unless another process recorded one first; whether it did."""
+    with db.atomic() as conn:
+        if table in recorded(conn):
+            return False
+        record(conn, table, found.model, found.dim, found.how)
+        return True
+
+
+@translating
+def table_progress(db: Database, table: str) -> tuple[int, int]:
+    return progress(db.reader(), table)
+
+
+@translating
+def unstaged_rows(db: Database, table: str, limit: int) -> list[tuple[int, str]]:
+    return unstaged(db.reader(), table, limit)
+
+
+@translating
+def open_conversions(db: Database) -> dict[str, Conversion]:
+    return conversions(db.reader())
+
+
+@translating
+def begin_all(db: Database, tables: Sequence[str], model: str) -> None:
+    """Begin (or resume) the conversion of every table in `tables`, in one transaction."""
+    with db.atomic() as conn:
+        for table in tables:
+            begin(conn, table, model)
+
+
+@translating
+def drop_stale(db: Database, model: str) -> list[Conversion]:
+    """Drop every conversion still staging towards another model than `model`; those dropped."""
+    with db.atomic() as conn:
+        stale = [
+            conv
+            for conv in conversions(conn).values()
+            if conv.model != model and conv.phase == "staging"
+        ]
+        for conv in stale:
+            drop(conn, conv.table)
+    return stale
+
+
+@translating
+def stage_rows(db: Database, table: str, rows: Sequence[tuple[int, str, bytes]]) -> int:
+    with db.atomic() as conn:
+        return stage(conn, table, rows)
+
+
+@translating
+def cut_over_all(
+    db: Database,
+    tables: Sequence[str],
+    model: str,
+    dim: int | None,
+    embed_rest: Embed | None = None,
+    batch: int = 64,
+    swapping: Callable[[], None] | None = None,
+) -> dict[str, int] | None:
+    """One transaction: when no row of `tables` is left unstaged (after `embed_rest` staged
+    the remainder under the write lock, when given), swap every staged vector in and record
+    `model`; {table: rows swapped}, or None when rows were left (nothing changed).
+    `swapping` is called inside the transaction just before the swap (progress output)."""
+    with db.atomic() as conn:
+        limit = 1_000_000 if embed_rest is not None else 1
+        left = {t: unstaged(conn, t, limit) for t in tables}
+        if embed_rest is not None:
+            for table, rows in left.items():
+                for start in range(0, len(rows), batch):
+                    stage(conn, table, embed_rest(table, rows[start : start + batch]))
+            left = {t: unstaged(conn, t, 1) for t in tables}
+        if any(left.values()):
+            return None
+        if swapping is not None:
+            swapping()
+        return {table: cut_over(conn, table, model, dim) for table in tables}
+
+
+@translating
+def finish_all(db: Database, tables: Sequence[str]) -> None:
+    with db.atomic() as conn:
+        for table in tables:
+            finish(conn, table)
