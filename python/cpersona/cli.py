@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_reembed(settings, dry_run=args.dry_run, batch=args.batch)
     if command in ("export", "import"):
-        from cpersona.portability import commands
+        from cpersona import portability_cli as commands
 
         if command == "export":
             return commands.run_export(settings, args.path, args.agent, args.embeddings)

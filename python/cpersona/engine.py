@@ -142,7 +142,7 @@ class Engine:
         if embedder.available:
             loaded = sidecar.load().payload
             router.identify(loaded.embedding_model if loaded is not None else "")
-        writer = Writer(self.db, settings, router, after_write=self._after_write, remote=remote)
+        writer = Writer(self.db, settings, router, after_write=self.after_write, remote=remote)
         thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
         health = EmbeddingHealth(settings.transport)
         recaller = Recaller(
@@ -243,7 +243,8 @@ class Engine:
         self.start_calibration()
         self.tasks.start()  # drains legacy pending_memory_tasks rows (surface.md §9.6)
 
-    def _after_write(self) -> None:
+    def after_write(self) -> None:
+        """Bring the derived indexes current after a committed write."""
         # The index is current after every acknowledged write (a crash before this point is
         # repaired by the next reader's sync: the log entry was committed with the row).
         self.recaller.invalidate_stats()

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from cpersona.storage import portability as sql
+from cpersona.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from cpersona.engine import Engine
+    from cpersona.portability.host import Host
 
 log = logging.getLogger("cpersona.portability")
 
 
-def delete_agent_data(engine: Engine, agent_id: str, *, paused: bool = False) -> dict[str, Any]:
+def delete_agent_data(engine: Host, agent_id: str, *, paused: bool = False) -> dict[str, Any]:
     """Delete every row of one agent; the tool's response object.
 
     One transaction removes its memories (locked ones too: a lock guards single edits and
@@ -30,12 +30,11 @@ def delete_agent_data(engine: Engine, agent_id: str, *, paused: bool = False) ->
     if not agent_id:
         return {"ok": False, "error": "agent_id is required for bulk deletion"}
     try:
-        with engine.db.atomic() as conn:
-            removed = sql.delete_agent(conn, agent_id)
-    except sqlite3.Error as exc:
+        removed = sql.delete_agent_rows(engine.db, agent_id)
+    except StorageError as exc:
         return {"ok": False, "error": f"could not delete agent {agent_id!r}: {exc}"}
     forget_agent(engine, agent_id)
-    engine._after_write()
+    engine.after_write()
     if engine.remote is not None:
         engine.remote.purge(agent_id)
     log.info(
@@ -49,7 +48,7 @@ def delete_agent_data(engine: Engine, agent_id: str, *, paused: bool = False) ->
     return _counts(agent_id, removed)
 
 
-def forget_agent(engine: Engine, agent_id: str) -> None:
+def forget_agent(engine: Host, agent_id: str) -> None:
     """Drop the agent's thresholds, gate and precision here and in the calibration sidecar."""
     try:
         engine.calibrator.forget_agent(agent_id)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from cpersona.storage import portability as sql
 
 if TYPE_CHECKING:
-    from cpersona.engine import Engine
+    from cpersona.portability.host import Host
 
 #: Sample rows and invalid-metadata ids the report lists.
 SAMPLES = 5
@@ -24,7 +24,7 @@ INVALID_IDS = 10
 
 
 def migrate_channel_axis(
-    engine: Engine,
+    engine: Host,
     agent_id: str = "",
     dry_run: bool = True,
     globalize_unrecoverable: bool = False,
@@ -40,17 +40,17 @@ def migrate_channel_axis(
     scope = agent_id or None
     migrated = globalized = 0
     if effective_dry_run:
-        with sql.read_snapshot(engine.db) as conn:
-            report = sql.channel_report(conn, scope, sample=SAMPLES, invalid_ids=INVALID_IDS)
+        with sql.snapshot(engine.db) as rows:
+            report = rows.channel_report(scope, sample=SAMPLES, invalid_ids=INVALID_IDS)
     else:
-        with engine.db.atomic() as conn:
-            report = sql.channel_report(conn, scope, sample=SAMPLES, invalid_ids=INVALID_IDS)
-            migrated = sql.rechannel_recoverable(conn, scope)
+        with sql.transaction(engine.db) as rows:
+            report = rows.channel_report(scope, sample=SAMPLES, invalid_ids=INVALID_IDS)
+            migrated = rows.rechannel_recoverable(scope)
             unrecoverable = report.discord_total - report.recoverable_total
             if globalize_unrecoverable and unrecoverable:
-                globalized = sql.globalize_unrecoverable(conn, scope)
+                globalized = rows.globalize_unrecoverable(scope)
         if migrated or globalized:
-            engine._after_write()  # the channel is part of each row's index scope
+            engine.after_write()  # the channel is part of each row's index scope
     return {
         "agent_id": agent_id,
         "dry_run": effective_dry_run,

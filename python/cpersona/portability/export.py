@@ -10,22 +10,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sqlite3
 import tempfile
 from typing import TYPE_CHECKING, Any
 
 from cpersona.portability import records
 from cpersona.portability.paths import confine, names_directory, os_reason, refusal
 from cpersona.storage import portability as sql
+from cpersona.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from cpersona.engine import Engine
+    from cpersona.portability.host import Host
 
 log = logging.getLogger("cpersona.portability")
 
 
 def export_memories(
-    engine: Engine,
+    engine: Host,
     agent_id: str,
     output_path: str,
     include_embeddings: bool = False,
@@ -51,7 +51,7 @@ def export_memories(
     except OSError as exc:
         # 2.5.x lets these escape as a bare {"error"}; the response-shape rule wants ok:false.
         return {"ok": False, "error": f"could not write {output_path}: {os_reason(exc)}"}
-    except (ValueError, sqlite3.Error) as exc:
+    except (ValueError, StorageError) as exc:
         return {"ok": False, "error": f"could not write {output_path}: {exc}"}
     log.info("exported %s memories, %s episodes, %s profiles to %s", *counts, path)
     return {
@@ -64,7 +64,7 @@ def export_memories(
 
 
 def _write(
-    engine: Engine, agent_id: str, path: str, include_embeddings: bool
+    engine: Host, agent_id: str, path: str, include_embeddings: bool
 ) -> tuple[int, int, int]:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -73,21 +73,21 @@ def _write(
     written = [0, 0, 0]
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
-            with sql.read_snapshot(engine.db) as conn:
-                totals = sql.count_rows(conn, scope)
+            with sql.snapshot(engine.db) as rows:
+                totals = rows.count_rows(scope)
                 out.write(
                     records.dumps(
                         records.header(agent_id, totals.memories, totals.episodes, totals.profiles)
                     )
                     + "\n"
                 )
-                for mem in sql.iter_memories(conn, scope, with_embeddings=include_embeddings):
+                for mem in rows.iter_memories(scope, with_embeddings=include_embeddings):
                     out.write(records.dumps(records.memory_json(mem, include_embeddings)) + "\n")
                     written[0] += 1
-                for ep in sql.iter_episodes(conn, scope, with_embeddings=include_embeddings):
+                for ep in rows.iter_episodes(scope, with_embeddings=include_embeddings):
                     out.write(records.dumps(records.episode_json(ep, include_embeddings)) + "\n")
                     written[1] += 1
-                for prof in sql.iter_profiles(conn, scope):
+                for prof in rows.iter_profiles(scope):
                     out.write(records.dumps(records.profile_json(prof)) + "\n")
                     written[2] += 1
             out.flush()

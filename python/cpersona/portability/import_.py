@@ -40,9 +40,7 @@ from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRec
 from cpersona.vectors.remote import Item
 
 if TYPE_CHECKING:
-    import sqlite3
-
-    from cpersona.engine import Engine
+    from cpersona.portability.host import Host
 
 log = logging.getLogger("cpersona.portability")
 
@@ -114,7 +112,7 @@ class _Aborted(Exception):
 
 
 def import_memories(
-    engine: Engine,
+    engine: Host,
     input_path: str,
     target_agent_id: str = "",
     dry_run: bool = False,
@@ -154,16 +152,16 @@ def import_memories(
     tally = _Tally(skipped_memories=plan.skipped_memories, skipped_episodes=plan.skipped_episodes)
     try:
         if dry_run or mismatch is not None:
-            with sql.read_snapshot(engine.db) as conn:
-                _apply(conn, plan, tally, s, write=False, report=report)
+            with sql.snapshot(engine.db) as rows:
+                _apply(rows, plan, tally, s, write=False, report=report)
             if mismatch is not None:
                 raise _Aborted(mismatch)
         else:
-            with sql.read_snapshot(engine.db) as conn:
-                _apply(conn, plan, _Tally(), s, write=False, report=None, keep=tally.written)
+            with sql.snapshot(engine.db) as rows:
+                _apply(rows, plan, _Tally(), s, write=False, report=None, keep=tally.written)
             _embed(engine, [i for i in tally.written if i.needs_vector], report)
-            with engine.db.atomic() as conn:
-                _apply(conn, plan, tally, s, write=True, report=report)
+            with sql.transaction(engine.db) as rows:
+                _apply(rows, plan, tally, s, write=True, report=report)
     except Exception as exc:  # one transaction: everything rolled back
         if is_disk_full(exc):
             log.warning("import of %s failed: %s (%s)", path, DISK_FULL, exc)
@@ -171,7 +169,7 @@ def import_memories(
             log.exception("import of %s failed", path)
         return _aborted(exc, dry_run, tally, plan.errors)
     if not dry_run:
-        engine._after_write()
+        engine.after_write()
         if engine.remote is not None:
             for agent, items in tally.inserted.items():
                 engine.remote.index(agent, items)
@@ -405,7 +403,7 @@ def _plan_profile(plan: _Plan, number: int, record: dict[str, Any], agent: str, 
 
 
 def _apply(
-    conn: sqlite3.Connection,
+    rows: sql.Rows,
     plan: _Plan,
     tally: _Tally,
     settings: Any,
@@ -431,12 +429,12 @@ def _apply(
             duplicate = (
                 (rec.msg_id != "" and msg_key in seen_msg)
                 or content_key in seen_content
-                or sql.memory_exists(
-                    conn, rec.agent_id, rec.project_id, rec.channel, rec.msg_id, rec.content
+                or rows.memory_exists(
+                    rec.agent_id, rec.project_id, rec.channel, rec.msg_id, rec.content
                 )
             )
             if not duplicate and write:
-                new_id = sql.insert_memory(conn, rec)
+                new_id = rows.insert_memory(rec)
                 duplicate = new_id is None
                 if new_id is not None:
                     tally.inserted.setdefault(rec.agent_id, []).append(
@@ -457,11 +455,11 @@ def _apply(
                     keep.append(item)
         elif isinstance(rec, EpisodeRecord):
             key = (rec.agent_id, rec.project_id, rec.channel, rec.summary)
-            if key in seen_episode or sql.episode_exists(conn, *key):
+            if key in seen_episode or rows.episode_exists(*key):
                 tally.skipped_episodes += 1
             else:
                 if write:
-                    new_id = sql.insert_episode(conn, rec)
+                    new_id = rows.insert_episode(rec)
                     tally.inserted.setdefault(rec.agent_id, []).append(
                         Item(f"ep:{new_id}", rec.summary)
                     )
@@ -473,7 +471,7 @@ def _apply(
                     keep.append(item)
         else:
             if write:
-                sql.upsert_profile(conn, rec)
+                rows.upsert_profile(rec)
             tally.profile_updated = True
         if (
             write
@@ -504,7 +502,7 @@ def _ahead(timestamp: str, settings: Any) -> bool:
     return bool(ahead > settings.future_timestamp_skew_seconds)
 
 
-def _embed(engine: Engine, items: list[_Item], report: Progress) -> None:
+def _embed(engine: Host, items: list[_Item], report: Progress) -> None:
     """Give the rows the file carried no vector for one from this server's model, in batches.
 
     Runs before the write transaction. When embedding is unavailable the rows keep a NULL

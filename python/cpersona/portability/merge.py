@@ -14,7 +14,6 @@ reported in `left_at_source`.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from cpersona.storage import portability as sql
 from cpersona.vectors.remote import Item, RemoteVectors
 
 if TYPE_CHECKING:
-    from cpersona.engine import Engine
+    from cpersona.portability.host import Host
 
 log = logging.getLogger("cpersona.portability")
 
@@ -62,7 +61,7 @@ def validate(source: str, target: str, strategy: str, mode: str) -> str | None:
 
 
 def merge_memories(
-    engine: Engine,
+    engine: Host,
     source: str,
     target: str,
     strategy: str = "skip",
@@ -89,13 +88,13 @@ def merge_memories(
     moved: dict[str, Any] | None = None
     try:
         if dry_run:
-            with sql.read_snapshot(engine.db) as conn:
-                _copy_all(conn, source, target, tally, write=False)
+            with sql.snapshot(engine.db) as rows:
+                _copy_all(rows, source, target, tally, write=False)
         else:
-            with engine.db.atomic() as conn:
-                _copy_all(conn, source, target, tally, write=True)
+            with sql.transaction(engine.db) as rows:
+                _copy_all(rows, source, target, tally, write=True)
                 if mode == "move":
-                    moved = _delete_copied(conn, source, tally)
+                    moved = _delete_copied(rows, source, tally)
     except Exception as exc:  # one transaction: both agents are as they were
         log.warning("merge %s -> %s rolled back: %s", source, target, exc)
         return {
@@ -111,7 +110,7 @@ def merge_memories(
             "skipped_profile": tally.skipped_profile,
         }
     if not dry_run:
-        engine._after_write()
+        engine.after_write()
         if engine.remote is not None:
             engine.remote.index(target, tally.inserted)
     out = _success(head, strategy, mode, tally, dry_run=dry_run)
@@ -166,14 +165,12 @@ def _success(
     }
 
 
-def _copy_all(
-    conn: sqlite3.Connection, source: str, target: str, tally: _Tally, *, write: bool
-) -> None:
+def _copy_all(rows: sql.Rows, source: str, target: str, tally: _Tally, *, write: bool) -> None:
     """Decide (and when `write`, perform) every copy. A preview remembers what it would have
     copied, so a duplicate later in the source is counted as a real run counts it."""
     seen_msg: set[tuple[str, str]] = set()
     seen_content: set[tuple[str, str, str]] = set()
-    for mem in sql.iter_memories(conn, source, with_embeddings=write):
+    for mem in rows.iter_memories(source, with_embeddings=write):
         if not mem.content:
             continue
         msg_key, content_key = (
@@ -187,10 +184,10 @@ def _copy_all(
         duplicate = (
             (mem.msg_id != "" and msg_key in seen_msg)
             or content_key in seen_content
-            or sql.memory_exists(conn, target, mem.project_id, mem.channel, mem.msg_id, mem.content)
+            or rows.memory_exists(target, mem.project_id, mem.channel, mem.msg_id, mem.content)
         )
         if not duplicate and write:
-            new_id = sql.insert_memory(conn, replace(mem, agent_id=target))
+            new_id = rows.insert_memory(replace(mem, agent_id=target))
             duplicate = new_id is None
             if new_id is not None:
                 tally.inserted.append(Item(f"mem:{new_id}", mem.content))
@@ -205,43 +202,43 @@ def _copy_all(
         tally.copied["memories"].append(mem.id)
 
     seen_episode: set[tuple[str, str, str]] = set()
-    for ep in sql.iter_episodes(conn, source, with_embeddings=write):
+    for ep in rows.iter_episodes(source, with_embeddings=write):
         if not ep.summary:
             continue
         key = (ep.project_id, ep.channel, ep.summary)
-        if key in seen_episode or sql.episode_exists(conn, target, *key):
+        if key in seen_episode or rows.episode_exists(target, *key):
             tally.skipped_episodes += 1
             continue
         if write:
-            new_id = sql.insert_episode(conn, replace(ep, agent_id=target))
+            new_id = rows.insert_episode(replace(ep, agent_id=target))
             tally.inserted.append(Item(f"ep:{new_id}", ep.summary))
         else:
             seen_episode.add(key)
         tally.merged_episodes += 1
         tally.copied["episodes"].append(ep.id)
 
-    for prof in list(sql.iter_profiles(conn, source)):
+    for prof in list(rows.iter_profiles(source)):
         if not prof.content:
             continue
-        if sql.profile_exists(conn, target, prof.user_id):
+        if rows.profile_exists(target, prof.user_id):
             tally.skipped_profile = True
             continue
         if write:
-            sql.insert_profile(conn, replace(prof, agent_id=target))
+            rows.insert_profile(replace(prof, agent_id=target))
         tally.profile_copied = True
         tally.copied["profiles"].append(prof.id)
 
 
-def _delete_copied(conn: sqlite3.Connection, source: str, tally: _Tally) -> dict[str, Any]:
+def _delete_copied(rows: sql.Rows, source: str, tally: _Tally) -> dict[str, Any]:
     """Remove from the source exactly what was copied; the counts and what is left."""
     deleted = {
-        f"deleted_{table}": sql.delete_ids(conn, table, source, ids)
+        f"deleted_{table}": rows.delete_ids(table, source, ids)
         for table, ids in tally.copied.items()
     }
-    left = sql.count_rows(conn, source)
+    left = rows.count_rows(source)
     remaining = {"memories": left.memories, "episodes": left.episodes, "profiles": left.profiles}
     # The legacy task queue is per agent, not per row: cleared only when the agent is gone.
-    pending = 0 if any(remaining.values()) else sql.delete_pending_tasks(conn, source)
+    pending = 0 if any(remaining.values()) else rows.delete_pending_tasks(source)
     return {
         "deleted_memories": deleted["deleted_memories"],
         "deleted_profiles": deleted["deleted_profiles"],

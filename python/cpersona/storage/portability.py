@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cpersona.storage.db import Database
+from cpersona.storage.errors import translated, translating
 
 #: Rows fetched per round trip when streaming a table, and ids bound per DELETE.
 PAGE = 500
@@ -447,3 +448,95 @@ def globalize_unrecoverable(conn: sqlite3.Connection, agent_id: str | None) -> i
         f"UPDATE OR IGNORE memories SET channel = '' WHERE {_UNRECOVERABLE} AND {where}",
         (SNOWFLAKE_SESSION_GLOB, *params),
     ).rowcount
+
+
+# -- the unit of work the portability services use ---------------------------------------------
+
+
+class Rows:
+    """The operations above on one snapshot or one write transaction that `snapshot` or
+    `transaction` opened: the services run their dedup rules over it and never see a
+    connection."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def count_rows(self, agent_id: str | None) -> AgentRows:
+        return count_rows(self._conn, agent_id)
+
+    def iter_memories(
+        self, agent_id: str | None, *, with_embeddings: bool
+    ) -> Iterator[MemoryRecord]:
+        return iter_memories(self._conn, agent_id, with_embeddings=with_embeddings)
+
+    def iter_episodes(
+        self, agent_id: str | None, *, with_embeddings: bool
+    ) -> Iterator[EpisodeRecord]:
+        return iter_episodes(self._conn, agent_id, with_embeddings=with_embeddings)
+
+    def iter_profiles(self, agent_id: str | None) -> Iterator[ProfileRecord]:
+        return iter_profiles(self._conn, agent_id)
+
+    def memory_exists(
+        self, agent_id: str, project_id: str, channel: str, msg_id: str, content: str
+    ) -> bool:
+        return memory_exists(self._conn, agent_id, project_id, channel, msg_id, content)
+
+    def episode_exists(self, agent_id: str, project_id: str, channel: str, summary: str) -> bool:
+        return episode_exists(self._conn, agent_id, project_id, channel, summary)
+
+    def profile_exists(self, agent_id: str, user_id: str) -> bool:
+        return profile_exists(self._conn, agent_id, user_id)
+
+    def insert_memory(self, rec: MemoryRecord) -> int | None:
+        return insert_memory(self._conn, rec)
+
+    def insert_episode(self, rec: EpisodeRecord) -> int:
+        return insert_episode(self._conn, rec)
+
+    def upsert_profile(self, rec: ProfileRecord) -> None:
+        upsert_profile(self._conn, rec)
+
+    def insert_profile(self, rec: ProfileRecord) -> None:
+        insert_profile(self._conn, rec)
+
+    def delete_ids(self, table: str, agent_id: str, ids: Sequence[int]) -> int:
+        return delete_ids(self._conn, table, agent_id, ids)
+
+    def delete_pending_tasks(self, agent_id: str) -> int:
+        return delete_pending_tasks(self._conn, agent_id)
+
+    def channel_report(
+        self, agent_id: str | None, *, sample: int = 5, invalid_ids: int = 10
+    ) -> ChannelReport:
+        return channel_report(self._conn, agent_id, sample=sample, invalid_ids=invalid_ids)
+
+    def rechannel_recoverable(self, agent_id: str | None) -> int:
+        return rechannel_recoverable(self._conn, agent_id)
+
+    def globalize_unrecoverable(self, agent_id: str | None) -> int:
+        return globalize_unrecoverable(self._conn, agent_id)
+
+
+@contextmanager
+def snapshot(db: Database) -> Iterator[Rows]:
+    """Read-only `Rows` over one snapshot; driver errors in the block leave it translated."""
+    with translated(), read_snapshot(db) as conn:
+        yield Rows(conn)
+
+
+@contextmanager
+def transaction(db: Database) -> Iterator[Rows]:
+    """`Rows` in one write transaction: committed when the block ends, rolled back (and the
+    error re-raised, translated when it is the driver's) when it raises."""
+    with translated(), db.atomic() as conn:
+        yield Rows(conn)
+
+
+@translating
+def delete_agent_rows(db: Database, agent_id: str) -> AgentRows:
+    """Delete every row of one agent in one write transaction."""
+    with db.atomic() as conn:
+        return delete_agent(conn, agent_id)
