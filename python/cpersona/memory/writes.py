@@ -26,6 +26,7 @@ from cpersona.memory.text import (
 )
 from cpersona.models import Memory, NewEpisode, NewMemory
 from cpersona.storage import Database
+from cpersona.storage import memories as memory_sql
 from cpersona.storage import writes as sql
 from cpersona.storage.errors import ConstraintError
 from cpersona.storage.writes import Vector as _Vector
@@ -192,7 +193,7 @@ class Writer:
     def update_memory(self, memory_id: int, content: str, agent_id: str) -> dict[str, Any]:
         if not content.strip():
             return _fail("Content cannot be empty")
-        current = sql.get_memory(self.db, memory_id)
+        current = memory_sql.fetch(self.db, memory_id)
         refused = _ownership_error(memory_id, current, agent_id, "edited")
         if refused is not None:
             return refused
@@ -222,7 +223,7 @@ class Writer:
     def delete_memory(self, memory_id: int, agent_id: str) -> dict[str, Any]:
         if not agent_id:
             log.warning("delete_memory %s called without agent_id (unscoped)", memory_id)
-        current = sql.get_memory(self.db, memory_id)
+        current = memory_sql.fetch(self.db, memory_id)
         refused = _ownership_error(memory_id, current, agent_id, "deleted")
         if refused is not None:
             return refused

@@ -134,9 +134,8 @@ def _resolve(db: Database, agent_id: str, ref: Any) -> dict[str, Any] | None:
         return None
     if row_id <= 0 or kind not in ("mem", "ep"):
         return None
-    conn = db.reader()
     if kind == "mem":
-        m = memory_sql.get(conn, row_id)
+        m = memory_sql.fetch(db, row_id)
         if m is None or m.agent_id != agent_id:
             return None
         item: dict[str, Any] = {"ref": ref, "content": m.content}
@@ -151,7 +150,7 @@ def _resolve(db: Database, agent_id: str, ref: Any) -> dict[str, Any] | None:
         if m.msg_id:
             item["id"] = m.msg_id
         return item
-    e = episode_sql.get(conn, row_id)
+    e = episode_sql.fetch(db, row_id)
     if e is None or e.agent_id != agent_id:
         return None
     return {

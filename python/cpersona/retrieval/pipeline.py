@@ -7,7 +7,6 @@ survivors are hydrated from SQLite.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -43,6 +42,7 @@ from cpersona.retrieval.thresholds import Thresholds
 from cpersona.storage import Database
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage import retrieval as sql
+from cpersona.storage.errors import OperationalError, StorageError
 from cpersona.storage.retrieval import EpisodeHit, MemoryHit, ScopeSql
 from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
@@ -275,7 +275,7 @@ class Recaller:
         ranked = [(h.kind, h.row_id, h.score) for h in hits if h.kind == "mem" or episodes_ok]
         try:
             return self._hydrate(ranked, scope, req.source_id)
-        except sqlite3.Error as exc:
+        except StorageError as exc:
             log.warning("remote vector hits could not be read (%s); using the local scan", exc)
             return None
 
@@ -318,7 +318,7 @@ class Recaller:
             return []
         try:
             return [from_episode(h) for h in self._episode_hits(scope, match, limit)]
-        except sqlite3.OperationalError as exc:
+        except OperationalError as exc:
             log.warning("episode FTS failed (%s); that channel is empty for this recall", exc)
             return []
 
@@ -334,7 +334,7 @@ class Recaller:
         if self.s.fts_enabled and match:
             try:
                 hits = self._memory_fts(scope, req.source_id, match, limit)
-            except sqlite3.OperationalError as exc:
+            except OperationalError as exc:
                 log.warning("memory FTS failed (%s); using the LIKE fallback", exc)
                 hits = []
         if not hits:
@@ -571,6 +571,6 @@ class Recaller:
             ids = [r.id for r in kept if r.kind == "mem"]
             try:
                 sql.bump_recall_counts(self.db, ids)
-            except sqlite3.Error:
+            except StorageError:
                 log.exception("recall-count bookkeeping failed (ignored)")
         return RecallResult(rows=kept, gate_fallback=fallback)

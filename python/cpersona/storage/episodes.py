@@ -6,6 +6,7 @@ import sqlite3
 
 from cpersona.models import Episode, NewEpisode, ProjectFilter
 from cpersona.storage.db import Database, is_row_id, newest
+from cpersona.storage.errors import translating
 
 _COLUMNS = (
     "id, agent_id, project_id, summary, keywords, start_time, end_time, resolved, channel, "
@@ -55,6 +56,12 @@ def get(conn: sqlite3.Connection, episode_id: int) -> Episode | None:
         return None
     row = conn.execute(f"SELECT {_COLUMNS} FROM episodes WHERE id = ?", (episode_id,)).fetchone()
     return None if row is None else _episode(row)
+
+
+@translating
+def fetch(db: Database, episode_id: int) -> Episode | None:
+    """One row by id, read outside any transaction."""
+    return get(db.reader(), episode_id)
 
 
 def delete(conn: sqlite3.Connection, episode_id: int, agent_id: str | None) -> int:

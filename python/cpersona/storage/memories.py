@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from cpersona.models import Memory, NewMemory, ProjectFilter
 from cpersona.storage.db import Database, is_row_id, newest
+from cpersona.storage.errors import translating
 
 _COLUMNS = (
     "id, agent_id, project_id, msg_id, content, source, timestamp, metadata, channel, "
@@ -96,6 +97,12 @@ def get(conn: sqlite3.Connection, memory_id: int) -> Memory | None:
         return None
     row = conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)).fetchone()
     return None if row is None else _memory(row)
+
+
+@translating
+def fetch(db: Database, memory_id: int) -> Memory | None:
+    """One row by id, read outside any transaction."""
+    return get(db.reader(), memory_id)
 
 
 def get_many(db: Database, ids: Sequence[int], agent_id: str | None = None) -> dict[int, Memory]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from cpersona.models import ProjectFilter
 from cpersona.storage.db import Database
+from cpersona.storage.errors import translating
 
 _SOURCE_ID = "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END"
 
@@ -81,6 +82,7 @@ def _ep(r: sqlite3.Row, bm25: float | None) -> EpisodeHit:
     return EpisodeHit(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7], bm25)
 
 
+@translating
 def memory_fts(
     db: Database, scope: ScopeSql, source_prefix: str, match: str, limit: int
 ) -> list[MemoryHit]:
@@ -96,6 +98,7 @@ def memory_fts(
     return [_mem(r, float(r["score"])) for r in rows]
 
 
+@translating
 def memory_like(
     db: Database, scope: ScopeSql, source_prefix: str, text: str, read: int
 ) -> list[MemoryHit]:
@@ -124,6 +127,7 @@ def memory_like(
     return [_mem(r, None) for r in rows]
 
 
+@translating
 def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int) -> list[MemoryHit]:
     where, params = scope.where("m")
     sw, sp = _source_filter("m", source_prefix)
@@ -135,6 +139,7 @@ def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int)
     return [_mem(r, None) for r in rows]
 
 
+@translating
 def episode_fts(db: Database, scope: ScopeSql, match: str, limit: int) -> list[EpisodeHit]:
     where, params = scope.where("e")
     rows = db.query(
@@ -147,6 +152,7 @@ def episode_fts(db: Database, scope: ScopeSql, match: str, limit: int) -> list[E
     return [_ep(r, float(r["score"])) for r in rows]
 
 
+@translating
 def memories_by_id(
     db: Database, ids: Sequence[int], scope: ScopeSql, source_prefix: str
 ) -> dict[int, MemoryHit]:
@@ -172,6 +178,7 @@ def memories_by_id(
     return out
 
 
+@translating
 def episodes_by_id(db: Database, ids: Sequence[int], scope: ScopeSql) -> dict[int, EpisodeHit]:
     """As `memories_by_id` (rowid lookups, `NOT INDEXED`), for episodes."""
     out: dict[int, EpisodeHit] = {}
@@ -187,6 +194,7 @@ def episodes_by_id(db: Database, ids: Sequence[int], scope: ScopeSql) -> dict[in
     return out
 
 
+@translating
 def embeddings(db: Database, table: str, ids: Sequence[int]) -> dict[int, bytes]:
     """Stored BLOBs by id (for the cosine backfill)."""
     if table not in ("memories", "episodes"):
@@ -203,6 +211,7 @@ def embeddings(db: Database, table: str, ids: Sequence[int]) -> dict[int, bytes]
     return out
 
 
+@translating
 def pool_count(db: Database, scope: ScopeSql) -> int:
     where, params = scope.where()
     m = db.query_one(f"SELECT COUNT(*) FROM memories WHERE {where}", params)
@@ -210,6 +219,7 @@ def pool_count(db: Database, scope: ScopeSql) -> int:
     return int(m[0] if m else 0) + int(e[0] if e else 0)
 
 
+@translating
 def timestamp_span(db: Database, scope: ScopeSql) -> tuple[str | None, str | None]:
     """MIN and MAX (text order) of memory timestamps that are non-empty and SQL-parseable.
 
@@ -231,6 +241,7 @@ def timestamp_span(db: Database, scope: ScopeSql) -> tuple[str | None, str | Non
     return ends[0], ends[1]
 
 
+@translating
 def latest_episode_created(db: Database, scope: ScopeSql) -> str | None:
     """created_at of the newest episode in scope by parsed instant (unparseable last)."""
     where, params = scope.where()
@@ -243,6 +254,7 @@ def latest_episode_created(db: Database, scope: ScopeSql) -> str | None:
     return None if row is None else str(row[0])
 
 
+@translating
 def recall_history(db: Database, ids: Sequence[int]) -> dict[int, tuple[int, str | None]]:
     out: dict[int, tuple[int, str | None]] = {}
     for start in range(0, len(ids), 500):
@@ -256,6 +268,7 @@ def recall_history(db: Database, ids: Sequence[int]) -> dict[int, tuple[int, str
     return out
 
 
+@translating
 def bump_recall_counts(db: Database, ids: Sequence[int]) -> None:
     if not ids:
         return

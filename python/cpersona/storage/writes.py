@@ -104,16 +104,6 @@ def fill_late_vector(db: Database, table: str, row_id: int, text: str, vec: Vect
 
 
 @translating
-def get_memory(db: Database, memory_id: int) -> Memory | None:
-    return memory_sql.get(db.reader(), memory_id)
-
-
-@translating
-def get_episode(db: Database, episode_id: int) -> Episode | None:
-    return episode_sql.get(db.reader(), episode_id)
-
-
-@translating
 def update_memory(db: Database, memory_id: int, text: str, vec: Vector | None) -> tuple[int, bool]:
     """Replace an unlocked row's content (and vector): (rows changed, vector written).
     Raises ConstraintError when another row of the scope already has exactly this text."""
