@@ -19,7 +19,6 @@ from cpersona.health.context import HealthContext
 from cpersona.memory.text import normalize_source, parse_utc, py_json
 from cpersona.operating_context import SUMMARY_SOFT_LIMIT
 from cpersona.storage import health as sql
-from cpersona.storage import vector_models
 from cpersona.storage.schema import SCHEMA_VERSION
 
 Issue = dict[str, Any]
@@ -54,11 +53,11 @@ def _rewrite_check(
         return []
     plan = []
     for r in rows:
-        new = pattern.sub("", r["content"]).strip()
-        if not r["locked"] and new != r["content"]:
-            plan.append((int(r["id"]), new))
+        new = pattern.sub("", r.content).strip()
+        if not r.locked and new != r.content:
+            plan.append((int(r.id), new))
     ctx.scratch[check] = plan
-    locked = sum(1 for r in rows if r["locked"])
+    locked = sum(1 for r in rows if r.locked)
     return [
         issue(
             check,
@@ -67,7 +66,7 @@ def _rewrite_check(
             count=len(rows),
             locked=locked,
             repairable=len(plan),
-            sample_ids=[int(r["id"]) for r in rows[:10]],
+            sample_ids=[int(r.id) for r in rows[:10]],
         )
     ]
 
@@ -85,7 +84,7 @@ def oversized_content(ctx: HealthContext) -> list[Issue]:
     rows = sql.oversized_memories(ctx.c, cap, ctx.agent_id)
     if not rows:
         return []
-    ids = [int(r["id"]) for r in rows if not r["locked"]]
+    ids = [int(r.id) for r in rows if not r.locked]
     ctx.scratch["oversized_content"] = ids
     return [
         issue(
@@ -93,7 +92,7 @@ def oversized_content(ctx: HealthContext) -> list[Issue]:
             "oversized_content",
             "warn",
             count=len(rows),
-            max_len=max(int(r["n"]) for r in rows),
+            max_len=max(int(r.n) for r in rows),
             cap=cap,
             locked=len(rows) - len(ids),
             repairable=len(ids),
@@ -107,9 +106,9 @@ def duplicate_content(ctx: HealthContext) -> list[Issue]:
         return []
     doomed: list[int] = []
     for group in groups:
-        pool = [r for r in group if r["channel"] == ""] or group
-        survivor = min(int(r["id"]) for r in pool)
-        doomed += [int(r["id"]) for r in group if int(r["id"]) != survivor and not r["locked"]]
+        pool = [r for r in group if r.channel == ""] or group
+        survivor = min(int(r.id) for r in pool)
+        doomed += [int(r.id) for r in group if int(r.id) != survivor and not r.locked]
     ctx.scratch["duplicate_content"] = doomed
     extra = sum(len(g) - 1 for g in groups)
     return [
@@ -393,7 +392,7 @@ def invalid_json(ctx: HealthContext) -> list[Issue]:
     rows = sql.invalid_json(ctx.c, ctx.agent_id)
     if not rows:
         return []
-    ids = [int(r["id"]) for r in rows if not r["locked"]]
+    ids = [int(r.id) for r in rows if not r.locked]
     ctx.scratch["invalid_json"] = ids
     return [
         issue(
@@ -401,8 +400,8 @@ def invalid_json(ctx: HealthContext) -> list[Issue]:
             "invalid_json",
             "warn",
             count=len(rows),
-            source=sum(1 for r in rows if not r["source_ok"]),
-            metadata=sum(1 for r in rows if not r["meta_ok"]),
+            source=sum(1 for r in rows if not r.source_ok),
+            metadata=sum(1 for r in rows if not r.meta_ok),
             locked=len(rows) - len(ids),
             repairable=len(ids),
         )
@@ -412,7 +411,7 @@ def invalid_json(ctx: HealthContext) -> list[Issue]:
 def _timestamp_rows(ctx: HealthContext, check: str, rows: list[Any]) -> list[Issue]:
     if not rows:
         return []
-    ids = [int(r["id"]) for r in rows if not r["locked"] and r["fixable"]]
+    ids = [int(r.id) for r in rows if not r.locked and r.fixable]
     ctx.scratch[check] = ids
     return [
         issue(
@@ -421,7 +420,7 @@ def _timestamp_rows(ctx: HealthContext, check: str, rows: list[Any]) -> list[Iss
             "warn",
             count=len(rows),
             repairable=len(ids),
-            sample_ids=[int(r["id"]) for r in rows[:10]],
+            sample_ids=[int(r.id) for r in rows[:10]],
         )
     ]
 
@@ -476,15 +475,15 @@ def timestamp_format_drift(ctx: HealthContext) -> list[Issue]:
     plan: list[tuple[int, str]] = []
     locked = 0
     for r in sql.memory_timestamps(ctx.c, ctx.agent_id):
-        kind = stamp_class(r["timestamp"])
+        kind = stamp_class(r.timestamp)
         if kind is None:
             continue
         counts[kind] += 1
         if kind == "aware":
-            if r["locked"]:
+            if r.locked:
                 locked += 1
             else:
-                plan.append((int(r["id"]), to_utc(r["timestamp"])))
+                plan.append((int(r.id), to_utc(r.timestamp)))
     forms = sum(1 for n in counts.values() if n)
     if not counts["aware"] and forms <= 1:
         return []
@@ -509,21 +508,21 @@ def episode_timestamp_format_drift(ctx: HealthContext) -> list[Issue]:
     for r in sql.episode_times(ctx.c, ctx.agent_id):
         new = []
         changed = False
-        for stamp in (r["start_time"], r["end_time"]):
+        for stamp in (r.start_time, r.end_time):
             kind = stamp_class(stamp) if stamp else None
             if kind is not None:
                 counts[kind] += 1
             if kind == "aware":
                 new.append(to_utc(stamp))
                 changed = True
-            elif kind == "naive" and stamp == r["created_at"] and r["canon"]:
-                new.append(r["canon"])
+            elif kind == "naive" and stamp == r.created_at and r.canon:
+                new.append(r.canon)
                 changed = True
             else:
                 unfixable += kind == "naive"
                 new.append(stamp)
         if changed:
-            plan.append((int(r["id"]), new[0], new[1]))
+            plan.append((int(r.id), new[0], new[1]))
     forms = sum(1 for n in counts.values() if n)
     if not counts["aware"] and forms <= 1:
         return []
@@ -570,7 +569,7 @@ def empty_content(ctx: HealthContext) -> list[Issue]:
     rows = sql.empty_content(ctx.c, ctx.agent_id)
     if not rows:
         return []
-    ids = [int(r["id"]) for r in rows if not r["locked"]]
+    ids = [int(r.id) for r in rows if not r.locked]
     ctx.scratch["empty_content"] = ids
     return [
         issue(
@@ -592,12 +591,12 @@ def invalid_source_type(ctx: HealthContext) -> list[Issue]:
     plan: list[tuple[int, str]] = []
     unmapped = locked = 0
     for r in rows[:cap]:
-        folded = normalize_source(json.loads(r["source"]))
+        folded = normalize_source(json.loads(r.source))
         if isinstance(folded, dict) and folded.get("type") in ("User", "Agent", "System"):
-            if r["locked"]:
+            if r.locked:
                 locked += 1
             else:
-                plan.append((int(r["id"]), py_json(folded)))
+                plan.append((int(r.id), py_json(folded)))
         else:
             unmapped += 1
     ctx.scratch["invalid_source_type"] = plan
@@ -622,14 +621,14 @@ def oversized_profile(ctx: HealthContext) -> list[Issue]:
     rows = sql.oversized_profiles(ctx.c, cap, ctx.agent_id)
     if not rows:
         return []
-    ctx.scratch["oversized_profile"] = [int(r["id"]) for r in rows]
+    ctx.scratch["oversized_profile"] = [int(r.id) for r in rows]
     return [
         issue(
             "oversized_profile",
             "oversized_profile",
             "warn",
             count=len(rows),
-            max_len=max(int(r["n"]) for r in rows),
+            max_len=max(int(r.n) for r in rows),
             cap=cap,
             repairable=len(rows),
         )
@@ -907,9 +906,9 @@ def _conversion(ctx: HealthContext, configured: str) -> list[Issue]:
 
     """Findings about model conversions: one begun and not finished, or one that is due."""
     out = []
-    record = vector_models.recorded(ctx.c)
-    for table, conv in sorted(vector_models.conversions(ctx.c).items()):
-        done, total = vector_models.progress(ctx.c, table)
+    record = sql.recorded_models(ctx.c)
+    for table, conv in sorted(sql.open_conversions(ctx.c).items()):
+        done, total = sql.conversion_progress(ctx.c, table)
         live = not ctx.db.is_memory and reembed.running(ctx.db.path)
         out.append(
             issue(
@@ -935,7 +934,7 @@ def _conversion(ctx: HealthContext, configured: str) -> list[Issue]:
     pending = {
         t: r.model
         for t, r in sorted(record.items())
-        if r.model != configured and vector_models.has_vectors(ctx.c, t)
+        if r.model != configured and sql.has_vectors(ctx.c, t)
     }
     if pending and not out:  # an open conversion is the finding that says what to do
         out.append(

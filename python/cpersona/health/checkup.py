@@ -95,7 +95,9 @@ def _run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
             ctx = from_engine(engine, args.agent)
             report = check_health(ctx, fix=True, extra_issues=engine.updates.health_issues())
             if args.deep:
-                report["deep"] = _deep(ctx, args.agent, sql.agents(engine.db.reader()), deep_check)
+                report["deep"] = _deep(
+                    ctx, args.agent, sql.agents(sql.reading(engine.db)), deep_check
+                )
             return report
         finally:
             engine.close()
@@ -103,7 +105,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     try:
         report = check_health(ctx, fix=False)
         if args.deep:
-            report["deep"] = _deep(ctx, args.agent, sql.agents(ctx.db.reader()), deep_check)
+            report["deep"] = _deep(ctx, args.agent, sql.agents(sql.reading(ctx.db)), deep_check)
         return report
     finally:
         if ctx.indexes:
@@ -136,7 +138,7 @@ def _read_only_context(settings: Settings, agent: str) -> Any:
     try:
         embedder = make_provider(settings)
         indexes = None
-        if sql.table_exists(db.reader(), "cpersona_meta"):
+        if sql.table_exists(sql.reading(db), "cpersona_meta"):
             indexes = {t: VectorIndex(db, t) for t in ("memories", "episodes")}
         return HealthContext(
             db=db,

@@ -2,12 +2,12 @@
 
 A `HealthContext` is built from a running `Engine` (the MCP tools) or from the pieces the
 checkup CLI opens itself (a read-only database for report-only runs, §7.7). Checks read
-through `conn`: the reader for report-only runs, the write transaction inside a fix run.
+through `c`: the reader for report-only runs, the write transaction inside a fix run (both
+storage handles: no connection or SQL here).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,7 +17,8 @@ from cpersona.errors import EmbeddingUnavailable
 from cpersona.operating_context import OperatingContext
 from cpersona.retrieval.health import EmbeddingHealth
 from cpersona.retrieval.sidecar import Sidecar
-from cpersona.storage import Database, vector_models
+from cpersona.storage import Database
+from cpersona.storage import health as sql
 
 if TYPE_CHECKING:
     from cpersona.embedding.base import EmbeddingProvider
@@ -45,7 +46,8 @@ class HealthContext:
     read_only: bool = False
     agent_id: str = ""
     fix: bool = False
-    conn: sqlite3.Connection | None = None
+    #: The fix run's write transaction (None outside it); opaque, for storage functions.
+    conn: sql.Handle | None = None
     #: The provider's vector width (known, or probed in a fix run); None = unknown.
     dim: int | None = None
     probe: Probe = field(default_factory=Probe)
@@ -59,8 +61,9 @@ class HealthContext:
     scratch: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def c(self) -> sqlite3.Connection:
-        return self.conn if self.conn is not None else self.db.reader()
+    def c(self) -> sql.Handle:
+        """What checks read through: the fix transaction inside a fix run, else the reader."""
+        return self.conn if self.conn is not None else sql.reading(self.db)
 
     @property
     def stores_blobs(self) -> bool:
@@ -77,7 +80,7 @@ class HealthContext:
         a repair may write the configured model's vectors there and nowhere else."""
         if self.embedder is None:
             return False
-        found = vector_models.recorded(self.c).get(table)
+        found = sql.recorded_models(self.c).get(table)
         return found is None or found.model == self.embedder.name
 
     def embed(self, texts: Sequence[str]) -> list[bytes | None]:

@@ -41,24 +41,22 @@ _NAMED = re.compile(r"^\[([^\]\n]+)\] ")
 
 def anonymous_source(ctx: HealthContext, fix: bool) -> Result:
     rows = sql.sentinel_rows(ctx.c, ctx.agent_id)
-    found = [(r, _NAMED.match(r["content"])) for r in rows]
+    found = [(r, _NAMED.match(r.content)) for r in rows]
     recoverable = [(r, m.group(1)) for r, m in found if m]
     lost = [r for r, m in found if not m]
     out: Result = {"recoverable": len(recoverable), "unrecoverable": len(lost)}
     if recoverable:
-        out["samples"] = [
-            {"id": int(r["id"]), "recovered_name": name} for r, name in recoverable[:5]
-        ]
+        out["samples"] = [{"id": int(r.id), "recovered_name": name} for r, name in recoverable[:5]]
     if lost:
-        out["unrecoverable_samples"] = [int(r["id"]) for r in lost[:5]]
+        out["unrecoverable_samples"] = [int(r.id) for r in lost[:5]]
     if fix and recoverable:
         fixed = 0
-        with ctx.db.atomic() as conn:
+        with sql.writing(ctx.db) as conn:
             for r, name in recoverable:
                 source = py_json({"type": "User", "id": "", "name": name})
-                fixed += sql.set_source(conn, int(r["id"]), source)
+                fixed += sql.set_source(conn, int(r.id), source)
         out["fixed"] = fixed
-        out["unfixable_locked"] = sum(1 for r, _ in recoverable if r["locked"])
+        out["unfixable_locked"] = sum(1 for r, _ in recoverable if r.locked)
     return out
 
 
@@ -66,10 +64,10 @@ def short_content(ctx: HealthContext, fix: bool) -> Result:
     rows = sql.short_content(ctx.c, ctx.agent_id, SHORT_CONTENT_MAX)
     out: Result = {"count": len(rows)}
     if rows:
-        out["samples"] = [{"id": int(r["id"]), "content": r["content"]} for r in rows[:10]]
+        out["samples"] = [{"id": int(r.id), "content": r.content} for r in rows[:10]]
     if fix and rows:
-        with ctx.db.atomic() as conn:
-            out["fixed"] = sql.delete_unlocked_memories(conn, [int(r["id"]) for r in rows])
+        with sql.writing(ctx.db) as conn:
+            out["fixed"] = sql.delete_unlocked_memories(conn, [int(r.id) for r in rows])
     return out
 
 
@@ -87,8 +85,7 @@ def orphaned_episodes(ctx: HealthContext, fix: bool) -> Result:
     out: Result = {"count": len(rows)}
     if rows:
         out["samples"] = [
-            {"id": int(r["id"]), "start_time": r["start_time"], "end_time": r["end_time"]}
-            for r in rows[:5]
+            {"id": int(r.id), "start_time": r.start_time, "end_time": r.end_time} for r in rows[:5]
         ]
     return out
 

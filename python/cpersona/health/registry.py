@@ -185,7 +185,7 @@ def _prepare(ctx: HealthContext, names: Sequence[str]) -> None:
             continue
         if not ctx.takes_configured_vectors(table):
             continue  # another model's vectors: `cpersona reembed` fills these rows
-        rows = sql.texts_to_embed(ctx.db.reader(), table, ctx.agent_id, ctx.reembed_budget)
+        rows = sql.texts_to_embed(sql.reading(ctx.db), table, ctx.agent_id, ctx.reembed_budget)
         blobs, error = ctx.try_embed([text for _, text in rows])
         if error is not None:
             ctx.scratch[f"reembed_error:{table}"] = error
@@ -204,7 +204,8 @@ def _repair(ctx: HealthContext, name: str, issues: list[Issue]) -> None:
         if name in AFTER_COMMIT:
             REPAIRS[name](ctx, issues)
         else:
-            with ctx.db.atomic():  # a savepoint: a failing repair is rolled back alone
+            assert ctx.conn is not None, "repairs run inside the fix transaction"
+            with ctx.conn.step():  # a savepoint: a failing repair is rolled back alone
                 REPAIRS[name](ctx, issues)
     except Exception as exc:
         log.exception("health repair %s failed", name)
@@ -232,8 +233,8 @@ def _fix_run(ctx: HealthContext, names: Sequence[str]) -> list[Issue]:
     if "sqlite_integrity" in names:  # outside the lock (a long read)
         found["sqlite_integrity"] = run_checks(ctx, ["sqlite_integrity"])
     ctx.fix = True
-    with ctx.db.atomic() as conn:
-        ctx.conn = conn
+    with sql.fixing(ctx.db) as handle:
+        ctx.conn = handle
         ctx.scratch.update(saved)
         for check in REGISTRY:
             if check.name not in names or check.name in found or check.name in AFTER_COMMIT:
@@ -265,13 +266,13 @@ def _second_pass(ctx: HealthContext, issues: list[Issue]) -> None:
         if not ctx.takes_configured_vectors(table):
             continue
         ids = sorted(set(ids))[: max(0, ctx.reembed_budget)]
-        texts = sql.texts_by_id(ctx.db.reader(), table, ids)
+        texts = sql.texts_by_id(sql.reading(ctx.db), table, ids)
         order = [i for i in ids if i in texts]
         blobs, error = ctx.try_embed([texts[i] for i in order])
         rows = [(i, b) for i, b in zip(order, blobs, strict=False) if b is not None]
         if error is None and rows:
-            with ctx.db.atomic() as conn:
-                sql.set_embeddings(conn, table, rows)
+            with sql.writing(ctx.db) as handle:
+                sql.set_embeddings(handle, table, rows)
             done[table] = {i for i, _ in rows}
             ctx.reembed_budget -= len(rows)
     for i in issues:
@@ -287,7 +288,7 @@ def _second_pass(ctx: HealthContext, issues: list[Issue]) -> None:
 
 
 def stats(ctx: HealthContext) -> dict[str, Any]:
-    c, agent = ctx.db.reader(), ctx.agent_id
+    c, agent = sql.reading(ctx.db), ctx.agent_id
     out: dict[str, Any] = {
         "db_size_bytes": sql.db_size(c),
         "memories": sql.count(c, "memories", agent),
@@ -329,7 +330,7 @@ def check_health(
     issues = issues + list(extra_issues)
     summary = summarise(list(residual) + list(extra_issues))
     out: dict[str, Any] = {
-        "total_memories": sql.count(ctx.db.reader(), "memories", ctx.agent_id),
+        "total_memories": sql.count(sql.reading(ctx.db), "memories", ctx.agent_id),
         "issues": issues,
         "severity_summary": summary,
         "status": verdict(summary),

@@ -13,17 +13,17 @@ re-embed pass (after the transaction, outside the write lock) fills them in.
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Callable
 
 from cpersona.health.checks import TABLES, Issue
 from cpersona.health.context import HealthContext
 from cpersona.storage import health as sql
+from cpersona.storage.errors import ConstraintError, StorageError
 
 Repair = Callable[[HealthContext, list[Issue]], None]
 
 
-def _conn(ctx: HealthContext) -> sqlite3.Connection:
+def _conn(ctx: HealthContext) -> sql.Handle:
     assert ctx.conn is not None, "repairs run inside the fix transaction"
     return ctx.conn
 
@@ -120,38 +120,30 @@ def fts_integrity(ctx: HealthContext, issues: list[Issue]) -> None:
 def dedup_msg_id_index(ctx: HealthContext, issues: list[Issue]) -> None:
     conn = _conn(ctx)
     blanked = sql.blank_colliding_msg_ids(conn)
-    ddl = sql.SCHEMA_OBJECTS["idx_memories_dedup_msg_id"][1]
     for i in issues:
         i["msg_ids_blanked"] = blanked
         try:
-            with sql.savepoint(conn, "msgidx"):
-                sql.execute(conn, ddl)
+            sql.create_msg_id_index(conn)
             i["fixed"] = True
-        except sqlite3.IntegrityError as exc:
+        except ConstraintError as exc:
             i["fixed"] = False
             i["fix_error"] = f"locked rows still collide: {exc}"
 
 
 def schema_objects(ctx: HealthContext, issues: list[Issue]) -> None:
     conn = _conn(ctx)
-    plan = {
-        name: (kind, ddl, state) for name, kind, ddl, state in ctx.scratch.get("schema_objects", [])
-    }
+    plan = {name: state for name, _, _, state in ctx.scratch.get("schema_objects", [])}
     for i in issues:
-        kind, ddl, state = plan[i["object"]]
         try:
             # A drifted object is dropped and recreated; on failure the savepoint restores it.
-            with sql.savepoint(conn, "schemaobj"):
-                if state == "drifted":
-                    sql.drop_object(conn, kind, i["object"])
-                sql.execute(conn, ddl)
+            sql.recreate_object(conn, i["object"], drifted=plan[i["object"]] == "drifted")
             i["fixed"] = True
-        except sqlite3.DatabaseError as exc:
+        except StorageError as exc:
             i["fixed"] = False
             i["fix_error"] = (
                 f"{exc} (duplicates block a UNIQUE index: run the "
                 "duplicate_content repair, or unlock the rows)"
-                if isinstance(exc, sqlite3.IntegrityError)
+                if isinstance(exc, ConstraintError)
                 else str(exc)
             )
 

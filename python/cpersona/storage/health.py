@@ -1,22 +1,176 @@
 """SQL of the health registry (surface.md §9.2): what each check reads and each repair writes.
 
-Functions take the connection the caller is working on: a reader for report-only runs, the
-write transaction's connection inside a fix run (so a check sees its own repairs). An agent
-scope of "" means every agent.
+Functions take the `Handle` the caller is working on: `reading(db)` for report-only runs,
+the one `fixing(db)` opened for a fix run (so a check sees its own repairs). A handle is
+opaque above storage/; it translates driver errors (storage/errors.py). Functions return
+ints, strings and the small frozen row types below, never driver rows. An agent scope of ""
+means every agent.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
-from cpersona.storage import schema
-from cpersona.storage.db import quote_identifier
+from cpersona.storage import schema, vector_models
+from cpersona.storage.db import Database, quote_identifier
+from cpersona.storage.errors import ConstraintError, StorageError, translated
 
-Conn = sqlite3.Connection
 Params = list[Any]
+
+
+class Handle:
+    """What a health run reads and writes through: this thread's reader, or the write
+    transaction of a fix run. Only storage functions use its connection."""
+
+    __slots__ = ("_conn", "_db")
+
+    def __init__(self, db: Database, conn: Any) -> None:
+        self._db = db
+        self._conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        """Run one statement (storage/ only); driver errors leave translated."""
+        with translated():
+            return self._conn.execute(sql, params)
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        """A nested savepoint of the fix transaction: a failing block is rolled back alone."""
+        with translated(), self._db.atomic():
+            yield
+
+
+Conn = Handle
+
+
+def reading(db: Database) -> Handle:
+    """A handle on this thread's reader (autocommit: each statement sees the newest commit)."""
+    return Handle(db, db.reader())
+
+
+@contextmanager
+def fixing(db: Database) -> Iterator[Handle]:
+    """One write transaction for a whole fix run: committed when the block ends, rolled back
+    when it raises."""
+    with translated(), db.atomic() as conn:
+        yield Handle(db, conn)
+
+
+@contextmanager
+def writing(db: Database) -> Iterator[Handle]:
+    """A short write transaction (a deep-check repair, a batch of re-embedded vectors)."""
+    with fixing(db) as handle:
+        yield handle
+
+
+# -- typed rows ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFlag:
+    """A memory a check flagged: always its id and lock; the other columns where the query
+    reads them ('' / 0 otherwise)."""
+
+    id: int
+    locked: bool
+    content: str = ""
+    agent_id: str = ""
+    project_id: str = ""
+    channel: str = ""
+    n: int = 0  # length(content) where a size check reads it
+
+
+@dataclass(frozen=True, slots=True)
+class JsonFlag:
+    id: int
+    locked: bool
+    source_ok: bool
+    meta_ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StampFlag:
+    """A memory whose timestamp is wrong; `fixable`: its created_at can replace it."""
+
+    id: int
+    locked: bool
+    fixable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStamp:
+    id: int
+    timestamp: str
+    locked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRow:
+    id: int
+    source: str
+    locked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeTimes:
+    """An episode's span; `created_at` and `canon` (created_at in the canonical UTC form, or
+    None when unparsable) where the query reads them."""
+
+    id: int
+    start_time: str | None
+    end_time: str | None
+    created_at: str = ""
+    canon: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sized:
+    id: int
+    n: int
+
+
+def _flags(rows: list[Any], columns: str) -> list[MemoryFlag]:
+    """`rows` of the SELECT list `columns` (names as in MemoryFlag) as flags."""
+    names = [c.strip() for c in columns.split(",")]
+    out = []
+    for r in rows:
+        v = dict(zip(names, tuple(r), strict=True))
+        v.pop("g", None)
+        out.append(
+            MemoryFlag(
+                id=int(v["id"]),
+                locked=bool(v["locked"]),
+                content=str(v.get("content", "")),
+                agent_id=str(v.get("agent_id", "")),
+                project_id=str(v.get("project_id", "")),
+                channel=str(v.get("channel", "")),
+                n=int(v.get("n", 0)),
+            )
+        )
+    return out
+
+
+# -- the model record, read through a health handle ------------------------------------------
+
+
+def recorded_models(conn: Conn) -> dict[str, vector_models.Recorded]:
+    return vector_models.recorded(conn._conn)
+
+
+def open_conversions(conn: Conn) -> dict[str, vector_models.Conversion]:
+    return vector_models.conversions(conn._conn)
+
+
+def conversion_progress(conn: Conn, table: str) -> tuple[int, int]:
+    return vector_models.progress(conn._conn, table)
+
+
+def has_vectors(conn: Conn, table: str) -> bool:
+    return vector_models.has_vectors(conn._conn, table)
+
 
 #: The 18 schema objects the `schema_objects` check verifies: name -> (kind, DDL, critical).
 SCHEMA_OBJECTS: dict[str, tuple[str, str, bool]] = {}
@@ -102,22 +256,28 @@ def agents(conn: Conn) -> list[str]:
 # -- content ---------------------------------------------------------------------------------
 
 
-def memories_containing(conn: Conn, needle: str, agent_id: str) -> list[sqlite3.Row]:
+def memories_containing(conn: Conn, needle: str, agent_id: str) -> list[MemoryFlag]:
     where, params = _scope(agent_id)
-    return conn.execute(
-        "SELECT id, agent_id, project_id, channel, content, locked FROM memories "
-        f"WHERE instr(content, ?) > 0{where} ORDER BY id",
-        [needle, *params],
-    ).fetchall()
+    return _flags(
+        conn.execute(
+            "SELECT id, agent_id, project_id, channel, content, locked FROM memories "
+            f"WHERE instr(content, ?) > 0{where} ORDER BY id",
+            [needle, *params],
+        ).fetchall(),
+        "id, agent_id, project_id, channel, content, locked",
+    )
 
 
-def oversized_memories(conn: Conn, cap: int, agent_id: str) -> list[sqlite3.Row]:
+def oversized_memories(conn: Conn, cap: int, agent_id: str) -> list[MemoryFlag]:
     where, params = _scope(agent_id)
-    return conn.execute(
-        "SELECT id, agent_id, project_id, channel, content, locked, length(content) AS n "
-        f"FROM memories WHERE length(content) > ?{where} ORDER BY id",
-        [cap, *params],
-    ).fetchall()
+    return _flags(
+        conn.execute(
+            "SELECT id, agent_id, project_id, channel, content, locked, length(content) AS n "
+            f"FROM memories WHERE length(content) > ?{where} ORDER BY id",
+            [cap, *params],
+        ).fetchall(),
+        "id, agent_id, project_id, channel, content, locked, n",
+    )
 
 
 def rewrite_content(conn: Conn, memory_id: int, content: str) -> str:
@@ -143,7 +303,7 @@ def rewrite_content(conn: Conn, memory_id: int, content: str) -> str:
     return "updated"
 
 
-def duplicate_groups(conn: Conn, agent_id: str) -> list[list[sqlite3.Row]]:
+def duplicate_groups(conn: Conn, agent_id: str) -> list[list[MemoryFlag]]:
     """Groups of memories sharing (agent_id, project_id, content), across channels."""
     where, params = _scope(agent_id, "m.agent_id")
     rows = conn.execute(
@@ -154,9 +314,11 @@ def duplicate_groups(conn: Conn, agent_id: str) -> list[list[sqlite3.Row]]:
         f" WHERE 1=1{where} ORDER BY d.g, m.id",
         params,
     ).fetchall()
-    groups: dict[int, list[sqlite3.Row]] = {}
-    for r in rows:
-        groups.setdefault(int(r["g"]), []).append(r)
+    groups: dict[int, list[MemoryFlag]] = {}
+    for r, flag in zip(
+        rows, _flags(rows, "id, agent_id, project_id, channel, locked, g"), strict=True
+    ):
+        groups.setdefault(int(r["g"]), []).append(flag)
     return list(groups.values())
 
 
@@ -169,19 +331,25 @@ def delete_unlocked_memories(conn: Conn, ids: Sequence[int]) -> int:
     return deleted
 
 
-def empty_content(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+def empty_content(conn: Conn, agent_id: str) -> list[MemoryFlag]:
     where, params = _scope(agent_id)
-    return conn.execute(
-        f"SELECT id, locked FROM memories WHERE trim(content) = ''{where} ORDER BY id", params
-    ).fetchall()
+    return _flags(
+        conn.execute(
+            f"SELECT id, locked FROM memories WHERE trim(content) = ''{where} ORDER BY id", params
+        ).fetchall(),
+        "id, locked",
+    )
 
 
-def short_content(conn: Conn, agent_id: str, max_len: int) -> list[sqlite3.Row]:
-    return conn.execute(
-        "SELECT id, content, locked FROM memories WHERE agent_id = ? "
-        "AND length(trim(content)) <= ? ORDER BY id",
-        (agent_id, max_len),
-    ).fetchall()
+def short_content(conn: Conn, agent_id: str, max_len: int) -> list[MemoryFlag]:
+    return _flags(
+        conn.execute(
+            "SELECT id, content, locked FROM memories WHERE agent_id = ? "
+            "AND length(trim(content)) <= ? ORDER BY id",
+            (agent_id, max_len),
+        ).fetchall(),
+        "id, content, locked",
+    )
 
 
 # -- embeddings ------------------------------------------------------------------------------
@@ -317,7 +485,7 @@ def fts_problem(conn: Conn, name: str) -> str | None:
             f"INSERT INTO {quote_identifier(name)}({quote_identifier(name)}, rank) "
             "VALUES ('integrity-check', 1)"
         )
-    except sqlite3.DatabaseError as exc:
+    except StorageError as exc:
         return str(exc)
     return None
 
@@ -363,9 +531,20 @@ def savepoint(conn: Conn, name: str) -> Iterator[None]:
     conn.execute(f"RELEASE {name}")
 
 
-def execute(conn: Conn, ddl: str) -> None:
-    """Run one of the schema module's DDL statements (never caller text)."""
-    conn.execute(ddl)
+def create_msg_id_index(conn: Conn) -> None:
+    """Create the msg_id UNIQUE index in a savepoint (ConstraintError: rows still collide)."""
+    with savepoint(conn, "msgidx"):
+        conn.execute(SCHEMA_OBJECTS["idx_memories_dedup_msg_id"][1])
+
+
+def recreate_object(conn: Conn, name: str, *, drifted: bool) -> None:
+    """Create one of SCHEMA_OBJECTS (dropping a drifted one first) in a savepoint: on
+    failure (ConstraintError: duplicates block a UNIQUE index) the old object is restored."""
+    kind, ddl, _ = SCHEMA_OBJECTS[name]
+    with savepoint(conn, "schemaobj"):
+        if drifted:
+            drop_object(conn, kind, name)
+        conn.execute(ddl)
 
 
 def blank_colliding_msg_ids(conn: Conn) -> int:
@@ -395,13 +574,14 @@ def quick_check(conn: Conn) -> list[str]:
 # -- JSON, timestamps, sources ---------------------------------------------------------------
 
 
-def invalid_json(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+def invalid_json(conn: Conn, agent_id: str) -> list[JsonFlag]:
     where, params = _scope(agent_id)
-    return conn.execute(
+    rows = conn.execute(
         "SELECT id, locked, json_valid(source) AS source_ok, json_valid(metadata) AS meta_ok "
         f"FROM memories WHERE (json_valid(source) = 0 OR json_valid(metadata) = 0){where}",
         params,
     ).fetchall()
+    return [JsonFlag(int(r[0]), bool(r[1]), bool(r[2]), bool(r[3])) for r in rows]
 
 
 def reset_json(conn: Conn, ids: Sequence[int]) -> int:
@@ -420,23 +600,25 @@ def reset_json(conn: Conn, ids: Sequence[int]) -> int:
 _CANON = "strftime('%Y-%m-%dT%H:%M:%S+00:00', created_at)"
 
 
-def unparseable_timestamps(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+def unparseable_timestamps(conn: Conn, agent_id: str) -> list[StampFlag]:
     where, params = _scope(agent_id)
-    return conn.execute(
+    rows = conn.execute(
         f"SELECT id, locked, julianday(created_at) IS NOT NULL AS fixable FROM memories "
         f"WHERE timestamp != '' AND julianday(timestamp) IS NULL{where} ORDER BY id",
         params,
     ).fetchall()
+    return [StampFlag(int(r[0]), bool(r[1]), bool(r[2])) for r in rows]
 
 
-def future_timestamps(conn: Conn, skew_seconds: int, agent_id: str) -> list[sqlite3.Row]:
+def future_timestamps(conn: Conn, skew_seconds: int, agent_id: str) -> list[StampFlag]:
     where, params = _scope(agent_id)
-    return conn.execute(
+    rows = conn.execute(
         "SELECT id, locked, julianday(created_at) <= julianday('now') + ? / 86400.0 AS fixable "
         "FROM memories WHERE julianday(timestamp) > julianday('now') + ? / 86400.0"
         f"{where} ORDER BY id",
         [skew_seconds, skew_seconds, *params],
     ).fetchall()
+    return [StampFlag(int(r[0]), bool(r[1]), bool(r[2])) for r in rows]
 
 
 def timestamps_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
@@ -470,11 +652,12 @@ def start_times_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
     return changed
 
 
-def memory_timestamps(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+def memory_timestamps(conn: Conn, agent_id: str) -> list[MemoryStamp]:
     where, params = _scope(agent_id)
-    return conn.execute(
+    rows = conn.execute(
         f"SELECT id, timestamp, locked FROM memories WHERE timestamp != ''{where}", params
     ).fetchall()
+    return [MemoryStamp(int(r[0]), str(r[1]), bool(r[2])) for r in rows]
 
 
 def set_timestamps(conn: Conn, rows: Sequence[tuple[int, str]]) -> int:
@@ -486,13 +669,14 @@ def set_timestamps(conn: Conn, rows: Sequence[tuple[int, str]]) -> int:
     return changed
 
 
-def episode_times(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+def episode_times(conn: Conn, agent_id: str) -> list[EpisodeTimes]:
     where, params = _scope(agent_id)
-    return conn.execute(
+    rows = conn.execute(
         f"SELECT id, start_time, end_time, created_at, {_CANON} AS canon FROM episodes "
         f"WHERE (COALESCE(start_time, '') != '' OR COALESCE(end_time, '') != ''){where}",
         params,
     ).fetchall()
+    return [EpisodeTimes(int(r[0]), r[1], r[2], str(r[3]), r[4]) for r in rows]
 
 
 def set_episode_times(conn: Conn, rows: Sequence[tuple[int, str | None, str | None]]) -> int:
@@ -504,10 +688,10 @@ def set_episode_times(conn: Conn, rows: Sequence[tuple[int, str | None, str | No
     return changed
 
 
-def untyped_sources(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+def untyped_sources(conn: Conn, agent_id: str) -> list[SourceRow]:
     """Valid-JSON sources whose `type` is missing or not canonical (not `{}` or `null`)."""
     where, params = _scope(agent_id)
-    return conn.execute(
+    rows = conn.execute(
         "SELECT id, source, locked FROM memories WHERE json_valid(source) "
         "AND source NOT IN ('{}', 'null') AND trim(source) NOT IN ('{}', 'null') AND "
         "(json_type(source) != 'object' OR json_type(source, '$.type') IS NOT 'text' OR "
@@ -515,6 +699,7 @@ def untyped_sources(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
         f"{where} ORDER BY id",
         params,
     ).fetchall()
+    return [SourceRow(int(r[0]), str(r[1]), bool(r[2])) for r in rows]
 
 
 def set_sources(conn: Conn, rows: Sequence[tuple[int, str]]) -> int:
@@ -541,25 +726,29 @@ def anonymous_sources(conn: Conn, agent_id: str) -> tuple[int, int]:
     return int(row[0] or 0), int(row[1] or 0)
 
 
-def sentinel_rows(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
-    return conn.execute(
-        "SELECT id, content, locked FROM memories WHERE agent_id = ? AND json_valid(source) "
-        "AND json_type(source) = 'object' AND json_extract(source, '$.type') = 'User' "
-        "AND COALESCE(json_extract(source, '$.id'), '') = '' "
-        "AND COALESCE(json_extract(source, '$.name'), '') = '' ORDER BY id",
-        (agent_id,),
-    ).fetchall()
+def sentinel_rows(conn: Conn, agent_id: str) -> list[MemoryFlag]:
+    return _flags(
+        conn.execute(
+            "SELECT id, content, locked FROM memories WHERE agent_id = ? AND json_valid(source) "
+            "AND json_type(source) = 'object' AND json_extract(source, '$.type') = 'User' "
+            "AND COALESCE(json_extract(source, '$.id'), '') = '' "
+            "AND COALESCE(json_extract(source, '$.name'), '') = '' ORDER BY id",
+            (agent_id,),
+        ).fetchall(),
+        "id, content, locked",
+    )
 
 
 # -- profiles, tasks, episodes ---------------------------------------------------------------
 
 
-def oversized_profiles(conn: Conn, cap: int, agent_id: str) -> list[sqlite3.Row]:
+def oversized_profiles(conn: Conn, cap: int, agent_id: str) -> list[Sized]:
     where, params = _scope(agent_id)
-    return conn.execute(
+    rows = conn.execute(
         f"SELECT id, length(content) AS n FROM profiles WHERE length(content) > ?{where}",
         [cap, *params],
     ).fetchall()
+    return [Sized(int(r[0]), int(r[1])) for r in rows]
 
 
 def truncate_profiles(conn: Conn, ids: Sequence[int], cap: int) -> int:
@@ -586,7 +775,7 @@ def truncate_memories(conn: Conn, ids: Sequence[int], cap: int) -> list[int]:
                 (cap, row_id),
             )
             conn.execute("RELEASE cut")
-        except sqlite3.IntegrityError:
+        except ConstraintError:
             conn.execute("ROLLBACK TO cut")
             conn.execute("RELEASE cut")
             clashed.append(row_id)
@@ -632,9 +821,9 @@ def profile_updated_at(conn: Conn, agent_id: str) -> tuple[str, float] | None:
     return None if row is None else (str(row[0]), float(row[1] or 0.0))
 
 
-def orphaned_episodes(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
+def orphaned_episodes(conn: Conn, agent_id: str) -> list[EpisodeTimes]:
     """Episodes with a start and end but no memory of the agent stamped inside that span."""
-    return conn.execute(
+    rows = conn.execute(
         "SELECT e.id, e.start_time, e.end_time FROM episodes e WHERE e.agent_id = ? "
         "AND julianday(e.start_time) IS NOT NULL AND julianday(e.end_time) IS NOT NULL "
         "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.agent_id = e.agent_id "
@@ -642,6 +831,7 @@ def orphaned_episodes(conn: Conn, agent_id: str) -> list[sqlite3.Row]:
         " ORDER BY e.id",
         (agent_id,),
     ).fetchall()
+    return [EpisodeTimes(int(r[0]), r[1], r[2]) for r in rows]
 
 
 def newest_texts(
