@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import sqlite3
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ from cpersona import __version__
 from cpersona.config import Settings
 from cpersona.retrieval.sidecar import sidecar_path
 from cpersona.storage import backup as sqlite_backup
+from cpersona.storage.errors import StorageError
 from cpersona.vectors.index import TABLE_CODES, index_file
 
 MANIFEST = "manifest.json"
@@ -121,7 +121,7 @@ def create(
 
     Raises:
         BundleError: `dest` exists and is not an empty directory, or there is no database file.
-        sqlite3.Error, OSError: the database or a side file could not be read or written.
+        StorageError, OSError: the database or a side file could not be read or written.
     """
     source = db_path or settings.db_path
     if source == ":memory:" or not os.path.isfile(source):
@@ -244,7 +244,7 @@ def restore(
 
     Raises:
         BundleError: the bundle fails `verify`, or a target holds data and `force` is off.
-        sqlite3.Error, OSError: the copy could not be made.
+        StorageError, OSError: the copy could not be made.
     """
     entries = verify(bundle)
     if db_path == ":memory:":
@@ -299,7 +299,7 @@ def _refuse_non_empty(db_path: str, force: bool) -> None:
         return
     try:
         rows = sqlite_backup.data_rows(db_path)
-    except sqlite3.DatabaseError:
+    except StorageError:
         raise BundleError(
             f"{db_path} exists and is not an empty cpersona database; pass --force to replace it"
         ) from None
@@ -337,7 +337,7 @@ def run_backup(settings: Settings, dest: str, db_path: str | None = None) -> int
     except BundleError as exc:
         _err(f"cpersona backup: {exc}")
         return 2
-    except (sqlite3.Error, OSError) as exc:
+    except (StorageError, OSError) as exc:
         _err(f"cpersona backup: failed: {type(exc).__name__}: {exc}")
         return 1
     size = sum(e.bytes for e in entries)
@@ -367,7 +367,7 @@ def run_restore(
     except BundleError as exc:
         _err(f"cpersona restore: refused: {exc}")
         return 2
-    except (sqlite3.Error, OSError) as exc:
+    except (StorageError, OSError) as exc:
         _err(f"cpersona restore: failed: {type(exc).__name__}: {exc}")
         return 1
     for path in done.written:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cpersona.storage.counts import DATA_TABLES
 from cpersona.storage.db import BUSY_TIMEOUT_MS, quote_identifier
+from cpersona.storage.errors import CorruptError, translating
 
 #: Pages per backup step: progress is reported after each (4 MiB at the default page size).
 STEP_PAGES = 1024
@@ -47,6 +48,7 @@ def _step_reporter(progress: Progress | None) -> Callable[[int, int, int], None]
     return lambda status, remaining, total: progress(total - remaining, total)
 
 
+@translating
 def copy_out(
     source: str, dest: Path, *, progress: Progress | None = None, step_pages: int = STEP_PAGES
 ) -> None:
@@ -56,7 +58,7 @@ def copy_out(
     `PRAGMA quick_check` before this returns.
 
     Raises:
-        sqlite3.Error: the source cannot be read, or the copy is damaged.
+        StorageError: the source cannot be read, or the copy is damaged (CorruptError).
     """
     # A read-write connection, though it only reads: a read-only one cannot open a WAL
     # database whose `-shm` no running server has created.
@@ -72,30 +74,32 @@ def copy_out(
         dst.execute("PRAGMA journal_mode=DELETE")
         problem = _quick_check(dst)
         if problem:
-            raise sqlite3.DatabaseError(f"the copy failed its check: {problem}")
+            raise CorruptError(f"the copy failed its check: {problem}")
 
 
+@translating
 def copy_in(
     bundle_db: Path, target: str, *, progress: Progress | None = None, step_pages: int = STEP_PAGES
 ) -> None:
     """Replace the content of `target` (created if missing) with that of `bundle_db`.
 
     Raises:
-        sqlite3.Error: either file cannot be used (a target with another page size in WAL
+        StorageError: either file cannot be used (a target with another page size in WAL
             mode, a target locked past the busy timeout), or the result fails its check.
     """
     with _connect(bundle_db, read_only=True) as src, _connect(target) as dst:
         src.backup(dst, pages=step_pages, progress=_step_reporter(progress))
         problem = _quick_check(dst)
         if problem:
-            raise sqlite3.DatabaseError(f"the restored database failed its check: {problem}")
+            raise CorruptError(f"the restored database failed its check: {problem}")
 
 
+@translating
 def data_rows(path: str) -> int:
     """Rows in the data tables of the database at `path` (a missing table counts 0).
 
     Raises:
-        sqlite3.DatabaseError: the file is not an SQLite database.
+        StorageError: the file is not an SQLite database (CorruptError).
     """
     with _connect(path) as conn:
         present = {
