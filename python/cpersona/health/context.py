@@ -22,6 +22,7 @@ from cpersona.storage import health as sql
 
 if TYPE_CHECKING:
     from cpersona.embedding.base import EmbeddingProvider
+    from cpersona.engine import Engine
     from cpersona.vectors.index import VectorIndex
 
 
@@ -112,7 +113,7 @@ class HealthContext:
             return [], str(exc)
 
 
-def from_engine(engine: Any, agent_id: str = "") -> HealthContext:
+def from_engine(engine: Engine, agent_id: str = "") -> HealthContext:
     """The context of one tool call over a running Engine."""
     embedder = engine.embedder if engine.embedder.available else None
     return HealthContext(

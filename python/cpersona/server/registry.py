@@ -11,7 +11,10 @@ from cpersona.memory.text import first_surrogate
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
 
-Handler = Callable[[Any, dict[str, Any]], dict[str, Any]]
+    from cpersona.engine import Engine
+
+#: A tool's handler: the Engine (the typed service layer) and the coerced arguments.
+Handler = Callable[["Engine", dict[str, Any]], dict[str, Any]]
 
 _DEFAULTS: dict[str, Any] = {
     "string": "",

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
 from cpersona.server.registry import Annotations, ToolSpec
 
+if TYPE_CHECKING:
+    from cpersona.engine import Engine
 
-def _operating_context(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+
+def _operating_context(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = engine.operating_context.describe(a["section"])
     return result
 
 
-def _queue_status(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _queue_status(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = engine.tasks.status()
     return result
 
 
-def _check_update(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _check_update(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = engine.updates.report(a["refresh"], a["apply"])
     return result
 

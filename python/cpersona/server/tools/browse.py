@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
 from cpersona.memory import listing
@@ -10,8 +10,11 @@ from cpersona.models import ProjectFilter
 from cpersona.server.registry import Annotations, ToolSpec
 from cpersona.server.tools.memory import SESSION_KEY, STR
 
+if TYPE_CHECKING:
+    from cpersona.engine import Engine
 
-def _list_memories(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+
+def _list_memories(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     # Reads never refuse at the OC gate (surface.md §6.6); they only resolve and warn.
     gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=False)
     out = listing.list_memories(
@@ -20,7 +23,7 @@ def _list_memories(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {**out, **gate.extra}
 
 
-def _list_episodes(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _list_episodes(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=False)
     out = listing.list_episodes(
         engine.db, engine.settings, a["agent_id"], ProjectFilter(gate.project_id), a["limit"]
@@ -28,11 +31,11 @@ def _list_episodes(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {**out, **gate.extra}
 
 
-def _get_profile(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _get_profile(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     return listing.get_profile(engine.db, a["agent_id"])
 
 
-def _update_profile(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _update_profile(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     skip = engine.pause.skip("update_profile", a["session_key"], profiles_updated=0)
     if skip is not None:
         return skip

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
 from cpersona.health.context import from_engine
@@ -12,14 +12,17 @@ from cpersona.server.registry import Annotations, ToolSpec
 from cpersona.server.tools.memory import SESSION_KEY, STR
 from cpersona.session import bucket
 
+if TYPE_CHECKING:
+    from cpersona.engine import Engine
+
 CHECKS = {"type": "array", "items": {"type": "string"}}
 
 
-def _paused(engine: Any, a: dict[str, Any]) -> bool:
+def _paused(engine: Engine, a: dict[str, Any]) -> bool:
     return engine.pause.active(a["session_key"]) is not None
 
 
-def _check_health(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _check_health(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     ctx = from_engine(engine, a["agent_id"])
     return check_health(
         ctx,
@@ -30,12 +33,12 @@ def _check_health(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _deep_check(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _deep_check(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     ctx = from_engine(engine, a["agent_id"])
     return deep_check(ctx, requested=a["checks"], fix=a["fix"], paused=_paused(engine, a))
 
 
-def _findings(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _findings(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     shared = engine.settings.transport != "stdio" and not bucket(a["session_key"]).declared
     return session_findings(
         from_engine(engine),

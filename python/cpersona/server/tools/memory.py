@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
 from cpersona.server.registry import Annotations, ToolSpec
+
+if TYPE_CHECKING:
+    from cpersona.engine import Engine
 
 STR = {"type": "string"}
 SESSION_KEY = {
@@ -14,7 +17,7 @@ SESSION_KEY = {
 }
 
 
-def _store(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _store(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     # surface.md §1.5: the OC gate, then the pause, then the tool's own validation.
     gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=True)
     if gate.refusal is not None:
@@ -28,35 +31,35 @@ def _store(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {**out, **gate.extra}
 
 
-def _update_memory(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _update_memory(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     skip = engine.pause.skip("update_memory", a["session_key"], updated_id=None)
     if skip is not None:
         return skip
     return engine.writer.update_memory(a["memory_id"], a["content"], a["agent_id"])
 
 
-def _delete_memory(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _delete_memory(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     skip = engine.pause.skip("delete_memory", a["session_key"], deleted_id=None)
     if skip is not None:
         return skip
     return engine.writer.delete_memory(a["memory_id"], a["agent_id"])
 
 
-def _lock(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _lock(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     skip = engine.pause.skip("lock_memory", a["session_key"], locked_id=None)
     if skip is not None:
         return skip
     return engine.writer.set_lock(a["memory_id"], a["agent_id"], True)
 
 
-def _unlock(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _unlock(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     skip = engine.pause.skip("unlock_memory", a["session_key"], unlocked_id=None)
     if skip is not None:
         return skip
     return engine.writer.set_lock(a["memory_id"], a["agent_id"], False)
 
 
-def _archive_episode(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _archive_episode(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=True)
     if gate.refusal is not None:
         return gate.refused(episode_id=None)
@@ -82,7 +85,7 @@ def _archive_episode(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {**out, **gate.extra}
 
 
-def _delete_episode(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _delete_episode(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     skip = engine.pause.skip("delete_episode", a["session_key"], deleted_id=None)
     if skip is not None:
         return skip

@@ -3,7 +3,7 @@ migrate_channel_axis, delete_agent_data (surface.md §4.9, §8)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpersona import portability
 from cpersona.config import Settings
@@ -12,24 +12,27 @@ from cpersona.server.registry import Annotations, ToolSpec
 from cpersona.server.tools.memory import SESSION_KEY, STR
 from cpersona.session import marked
 
+if TYPE_CHECKING:
+    from cpersona.engine import Engine
+
 #: Why a paused migrate_channel_axis answered a dry run although a real one was asked for.
 MIGRATE_SKIP_REASON = "no-persist mode active — dry_run forced"
 
 
-def _pause_state(engine: Any, a: dict[str, Any]) -> str | None:
+def _pause_state(engine: Engine, a: dict[str, Any]) -> str | None:
     """The pause state (`12m left`) of the caller's session bucket, or None when not paused."""
     state: str | None = engine.pause.active(a.get("session_key", ""))
     return state
 
 
-def _export(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _export(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     # Not gated by the pause: it writes a file, not rows (surface.md §8.1).
     return portability.export_memories(
         engine, a["agent_id"], a["output_path"], a["include_embeddings"]
     )
 
 
-def _import(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _import(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     # The services check their arguments first and take `paused` as their branch point; a
     # dry run is never paused (it writes nothing). The markers are the pause's (§10.3).
     state = None if a["dry_run"] else _pause_state(engine, a)
@@ -39,7 +42,7 @@ def _import(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     return marked("import_memories", state, out) if state and out.get("ok") else out
 
 
-def _merge(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _merge(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     state = None if a["dry_run"] else _pause_state(engine, a)
     out = portability.merge_memories(
         engine,
@@ -53,7 +56,7 @@ def _merge(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     return marked("merge_memories", state, out) if state and out.get("ok") else out
 
 
-def _migrate(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _migrate(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     state = _pause_state(engine, a)
     out = portability.migrate_channel_axis(
         engine,
@@ -68,7 +71,7 @@ def _migrate(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _delete_agent(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _delete_agent(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     state = _pause_state(engine, a)
     out = portability.delete_agent_data(engine, a["agent_id"], paused=state is not None)
     return marked("delete_agent_data", state, out) if state and out.get("ok") else out

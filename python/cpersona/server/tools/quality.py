@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpersona.config import PRECISION_BETAS, Settings
 from cpersona.retrieval.thresholds import MIN_EMBEDDINGS
@@ -11,9 +11,12 @@ from cpersona.server.registry import Annotations, ToolSpec
 from cpersona.server.tools.memory import SESSION_KEY, STR
 from cpersona.session import marked
 
+if TYPE_CHECKING:
+    from cpersona.engine import Engine
+
 
 def _marked(
-    engine: Any, tool: str, a: dict[str, Any], run: Callable[[bool], dict[str, Any]]
+    engine: Engine, tool: str, a: dict[str, Any], run: Callable[[bool], dict[str, Any]]
 ) -> dict[str, Any]:
     """Run a calibration service; while paused it validates, writes nothing, and is marked.
 
@@ -27,7 +30,7 @@ def _marked(
     return result
 
 
-def _calibrate(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _calibrate(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     def run(paused: bool) -> dict[str, Any]:
         result: dict[str, Any] = engine.calibrator.calibrate(
             a["agent_id"],
@@ -42,7 +45,7 @@ def _calibrate(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     return _marked(engine, "calibrate_threshold", a, run)
 
 
-def _set_precision(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _set_precision(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     def run(paused: bool) -> dict[str, Any]:
         result: dict[str, Any] = engine.calibrator.set_precision(
             a["agent_id"], a["precision"], a["beta"], paused=paused
@@ -52,7 +55,7 @@ def _set_precision(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     return _marked(engine, "set_recall_precision", a, run)
 
 
-def _get_precision(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _get_precision(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = engine.calibrator.get_precision(a["agent_id"])
     return result
 

@@ -14,12 +14,13 @@ from cpersona.server.tools.memory import SESSION_KEY, STR
 from cpersona.session import bucket
 
 if TYPE_CHECKING:
+    from cpersona.engine import Engine
     from cpersona.retrieval.pipeline import RecallRequest, RecallResult
 
 LIMIT = {"type": "integer", "minimum": 0, "maximum": 100, "default": 10}
 
 
-def _request(engine: Any, a: dict[str, Any], gate: Gate, exclude: list[str]) -> RecallRequest:
+def _request(engine: Engine, a: dict[str, Any], gate: Gate, exclude: list[str]) -> RecallRequest:
     # The pipeline (and numpy) loads with the first recall, not with tools/list.
     from cpersona.retrieval.pipeline import RecallRequest
 
@@ -38,14 +39,18 @@ def _request(engine: Any, a: dict[str, Any], gate: Gate, exclude: list[str]) -> 
     )
 
 
-def _gate(engine: Any, a: dict[str, Any]) -> Gate:
+def _gate(engine: Engine, a: dict[str, Any]) -> Gate:
     # Reads never refuse at the OC gate (surface.md §6.6); they only resolve and warn.
     gate: Gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=False)
     return gate
 
 
 def _envelope(
-    engine: Any, a: dict[str, Any], gate: Gate, result: RecallResult, messages: list[dict[str, Any]]
+    engine: Engine,
+    a: dict[str, Any],
+    gate: Gate,
+    result: RecallResult,
+    messages: list[dict[str, Any]],
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"messages": messages}
     if result.gate_fallback:
@@ -65,14 +70,14 @@ def _envelope(
     return out
 
 
-def _recall(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _recall(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     gate = _gate(engine, a)
     result = engine.recaller.recall(_request(engine, a, gate, list(a["exclude_contents"])))
     messages = [msgs.message(r) for r in reversed(result.rows)]
     return _envelope(engine, a, gate, result, messages)
 
 
-def _recall_with_context(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _recall_with_context(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     entries = a["external_context"]
     mode = engine.settings.external_context_mode
     issues = ctx.field_issues(entries) if mode != "off" else []
@@ -100,7 +105,7 @@ def _recall_with_context(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _get_contents(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _get_contents(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     return msgs.get_contents(engine.db, a["agent_id"], a["refs"])
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
 from cpersona.server.registry import Annotations, ToolSpec
 from cpersona.server.tools.memory import SESSION_KEY
 from cpersona.session import DEFAULT_TTL, MAX_LIVE, MAX_TTL
+
+if TYPE_CHECKING:
+    from cpersona.engine import Engine
 
 _AFFECTED = (
     "store, archive_episode, update_memory, delete_memory, delete_episode, delete_agent_data, "
@@ -16,17 +19,17 @@ _AFFECTED = (
 )
 
 
-def _pause(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _pause(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = engine.pause.pause(a["session_key"], a["ttl_seconds"])
     return result
 
 
-def _resume(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _resume(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = engine.pause.resume(a["session_key"])
     return result
 
 
-def _status(engine: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _status(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = engine.pause.status(a["session_key"])
     return result
 
