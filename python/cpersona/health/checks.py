@@ -42,6 +42,12 @@ def skipped(check: str, reason: str) -> list[Issue]:
     return [issue(check, f"{check}_skipped", "info", reason=reason)]
 
 
+def not_applicable(check: str, reason: str) -> Issue:
+    """A check whose subject does not exist on this storage backend (an SQLite file's
+    integrity on PostgreSQL): said, never passed silently; info never degrades."""
+    return issue(check, f"{check}_not_applicable", "info", status="not_applicable", reason=reason)
+
+
 # -- 1-4: content ------------------------------------------------------------------------------
 
 

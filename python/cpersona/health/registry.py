@@ -151,8 +151,12 @@ def run_checks(ctx: HealthContext, names: Sequence[str]) -> list[Issue]:
     ctx.fix, ctx.conn = False, None
     ctx.scratch.clear()
     out: list[Issue] = []
+    absent = sql.not_applicable(ctx.db)
     for check in REGISTRY:
         if check.name not in names:
+            continue
+        if check.name in absent:
+            out.append(checks.not_applicable(check.name, absent[check.name]))
             continue
         try:
             out += [_review(i) for i in check.detect(ctx)]
@@ -217,6 +221,9 @@ def _repair(ctx: HealthContext, name: str, issues: list[Issue]) -> None:
 
 
 def _detect_and_repair(ctx: HealthContext, check: Check) -> list[Issue]:
+    absent = sql.not_applicable(ctx.db)
+    if check.name in absent:
+        return [checks.not_applicable(check.name, absent[check.name])]
     try:
         issues = check.detect(ctx)
     except Exception as exc:

@@ -66,6 +66,39 @@ def writing(db: Database) -> Iterator[Handle]:
         yield handle
 
 
+# -- what applies to this backend ------------------------------------------------------------
+
+#: Checks whose subject exists only in an SQLite database, with the reason a PostgreSQL
+#: database reports them as not applicable (docs/compatibility.md, "Health checks").
+SQLITE_ONLY: dict[str, str] = {
+    "fts_integrity": (
+        "PostgreSQL has no FTS5 tables: the full-text index is the Rust core's, kept "
+        "current from fts_log and rebuilt when it disagrees"
+    ),
+    "dedup_msg_id_index": (
+        "reads SQLite's schema table; on PostgreSQL the UNIQUE indexes are part of the "
+        "schema cpersona creates"
+    ),
+    "schema_objects": (
+        "compares SQLite DDL text (FTS5 triggers, SQLite indexes); PostgreSQL's schema "
+        "objects are created and migrated by cpersona's PostgreSQL schema"
+    ),
+    "sqlite_integrity": (
+        "PRAGMA quick_check is SQLite's; use PostgreSQL's own checks (amcheck, "
+        "pg_checksums) on the server"
+    ),
+    "vector_index": (
+        "no local vector index files on PostgreSQL: recall scans the vectors in the "
+        "database (pgvector)"
+    ),
+}
+
+
+def not_applicable(db: Database) -> dict[str, str]:
+    """{check name: reason} of the registry checks that cannot apply to `db`'s backend."""
+    return {} if db.dialect == "sqlite" else dict(SQLITE_ONLY)
+
+
 # -- typed rows ------------------------------------------------------------------------------
 
 
@@ -220,6 +253,10 @@ def count(conn: Conn, table: str, agent_id: str = "") -> int:
 
 
 def db_size(conn: Conn) -> int:
+    """Bytes the database takes: page_count x page_size on SQLite, pg_database_size on
+    PostgreSQL."""
+    if conn._db.dialect == "postgresql":
+        return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
     pages = conn.execute("PRAGMA page_count").fetchone()[0]
     size = conn.execute("PRAGMA page_size").fetchone()[0]
     return int(pages) * int(size)
@@ -472,6 +509,8 @@ def set_embeddings(conn: Conn, table: str, rows: Sequence[tuple[int, bytes]]) ->
 
 
 def table_exists(conn: Conn, name: str) -> bool:
+    if conn._db.dialect == "postgresql":
+        return conn.execute("SELECT to_regclass(?) IS NOT NULL", (name,)).fetchone()[0] is True
     row = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
     ).fetchone()
