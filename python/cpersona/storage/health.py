@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cpersona.storage import schema, vector_models
-from cpersona.storage.db import Database, quote_identifier
+from cpersona.storage.db import Database, embedding_param, quote_identifier
 from cpersona.storage.errors import ConstraintError, StorageError, translated
 
 Params = list[Any]
@@ -500,7 +500,7 @@ def set_embeddings(conn: Conn, table: str, rows: Sequence[tuple[int, bytes]]) ->
         changed += conn.execute(
             f"UPDATE {quote_identifier(table)} SET embedding = ? "
             "WHERE id = ? AND embedding IS NULL",
-            (blob, row_id),
+            (embedding_param(conn, blob), row_id),
         ).rowcount
     return changed
 
