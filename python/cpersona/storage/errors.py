@@ -18,8 +18,8 @@ The kinds are the distinctions callers make today:
   FTS query the engine rejects, an I/O error, a lost connection).
 - `StorageError`: any other driver error (the base of all of the above).
 
-A second backend plugs in with one call at import time of its package, for example in
-`storage/pg/`::
+A second backend plugs in with one call when it is first used (storage/pg/errors.py does
+this for psycopg when a PgDatabase opens)::
 
     errors.register(psycopg.Error, classify)  # classify(exc) -> a StorageError subclass
 """
@@ -75,13 +75,24 @@ def register(base: type[BaseException], classify: Classifier) -> None:
 
 
 def kind_of(exc: BaseException) -> type[StorageError] | None:
-    """The storage error class `exc` translates to, or None when it is no driver error."""
+    """The storage error class `exc` translates to, or None when it is no driver error.
+
+    A driver error re-raised as another driver's class (PgDatabase raises psycopg's errors
+    as sqlite3's, chained) takes its cause's kind when that is more specific.
+    """
     if isinstance(exc, StorageError):
         return type(exc)
+    kind = None
     for base, classify in _classifiers:
         if isinstance(exc, base):
-            return classify(exc)
-    return None
+            kind = classify(exc)
+            break
+    cause = exc.__cause__
+    if kind is not None and cause is not None and cause is not exc:
+        deeper = kind_of(cause)
+        if deeper is not None and deeper is not kind and issubclass(deeper, kind):
+            return deeper
+    return kind
 
 
 def translate(exc: BaseException) -> StorageError | None:

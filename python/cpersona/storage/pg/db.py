@@ -272,6 +272,9 @@ class PgDatabase:
     ) -> None:
         import psycopg
 
+        from cpersona.storage.pg import errors as pg_errors
+
+        pg_errors.install()  # psycopg's errors as storage errors (storage/errors.py)
         self.url = url
         self.path = redact(url)
         self.is_memory = False
