@@ -855,7 +855,7 @@ def embedding_model(ctx: HealthContext) -> list[Issue]:
     label = stored.embedding_model if stored is not None else ""
     # A fix run probes before taking the write lock; that answer is used once.
     probe, ctx.model_probe = ctx.model_probe, None
-    if probe is None and ctx.conn is None:  # never embed under the fix run's write lock
+    if probe is None and ctx.handle is None:  # never embed under the fix run's write lock
         probe = probe_model(ctx)
     # A model change moves every vector; a row or two whose text was edited behind the
     # server's back must not read as one, so the evidence is a majority of the sample.

@@ -48,7 +48,7 @@ class HealthContext:
     agent_id: str = ""
     fix: bool = False
     #: The fix run's write transaction (None outside it); opaque, for storage functions.
-    conn: sql.Handle | None = None
+    handle: sql.Handle | None = None
     #: The provider's vector width (known, or probed in a fix run); None = unknown.
     dim: int | None = None
     probe: Probe = field(default_factory=Probe)
@@ -64,7 +64,7 @@ class HealthContext:
     @property
     def c(self) -> sql.Handle:
         """What checks read through: the fix transaction inside a fix run, else the reader."""
-        return self.conn if self.conn is not None else sql.reading(self.db)
+        return self.handle if self.handle is not None else sql.reading(self.db)
 
     @property
     def stores_blobs(self) -> bool:

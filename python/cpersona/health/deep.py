@@ -51,10 +51,10 @@ def anonymous_source(ctx: HealthContext, fix: bool) -> Result:
         out["unrecoverable_samples"] = [int(r.id) for r in lost[:5]]
     if fix and recoverable:
         fixed = 0
-        with sql.writing(ctx.db) as conn:
+        with sql.writing(ctx.db) as handle:
             for r, name in recoverable:
                 source = py_json({"type": "User", "id": "", "name": name})
-                fixed += sql.set_source(conn, int(r.id), source)
+                fixed += sql.set_source(handle, int(r.id), source)
         out["fixed"] = fixed
         out["unfixable_locked"] = sum(1 for r, _ in recoverable if r.locked)
     return out
@@ -66,8 +66,8 @@ def short_content(ctx: HealthContext, fix: bool) -> Result:
     if rows:
         out["samples"] = [{"id": int(r.id), "content": r.content} for r in rows[:10]]
     if fix and rows:
-        with sql.writing(ctx.db) as conn:
-            out["fixed"] = sql.delete_unlocked_memories(conn, [int(r.id) for r in rows])
+        with sql.writing(ctx.db) as handle:
+            out["fixed"] = sql.delete_unlocked_memories(handle, [int(r.id) for r in rows])
     return out
 
 

@@ -148,7 +148,7 @@ def _crashed(name: str, exc: BaseException) -> Issue:
 
 def run_checks(ctx: HealthContext, names: Sequence[str]) -> list[Issue]:
     """One read-only pass over `names` in registry order."""
-    ctx.fix, ctx.conn = False, None
+    ctx.fix, ctx.handle = False, None
     ctx.scratch.clear()
     out: list[Issue] = []
     absent = sql.not_applicable(ctx.db)
@@ -208,8 +208,8 @@ def _repair(ctx: HealthContext, name: str, issues: list[Issue]) -> None:
         if name in AFTER_COMMIT:
             REPAIRS[name](ctx, issues)
         else:
-            assert ctx.conn is not None, "repairs run inside the fix transaction"
-            with ctx.conn.step():  # a savepoint: a failing repair is rolled back alone
+            assert ctx.handle is not None, "repairs run inside the fix transaction"
+            with ctx.handle.step():  # a savepoint: a failing repair is rolled back alone
                 REPAIRS[name](ctx, issues)
     except Exception as exc:
         log.exception("health repair %s failed", name)
@@ -241,13 +241,13 @@ def _fix_run(ctx: HealthContext, names: Sequence[str]) -> list[Issue]:
         found["sqlite_integrity"] = run_checks(ctx, ["sqlite_integrity"])
     ctx.fix = True
     with sql.fixing(ctx.db) as handle:
-        ctx.conn = handle
+        ctx.handle = handle
         ctx.scratch.update(saved)
         for check in REGISTRY:
             if check.name not in names or check.name in found or check.name in AFTER_COMMIT:
                 continue
             found[check.name] = _detect_and_repair(ctx, check)
-    ctx.conn = None
+    ctx.handle = None
     # The derived index files are judged after the commit, against the repaired rows.
     for check in REGISTRY:
         if check.name in names and check.name in AFTER_COMMIT:

@@ -23,16 +23,16 @@ from cpersona.storage.errors import ConstraintError, StorageError
 Repair = Callable[[HealthContext, list[Issue]], None]
 
 
-def _conn(ctx: HealthContext) -> sql.Handle:
-    assert ctx.conn is not None, "repairs run inside the fix transaction"
-    return ctx.conn
+def _handle(ctx: HealthContext) -> sql.Handle:
+    assert ctx.handle is not None, "repairs run inside the fix transaction"
+    return ctx.handle
 
 
 def _rewrite(ctx: HealthContext, issues: list[Issue], check: str) -> None:
-    conn = _conn(ctx)
+    handle = _handle(ctx)
     done: dict[str, list[int]] = {"updated": [], "deleted": []}
     for row_id, text in ctx.scratch.get(check, []):
-        outcome = sql.rewrite_content(conn, row_id, text)
+        outcome = sql.rewrite_content(handle, row_id, text)
         if outcome in done:
             done[outcome].append(row_id)
     for i in issues:
@@ -54,7 +54,7 @@ def discord_mention(ctx: HealthContext, issues: list[Issue]) -> None:
 
 def oversized_content(ctx: HealthContext, issues: list[Issue]) -> None:
     ids = ctx.scratch.get("oversized_content", [])
-    clashed = sql.truncate_memories(_conn(ctx), ids, ctx.settings.max_content_length)
+    clashed = sql.truncate_memories(_handle(ctx), ids, ctx.settings.max_content_length)
     cut = [i for i in ids if i not in set(clashed)]
     for i in issues:
         i.update(fixed=len(cut), lossy=True)
@@ -67,14 +67,14 @@ def oversized_content(ctx: HealthContext, issues: list[Issue]) -> None:
 
 
 def duplicate_content(ctx: HealthContext, issues: list[Issue]) -> None:
-    deleted = sql.delete_unlocked_memories(_conn(ctx), ctx.scratch.get("duplicate_content", []))
+    deleted = sql.delete_unlocked_memories(_handle(ctx), ctx.scratch.get("duplicate_content", []))
     for i in issues:
         i["fixed"] = deleted
 
 
 def embedding_dimension(ctx: HealthContext, issues: list[Issue]) -> None:
     by_table: dict[str, list[int]] = ctx.scratch.get("embedding_dimension", {})
-    fixed = sum(sql.null_embeddings(_conn(ctx), t, ids) for t, ids in by_table.items())
+    fixed = sum(sql.null_embeddings(_handle(ctx), t, ids) for t, ids in by_table.items())
     for i in issues:
         i["fixed"] = fixed
         i["_nulled_tables"] = {t: ids for t, ids in by_table.items() if ids}
@@ -83,13 +83,13 @@ def embedding_dimension(ctx: HealthContext, issues: list[Issue]) -> None:
 def nonfinite_embedding(ctx: HealthContext, issues: list[Issue]) -> None:
     for i in issues:
         ids = ctx.scratch.get(f"nonfinite_embedding:{i['table']}", [])
-        i["fixed"] = sql.null_embeddings(_conn(ctx), i["table"], ids)
+        i["fixed"] = sql.null_embeddings(_handle(ctx), i["table"], ids)
         i["_nulled"] = (i["table"], ids)
 
 
 def _reembed(ctx: HealthContext, issues: list[Issue], table: str) -> None:
     rows = ctx.prepared.get(table, [])
-    written = sql.set_embeddings(_conn(ctx), table, rows)
+    written = sql.set_embeddings(_handle(ctx), table, rows)
     for i in issues:
         i["re_embedded"] = written
         i["fixed"] = written
@@ -108,22 +108,22 @@ def null_episode_embedding(ctx: HealthContext, issues: list[Issue]) -> None:
 
 
 def fts_integrity(ctx: HealthContext, issues: list[Issue]) -> None:
-    conn = _conn(ctx)
-    sql.fts_rebuild(conn)
+    handle = _handle(ctx)
+    sql.fts_rebuild(handle)
     for i in issues:
-        problem = sql.fts_problem(conn, i["table"])
+        problem = sql.fts_problem(handle, i["table"])
         i["fixed"] = problem is None
         if problem is not None:
             i["fix_error"] = problem
 
 
 def dedup_msg_id_index(ctx: HealthContext, issues: list[Issue]) -> None:
-    conn = _conn(ctx)
-    blanked = sql.blank_colliding_msg_ids(conn)
+    handle = _handle(ctx)
+    blanked = sql.blank_colliding_msg_ids(handle)
     for i in issues:
         i["msg_ids_blanked"] = blanked
         try:
-            sql.create_msg_id_index(conn)
+            sql.create_msg_id_index(handle)
             i["fixed"] = True
         except ConstraintError as exc:
             i["fixed"] = False
@@ -131,12 +131,12 @@ def dedup_msg_id_index(ctx: HealthContext, issues: list[Issue]) -> None:
 
 
 def schema_objects(ctx: HealthContext, issues: list[Issue]) -> None:
-    conn = _conn(ctx)
+    handle = _handle(ctx)
     plan = {name: state for name, _, _, state in ctx.scratch.get("schema_objects", [])}
     for i in issues:
         try:
             # A drifted object is dropped and recreated; on failure the savepoint restores it.
-            sql.recreate_object(conn, i["object"], drifted=plan[i["object"]] == "drifted")
+            sql.recreate_object(handle, i["object"], drifted=plan[i["object"]] == "drifted")
             i["fixed"] = True
         except StorageError as exc:
             i["fixed"] = False
@@ -149,13 +149,13 @@ def schema_objects(ctx: HealthContext, issues: list[Issue]) -> None:
 
 
 def invalid_json(ctx: HealthContext, issues: list[Issue]) -> None:
-    fixed = sql.reset_json(_conn(ctx), ctx.scratch.get("invalid_json", []))
+    fixed = sql.reset_json(_handle(ctx), ctx.scratch.get("invalid_json", []))
     for i in issues:
         i["fixed"] = fixed
 
 
 def _timestamps(ctx: HealthContext, issues: list[Issue], check: str) -> None:
-    fixed = sql.timestamps_from_created_at(_conn(ctx), ctx.scratch.get(check, []))
+    fixed = sql.timestamps_from_created_at(_handle(ctx), ctx.scratch.get(check, []))
     for i in issues:
         i["fixed"] = fixed
 
@@ -170,45 +170,47 @@ def future_timestamp(ctx: HealthContext, issues: list[Issue]) -> None:
 
 def missing_episode_start_time(ctx: HealthContext, issues: list[Issue]) -> None:
     fixed = sql.start_times_from_created_at(
-        _conn(ctx), ctx.scratch.get("missing_episode_start_time", [])
+        _handle(ctx), ctx.scratch.get("missing_episode_start_time", [])
     )
     for i in issues:
         i["fixed"] = fixed
 
 
 def timestamp_format_drift(ctx: HealthContext, issues: list[Issue]) -> None:
-    fixed = sql.set_timestamps(_conn(ctx), ctx.scratch.get("timestamp_format_drift", []))
+    fixed = sql.set_timestamps(_handle(ctx), ctx.scratch.get("timestamp_format_drift", []))
     for i in issues:
         i["fixed"] = fixed
 
 
 def episode_timestamp_format_drift(ctx: HealthContext, issues: list[Issue]) -> None:
-    fixed = sql.set_episode_times(_conn(ctx), ctx.scratch.get("episode_timestamp_format_drift", []))
+    fixed = sql.set_episode_times(
+        _handle(ctx), ctx.scratch.get("episode_timestamp_format_drift", [])
+    )
     for i in issues:
         i["fixed"] = fixed
 
 
 def stale_pending_tasks(ctx: HealthContext, issues: list[Issue]) -> None:
-    fixed = sql.delete_tasks(_conn(ctx), ctx.scratch.get("stale_pending_tasks", []))
+    fixed = sql.delete_tasks(_handle(ctx), ctx.scratch.get("stale_pending_tasks", []))
     for i in issues:
         i["fixed"] = fixed
 
 
 def empty_content(ctx: HealthContext, issues: list[Issue]) -> None:
-    fixed = sql.delete_unlocked_memories(_conn(ctx), ctx.scratch.get("empty_content", []))
+    fixed = sql.delete_unlocked_memories(_handle(ctx), ctx.scratch.get("empty_content", []))
     for i in issues:
         i["fixed"] = fixed
 
 
 def invalid_source_type(ctx: HealthContext, issues: list[Issue]) -> None:
-    mapped = sql.set_sources(_conn(ctx), ctx.scratch.get("invalid_source_type", []))
+    mapped = sql.set_sources(_handle(ctx), ctx.scratch.get("invalid_source_type", []))
     for i in issues:
         i.update(fixed=mapped, mapped=mapped)
 
 
 def oversized_profile(ctx: HealthContext, issues: list[Issue]) -> None:
     fixed = sql.truncate_profiles(
-        _conn(ctx), ctx.scratch.get("oversized_profile", []), ctx.settings.max_profile_length
+        _handle(ctx), ctx.scratch.get("oversized_profile", []), ctx.settings.max_profile_length
     )
     for i in issues:
         i.update(fixed=fixed, lossy=True)
@@ -233,18 +235,18 @@ def embedding_model(ctx: HealthContext, issues: list[Issue]) -> None:
     what = ctx.scratch.get("embedding_model")
     if what is None:
         return
-    conn = _conn(ctx)
+    handle = _handle(ctx)
     nulled: dict[str, list[int]] = {}
     for table in TABLES:
         if what == "width" and ctx.dim is not None:
-            ids = sql.wrong_width(conn, table, ctx.dim * 4, ctx.agent_id)
-            sql.null_embeddings(conn, table, ids)
+            ids = sql.wrong_width(handle, table, ctx.dim * 4, ctx.agent_id)
+            sql.null_embeddings(handle, table, ids)
             nulled[table] = ids
         else:
             nulled[table] = [
-                i for batch in sql.iter_embeddings(conn, table, ctx.agent_id) for i, _ in batch
+                i for batch in sql.iter_embeddings(handle, table, ctx.agent_id) for i, _ in batch
             ]
-            sql.null_all_embeddings(conn, table, ctx.agent_id)
+            sql.null_all_embeddings(handle, table, ctx.agent_id)
     for i in issues:
         i["fixed"] = sum(len(ids) for ids in nulled.values())
         i["_nulled_tables"] = nulled
