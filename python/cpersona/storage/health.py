@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cpersona.storage import schema, vector_models
-from cpersona.storage.db import Database, embedding_param, quote_identifier
+from cpersona.storage.db import Database, dialect_of, embedding_param, quote_identifier
 from cpersona.storage.errors import ConstraintError, StorageError, translated
 
 Params = list[Any]
@@ -30,6 +30,16 @@ class Handle:
     def __init__(self, db: Database, conn: Any) -> None:
         self._db = db
         self._conn = conn
+
+    @property
+    def dialect(self) -> str:
+        """The backend (db.dialect_of reads it, as of a connection)."""
+        return self._db.dialect
+
+    def vector_param(self, blob: bytes | None) -> object:
+        """An embedding parameter for this backend (db.embedding_param calls it)."""
+        convert = getattr(self._db, "vector_param", None)
+        return blob if convert is None else convert(blob)
 
     def execute(self, sql: str, params: Any = ()) -> Any:
         """Run one statement (storage/ only); driver errors leave translated."""
@@ -255,7 +265,7 @@ def count(conn: Conn, table: str, agent_id: str = "") -> int:
 def db_size(conn: Conn) -> int:
     """Bytes the database takes: page_count x page_size on SQLite, pg_database_size on
     PostgreSQL."""
-    if conn._db.dialect == "postgresql":
+    if dialect_of(conn) == "postgresql":  # the database's files
         return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
     pages = conn.execute("PRAGMA page_count").fetchone()[0]
     size = conn.execute("PRAGMA page_size").fetchone()[0]
@@ -509,7 +519,7 @@ def set_embeddings(conn: Conn, table: str, rows: Sequence[tuple[int, bytes]]) ->
 
 
 def table_exists(conn: Conn, name: str) -> bool:
-    if conn._db.dialect == "postgresql":
+    if dialect_of(conn) == "postgresql":
         return conn.execute("SELECT to_regclass(?) IS NOT NULL", (name,)).fetchone()[0] is True
     row = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)

@@ -130,6 +130,8 @@ class PgCursor:
 class PgConnection:
     """One pooled psycopg connection behind the sqlite3.Connection subset storage uses."""
 
+    dialect = "postgresql"
+
     def __init__(self, conn: psycopg.Connection[Any], tracer: Tracer | None) -> None:
         self.raw = conn
         self._tracer = tracer
@@ -189,6 +191,8 @@ def _mapped(exc: Exception) -> Exception:
 
 class _Reader:
     """This thread's read facade over the pool (see the module docstring)."""
+
+    dialect = "postgresql"
 
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
