@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
+from cpersona.embedding.hashing import HashingProvider
 
 SQLITE_ONLY = {
     "fts_integrity",
@@ -73,3 +75,23 @@ async def test_data_checks_find_and_repair_the_same_rows(connect: Any, backend: 
     assert found["status"] == "degraded"
     assert fixed["issues"][0]["fixed"] == 1
     assert after["issues"] == [] and after["status"] == "healthy"
+
+
+async def test_fix_run_re_embeds_rows_without_a_vector(connect: Any, backend: str | None) -> None:
+    async with connect(database_url=backend) as tools:
+        stored = await tools("store", {"agent_id": "a", "message": {"content": "vector lost"}})
+        assert stored["embedded"] is True
+        with tools.engine.db.atomic() as conn:
+            conn.execute("UPDATE memories SET embedding = NULL WHERE id = ?", (stored["id"],))
+        before = await tools("check_health", {"checks": ["null_embedding"]})
+        fixed = await tools("check_health", {"checks": ["null_embedding"], "fix": True})
+        after = await tools("check_health", {"checks": ["null_embedding"]})
+        row = tools.engine.db.query_one(
+            "SELECT embedding FROM memories WHERE id = ?", (stored["id"],)
+        )
+    assert [i["count"] for i in before["issues"]] == [1]
+    assert fixed["issues"][0]["fixed"] == 1
+    assert after["issues"] == []
+    # The repaired row holds this model's vector of its text, on either backend.
+    expected = np.asarray(HashingProvider().embed(["vector lost"], kind="passage"), "<f4")
+    assert row is not None and bytes(row[0]) == expected.reshape(-1).tobytes()
