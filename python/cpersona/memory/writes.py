@@ -3,7 +3,8 @@
 Each function returns the tool's documented response object. Embedding always happens before
 the write transaction (a slow model never holds SQLite's write lock); the dedup probes run
 once before embedding (so a duplicate costs no embedding) and again inside the transaction,
-which makes probe-and-insert atomic across threads and processes (BEGIN IMMEDIATE).
+which makes probe-and-insert atomic across threads and processes. The transactions are
+storage/writes.py's: each of its functions opens the one its write must be.
 """
 
 from __future__ import annotations
