@@ -24,7 +24,6 @@ from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from cpersona.server.app import build_server
 from mcp import Client
-from pg_support import drop_database, fresh_database
 from recall_support import Tools
 
 
@@ -49,18 +48,15 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.fixture
-def make_engine(tmp_path: Path, backend: str) -> Iterator[Callable[..., Engine]]:
+def make_engine(
+    tmp_path: Path, database_url_for: Callable[[str], str | None]
+) -> Iterator[Callable[..., Engine]]:
     """`make_engine(path="mem.db", embedder=None, **settings_overrides)`: hashing by default.
     On PostgreSQL each distinct `path` is its own fresh database."""
     engines: list[Engine] = []
-    databases: dict[str, str] = {}
 
     def make(path: str = "mem.db", embedder: Any = None, **overrides: Any) -> Engine:
-        url = None
-        if backend == "postgresql":
-            if path not in databases:
-                databases[path] = fresh_database()
-            url = databases[path]
+        url = database_url_for(path)
         # These tests pin the spec's fusion default, rrf (retrieval.md §17), which is also
         # cpersona's default; a test passes recall_mode to change it.
         base = Settings(
@@ -77,8 +73,6 @@ def make_engine(tmp_path: Path, backend: str) -> Iterator[Callable[..., Engine]]
     yield make
     for engine in reversed(engines):
         engine.close()
-    for url in databases.values():
-        drop_database(url)
 
 
 @pytest.fixture
