@@ -14,16 +14,34 @@ import numpy as np
 import pytest
 from cpersona.vectors.format import HEADER_DTYPE, HEADER_LEN, Layout
 from health_support import corpus, of, plant, rows
-from pg_support import pending_on_postgresql
 
 pytestmark = pytest.mark.anyio
 
 
+#: Tests that plant damage only an SQLite database can hold (FTS5 tables, sqlite_master
+#: objects, index files, raw BLOBs where PostgreSQL has a `vector` column, SQLite-only SQL
+#: such as zeroblob() or printf()); the checks they exercise are either not applicable on
+#: PostgreSQL (test_health_backends.py) or are run there by the other tests of this file.
+SQLITE_DAMAGE = {
+    "test_health_duplicate_rows": "drops an SQLite UNIQUE index and reads sqlite_master",
+    "test_health_broken_fts_index": "damages FTS5 tables",
+    "test_health_oversized_row_is_cut": "plants with SQLite's zeroblob()/printf()",
+    "test_health_corrupt_vector_index_file": "damages a local vector index file",
+    "test_health_wrong_width_embedding": "writes a raw BLOB into the embedding column",
+    "test_health_nonfinite_embedding": "writes a raw BLOB into the embedding column",
+    "test_health_missing_msg_id_index": "drops an SQLite index (sqlite_master)",
+    "test_health_drifted_and_missing_perf_index": "rewrites SQLite index DDL",
+    "test_health_profile_timestamps_and_permissions": "plants with SQLite's printf()",
+    "test_health_embedding_model_mismatch_re_embeds": "writes raw BLOBs of another model",
+    "test_health_embedding_model_label_of_sidecar": "writes raw BLOBs of another model",
+}
+
+
 @pytest.fixture(autouse=True)
-def _health_on_postgresql(backend: str) -> None:
-    # The health checks and repairs are SQLite's (FTS5 tables, triggers, PRAGMAs, index
-    # files); which apply on PostgreSQL, and "not applicable" for the rest, is branch seam's.
-    pending_on_postgresql(backend, "seam", "health checks and repairs")
+def _sqlite_damage(backend: str, request: pytest.FixtureRequest) -> None:
+    why = SQLITE_DAMAGE.get(request.node.originalname)
+    if backend == "postgresql" and why is not None:
+        pytest.skip(f"SQLite-only damage: {why}")
 
 
 async def cycle(
