@@ -22,6 +22,13 @@ from cpersona.update import install_hint
 NEWER = "99.0.0"
 
 
+@pytest.fixture
+def backend() -> str:
+    """Installing a release is no business of the database: SQLite only (a second run in one
+    session finds the release already installed by the first)."""
+    return "sqlite"
+
+
 def fake_wheel(folder: Path, version: str) -> Path:
     """A minimal, valid pure-Python wheel of a package named cpersona."""
     dist = f"cpersona-{version}.dist-info"
