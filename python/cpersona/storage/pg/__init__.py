@@ -1,0 +1,1 @@
+"""PostgreSQL storage (issue 12)."""
