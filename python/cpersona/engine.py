@@ -121,7 +121,12 @@ class Engine:
             embedder = CachedProvider(
                 embedder, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
             )
-        indexes = {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
+        # PostgreSQL scans the window in the database (storage/pg/vectors.py): no local files.
+        indexes = (
+            {}
+            if self.db.dialect == "postgresql"
+            else {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
+        )
         fts = open_fts_indexes(self.db, enabled=settings.fts_enabled and settings.fts_index)
         remote = RemoteVectors.from_settings(settings)
         if remote is not None and not settings.store_blob:

@@ -47,7 +47,7 @@ from cpersona.storage.retrieval import EpisodeHit, MemoryHit, ScopeSql
 from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.remote import RemoteVectors
-from cpersona.vectors.search import Scope, scan
+from cpersona.vectors.search import Scope, scan_table
 
 if TYPE_CHECKING:
     from cpersona.embedding.routing import ModelRouter
@@ -234,8 +234,10 @@ class Recaller:
                     per_table[table] = ([], [])
                     continue
                 prefix = req.source_id if table == "memories" else ""
-                hits = scan(
-                    self.indexes[table],
+                hits = scan_table(
+                    self.db,
+                    table,
+                    self.indexes.get(table),
                     qvec.vector,
                     Scope(req.agent_id, req.project, req.channel, prefix),
                     window=s.max_memories,
