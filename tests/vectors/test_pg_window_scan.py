@@ -6,11 +6,13 @@ oracle. With small-integer vectors every dot product is exact in any summation o
 answers must be identical, ties and their position order included. With unit-norm float
 vectors pgvector sums in another order than numpy: the scores agree within 1e-6 and the ids
 and their order agree wherever no two candidates (or a candidate and the threshold) are within
-that tolerance.
+that tolerance. The two generated columns the scan reads (`created_key`, `source_id`) are
+checked against SQLite's own functions on generated text.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -88,24 +90,10 @@ def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         project_id TEXT NOT NULL DEFAULT '', channel TEXT NOT NULL DEFAULT '',
         created_at TEXT NOT NULL, embedding vector)"""
     )
-    _sqlite_json_shims(conn)
     for statement in pg_vectors.schema_statements():
         conn.execute(statement)
     yield conn
     conn.close()
-
-
-def _sqlite_json_shims(conn: Any) -> None:
-    """json_valid / json_extract(source, '$.id') for the source shapes above (the schema's
-    compatibility functions replace these once PgDatabase is merged)."""
-    conn.execute(
-        "CREATE FUNCTION json_valid(t text) RETURNS boolean LANGUAGE sql IMMUTABLE "
-        "AS $$ SELECT pg_input_is_valid(t, 'json') $$"
-    )
-    conn.execute(
-        "CREATE FUNCTION json_extract(t text, path text) RETURNS text LANGUAGE sql IMMUTABLE "
-        "AS $$ SELECT t::json ->> substr(path, 3) $$"
-    )
 
 
 class _Reader:
@@ -360,3 +348,35 @@ def test_time_key_is_sqlites_strftime_seconds(pg: Any, stamp: str) -> None:
     sqlite.close()
     (got,) = pg.execute("SELECT cpersona_time_key(%s)", (stamp,)).fetchone()
     assert got == want, stamp
+
+
+# -- the source id -------------------------------------------------------------------------------
+
+_ID = st.one_of(
+    st.text(st.sampled_from(list('ab-1é"\\')), max_size=6),
+    st.integers(-(10**17), 10**17),
+    st.booleans(),
+    st.none(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    source=st.one_of(
+        st.builds(lambda v: json.dumps({"id": v}), _ID),
+        st.builds(lambda a, b: f'{{"id": {json.dumps(a)}, "id": {json.dumps(b)}}}', _ID, _ID),
+        st.builds(lambda v: json.dumps({"ID": v, "x": [v]}), _ID),
+        st.builds(lambda v: json.dumps([v]), _ID),
+        st.builds(json.dumps, _ID),
+        st.sampled_from(["", "{", "not json", '{"id": "x"', ' {"id": 5} ']),
+    )
+)
+def test_source_id_is_sqlites_json_extract(pg: Any, source: str) -> None:
+    sqlite = sqlite3.connect(":memory:")
+    (want,) = sqlite.execute(
+        "SELECT CASE WHEN json_valid(?) THEN CAST(json_extract(?, '$.id') AS TEXT) END",
+        (source, source),
+    ).fetchone()
+    sqlite.close()
+    (got,) = pg.execute("SELECT cpersona_source_id(%s)", (source,)).fetchone()
+    assert got == want, source

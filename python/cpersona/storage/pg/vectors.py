@@ -11,9 +11,9 @@ row order, widened to double. The Rust and numpy kernels sum in another order, s
 differ from theirs in the last float32 bits (docs/compatibility.md); positions, scopes, the
 threshold rule and the (score DESC, position ASC) cut are the same.
 
-Statements are written with SQLite's `?` placeholders and SQLite's JSON functions (the source
-filter is retrieval's own expression), as every storage statement is: the PostgreSQL database
-translates them (PG-DESIGN.md "Backends").
+The source filter reads a stored generated column `source_id` (`cpersona_source_id`, SQLite's
+`json_extract(source, '$.id')` as text). Statements use SQLite's `?` placeholders, as every
+storage statement does: the PostgreSQL database translates them (PG-DESIGN.md "Backends").
 """
 
 from __future__ import annotations
@@ -102,6 +102,31 @@ $fn$
 """
 
 
+# `CAST(json_extract(source, '$.id') AS TEXT)` behind `CASE WHEN json_valid(source)` (retrieval
+# §4.0), as SQLite 3.40 answers it: the first `id` key of a JSON object; a string unescaped, an
+# integer in canonical form, true/false as 1/0, null as NULL. Other numbers and nested values
+# keep their JSON text as written (SQLite reformats them: 1.50 -> 1.5, [1, 2] -> [1,2]).
+SOURCE_ID_FUNCTION = r"""
+CREATE OR REPLACE FUNCTION cpersona_source_id(source text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+DECLARE
+  j json; v json; kind text;
+BEGIN
+  IF source IS NULL OR NOT pg_input_is_valid(source, 'json') THEN RETURN NULL; END IF;
+  j := source::json;
+  IF json_typeof(j) <> 'object' THEN RETURN NULL; END IF;
+  SELECT e.value INTO v FROM json_each(j) AS e WHERE e.key = 'id' LIMIT 1;
+  kind := json_typeof(v);
+  IF kind IS NULL OR kind = 'null' THEN RETURN NULL; END IF;
+  IF kind = 'string' THEN RETURN v #>> '{}'; END IF;
+  IF kind = 'boolean' THEN RETURN CASE WHEN v::text = 'true' THEN '1' ELSE '0' END; END IF;
+  IF kind = 'number' AND v::text ~ '^-?[0-9]{1,18}$' THEN RETURN v::text::bigint::text; END IF;
+  RETURN v::text;
+END
+$fn$
+"""
+
+
 def schema_statements() -> list[str]:
     """DDL the PostgreSQL schema runs after creating `memories` and `episodes` (idempotent).
 
@@ -109,20 +134,25 @@ def schema_statements() -> list[str]:
     positions, so the scan walks the agent's embedded rows newest first and stops at the reach.
     No HNSW/IVFFlat index: an approximate index could change which rows a recall returns.
     """
-    out = [TIME_KEY_FUNCTION]
+    out = [TIME_KEY_FUNCTION, SOURCE_ID_FUNCTION]
     for table in TABLES:
         out.append(
             f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS created_key bigint "
             "GENERATED ALWAYS AS (cpersona_time_key(created_at)) STORED"
         )
+    # A column, not an expression in the query: its statistics let the planner see how many
+    # rows a source prefix keeps (its guess for an expression, 0.5 %, made it sort the whole
+    # agent instead of walking the window index).
+    out.append(
+        "ALTER TABLE memories ADD COLUMN IF NOT EXISTS source_id text "
+        "GENERATED ALWAYS AS (cpersona_source_id(source)) STORED"
+    )
+    for table in TABLES:
         out.append(
             f"CREATE INDEX IF NOT EXISTS {table}_vector_window ON {table} "
             "(agent_id, created_key DESC, id DESC) WHERE embedding IS NOT NULL"
         )
     return out
-
-
-_SOURCE_ID = "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +191,8 @@ def _where(
             # Episodes carry no source: a source filter admits none of them.
             parts.append("FALSE")
         else:
-            parts.append(f"substr({_SOURCE_ID}, 1, ?) = ?")
-            params.extend([len(source_prefix), source_prefix])
+            parts.append("source_id ^@ ?")
+            params.append(source_prefix)
     return " AND ".join(parts), params
 
 
@@ -190,20 +220,19 @@ def window_scan(
     if dim == 0 or span <= 0 or (k <= 0 and (not far or far_k <= 0)):
         return WindowHits([], [])
     where, params = _where(table, agent_id, project, channel, source_prefix)
-    # `w` is the window in scan order (the partial btree read backwards, stopped at `span`);
-    # row_number() over the same order gives each row its position. Foreign-width rows keep
-    # their position and are dropped before scoring (pgvector refuses mixed dimensions).
+    # One pass down the partial btree, newest first, stopped at `span`: row_number() over the
+    # same order is each row's position, and each row is scored as it passes (nothing but
+    # (id, pos, score) is kept). Foreign-width rows keep their position and score NULL
+    # (pgvector refuses mixed dimensions), which no threshold admits.
     sql = f"""
-        WITH w AS MATERIALIZED (
-            SELECT id, embedding, row_number() OVER win - 1 AS pos
+        WITH s AS MATERIALIZED (
+            SELECT id, row_number() OVER win - 1 AS pos,
+                CASE WHEN vector_dims(embedding) = ?
+                THEN -(embedding <#> (SELECT CAST(CAST(? AS real[]) AS vector))) END AS score
             FROM {table} WHERE {where}
             WINDOW win AS (ORDER BY created_key DESC, id DESC)
             ORDER BY created_key DESC, id DESC
             LIMIT ?
-        ), s AS MATERIALIZED (
-            SELECT id, pos, -(embedding <#> q.v) AS score
-            FROM w, (SELECT CAST(CAST(? AS real[]) AS vector) AS v) AS q
-            WHERE vector_dims(embedding) = ?
         )
         (SELECT 0 AS far, id, score, pos FROM s
          WHERE pos < ? AND score >= CAST(? AS double precision)
@@ -213,7 +242,7 @@ def window_scan(
          WHERE pos >= ? AND score >= CAST(? AS double precision)
          ORDER BY score DESC, pos ASC LIMIT ?)
     """
-    params += [span, [float(x) for x in query], dim]
+    params = [dim, [float(x) for x in query], *params, span]
     params += [window, float(threshold), max(k, 0)]
     params += [window, float(threshold), max(far_k, 0) if far else 0]
     regions: tuple[list[tuple[float, int, int]], list[tuple[float, int, int]]] = ([], [])
