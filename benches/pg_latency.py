@@ -70,7 +70,8 @@ def _copy_corpus(corpus: scale.Corpus, url: str) -> float:
                 vec = np.frombuffer(row[4], "<f4")
                 copy.write_row((*row[:4], "[" + ",".join(map(repr, vec.tolist())) + "]", row[5]))
         cur.execute(
-            "SELECT setval(pg_get_serial_sequence('memories', 'id'), (SELECT max(id) FROM memories))"
+            "SELECT setval(pg_get_serial_sequence('memories', 'id'), "
+            "(SELECT max(id) FROM memories))"
         )
         dst.commit()
     with psycopg.connect(url, autocommit=True) as conn:
@@ -144,7 +145,9 @@ async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path)
             "postgresql": lambda: _scan_ms(engines["postgresql"], query, False),
         }
         for key, client in clients.items():  # warm: first store / recall of each server
-            await _timed(client, "store", {"agent_id": scale.AGENT, "message": {"content": f"warm {key}"}})
+            await _timed(
+                client, "store", {"agent_id": scale.AGENT, "message": {"content": f"warm {key}"}}
+            )
             await _timed(client, "recall", {"agent_id": scale.AGENT, "query": scale.QUERY_TEXT})
         for r in range(args.rounds):
             order = list(clients) if r % 2 == 0 else list(reversed(clients))
@@ -153,8 +156,18 @@ async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path)
                 stores, recalls = [], []
                 for i in range(args.per_round):
                     text = f"bench round {r} note {i} on {key}: the harbor crane needs oil"
-                    stores.append(await _timed(client, "store", {"agent_id": scale.AGENT, "message": {"content": text}}))
-                    recalls.append(await _timed(client, "recall", {"agent_id": scale.AGENT, "query": scale.QUERY_TEXT, "limit": 10}))
+                    stores.append(
+                        await _timed(
+                            client, "store", {"agent_id": scale.AGENT, "message": {"content": text}}
+                        )
+                    )
+                    recalls.append(
+                        await _timed(
+                            client,
+                            "recall",
+                            {"agent_id": scale.AGENT, "query": scale.QUERY_TEXT, "limit": 10},
+                        )
+                    )
                 times.setdefault((key, "store"), []).append(stores)
                 times.setdefault((key, "recall"), []).append(recalls)
             for key, run in scans.items():
@@ -164,7 +177,9 @@ async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path)
     finally:
         for engine in engines.values():
             engine.close()
-    print(f"{'operation':<10} {'backend':<19} {'p50':>8} {'p95':>8} {'round medians (min-max)':>26}")
+    print(
+        f"{'operation':<10} {'backend':<19} {'p50':>8} {'p95':>8} {'round medians (min-max)':>26}"
+    )
     for kind in kinds:
         for (key, k), per_round in times.items():
             if k != kind:

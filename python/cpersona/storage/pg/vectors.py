@@ -18,11 +18,13 @@ storage statement does: the PostgreSQL database translates them (PG-DESIGN.md "B
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from cpersona.models import ProjectFilter
+
+if TYPE_CHECKING:
+    from cpersona.storage.pg.db import PgDatabase
 
 TABLES = ("memories", "episodes")
 
@@ -163,18 +165,6 @@ class WindowHits:
     far: list[tuple[int, float]]
 
 
-class _Cursor(Protocol):
-    def fetchall(self) -> list[Any]: ...
-
-
-class _Reader(Protocol):
-    def execute(self, sql: str, params: Sequence[object] = ...) -> _Cursor: ...
-
-
-class _Db(Protocol):
-    def reader(self) -> _Reader: ...
-
-
 def _where(
     table: str, agent_id: str, project: ProjectFilter, channel: str, source_prefix: str
 ) -> tuple[str, list[object]]:
@@ -197,9 +187,9 @@ def _where(
 
 
 def window_scan(
-    db: _Db,
+    db: PgDatabase,
     table: str,
-    query: Sequence[float],
+    query: bytes,
     agent_id: str,
     project: ProjectFilter,
     channel: str,
@@ -214,10 +204,13 @@ def window_scan(
     """The near list and the far list of one table, in one statement (module docstring)."""
     if table not in TABLES:
         raise ValueError(f"no vector scan for table {table!r}")
-    dim = len(query)
+    vector = db.vector_param(query)
+    if vector is None:  # empty, not whole float32s, or not finite: nothing can match it
+        return WindowHits([], [])
+    dim = len(vector.floats)
     far = reach > window
     span = max(window, reach) if far else window
-    if dim == 0 or span <= 0 or (k <= 0 and (not far or far_k <= 0)):
+    if span <= 0 or (k <= 0 and (not far or far_k <= 0)):
         return WindowHits([], [])
     where, params = _where(table, agent_id, project, channel, source_prefix)
     # One pass down the partial btree, newest first, stopped at `span`: row_number() over the
@@ -228,7 +221,7 @@ def window_scan(
         WITH s AS MATERIALIZED (
             SELECT id, row_number() OVER win - 1 AS pos,
                 CASE WHEN vector_dims(embedding) = ?
-                THEN -(embedding <#> (SELECT CAST(CAST(? AS real[]) AS vector))) END AS score
+                THEN -(embedding <#> (SELECT CAST(? AS vector))) END AS score
             FROM {table} WHERE {where}
             WINDOW win AS (ORDER BY created_key DESC, id DESC)
             ORDER BY created_key DESC, id DESC
@@ -242,7 +235,7 @@ def window_scan(
          WHERE pos >= ? AND score >= CAST(? AS double precision)
          ORDER BY score DESC, pos ASC LIMIT ?)
     """
-    params = [dim, [float(x) for x in query], *params, span]
+    params = [dim, vector, *params, span]
     params += [window, float(threshold), max(k, 0)]
     params += [window, float(threshold), max(far_k, 0) if far else 0]
     regions: tuple[list[tuple[float, int, int]], list[tuple[float, int, int]]] = ([], [])
