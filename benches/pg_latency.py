@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sqlite3
 import statistics
@@ -34,6 +35,7 @@ import numpy as np
 from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.server.app import build_server
+from cpersona.storage import vector_models
 from cpersona.vectors import search
 from mcp import Client
 
@@ -92,8 +94,8 @@ async def _timed(client: Client, name: str, args: dict[str, Any]) -> float:
     payload = json.loads(result.content[0].text)
     if result.is_error or ("result" not in payload and "messages" not in payload):
         raise RuntimeError(f"{name} failed: {payload}")
-    if name == "recall" and not payload["messages"]:
-        raise RuntimeError("recall found nothing")
+    if name == "recall" and (not payload["messages"] or "advisory" in payload):
+        raise RuntimeError(f"recall found nothing or is degraded: {payload.get('advisory')}")
     return spent
 
 
@@ -108,6 +110,43 @@ def _scan_ms(engine: Engine, query: np.ndarray, use_index: bool) -> float:
     if hits.near_ids.shape[0] != 10:
         raise RuntimeError("scan found fewer than 10 rows")
     return spent
+
+
+async def _rounds(
+    engines: dict[str, Engine],
+    provider: scale.FixedQueryProvider,
+    args: argparse.Namespace,
+    times: dict[tuple[str, str], list[list[float]]],
+) -> None:
+    query = provider.embed([scale.QUERY_TEXT], kind="query")[0]
+    scans: dict[str, Callable[[], float]] = {
+        "sqlite": lambda: _scan_ms(engines["sqlite"], query, True),
+        "sqlite (no index)": lambda: _scan_ms(engines["sqlite"], query, False),
+        "postgresql": lambda: _scan_ms(engines["postgresql"], query, False),
+    }
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {}
+        for key, engine in engines.items():
+            client = Client(build_server(engine), raise_exceptions=True)
+            clients[key] = await stack.enter_async_context(client)
+        for key, client in clients.items():  # warm: first store / recall of each server
+            store = {"agent_id": scale.AGENT, "message": {"content": f"warm {key}"}}
+            await _timed(client, "store", store)
+            await _timed(client, "recall", {"agent_id": scale.AGENT, "query": scale.QUERY_TEXT})
+        recall = {"agent_id": scale.AGENT, "query": scale.QUERY_TEXT, "limit": 10}
+        for r in range(args.rounds):
+            order = list(clients) if r % 2 == 0 else list(reversed(clients))
+            for key in order:
+                stores, recalls = [], []
+                for i in range(args.per_round):
+                    text = f"bench round {r} note {i} on {key}: the harbor crane needs oil"
+                    store = {"agent_id": scale.AGENT, "message": {"content": text}}
+                    stores.append(await _timed(clients[key], "store", store))
+                    recalls.append(await _timed(clients[key], "recall", recall))
+                times.setdefault((key, "store"), []).append(stores)
+                times.setdefault((key, "recall"), []).append(recalls)
+            for key, run in scans.items():
+                times.setdefault((key, "scan"), []).append([run() for _ in range(args.per_round)])
 
 
 async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path) -> None:
@@ -131,49 +170,15 @@ async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path)
             embedder=provider,
         ),
     }
+    for engine in engines.values():
+        # The corpus's vectors are the provider's (the probe cannot tell: they are seeded, not
+        # embedded); unrecorded, recall would treat them as another model's and skip them.
+        with engine.db.atomic() as conn:
+            vector_models.record(conn, "memories", provider.name, DIM, "bench corpus")
     kinds = ["store", "recall", "scan"]
     times: dict[tuple[str, str], list[list[float]]] = {}
     try:
-        clients = {}
-        for key, engine in engines.items():
-            clients[key] = Client(build_server(engine), raise_exceptions=True)
-            await clients[key].__aenter__()
-        query = provider.embed([scale.QUERY_TEXT], kind="query")[0]
-        scans: dict[str, Callable[[], float]] = {
-            "sqlite": lambda: _scan_ms(engines["sqlite"], query, True),
-            "sqlite (no index)": lambda: _scan_ms(engines["sqlite"], query, False),
-            "postgresql": lambda: _scan_ms(engines["postgresql"], query, False),
-        }
-        for key, client in clients.items():  # warm: first store / recall of each server
-            await _timed(
-                client, "store", {"agent_id": scale.AGENT, "message": {"content": f"warm {key}"}}
-            )
-            await _timed(client, "recall", {"agent_id": scale.AGENT, "query": scale.QUERY_TEXT})
-        for r in range(args.rounds):
-            order = list(clients) if r % 2 == 0 else list(reversed(clients))
-            for key in order:
-                client = clients[key]
-                stores, recalls = [], []
-                for i in range(args.per_round):
-                    text = f"bench round {r} note {i} on {key}: the harbor crane needs oil"
-                    stores.append(
-                        await _timed(
-                            client, "store", {"agent_id": scale.AGENT, "message": {"content": text}}
-                        )
-                    )
-                    recalls.append(
-                        await _timed(
-                            client,
-                            "recall",
-                            {"agent_id": scale.AGENT, "query": scale.QUERY_TEXT, "limit": 10},
-                        )
-                    )
-                times.setdefault((key, "store"), []).append(stores)
-                times.setdefault((key, "recall"), []).append(recalls)
-            for key, run in scans.items():
-                times.setdefault((key, "scan"), []).append([run() for _ in range(args.per_round)])
-        for client in clients.values():
-            await client.__aexit__(None, None, None)
+        await _rounds(engines, provider, args, times)
     finally:
         for engine in engines.values():
             engine.close()
