@@ -11,8 +11,9 @@ client) with the same embedder: passages embed to seeded unit vectors, every que
 corpus's fixed query (benches/scale_support.FixedQueryProvider), so no model cost is measured.
 The rounds alternate between the backends so that the load of a shared machine falls on both
 alike. Per round and backend: `--per-round` stores of new texts, `--per-round` recalls, and as
-many bare vector scans (`vectors.search.scan_table`, the window of 10,000 rows; on SQLite
-through the Rust index file and through the SQL window without it). Printed: medians, p95 and
+many bare vector scans (`vectors.search.scan_table`: the window of 10,000 rows, and where the
+corpus is larger, the window plus the far region up to reach 200,000; on SQLite through the
+Rust index file and through the SQL window without it). Printed: medians, p95 and
 the spread (min-max) of the per-round medians, in milliseconds.
 """
 
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,7 @@ from benches import scale_support as scale
 
 DIM = 384
 WINDOW = 10_000
+REACH = 200_000
 
 
 def _server_url(given: str | None, root: Path) -> tuple[str, Any]:
@@ -99,30 +102,37 @@ async def _timed(client: Client, name: str, args: dict[str, Any]) -> float:
     return spent
 
 
-def _scan_ms(engine: Engine, query: np.ndarray, use_index: bool) -> float:
+def _scan_ms(engine: Engine, query: np.ndarray, use_index: bool, reach: int) -> float:
     index = engine.indexes.get("memories") if use_index else None
     started = time.perf_counter()
     hits = search.scan_table(
         engine.db, "memories", index, query, scale.SCOPE,
-        window=WINDOW, reach=0, threshold=0.0, k=10, far_k=10,
+        window=WINDOW, reach=reach, threshold=0.0, k=10, far_k=10,
     )  # fmt: skip
     spent = (time.perf_counter() - started) * 1000
-    if hits.near_ids.shape[0] != 10:
+    if hits.near_ids.shape[0] != 10 or (reach and hits.far_ids.shape[0] != 10):
         raise RuntimeError("scan found fewer than 10 rows")
     return spent
 
 
 async def _rounds(
     engines: dict[str, Engine],
+    rows: int,
     provider: scale.FixedQueryProvider,
     args: argparse.Namespace,
     times: dict[tuple[str, str], list[list[float]]],
 ) -> None:
     query = provider.embed([scale.QUERY_TEXT], kind="query")[0]
-    scans: dict[str, Callable[[], float]] = {
-        "sqlite": lambda: _scan_ms(engines["sqlite"], query, True),
-        "sqlite (no index)": lambda: _scan_ms(engines["sqlite"], query, False),
-        "postgresql": lambda: _scan_ms(engines["postgresql"], query, False),
+    far = REACH if rows > WINDOW else 0
+    scans: dict[tuple[str, str], Callable[[], float]] = {
+        (key, f"scan {name}"): partial(_scan_ms, engines[engine], query, index, reach)
+        for name, reach in (("window", 0), ("far", far))
+        if reach or name == "window"
+        for key, engine, index in (
+            ("sqlite", "sqlite", True),
+            ("sqlite (no index)", "sqlite", False),
+            ("postgresql", "postgresql", False),
+        )
     }
     async with contextlib.AsyncExitStack() as stack:
         clients = {}
@@ -145,8 +155,8 @@ async def _rounds(
                     recalls.append(await _timed(clients[key], "recall", recall))
                 times.setdefault((key, "store"), []).append(stores)
                 times.setdefault((key, "recall"), []).append(recalls)
-            for key, run in scans.items():
-                times.setdefault((key, "scan"), []).append([run() for _ in range(args.per_round)])
+            for kind, run in scans.items():
+                times.setdefault(kind, []).append([run() for _ in range(args.per_round)])
 
 
 async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path) -> None:
@@ -175,15 +185,15 @@ async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path)
         # embedded); unrecorded, recall would treat them as another model's and skip them.
         with engine.db.atomic() as conn:
             vector_models.record(conn, "memories", provider.name, DIM, "bench corpus")
-    kinds = ["store", "recall", "scan"]
+    kinds = ["store", "recall", "scan window", "scan far"]
     times: dict[tuple[str, str], list[list[float]]] = {}
     try:
-        await _rounds(engines, provider, args, times)
+        await _rounds(engines, rows, provider, args, times)
     finally:
         for engine in engines.values():
             engine.close()
     print(
-        f"{'operation':<10} {'backend':<19} {'p50':>8} {'p95':>8} {'round medians (min-max)':>26}"
+        f"{'operation':<12} {'backend':<19} {'p50':>8} {'p95':>8} {'round medians (min-max)':>26}"
     )
     for kind in kinds:
         for (key, k), per_round in times.items():
@@ -192,7 +202,7 @@ async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path)
             flat = [v for rnd in per_round for v in rnd]
             medians = [statistics.median(rnd) for rnd in per_round]
             print(
-                f"{kind:<10} {key:<19} {statistics.median(flat):8.2f} {_pct(flat, 0.95):8.2f} "
+                f"{kind:<12} {key:<19} {statistics.median(flat):8.2f} {_pct(flat, 0.95):8.2f} "
                 f"{min(medians):12.2f} - {max(medians):8.2f}"
             )  # fmt: skip
 
