@@ -8,7 +8,7 @@ channel, another source, or past the window) is never returned.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +71,13 @@ async def _store(client: Client, content: str, agent: str = "alice", **extra: An
 
 
 async def test_a_paraphrase_is_found_by_its_vector_only_within_scope(
-    tmp_path: Path, backend: str | None
+    tmp_path: Path, database_url_for: Callable[[str], str | None]
 ) -> None:
+    db_path = str(tmp_path / "mem.db")
     settings = Settings(
-        db_path=str(tmp_path / "mem.db"),
+        db_path=db_path,
         embedding_mode="hashing",
-        database_url=backend,
+        database_url=database_url_for(db_path),
         recall_mode="rrf",
         max_memories=7,
     )
