@@ -262,7 +262,9 @@ class Converter:
 
     def _finish(self, tables: list[str]) -> None:
         for table in tables:
-            index = self.engine.indexes[table]
+            index = self.engine.indexes.get(table)
+            if index is None:  # PostgreSQL: recall scans the table itself, nothing to rebuild
+                continue
             self.say(f"rebuilding the vector index of {table}")
             index.rebuild()
             problems = index.verify()

@@ -1,6 +1,7 @@
-"""The scoped vector scan of one table: the index fast path, else the chunked SQLite scan.
+"""The scoped vector scan of one table: the index fast path, else the chunked SQLite scan; on
+PostgreSQL one statement in the database (storage/pg/vectors.py), with no local index.
 
-Both paths compute exactly the same thing (retrieval.md §4.2-4.3): the in-scope embedded rows
+Every path computes the same thing (retrieval.md §4.2-4.3): the in-scope embedded rows
 ordered by (created_at DESC, id DESC), positions [0, window) scored into the near list and
 [window, reach) into the far list, each thresholded and cut to its k by (score DESC, position
 ASC). The result never depends on which path ran.
@@ -18,6 +19,7 @@ from cpersona.errors import StoreCorrupt
 from cpersona.models import ProjectFilter
 from cpersona.storage import Database
 from cpersona.storage import vectors as vector_sql
+from cpersona.storage.pg import vectors as pg_vector_sql
 from cpersona.vectors.format import scope_hash
 from cpersona.vectors.index import VectorIndex
 
@@ -54,6 +56,70 @@ class Hits:
 
 def _hashes(values: list[str]) -> np.ndarray:
     return np.array([scope_hash(v) for v in values], dtype=np.uint64)
+
+
+def scan_table(
+    db: Database,
+    table: str,
+    index: VectorIndex | None,
+    query: np.ndarray,
+    scope: Scope,
+    *,
+    window: int,
+    reach: int,
+    threshold: float,
+    k: int,
+    far_k: int,
+    chunk_rows: int = 512,
+) -> Hits:
+    """Scan `table` the way this database can: in PostgreSQL, else through `index` (None: the
+    SQLite window without an index)."""
+    kw = {"window": window, "reach": reach, "threshold": threshold, "k": k, "far_k": far_k}
+    if db.dialect == "postgresql":
+        return scan_postgresql(db, table, query, scope, **kw)
+    if index is None:
+        return scan_sqlite(db, table, query, scope, chunk_rows=chunk_rows, **kw)
+    return scan(index, query, scope, chunk_rows=chunk_rows, **kw)
+
+
+def scan_postgresql(
+    db: Database,
+    table: str,
+    query: np.ndarray,
+    scope: Scope,
+    *,
+    window: int,
+    reach: int,
+    threshold: float,
+    k: int,
+    far_k: int,
+) -> Hits:
+    """The window scan as one PostgreSQL statement (pgvector's inner product, exact)."""
+    query = np.ascontiguousarray(query, dtype="<f4").reshape(-1)
+    found = pg_vector_sql.window_scan(
+        db,  # type: ignore[arg-type]  # dialect "postgresql" is a PgDatabase
+        table,
+        query.tobytes(),
+        scope.agent_id,
+        scope.project,
+        scope.channel,
+        scope.source_prefix,
+        window=window,
+        reach=reach,
+        threshold=threshold,
+        k=k,
+        far_k=far_k,
+    )
+
+    def arrays(hits: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
+        return (
+            np.array([i for i, _ in hits], dtype=np.int64),
+            np.array([s for _, s in hits], dtype=np.float32),
+        )
+
+    near_ids, near_scores = arrays(found.near)
+    far_ids, far_scores = arrays(found.far)
+    return Hits(near_ids, near_scores, far_ids, far_scores)
 
 
 def scan(

