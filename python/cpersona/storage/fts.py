@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from cpersona.storage.change_log import ChangeLog, Changes
 from cpersona.storage.db import Database
+from cpersona.storage.vectors import db_uid
 
 TABLES = ("memories", "episodes")
 # created_at as Unix seconds, as the vector index keys it (storage/vectors.py).
@@ -58,6 +60,22 @@ def _row(r: sqlite3.Row | tuple[object, ...]) -> FtsRow:
         None if r[5] is None else str(r[5]),
         cols,
     )
+
+
+def index_identity(db: Database) -> bytes:
+    """The 16 bytes an index file records as its database's identity (`db_uid`).
+
+    On SQLite, `cpersona_meta.db_uid`: a copied file is the same database. On PostgreSQL also
+    the object id of `fts_log`, which every restore from a dump (`pg_restore`, a new database,
+    `--clean`) gives anew: a file made before the restore is then foreign and rebuilt at once,
+    instead of only when its `applied_seq` is ahead of the restored log.
+    """
+    uid = db_uid(db)
+    if db.dialect != "postgresql":
+        return uid
+    row = db.query_one("SELECT CAST(CAST('fts_log' AS regclass) AS oid)")
+    oid = int(row[0]) if row else 0
+    return hashlib.sha256(uid + b":" + str(oid).encode("ascii")).digest()[:16]
 
 
 def max_seq(db: Database) -> int:

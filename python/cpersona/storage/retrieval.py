@@ -6,6 +6,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cpersona.errors import FullTextUnavailable
 from cpersona.models import ProjectFilter
 from cpersona.storage.db import Database
 
@@ -81,9 +82,15 @@ def _ep(r: sqlite3.Row, bm25: float | None) -> EpisodeHit:
     return EpisodeHit(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7], bm25)
 
 
+def _need_fts5(db: Database) -> None:
+    if db.dialect == "postgresql":
+        raise FullTextUnavailable("PostgreSQL has no FTS5; the full-text index could not answer")
+
+
 def memory_fts(
     db: Database, scope: ScopeSql, source_prefix: str, match: str, limit: int
 ) -> list[MemoryHit]:
+    _need_fts5(db)
     where, params = scope.where("m")
     sw, sp = _source_filter("m", source_prefix)
     rows = db.query(
@@ -111,7 +118,11 @@ def memory_like(
     sw, sp = _source_filter("m", source_prefix)
     pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     conn = db.reader()
-    if len(pattern.encode("utf-8", "surrogatepass")) <= conn.getlimit(_LIKE_LIMIT):
+    if db.dialect == "postgresql":
+        test, arg = _like_postgresql(pattern, text)
+        if test is None:
+            return []
+    elif len(pattern.encode("utf-8", "surrogatepass")) <= conn.getlimit(_LIKE_LIMIT):
         test, arg = "m.content LIKE ? ESCAPE '\\'", pattern
     else:
         test, arg = "instr(lower(m.content), lower(?)) > 0", text
@@ -122,6 +133,27 @@ def memory_like(
         [arg, *params, *sp, read],
     ).fetchall()
     return [_mem(r, None) for r in rows]
+
+
+#: SQLite's default SQLITE_LIMIT_LIKE_PATTERN_LENGTH, where its test changes (memory_like).
+_SQLITE_LIKE_PATTERN_BYTES = 50_000
+
+
+def _like_postgresql(pattern: str, text: str) -> tuple[str | None, str]:
+    """SQLite's test of `memory_like` on PostgreSQL, matching the same rows; None: no row can.
+
+    PostgreSQL's LIKE is case-sensitive (and its ILIKE folds all of Unicode), so both sides
+    are lowered: `lower()` there is SQLite's, folding A-Z only (storage/pg/dialect.py).
+    SQLite's LIKE reads its pattern as a C string, so it ends at the first NUL: `%ab<NUL>cd%`
+    is `%ab` (content ending in "ab"); PostgreSQL text holds no NUL, so the cut is made here.
+    Past the pattern limit SQLite's `instr` compares every character, NUL included, and no text
+    stored in PostgreSQL contains one.
+    """
+    if len(pattern.encode("utf-8", "surrogatepass")) <= _SQLITE_LIKE_PATTERN_BYTES:
+        return "lower(m.content) LIKE lower(?) ESCAPE '\\'", pattern.split("\x00", 1)[0]
+    if "\x00" in text:
+        return None, text
+    return "instr(lower(m.content), lower(?)) > 0", text
 
 
 def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int) -> list[MemoryHit]:
@@ -136,6 +168,7 @@ def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int)
 
 
 def episode_fts(db: Database, scope: ScopeSql, match: str, limit: int) -> list[EpisodeHit]:
+    _need_fts5(db)
     where, params = scope.where("e")
     rows = db.query(
         f"""SELECT {_EP_COLS}, bm25(episodes_fts) AS score
