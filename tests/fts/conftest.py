@@ -9,14 +9,16 @@ import pytest
 from cpersona.storage import Database, open_database
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgresql"])
 def lexical_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Database]]:
-    """`lexical_db()`: the test's database (the same one on each call), migrated and empty."""
+    """`lexical_db()`: the test's database (the same one on each call), migrated and empty;
+    SQLite in the test's directory, or a fresh PostgreSQL database (`pg_url`)."""
     opened: list[Database] = []
+    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
 
     def make() -> Database:
         if not opened:
-            opened.append(open_database(str(tmp_path / "lexical.db")))
+            opened.append(open_database(str(tmp_path / "lexical.db"), database_url=url))
         return opened[0]
 
     yield make

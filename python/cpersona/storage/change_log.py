@@ -60,12 +60,10 @@ class ChangeLog:
     def changes_since(self, db: Database, table: str, seq: int) -> Changes:
         """Distinct row ids of `table` logged after `seq`, oldest change first, and the max."""
         conn = db.reader()
-        # One snapshot for both statements on SQLite, so no change slips between them (the
-        # caller's, when this thread's reader is already inside a read transaction: BEGIN
-        # would fail). On PostgreSQL each statement of a READ COMMITTED transaction sees the
-        # newest commits; that is enough: every seq up to `top` was committed when `top` was
-        # read, and the trim mark is read last, so a trim that removed entries this read
-        # needed is seen (its DELETE and its mark commit together).
+        # One snapshot for the statements (PostgreSQL: the reader's BEGIN is REPEATABLE READ),
+        # so no change slips between them (the caller's, when this thread's reader is already
+        # inside a read transaction: BEGIN would fail). The trim mark read in it says whether
+        # entries after `seq` were deleted (by another host's process) before the snapshot.
         own = not conn.in_transaction
         if own:
             conn.execute("BEGIN")

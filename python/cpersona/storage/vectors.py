@@ -182,10 +182,7 @@ def snapshot(db: Database) -> Iterator[None]:
     conn = db.reader()
     own = not conn.in_transaction
     if own:
-        # PostgreSQL's default READ COMMITTED would give each statement its own snapshot.
-        conn.execute(
-            "BEGIN" if db.dialect == "sqlite" else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-        )
+        conn.execute("BEGIN")
     try:
         yield
     finally:
