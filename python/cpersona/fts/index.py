@@ -473,10 +473,14 @@ def cache_base(cache_dir: str | None, url: str) -> Path:
         xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
         root = (Path(xdg) if xdg else Path.home() / ".cache") / "cpersona"
     directory = root / hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    note = directory / "database.txt"
-    if not note.exists():  # which database this is, for an operator looking at the cache
-        tmp = directory / f"database.txt.tmp{os.getpid()}"
-        tmp.write_text(url + "\n", encoding="utf-8")
-        os.replace(tmp, note)
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        note = directory / "database.txt"
+        if not note.exists():  # which database this is, for an operator looking at the cache
+            tmp = directory / f"database.txt.tmp{os.getpid()}"
+            tmp.write_text(url + "\n", encoding="utf-8")
+            os.replace(tmp, note)
+    except OSError as exc:
+        # Serving goes on: each search then says the index is unusable (search.ranked).
+        log.warning("the full-text index directory %s is unusable: %s", directory, exc)
     return directory / "index"
