@@ -65,7 +65,11 @@ class Engine:
         self._given_embedder = embedder
         tracer = _sql_tracer if settings.sql_trace else None
         self.db: Database = open_database(
-            settings.db_path, fts_enabled=settings.fts_enabled, tracer=tracer
+            settings.db_path,
+            fts_enabled=settings.fts_enabled,
+            tracer=tracer,
+            database_url=settings.database_url,
+            pool_size=settings.pg_pool_size,
         )
         self._services: Services | None = None
         self._services_lock = threading.Lock()
@@ -120,7 +124,14 @@ class Engine:
             embedder = CachedProvider(
                 embedder, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
             )
-        indexes = {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
+        local = self.db.dialect == "sqlite"
+        # PostgreSQL: no vector index files (pgvec scans in SQL); the full-text index is the
+        # arm there, its files in this host's cache directory (full_text_indexes).
+        indexes = (
+            {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
+            if local
+            else {}
+        )
         fts = full_text_indexes(self.db, settings)
         remote = RemoteVectors.from_settings(settings)
         if remote is not None and not settings.store_blob:
@@ -129,7 +140,9 @@ class Engine:
                 "while %s is down, recall has full-text and keyword search only",
                 remote.base,
             )
-        sidecar = Sidecar(None if self.db.is_memory else sidecar_path(settings.db_path))
+        sidecar = Sidecar(
+            None if self.db.is_memory or not local else sidecar_path(settings.db_path)
+        )
         #: Which model embeds for which table: the one that made its stored vectors.
         router = ModelRouter(
             self.db,
