@@ -435,3 +435,32 @@ async def test_two_processes_see_each_others_writes(pg_url, tmp_path, hosts):
         assert sorted(core.ids().tolist()) == [stored["id"] - 1]  # the warm-up row only
     finally:
         db.close()
+
+
+def test_index_command_on_postgresql(pg_db, pg_url, tmp_path):
+    """`cpersona index status|rebuild|verify` finds the files in the host's cache directory."""
+    import subprocess
+
+    _run(pg_db, Corpus("memories").statements([("put", 0, "the promotion", "a", "", "", "")]))
+    env = {**os.environ, "CPERSONA_DATABASE_URL": pg_url, "CPERSONA_CACHE_DIR": str(tmp_path)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cpersona", "index", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    where = f"{cache_base(str(tmp_path), pg_db.path)}.memories.fts"
+    missing = cli("status", "--kind", "fulltext")
+    assert missing.returncode == 1 and f"{where}: not usable (missing)" in missing.stdout
+    rebuilt = cli("rebuild", "--kind", "fulltext")
+    assert rebuilt.returncode == 0 and "memories full-text: rebuilt, 1 rows" in rebuilt.stdout
+    verified = cli("verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "memories full-text: OK" in verified.stdout
+    assert "no vector index files on PostgreSQL" not in verified.stdout
+    vector = cli("status", "--kind", "vector")
+    assert vector.returncode == 0 and "no vector index files on PostgreSQL" in vector.stdout
