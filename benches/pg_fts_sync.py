@@ -15,10 +15,11 @@ that alternate the backends so that the load of a shared machine falls on both a
   wrote);
 - `load`: a new `FtsIndex` over the current file, `current()`: the file read into memory (the
   first recall of a process when another process on the host made the file);
-- `check`: `current()` on a current index: the high-water query every search makes;
-- `search`: `fts.search.ranked` for a bag of 6 common words, limit 10;
+- `check`: `current()` on a current index: the high-water query every search makes (the
+  median of 20 calls per round);
+- `search`: `fts.search.ranked` for a bag of 6 common words, limit 10 (median of 20);
 - `keyword`: `storage.retrieval.memory_like` (the LIKE arm) for a word in no row, read 50
-  (the worst case: every row of the agent is tested).
+  (the worst case: every row of the agent is tested; median of 5).
 
 Medians and the spread of the rounds (min-max) in milliseconds.
 """
@@ -82,10 +83,14 @@ def _postgresql() -> Iterator[str]:
         yield server.get_uri()
 
 
-def _timed(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1000.0
+def _timed(fn: Callable[[], object], repeat: int = 1) -> float:
+    """Milliseconds of one call (the median of `repeat` calls)."""
+    spans = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        spans.append((time.perf_counter() - t0) * 1000.0)
+    return statistics.median(spans)
 
 
 def main() -> None:
@@ -120,16 +125,16 @@ def main() -> None:
                 record((name, "rebuild"), []).append(_timed(index.rebuild))
                 _store(db, batch)
                 record((name, "sync"), []).append(_timed(index.sync))
-                record((name, "check"), []).append(_timed(index.current))
+                record((name, "check"), []).append(_timed(index.current, 20))
                 record((name, "search"), []).append(
-                    _timed(lambda index=index: ranked(index, terms, SCOPE, "", 10))
+                    _timed(lambda index=index: ranked(index, terms, SCOPE, "", 10), 20)
                 )
                 index.close()
                 fresh = FtsIndex(db, "memories", kernels.FtsIndex, base=base)
                 record((name, "load"), []).append(_timed(fresh.current))
                 fresh.close()
                 record((name, "keyword"), []).append(
-                    _timed(lambda db=db: sql.memory_like(db, SCOPE, "", "zzqx", 50))
+                    _timed(lambda db=db: sql.memory_like(db, SCOPE, "", "zzqx", 50), 5)
                 )
         print(f"\n{args.rows} rows (+{args.batch} per round), {args.rounds} rounds, ms:")
         print(f"{'step':<10}{'backend':<12}{'median':>10}{'min':>10}{'max':>10}")

@@ -142,18 +142,20 @@ _SQLITE_LIKE_PATTERN_BYTES = 50_000
 def _like_postgresql(pattern: str, text: str) -> tuple[str | None, str]:
     """SQLite's test of `memory_like` on PostgreSQL, matching the same rows; None: no row can.
 
-    PostgreSQL's LIKE is case-sensitive (and its ILIKE folds all of Unicode), so both sides
-    are lowered: `lower()` there is SQLite's, folding A-Z only (storage/pg/dialect.py).
+    SQLite's LIKE folds A-Z only. PostgreSQL's LIKE folds nothing, and its ILIKE folds by the
+    collation: under "C" (the text columns', storage/pg/schema.py; said again here) that is
+    A-Z only, exactly SQLite's rule, at LIKE's speed (`lower()` on both sides, a translate()
+    per row, took 20 times as long: docs/compatibility.md).
     SQLite's LIKE reads its pattern as a C string, so it ends at the first NUL: `%ab<NUL>cd%`
     is `%ab` (content ending in "ab"); PostgreSQL text holds no NUL, so the cut is made here.
-    Past the pattern limit SQLite's `instr` compares every character, NUL included, and no text
-    stored in PostgreSQL contains one.
+    Past the pattern limit SQLite's `instr(lower(...))` compares every character, NUL
+    included (no text stored in PostgreSQL contains one), and otherwise the same substring.
     """
-    if len(pattern.encode("utf-8", "surrogatepass")) <= _SQLITE_LIKE_PATTERN_BYTES:
-        return "lower(m.content) LIKE lower(?) ESCAPE '\\'", pattern.split("\x00", 1)[0]
     if "\x00" in text:
-        return None, text
-    return "instr(lower(m.content), lower(?)) > 0", text
+        if len(pattern.encode("utf-8", "surrogatepass")) > _SQLITE_LIKE_PATTERN_BYTES:
+            return None, text
+        pattern = pattern.split("\x00", 1)[0]
+    return "m.content COLLATE \"C\" ILIKE ? ESCAPE '\\'", pattern
 
 
 def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int) -> list[MemoryHit]:
