@@ -20,5 +20,12 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(autouse=True)
+def _cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Index files of PostgreSQL databases go to the cache directory (docs/fts-index.md): the
+    test run's own, never the user's ~/.cache (servers started by tests inherit it)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
+
+
 # PostgreSQL for the tests: `pg_url` (a fresh database) and `backend` (sqlite / postgresql).
 from pg_support import backend, pg_url  # noqa: E402, F401
