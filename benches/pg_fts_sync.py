@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cpersona._backend import kernels
-from cpersona.fts.index import FtsIndex
+from cpersona.fts.index import SHARED_KEEP_LOG, FtsIndex
 from cpersona.fts.search import ranked
 from cpersona.models import ProjectFilter
 from cpersona.retrieval.query import match_terms
@@ -106,6 +106,8 @@ def main() -> None:
             "postgresql": open_database("", database_url=url),
         }
         bases = {"sqlite": None, "postgresql": work / "pg-index"}
+        # As the Engine opens them (engine.full_text_indexes).
+        keep = {"sqlite": 0, "postgresql": SHARED_KEEP_LOG}
         corpus = list(_rows(args.rows, 0, random.Random(args.rows)))
         for name, db in dbs.items():
             t = _timed(lambda db=db: _store(db, corpus))
@@ -120,7 +122,7 @@ def main() -> None:
             order = list(dbs) if round_no % 2 == 0 else list(reversed(dbs))
             for name in order:
                 db, base = dbs[name], bases[name]
-                index = FtsIndex(db, "memories", kernels.FtsIndex, base=base)
+                index = FtsIndex(db, "memories", kernels.FtsIndex, base=base, keep_log=keep[name])
                 record = times.setdefault
                 record((name, "rebuild"), []).append(_timed(index.rebuild))
                 _store(db, batch)
@@ -130,7 +132,7 @@ def main() -> None:
                     _timed(lambda index=index: ranked(index, terms, SCOPE, "", 10), 20)
                 )
                 index.close()
-                fresh = FtsIndex(db, "memories", kernels.FtsIndex, base=base)
+                fresh = FtsIndex(db, "memories", kernels.FtsIndex, base=base, keep_log=keep[name])
                 record((name, "load"), []).append(_timed(fresh.current))
                 fresh.close()
                 record((name, "keyword"), []).append(

@@ -470,3 +470,71 @@ def test_index_command_on_postgresql(pg_db, pg_url, tmp_path):
     assert "no vector index files on PostgreSQL" not in verified.stdout
     vector = cli("status", "--kind", "vector")
     assert vector.returncode == 0 and "no vector index files on PostgreSQL" in vector.stdout
+
+
+# -- (d) recall through the tools ------------------------------------------------------------
+
+CORPUS = [
+    "We decided to delay the promotion until the hiring plan is done",
+    "The load test failed twice on Tuesday; maybe the pool size is too small",
+    "Dinner with the team at the Alps restaurant, then a walk",
+    "CVE-2024-3094 remediation confirmed across the fleet",
+    "東京都の会議は火曜日に変更された",
+    "京都への出張は来週の月曜日",
+    "Café au lait in the morning, STRASSE then straße",
+    "maybe MAYBE maybe: the manager said the budget review is next week",
+    "the promotion party is on Friday at the office",
+    "hiring decided: two engineers and one designer",
+]
+QUERIES = [
+    "promotion hiring",
+    "pool size load",
+    "東京都 会議",
+    "京都",
+    "CVE-2024-3094",
+    "maybe the manager",
+    "café STRASSE",
+    "budget review next week",
+    "zebra",
+    "the",
+]
+
+
+async def _recalls(settings: Any) -> list[dict[str, Any]]:
+    from cpersona.engine import Engine
+    from cpersona.server.app import build_server
+
+    engine = Engine(settings)
+    try:
+        async with Client(build_server(engine)) as client:
+            for i, text in enumerate(CORPUS):
+                message = {"content": text, "timestamp": f"2025-01-{i + 1:02d}T10:00:00Z"}
+                await _call(client, "store", {"agent_id": "team", "message": message})
+            await _call(client, "archive_episode", {"agent_id": "team", "summary": CORPUS[0]})
+            return [
+                await _call(client, "recall", {"agent_id": "team", "query": q, "limit": 5})
+                for q in QUERIES
+            ]
+    finally:
+        engine.close()
+
+
+@pytest.mark.anyio
+async def test_lexical_recall_answers_are_the_same_on_both_backends(pg_url, tmp_path):
+    """Full-text, keyword and episode arms through `recall`, without embeddings. rsf: under
+    rrf and cascade the heuristic gate keeps no lexical-only row of a corpus this small."""
+    from cpersona.config import Settings
+
+    mode = "rsf"
+    base = Settings(db_path=str(tmp_path / "m.db"), embedding_mode="none", recall_mode=mode)
+    lite = await _recalls(base)
+    pg = await _recalls(
+        Settings(
+            db_path=str(tmp_path / "unused.db"),
+            database_url=pg_url,
+            embedding_mode="none",
+            recall_mode=mode,
+        )
+    )
+    assert pg == lite
+    assert sum(len(out["messages"]) for out in lite) >= 10  # the queries do find rows
