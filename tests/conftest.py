@@ -28,4 +28,4 @@ def _cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
 
 
 # PostgreSQL for the tests: `pg_url` (a fresh database) and `backend` (sqlite / postgresql).
-from pg_support import backend, pg_url  # noqa: E402, F401
+from pg_support import backend, database_url_for, pg_url  # noqa: E402, F401
