@@ -125,8 +125,8 @@ class Engine:
                 embedder, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
             )
         local = self.db.dialect == "sqlite"
-        # PostgreSQL: no vector index files (pgvec scans in SQL); the full-text index is the
-        # arm there, its files in this host's cache directory (full_text_indexes).
+        # PostgreSQL: no vector index files (the vector arm reads the window from the database);
+        # the full-text index is the arm there, in this host's cache directory (full_text_indexes).
         indexes = (
             {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
             if local
