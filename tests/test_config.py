@@ -199,3 +199,25 @@ def test_precision_and_provider_properties():
     assert Settings.from_env({"CPERSONA_FUSED_GATE_BETA": "0.7"}).fused_beta == 0.7
     assert Settings().embedding_provider == "local-e5"
     assert Settings(embedding_mode="hashing").embedding_provider == "hashing"
+
+
+PG = {"CPERSONA_DATABASE_URL": "postgresql://app@db1/memory"}
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"CPERSONA_FTS_INDEX": "false"}, "CPERSONA_FTS_INDEX=false"),
+        ({"CPERSONA_KERNEL": "numpy"}, "CPERSONA_KERNEL=numpy"),
+    ],
+)
+def test_postgresql_refuses_settings_without_a_full_text_arm(env, named):
+    """PostgreSQL has no FTS5: the full-text arms are the Rust core's index (docs/fts-index.md)."""
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({**PG, **env})
+    message = str(info.value)
+    assert named in message and "CPERSONA_FTS_ENABLED=false" in message
+    assert "\n" not in message
+    # SQLite answers these arms from FTS5; without full-text search there is nothing to refuse.
+    assert Settings.from_env(env).database_url is None
+    assert Settings.from_env({**PG, **env, "CPERSONA_FTS_ENABLED": "false"}).fts_enabled is False

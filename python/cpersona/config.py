@@ -305,7 +305,29 @@ class Settings:
                 continue
             values[var.field] = _parse(var, name, raw)
             explicit.add(name)
-        return cls(**values, explicit=frozenset(explicit))
+        settings = cls(**values, explicit=frozenset(explicit))
+        problem = settings.full_text_problem(env.get("CPERSONA_KERNEL", ""))
+        if problem:
+            raise ConfigError(problem)
+        return settings
+
+    def full_text_problem(self, kernel: str = "") -> str:
+        """Why these settings cannot serve the full-text arms ("" = they can): on PostgreSQL
+        there is no FTS5, so the arms need the Rust core's full-text index (docs/fts-index.md).
+        `kernel`: CPERSONA_KERNEL, or "numpy" when the Rust core is not there."""
+        if not self.database_url or not self.fts_enabled:
+            return ""
+        if not self.fts_index:
+            why = "CPERSONA_FTS_INDEX=false"
+        elif kernel.strip().lower() == "numpy":
+            why = "the numpy kernel (CPERSONA_KERNEL=numpy)"
+        else:
+            return ""
+        return (
+            f"{why} cannot serve full-text search on PostgreSQL (CPERSONA_DATABASE_URL): it has "
+            "no FTS5, the Rust core's full-text index answers there; use the Rust kernel with "
+            "CPERSONA_FTS_INDEX=true, or CPERSONA_FTS_ENABLED=false for keyword search only"
+        )
 
     @property
     def fused_beta(self) -> float:

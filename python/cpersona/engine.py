@@ -103,7 +103,6 @@ class Engine:
     def _build(self) -> Services:
         from cpersona.embedding.cache import CachedProvider
         from cpersona.embedding.routing import ModelRouter, QueryModel, local_provider
-        from cpersona.fts.index import open_fts_indexes
         from cpersona.memory.writes import Writer
         from cpersona.retrieval.calibration import Calibrator
         from cpersona.retrieval.health import EmbeddingHealth
@@ -126,19 +125,14 @@ class Engine:
                 embedder, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
             )
         local = self.db.dialect == "sqlite"
-        # PostgreSQL: no index files of this host. The vector arm scans the exact window in
-        # the database (storage/pg/vectors.py); the FTS arms answer empty and the LIKE fallback
-        # serves until the full-text index is kept from fts_log there.
+        # PostgreSQL: no vector index files (the vector arm reads the window from the database);
+        # the full-text index is the arm there, in this host's cache directory (full_text_indexes).
         indexes = (
             {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
             if local
             else {}
         )
-        fts = (
-            open_fts_indexes(self.db, enabled=settings.fts_enabled and settings.fts_index)
-            if local
-            else {}
-        )
+        fts = full_text_indexes(self.db, settings)
         remote = RemoteVectors.from_settings(settings)
         if remote is not None and not settings.store_blob:
             log.info(
@@ -356,6 +350,31 @@ class Engine:
             for fts in services.fts.values():
                 fts.close()
             self.db.close()
+
+
+def full_text_indexes(db: Database, settings: Settings) -> dict[str, FtsIndex]:
+    """The full-text indexes this process serves the FTS arms from (docs/fts-index.md).
+
+    SQLite: the files next to the database, or none (FTS5 answers: CPERSONA_FTS_INDEX=false,
+    no Rust core). PostgreSQL has no FTS5: the index is the arm, its files in this host's cache
+    directory, and settings that leave it out are refused (`Settings.full_text_problem`).
+    """
+    from cpersona.errors import ConfigError
+    from cpersona.fts.index import SHARED_KEEP_LOG, cache_base, open_fts_indexes
+
+    if db.dialect != "postgresql":
+        return open_fts_indexes(db, enabled=settings.fts_enabled and settings.fts_index)
+    if not settings.fts_enabled:
+        return {}
+    problem = settings.full_text_problem()
+    if problem:
+        raise ConfigError(problem)
+    fts = open_fts_indexes(
+        db, enabled=True, base=cache_base(settings.cache_dir, db.path), keep_log=SHARED_KEEP_LOG
+    )
+    if not fts:
+        raise ConfigError(settings.full_text_problem("numpy"))
+    return fts
 
 
 def _sql_tracer(sql: str, params: object) -> None:

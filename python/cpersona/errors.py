@@ -35,3 +35,9 @@ class EmbeddingMisconfigured(EmbeddingUnavailable):
     The recall health state reports such faults as `misconfigured` rather than `unreachable`
     (spec surface.md §12.5).
     """
+
+
+class FullTextUnavailable(CPersonaError):
+    """The full-text arm cannot answer: on PostgreSQL there is no FTS5 behind the Rust core's
+    full-text index, so an index that cannot be read or written (a full disk, a read-only
+    cache directory) leaves that arm empty for the call, as an FTS5 error does on SQLite."""

@@ -16,6 +16,55 @@ from cpersona.storage.retrieval import ScopeSql
 
 HAS_CORE = hasattr(kernels, "FtsIndex")
 
+# Words that overlap as substrings, in several scripts, with FTS5 syntax and edge characters.
+WORDS = [
+    "the",
+    "then",
+    "there",
+    "hen",
+    "when",
+    "maybe",
+    "May",
+    "MAYBE",
+    "promotion",
+    "decided",
+    "load",
+    "hiring",
+    "aaa",
+    "aaaa",
+    "AaA",
+    "group?",
+    "(Alps)",
+    "CVE-2024-3094",
+    'say"hi"',
+    "NEAR(x)",
+    "a*b",
+    "col:val",
+    "^start",
+    "x-y-z",
+    "東京都",
+    "東京タワー",
+    "京都",
+    "日本語",
+    "のテキスト",
+    "テキスト",
+    "🙂🙂🙂",
+    "emoji🙂x",
+    "İstanbul",
+    "ǅemal",
+    "straße",
+    "STRASSE",
+    "Ωmega",
+    "ωmega",
+    "\uffff\uffff\uffff",
+    "ab",
+    "x",
+    "",
+    "  ",
+    "café",
+    "CAFÉ",
+]
+
 
 def fts_index(db: Database, table: str) -> FtsIndex:
     return FtsIndex(db, table, kernels.FtsIndex)

@@ -35,7 +35,7 @@ class HttpServer:
         self.db = workdir / f"{name}.db"
         base = {
             k: os.environ[k]
-            for k in ("PATH", "HOME", "SYSTEMROOT", "PYTHONPATH")
+            for k in ("PATH", "HOME", "SYSTEMROOT", "PYTHONPATH", "XDG_CACHE_HOME")
             if k in os.environ
         }
         self.env = {

@@ -216,7 +216,7 @@ async def test_http_acl_stdio_runs_as_local(tmp_path):
     path = acl_file(tmp_path / "acl.json", [
         {"client_id": "local", "token": None, "grants": {"alpha": "read-write"}}
     ])  # fmt: skip
-    env = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "XDG_CACHE_HOME") if k in os.environ}
     env.update(
         {
             "CPERSONA_DB_PATH": str(tmp_path / "stdio.db"),

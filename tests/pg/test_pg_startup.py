@@ -15,7 +15,11 @@ TIMEOUT = 60.0
 
 
 def serve(url: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+    env = {
+        k: os.environ[k]
+        for k in ("PATH", "HOME", "PYTHONPATH", "XDG_CACHE_HOME")
+        if k in os.environ
+    }
     env.update(
         CPERSONA_DB_PATH=str(tmp_path / "unused.db"),
         CPERSONA_EMBEDDING_MODE="hashing",

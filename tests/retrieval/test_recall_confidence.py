@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 
 import cpersona.retrieval.pipeline as pipeline
 import pytest
-from pg_support import pending_on_postgresql
 from recall_support import AGENT, hours_before
 
 pytestmark = pytest.mark.anyio
@@ -157,8 +156,6 @@ async def test_every_row_carries_confidence(connect):
 async def test_signal_precedence_without_confidence(
     connect, mode, vector_signal, keyword_signal, backend
 ):
-    if mode == "cascade":
-        pending_on_postgresql(backend, "pgfts", "the full-text arm")
     # A row the vector arm cannot see (threshold above any cosine) but FTS can.
     async with connect(recall_mode=mode, autocut_enabled=False) as t:
         await _corpus(t)

@@ -9,7 +9,9 @@ best match: the LAST message.
 from __future__ import annotations
 
 import pytest
-from pg_support import pending_on_postgresql
+from cpersona.fts.search import ranked
+from cpersona.models import ProjectFilter
+from cpersona.storage.retrieval import ScopeSql
 from recall_support import AGENT
 
 pytestmark = pytest.mark.anyio
@@ -61,16 +63,22 @@ async def test_three_character_query_takes_trigram_match(connect):
 
 
 async def test_rsf_ranks_the_bm25_strongest_row_last(connect, backend):
-    pending_on_postgresql(backend, "pgfts", "the full-text arm")
     await _corpus(connect)
     query = "会議室の予約"
     async with connect() as t:
-        rows = t.engine.db.query(
-            "SELECT m.content, bm25(memories_fts) AS b FROM memories_fts "
-            "JOIN memories m ON m.id = memories_fts.rowid WHERE memories_fts MATCH ? "
-            "ORDER BY b, m.id",
-            ['"会議室" OR "議室の" OR "室の予" OR "の予約"'],
-        )
+        if t.engine.db.dialect == "postgresql":  # no FTS5: the full-text index is the arm
+            scope = ScopeSql(AGENT, ProjectFilter(None), "")
+            terms = ["会議室", "議室の", "室の予", "の予約"]
+            found = ranked(t.engine.fts["memories"], terms, scope, "", 1000) or []
+            text = {r[0]: r[1] for r in t.engine.db.query("SELECT id, content FROM memories")}
+            rows = [{"content": text[i], "b": b} for i, b in found]
+        else:
+            rows = t.engine.db.query(
+                "SELECT m.content, bm25(memories_fts) AS b FROM memories_fts "
+                "JOIN memories m ON m.id = memories_fts.rowid WHERE memories_fts MATCH ? "
+                "ORDER BY b, m.id",
+                ['"会議室" OR "議室の" OR "室の予" OR "の予約"'],
+            )
     oracle = [r["content"] for r in rows]  # bm25-strongest first
     assert len(oracle) >= 4 and len({r["b"] for r in rows}) == len(rows)
     got = await lexical(connect, query, mode="rsf")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from pg_support import pending_on_postgresql
 from recall_support import scores
 
 pytestmark = pytest.mark.anyio
@@ -41,8 +40,6 @@ def ascending(values: list[float]) -> bool:
     ],
 )
 async def test_scores_ascend_and_the_exact_match_is_last(connect, overrides, key, backend):
-    if overrides.get("recall_mode") == "rsf":
-        pending_on_postgresql(backend, "pgfts", "the full-text arm")
     async with connect(**overrides) as t:
         await t.store_all(CORPUS)
         messages = await t.messages(EXACT, deep=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pytest
 from cpersona.storage.db import embedding_param
-from pg_support import pending_on_postgresql
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +37,6 @@ async def answer(connect, query: str = QUERY, **settings) -> dict[str, dict]:
 
 
 async def test_a_row_leaves_the_vector_window_but_stays_reachable(connect, backend):
-    pending_on_postgresql(backend, "pgfts", "the full-text arm")
     await _corpus(connect)
     inside = await answer(connect, max_memories=WINDOW + 1)
     assert inside[X]["signal"] == "cosine"
@@ -107,7 +105,6 @@ async def test_far_limit_caps_the_far_votes_only(connect):
 
 
 async def test_raising_the_reach_never_removes_a_row(connect, backend):
-    pending_on_postgresql(backend, "pgfts", "the full-text arm")
     # An old row returned through FTS (gated on its rrf score) that the far list also ranks,
     # with a cosine below the gate: the far vote must not make it disappear (§19.2).
     old = "invoice 4471 paid late; parking, coffee, weather, holidays, travel, offsite, agenda"
@@ -159,7 +156,6 @@ async def test_the_window_holds_the_newest_rows_of_a_burst(connect):
 
 
 async def test_zero_window_leaves_fts_and_keyword_only(connect, backend):
-    pending_on_postgresql(backend, "pgfts", "the full-text arm")
     await _corpus(connect)
     got = await answer(connect, "kubernetes rollout", max_memories=0)
     assert got and all("cosine" not in r for r in got.values())

@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 from cpersona.embedding.hashing import HashingProvider
+from cpersona.fts.search import ranked
+from cpersona.models import ProjectFilter
 from cpersona.storage import memories as memory_sql
-from pg_support import pending_on_postgresql
+from cpersona.storage.retrieval import ScopeSql
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +45,13 @@ def embedding(tools: Any, memory_id: int) -> bytes | None:
 
 
 def fts_ids(tools: Any, term: str, agent: str = "alice") -> list[int]:
-    pending_on_postgresql(tools.engine.db, "pgfts", "the full-text index")
+    """Rows whose text holds `term` as one phrase: FTS5's table on SQLite, the full-text index
+    (the only full-text arm) on PostgreSQL."""
+    if tools.engine.db.dialect == "postgresql":
+        scope = ScopeSql(agent, ProjectFilter(None), "")
+        found = ranked(tools.engine.fts["memories"], [term], scope, "", 50)
+        assert found is not None
+        return [row_id for row_id, _ in found]
     return [m.id for m in memory_sql.search_fts(tools.engine.db, f'"{term}"', agent, 50)]
 
 
@@ -408,7 +416,9 @@ async def test_delete_episode(tools):
         "deleted_id": theirs,
     }
     assert await episodes(tools) == []
-    pending_on_postgresql(tools.engine.db, "pgfts", "the full-text index")
+    if tools.engine.db.dialect == "postgresql":  # the full-text index: nothing left in it
+        assert tools.engine.fts["episodes"].current().ids().tolist() == []
+        return
     found = tools.engine.db.query("SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH 'mine'")
     assert found == []
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import hashlib
 import logging
 import os
 import tempfile
@@ -71,19 +72,27 @@ class FtsIndex:
     """The full-text index of one table (`memories` or `episodes`) of one database."""
 
     def __init__(
-        self, db: Database, table: str, core: Callable[[], Any], directory: str | None = None
+        self,
+        db: Database,
+        table: str,
+        core: Callable[[], Any],
+        base: Path | None = None,
+        keep_log: int = 0,
     ) -> None:
+        """`base`: the files are `<base>.<table>.fts` (default: next to the SQLite file).
+        `keep_log`: applied log entries left untrimmed, for index files on other hosts."""
         if table not in TABLE_CODES:
             raise ValueError(f"no full-text index for table {table!r}")
         self.db = db
         self.table = table
         self._new_core = core
+        self._keep_log = keep_log
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        if db.is_memory:
+        if base is None and db.is_memory:
             self._tmp = tempfile.TemporaryDirectory(prefix="cpersona-fts-")
             base = Path(self._tmp.name) / "memory.db"
-        else:
-            base = Path(directory) / Path(db.path).name if directory else Path(db.path)
+        elif base is None:
+            base = Path(db.path)
         self.path = Path(f"{base}.{table}.fts")
         self.lock_path = Path(f"{self.path}.lock")
         self._thread_lock = threading.RLock()
@@ -109,7 +118,7 @@ class FtsIndex:
 
     def db_uid(self) -> bytes:
         if self._db_uid is None:
-            self._db_uid = vector_sql.db_uid(self.db)
+            self._db_uid = fts_sql.index_identity(self.db)
         return self._db_uid
 
     # -- the core a search reads -------------------------------------------------------------
@@ -159,6 +168,10 @@ class FtsIndex:
             self._rebuild_locked()
             return
         changes = fts_sql.changes_since(self.db, self.table, header.applied_seq)
+        if changes.lost:
+            log.info("rebuilding %s: log entries it has not applied were trimmed", self.path.name)
+            self._rebuild_locked()
+            return
         if changes.row_ids:
             rows = fts_sql.rows_by_id(self.db, self.table, changes.row_ids)
             data = records_for(changes.row_ids, rows)
@@ -240,9 +253,10 @@ class FtsIndex:
             os.close(fd)
 
     def _maybe_trim(self, applied: int) -> None:
-        if applied - self._trimmed_upto >= TRIM_EVERY:
-            fts_sql.trim_log(self.db, self.table, applied)
-            self._trimmed_upto = applied
+        upto = applied - self._keep_log
+        if upto - self._trimmed_upto >= TRIM_EVERY:
+            fts_sql.trim_log(self.db, self.table, upto)
+            self._trimmed_upto = upto
 
     # -- checks ------------------------------------------------------------------------------
 
@@ -427,7 +441,9 @@ class FtsIndex:
             self._tmp.cleanup()
 
 
-def open_fts_indexes(db: Database, *, enabled: bool) -> dict[str, FtsIndex]:
+def open_fts_indexes(
+    db: Database, *, enabled: bool, base: Path | None = None, keep_log: int = 0
+) -> dict[str, FtsIndex]:
     """Both tables' full-text indexes, or none: without the Rust core, with FTS disabled, or
     with `CPERSONA_FTS_INDEX=false`, the FTS arms run the FTS5 statements."""
     from cpersona._backend import kernels
@@ -435,4 +451,36 @@ def open_fts_indexes(db: Database, *, enabled: bool) -> dict[str, FtsIndex]:
     core = getattr(kernels, "FtsIndex", None)
     if core is None or not enabled:
         return {}
-    return {table: FtsIndex(db, table, core) for table in fts_sql.TABLES}
+    return {
+        table: FtsIndex(db, table, core, base=base, keep_log=keep_log) for table in fts_sql.TABLES
+    }
+
+
+#: On a shared database (PostgreSQL) applied log entries kept beyond the newest this host
+#: applied, so that index files on other hosts a little behind can still catch up by replaying
+#: rather than rebuild (about 3 MB of log rows).
+SHARED_KEEP_LOG = 100_000
+
+
+def cache_base(cache_dir: str | None, url: str) -> Path:
+    """Where this host keeps the full-text index files of the database at `url` (redacted):
+    `<CPERSONA_CACHE_DIR or ~/.cache/cpersona>/<hash of url>/index`. The hash covers the whole
+    URL (host, port, database, options such as a schema's search_path), so two databases never
+    share a file; processes on one host share theirs, each host has its own."""
+    if cache_dir:
+        root = Path(cache_dir).expanduser()
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+        root = (Path(xdg) if xdg else Path.home() / ".cache") / "cpersona"
+    directory = root / hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        note = directory / "database.txt"
+        if not note.exists():  # which database this is, for an operator looking at the cache
+            tmp = directory / f"database.txt.tmp{os.getpid()}"
+            tmp.write_text(url + "\n", encoding="utf-8")
+            os.replace(tmp, note)
+    except OSError as exc:
+        # Serving goes on: each search then says the index is unusable (search.ranked).
+        log.warning("the full-text index directory %s is unusable: %s", directory, exc)
+    return directory / "index"

@@ -50,7 +50,7 @@ def ranked(
             terms, scope_hash(scope.agent_id), projects, channels, sources, limit
         )
     except (OSError, StoreCorrupt) as exc:
-        # The index is optional: FTS5 gives the same answer.
-        log.warning("full-text index %s unusable, using FTS5: %s", index.path.name, exc)
+        # On SQLite FTS5 gives the same answer; on PostgreSQL the arm's error path answers.
+        log.warning("full-text index %s unusable for this search: %s", index.path.name, exc)
         return None
     return list(zip(ids_out.tolist(), scores.tolist(), strict=True))

@@ -18,7 +18,7 @@ import numpy as np
 from cpersona._backend import kernels
 from cpersona.config import Settings
 from cpersona.embedding.base import EmbeddingMisconfigured
-from cpersona.errors import EmbeddingUnavailable
+from cpersona.errors import EmbeddingUnavailable, FullTextUnavailable
 from cpersona.fts import search as fts_search
 from cpersona.fts.index import FtsIndex
 from cpersona.memory.text import parse_utc
@@ -320,7 +320,7 @@ class Recaller:
             return []
         try:
             return [from_episode(h) for h in self._episode_hits(scope, match, limit)]
-        except OperationalError as exc:
+        except (OperationalError, FullTextUnavailable) as exc:
             log.warning("episode FTS failed (%s); that channel is empty for this recall", exc)
             return []
 
@@ -336,7 +336,7 @@ class Recaller:
         if self.s.fts_enabled and match:
             try:
                 hits = self._memory_fts(scope, req.source_id, match, limit)
-            except OperationalError as exc:
+            except (OperationalError, FullTextUnavailable) as exc:
                 log.warning("memory FTS failed (%s); using the LIKE fallback", exc)
                 hits = []
         if not hits:

@@ -14,6 +14,10 @@ LOGS = ("vector_log", "fts_log")
 class Changes:
     row_ids: list[int]
     max_seq: int
+    #: Entries after the caller's seq were trimmed (on PostgreSQL, by another host's process,
+    #: which applied them to its own index file): replaying cannot bring the caller's index
+    #: current; it must be rebuilt.
+    lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +69,15 @@ class ChangeLog:
                 "AND seq <= ? GROUP BY row_id ORDER BY first",
                 (table, seq, top),
             ).fetchall()
+            # Read in the same snapshot: were entries this read needed deleted before it?
+            mark = conn.execute(
+                "SELECT value FROM cpersona_meta WHERE key = ?", (f"{self.name}_trimmed_{table}",)
+            ).fetchone()
         finally:
             if own:
                 conn.execute("COMMIT")
-        return Changes([int(r[0]) for r in rows], int(top))
+        lost = mark is not None and int(mark[0]) > seq
+        return Changes([int(r[0]) for r in rows], int(top), lost)
 
     def trim(self, db: Database, table: str, upto: int) -> int:
         """Forget applied entries of `table` (the index file remembers `applied_seq`), and

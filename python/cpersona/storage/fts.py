@@ -2,26 +2,48 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from cpersona.storage.change_log import ChangeLog, Changes
 from cpersona.storage.db import Database
+from cpersona.storage.vectors import db_uid
 
 TABLES = ("memories", "episodes")
 # created_at as Unix seconds, as the vector index keys it (storage/vectors.py).
 _KEY = "COALESCE(CAST(strftime('%s', created_at) AS INTEGER), 0)"
-_SELECT = {
-    "memories": (
-        f"SELECT id, {_KEY}, agent_id, project_id, channel, "
-        "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END, "
-        "content FROM memories"
-    ),
-    "episodes": (
-        f"SELECT id, {_KEY}, agent_id, project_id, channel, NULL, summary, keywords FROM episodes"
-    ),
-}
+# The same on PostgreSQL, where strftime() is a plpgsql function with SQLite's reading of any
+# time string (storage/pg/compat.py) and costs ~0.1 ms a row: the stamps cpersona writes,
+# `YYYY-MM-DD HH:MM:SS` with fields in range, are computed natively as SQLite computes them
+# (its Julian-day arithmetic is linear in the day, so day 30 of February is March 1st);
+# anything else still goes through strftime().
+_CANONICAL = (
+    "'^[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]) ([01][0-9]|2[0-3]):[0-5][0-9]"
+    ":[0-5][0-9]$'"
+)
+_KEY_POSTGRESQL = (  # PostgreSQL's own syntax (`::int`): only ever run there
+    f"CASE WHEN created_at ~ {_CANONICAL} THEN "
+    "extract(epoch FROM make_date(substr(created_at, 1, 4)::int, "
+    "substr(created_at, 6, 2)::int, 1))::bigint "
+    "+ (substr(created_at, 9, 2)::int - 1) * 86400 + substr(created_at, 12, 2)::int * 3600 "
+    "+ substr(created_at, 15, 2)::int * 60 + substr(created_at, 18, 2)::int"
+    f" ELSE {_KEY} END"
+)
+
+
+def _select(db: Database, table: str) -> str:
+    key = _KEY_POSTGRESQL if db.dialect == "postgresql" else _KEY
+    if _check(table) == "memories":
+        return (
+            f"SELECT id, {key}, agent_id, project_id, channel, "
+            "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END, "
+            "content FROM memories"
+        )
+    return f"SELECT id, {key}, agent_id, project_id, channel, NULL, summary, keywords FROM episodes"
+
+
 #: The columns each table's FTS5 table indexes, in its column order (storage/schema.py).
 FTS_COLUMNS = {"memories": ("content",), "episodes": ("summary", "keywords")}
 _LOG = ChangeLog("fts_log")
@@ -60,6 +82,22 @@ def _row(r: sqlite3.Row | tuple[object, ...]) -> FtsRow:
     )
 
 
+def index_identity(db: Database) -> bytes:
+    """The 16 bytes an index file records as its database's identity (`db_uid`).
+
+    On SQLite, `cpersona_meta.db_uid`: a copied file is the same database. On PostgreSQL also
+    the object id of `fts_log`, which every restore from a dump (`pg_restore`, a new database,
+    `--clean`) gives anew: a file made before the restore is then foreign and rebuilt at once,
+    instead of only when its `applied_seq` is ahead of the restored log.
+    """
+    uid = db_uid(db)
+    if db.dialect != "postgresql":
+        return uid
+    row = db.query_one("SELECT CAST(CAST('fts_log' AS regclass) AS oid)")
+    oid = int(row[0]) if row else 0
+    return hashlib.sha256(uid + b":" + str(oid).encode("ascii")).digest()[:16]
+
+
 def max_seq(db: Database) -> int:
     """The largest `fts_log.seq` ever written (trimmed entries included)."""
     return _LOG.max_seq(db)
@@ -76,7 +114,7 @@ def rows_by_id(db: Database, table: str, ids: Sequence[int]) -> dict[int, FtsRow
     for start in range(0, len(ids), 500):
         batch = list(ids[start : start + 500])
         marks = ",".join("?" * len(batch))
-        for r in db.reader().execute(f"{_SELECT[_check(table)]} WHERE id IN ({marks})", batch):
+        for r in db.reader().execute(f"{_select(db, table)} WHERE id IN ({marks})", batch):
             row = _row(r)
             found[row.id] = row
     return found
@@ -89,7 +127,7 @@ def row_count(db: Database, table: str) -> int:
 
 def iter_rows(db: Database, table: str) -> Iterator[FtsRow]:
     """Every row of `table`, by id."""
-    cur = db.reader().execute(f"{_SELECT[_check(table)]} ORDER BY id")
+    cur = db.reader().execute(f"{_select(db, table)} ORDER BY id")
     while batch := cur.fetchmany(4096):
         for r in batch:
             yield _row(r)

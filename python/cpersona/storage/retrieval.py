@@ -6,6 +6,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cpersona.errors import FullTextUnavailable
 from cpersona.models import ProjectFilter
 from cpersona.storage.db import Database
 from cpersona.storage.errors import translating
@@ -82,12 +83,16 @@ def _ep(r: sqlite3.Row, bm25: float | None) -> EpisodeHit:
     return EpisodeHit(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7], bm25)
 
 
+def _need_fts5(db: Database) -> None:
+    if db.dialect == "postgresql":
+        raise FullTextUnavailable("PostgreSQL has no FTS5; the full-text index could not answer")
+
+
 @translating
 def memory_fts(
     db: Database, scope: ScopeSql, source_prefix: str, match: str, limit: int
 ) -> list[MemoryHit]:
-    if db.dialect != "sqlite":
-        return []  # no FTS5 on PostgreSQL: the full-text arm is the Rust core's index there
+    _need_fts5(db)
     where, params = scope.where("m")
     sw, sp = _source_filter("m", source_prefix)
     rows = db.query(
@@ -116,10 +121,10 @@ def memory_like(
     sw, sp = _source_filter("m", source_prefix)
     pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     conn = db.reader()
-    if db.dialect != "sqlite":
-        # PostgreSQL's LIKE is case-sensitive and has no pattern limit: both sides folded
-        # to ASCII lower case (sqlite_lower) is SQLite's LIKE exactly.
-        test, arg = "sqlite_lower(m.content) LIKE sqlite_lower(?) ESCAPE '\\'", pattern
+    if db.dialect == "postgresql":
+        test, arg = _like_postgresql(pattern, text)
+        if test is None:
+            return []
     elif len(pattern.encode("utf-8", "surrogatepass")) <= conn.getlimit(_LIKE_LIMIT):
         test, arg = "m.content LIKE ? ESCAPE '\\'", pattern
     else:
@@ -131,6 +136,29 @@ def memory_like(
         [arg, *params, *sp, read],
     ).fetchall()
     return [_mem(r, None) for r in rows]
+
+
+#: SQLite's default SQLITE_LIMIT_LIKE_PATTERN_LENGTH, where its test changes (memory_like).
+_SQLITE_LIKE_PATTERN_BYTES = 50_000
+
+
+def _like_postgresql(pattern: str, text: str) -> tuple[str | None, str]:
+    """SQLite's test of `memory_like` on PostgreSQL, matching the same rows; None: no row can.
+
+    SQLite's LIKE folds A-Z only. PostgreSQL's LIKE folds nothing, and its ILIKE folds by the
+    collation: under "C" (the text columns', storage/pg/schema.py; said again here) that is
+    A-Z only, exactly SQLite's rule, at LIKE's speed (`lower()` on both sides, a translate()
+    per row, took 20 times as long: docs/compatibility.md).
+    SQLite's LIKE reads its pattern as a C string, so it ends at the first NUL: `%ab<NUL>cd%`
+    is `%ab` (content ending in "ab"); PostgreSQL text holds no NUL, so the cut is made here.
+    Past the pattern limit SQLite's `instr(lower(...))` compares every character, NUL
+    included (no text stored in PostgreSQL contains one), and otherwise the same substring.
+    """
+    if "\x00" in text:
+        if len(pattern.encode("utf-8", "surrogatepass")) > _SQLITE_LIKE_PATTERN_BYTES:
+            return None, text
+        pattern = pattern.split("\x00", 1)[0]
+    return "m.content COLLATE \"C\" ILIKE ? ESCAPE '\\'", pattern
 
 
 @translating
@@ -147,8 +175,7 @@ def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int)
 
 @translating
 def episode_fts(db: Database, scope: ScopeSql, match: str, limit: int) -> list[EpisodeHit]:
-    if db.dialect != "sqlite":
-        return []  # as memory_fts
+    _need_fts5(db)
     where, params = scope.where("e")
     rows = db.query(
         f"""SELECT {_EP_COLS}, bm25(episodes_fts) AS score

@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 from cpersona.config import Settings
+from cpersona.engine import full_text_indexes
 from cpersona.errors import IndexObstructed
-from cpersona.fts.index import FtsIndex, open_fts_indexes
-from cpersona.storage import open_database
+from cpersona.fts.index import FtsIndex
+from cpersona.storage import database_label, open_database
 from cpersona.storage.db import open_failure
 from cpersona.vectors.index import VectorIndex
 
@@ -29,25 +30,32 @@ def _progress(table: str):  # type: ignore[no-untyped-def]
 
 
 def run_index_command(settings: Settings, action: str, table: str | None, kind: str = "all") -> int:
-    if settings.db_path != ":memory:" and not Path(settings.db_path).exists():
+    url = settings.database_url
+    label = database_label(settings.db_path, url)
+    if not url and settings.db_path != ":memory:" and not Path(settings.db_path).exists():
         # Opening would create an empty database (and report on its empty index).
         print(f"cpersona: no database at {settings.db_path}", file=sys.stderr)
         return 2
     try:
-        db = open_database(settings.db_path, fts_enabled=settings.fts_enabled)
+        db = open_database(
+            settings.db_path,
+            fts_enabled=settings.fts_enabled,
+            database_url=url,
+            pool_size=settings.pg_pool_size,
+        )
     except Exception as exc:
-        reason = open_failure(settings.db_path, exc)
-        print(f"cpersona: cannot open the database {settings.db_path}: {reason}", file=sys.stderr)
+        reason = str(exc) if url else open_failure(settings.db_path, exc)
+        print(f"cpersona: cannot open the database {label}: {reason}", file=sys.stderr)
         return 2
     code = 0
     try:
         tables = (table,) if table else TABLES
         targets: list[VectorIndex | FtsIndex] = []
-        if kind != "fulltext":
+        if kind != "fulltext" and db.dialect == "sqlite":
             targets += [VectorIndex(db, name) for name in tables]
-        fts = open_fts_indexes(
-            db, enabled=kind != "vector" and settings.fts_enabled and settings.fts_index
-        )
+        elif kind == "vector":
+            print("no vector index files on PostgreSQL: recall reads the vectors from the database")
+        fts = full_text_indexes(db, settings) if kind != "vector" else {}
         targets += [fts[name] for name in tables if name in fts]
         for index in targets:
             try:
@@ -88,7 +96,7 @@ def _run(index: VectorIndex | FtsIndex, action: str) -> int:
         print(f"{name}: {path}: usable, {reason}; {detail}, log seq {seqs[0]}/{seqs[1]}")
         return 0
     if action == "rebuild":
-        print(f"rebuilding {name} index from SQLite", file=sys.stderr)
+        print(f"rebuilding {name} index from the database", file=sys.stderr)
         rows = index.rebuild(progress=_progress(name))
         print(file=sys.stderr)
         print(f"{name}: rebuilt, {rows} rows")
