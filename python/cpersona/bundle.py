@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit, urlunsplit
 
 from cpersona import __version__
 from cpersona.config import Settings
@@ -120,9 +121,15 @@ def create(
     """Write a bundle of the database (default: `settings.db_path`) to the new directory `dest`.
 
     Raises:
-        BundleError: `dest` exists and is not an empty directory, or there is no database file.
+        BundleError: `dest` exists and is not an empty directory, there is no database file,
+            or the configured database is PostgreSQL (its own tools back it up).
         sqlite3.Error, OSError: the database or a side file could not be read or written.
     """
+    if db_path is None and settings.database_url:
+        raise BundleError(
+            f"the database is PostgreSQL ({redact_url(settings.database_url)}): back it up "
+            "with pg_dump, pg_basebackup or your provider's snapshots (docs/scale-out.md)"
+        )
     source = db_path or settings.db_path
     if source == ":memory:" or not os.path.isfile(source):
         raise BundleError(f"no database file at {source}")
@@ -151,6 +158,16 @@ def create(
         shutil.rmtree(work, ignore_errors=True)
         raise
     return entries
+
+
+def redact_url(url: str) -> str:
+    """`url` without its password (for messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + host))
 
 
 def _entry(role: str, path: Path, source: str) -> Entry:
