@@ -260,13 +260,16 @@ def _args_scope(args: dict[str, Any]) -> tuple[str, str]:
 class Workload:
     """Generates a client's calls and records their answers in the shared Book."""
 
-    def __init__(self, book: Book, pairs: int) -> None:
+    def __init__(self, book: Book, pairs: int, *, recall_only: bool = False) -> None:
         self.book = book
         self.pairs = pairs
+        self.recall_only = recall_only
 
     def next_call(self, lane: Lane) -> Call:
         rng, book = lane.rng, self.book
         live = [i for i in lane.mine if not book.rows[i].deleted]
+        if self.recall_only:
+            return self._recall(lane)
         roll = rng.random()
         if roll < 0.40 or not live:
             return self._store(lane)
@@ -287,6 +290,10 @@ class Workload:
                 return "update_memory", {
                     "agent_id": lane.agent, "memory_id": target, "content": "not mine to write",
                 }  # fmt: skip
+        return self._recall(lane)
+
+    def _recall(self, lane: Lane) -> Call:
+        rng = lane.rng
         args: dict[str, Any] = {"agent_id": lane.agent, "query": rng.choice(WORDS), "limit": 10}
         project = rng.choice((None, "", "alpha", "beta"))
         if project is not None:
