@@ -496,6 +496,36 @@ async def run_phase(
 # -- checking ------------------------------------------------------------------------------------
 
 
+async def cross_reads(cluster: Cluster, book: Book, per_agent: int = 3) -> list[str]:
+    """Each live server finds the newest rows every client wrote, wherever they were written:
+    `list_memories` shows the row with its latest content, and a recall of that content
+    returns it (the server's own full-text index caught up with the other servers' writes)."""
+    problems: list[str] = []
+    newest: dict[str, list[Row]] = defaultdict(list)
+    for row in sorted(book.rows.values(), key=lambda r: -r.id):
+        if not row.deleted and len(newest[row.agent]) < per_agent:
+            newest[row.agent].append(row)
+    for server in cluster.servers:
+        if server.killed:
+            continue
+        async with contextlib.AsyncExitStack() as stack:
+            tools = server.tools
+            if tools is None:
+                tools = await stack.enter_async_context(connect(server.url, TOKEN))
+            for agent, rows in sorted(newest.items()):
+                listed = await tools("list_memories", {"agent_id": agent, "limit": 500})
+                seen = {m["id"]: m["content"] for m in listed["memories"]}
+                for row in rows:
+                    if seen.get(row.id) != row.content:
+                        problems.append(f"{server.name} lists #{row.id} as {seen.get(row.id)!r}")
+                    args = {"agent_id": agent, "query": row.content, "limit": 10}
+                    answer = await tools("recall", args)
+                    refs = [m.get("ref") for m in answer["messages"]]
+                    if f"mem:{row.id}" not in refs:
+                        problems.append(f"{server.name} recall of {row.content!r}: {refs}")
+    return problems
+
+
 @dataclass(frozen=True)
 class DbRow:
     id: int

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from stress_support import Book, Cluster, Workload, check, make_lanes, run_phase
+from stress_support import Book, Cluster, Workload, check, cross_reads, make_lanes, run_phase
 
 CLIENTS = 8
 PAIRS = CLIENTS // 2  # two clients per agent, on different servers
@@ -50,7 +50,8 @@ def test_four_servers_one_database_then_one_is_killed(database: str, tmp_path: P
         on_victim = [lane.client for lane in second if lane.server is victim]
         await run_phase(cluster, work, second, KILL_PHASE_CALLS, (victim, KILL_AFTER))
         moved = {lane.client: lane.server.name for lane in second}
-        return after_first, {"on_victim": on_victim, "moved": moved}
+        crossed = await cross_reads(cluster, book)
+        return after_first, {"on_victim": on_victim, "moved": moved, "crossed": crossed}
 
     async def main() -> tuple[dict[str, int], dict[str, object]]:
         with anyio.fail_after(600):
@@ -67,6 +68,7 @@ def test_four_servers_one_database_then_one_is_killed(database: str, tmp_path: P
 
     assert book.errors == []
     assert check(book, database, agents) == []
+    assert second["crossed"] == []
     # Every call of both phases was answered (the resent ones once, after the failover).
     assert book.acknowledged == CLIENTS * (CALLS + KILL_PHASE_CALLS)
     # The workload reached every path the checks are about.
