@@ -13,6 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from cpersona.config import Settings
+from cpersona.embedding.hashing import HashingProvider
+from cpersona.engine import Engine
 from cpersona.retrieval.sidecar import DatabaseSidecar, Payload
 from cpersona.storage import Database, open_database
 from cpersona.storage import meta as meta_sql
@@ -73,3 +76,31 @@ def test_backups_keep_one_per_label_and_the_newest_five(db: Database) -> None:
         ("v6", "20240101-000100"),
     ]
     assert meta_sql.read(db).get(key) == meta_sql.read(db).get(DatabaseSidecar.KEY)
+
+
+def test_servers_on_postgresql_share_one_calibration(pg_url: str, tmp_path: Path) -> None:
+    """Two servers on one PostgreSQL: each calibrates an agent, both values land in the
+    database (merged), none in a file; a server started afterwards restores both."""
+    settings = Settings(
+        db_path=str(tmp_path / "unused.db"), database_url=pg_url, embedding_mode="hashing"
+    )
+    first = Engine(settings, embedder=HashingProvider())
+    second = Engine(settings, embedder=HashingProvider())
+    try:
+        for i, word in enumerate(("tomato", "basil", "compost", "oven", "flour", "crust") * 3):
+            for agent in ("a", "b"):
+                first.writer.store(agent, {"content": f"{agent} {i}: {word} day {i}"}, "", "")
+        got_a = first.calibrator.calibrate("a")
+        got_b = second.calibrator.calibrate("b")
+        assert got_a["sidecar_persisted"] and got_b["sidecar_persisted"]
+    finally:
+        first.close()
+        second.close()
+    assert list(tmp_path.iterdir()) == []  # nothing beside a database file nobody uses
+    third = Engine(settings, embedder=HashingProvider())
+    try:
+        third.calibrator.startup()
+        thresholds = third.thresholds.agent_thresholds
+        assert thresholds == {"a": got_a["new_threshold"], "b": got_b["new_threshold"]}
+    finally:
+        third.close()
