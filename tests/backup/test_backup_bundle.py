@@ -252,7 +252,7 @@ def test_backup_of_a_postgresql_database_points_to_its_own_tools(source: Path, t
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "cpersona backup: the database is PostgreSQL "
-        "(postgresql://mem:***@db.internal:5432/cpersona): back it up with pg_dump, "
+        "(postgresql://mem@db.internal:5432/cpersona): back it up with pg_dump, "
         "pg_basebackup or your provider's snapshots (docs/scale-out.md)"
     ]
     assert not (tmp_path / "b").exists()
