@@ -9,7 +9,8 @@ The clients are the official MCP client in this process (`--clients` connections
 
 Before measuring, the database is seeded through all four servers by the stress workload
 (tests/scaleout/stress_support.py). Then, per configuration and workload, a short warm-up
-(every client makes 5 calls) and the measured run: every client makes `--calls` calls.
+(every client makes 5 calls) and the measured run: every client makes `--calls` calls. All
+recall runs come first (the same rows for every one), then the mixed runs (each adds rows).
 Workloads: "recall" (recall only, every scope combination) and "mixed" (the stress test's mix:
 40 % stores with and without msg_id and deliberate duplicates, updates, deletes, locks,
 recalls); after each mixed run the ledger check of the stress test runs (nothing lost).
@@ -92,6 +93,11 @@ class Measure:
     def rate(self) -> float:
         return self.calls / self.wall
 
+    def cpu_ms_per_call(self, groups: list[str]) -> float:
+        """CPU milliseconds `groups` spent per call: what a call costs them, whatever else
+        runs on the machine (the rate on a shared machine depends on the others)."""
+        return sum(self.cpu.get(g, 0.0) for g in groups) / 100.0 * self.wall / self.calls * 1e3
+
 
 class Sampler:
     """CPU seconds of the server processes, PostgreSQL's processes and this process."""
@@ -172,11 +178,12 @@ def measure(
 
 
 def report(results: list[Measure], names: list[str]) -> list[str]:
+    servers_all = [n for n in names if n.startswith("http")]
     lines = [
         "| workload | servers | calls/s (median, min-max) | p50 ms | p95 ms | "
         + " | ".join(f"{n} CPU %" for n in names)
-        + " |",
-        "|---|---|---|---|---|" + "---|" * len(names),
+        + " | CPU ms per call: servers / postgresql / clients |",
+        "|---|---|---|---|---|" + "---|" * len(names) + "---|",
     ]
     keys = sorted({(m.workload, m.servers) for m in results}, key=lambda k: (k[0] != "recall", k))
     for workload, servers in keys:
@@ -189,6 +196,11 @@ def report(results: list[Measure], names: list[str]) -> list[str]:
             f"({min(rates):.0f}-{max(rates):.0f}) | {percentile(every, 0.5) * 1e3:.1f} | "
             f"{percentile(every, 0.95) * 1e3:.1f} | "
             + " | ".join(f"{cpu[n]:.0f}" for n in names)
+            + " | "
+            + " / ".join(
+                f"{statistics.median(m.cpu_ms_per_call(g) for m in runs):.1f}"
+                for g in (servers_all, ["postgresql"], ["clients"])
+            )
             + " |"
         )
     return lines
@@ -227,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             seed_lanes = make_lanes(cluster, args.clients, "seed", 1, pairs)
             anyio.run(run_phase, cluster, Workload(book, pairs), seed_lanes, args.seed_calls)
             rows = book.outcomes["stored"] - book.outcomes["deleted"]
-            for round_no in range(args.rounds):
-                for workload in workloads:
+            # Every recall run first, on the same rows; the mixed runs then add rows.
+            for workload in workloads:
+                for round_no in range(args.rounds):
                     for servers in counts:
                         tag = f"r{round_no}{workload[0]}{servers}"
                         m = measure(
