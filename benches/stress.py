@@ -24,8 +24,10 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "scaleout"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "http"))
 
-from stress_support import Book, Cluster, Workload, check, make_lanes, percentile, run_phase
+from load_support import percentile
+from stress_support import Book, Cluster, Workload, check, make_lanes, run_phase
 
 
 def private_postgres(workdir: Path) -> str:
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             target = args.url or private_postgres(work_dir / "pg")
         cluster = Cluster.make(target, work_dir, stdio=args.stdio, http=args.http)
         book = Book()
-        work = Workload(book, pairs)
+        work = Workload(book)
         walls: list[float] = []
 
         async def run() -> None:

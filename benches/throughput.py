@@ -40,8 +40,10 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "scaleout"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "http"))
 
-from stress_support import Book, Cluster, Workload, check, make_lanes, percentile, run_phase
+from load_support import percentile
+from stress_support import Book, Cluster, Workload, check, make_lanes, run_phase
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -153,7 +155,7 @@ def measure(
     """One measured run; `book` is every earlier run's ledger too (the check covers all)."""
     view = Cluster(cluster.target, cluster.workdir, cluster.http_servers[:servers])
     pairs = max(1, clients // 2)
-    work = Workload(book, pairs, recall_only=workload == "recall")
+    work = Workload(book, recall_only=workload == "recall")
 
     async def warm() -> None:
         await run_phase(view, work, make_lanes(view, clients, f"{tag}w", 3, pairs), 5)
@@ -237,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             book = Book()
             pairs = max(1, args.clients // 2)
             seed_lanes = make_lanes(cluster, args.clients, "seed", 1, pairs)
-            anyio.run(run_phase, cluster, Workload(book, pairs), seed_lanes, args.seed_calls)
+            anyio.run(run_phase, cluster, Workload(book), seed_lanes, args.seed_calls)
             rows = book.outcomes["stored"] - book.outcomes["deleted"]
             # Every recall run first, on the same rows; the mixed runs then add rows.
             for workload in workloads:

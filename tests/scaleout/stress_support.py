@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import random
 import re
@@ -260,9 +259,8 @@ def _args_scope(args: dict[str, Any]) -> tuple[str, str]:
 class Workload:
     """Generates a client's calls and records their answers in the shared Book."""
 
-    def __init__(self, book: Book, pairs: int, *, recall_only: bool = False) -> None:
+    def __init__(self, book: Book, *, recall_only: bool = False) -> None:
         self.book = book
-        self.pairs = pairs
         self.recall_only = recall_only
 
     def next_call(self, lane: Lane) -> Call:
@@ -651,10 +649,3 @@ def check(book: Book, target: str, agents: set[str]) -> list[str]:
             if not inside:
                 problems.append(f"recall {recall} returned #{mid} from {known}")
     return problems
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-quantile (0..1) by the nearest-rank rule."""
-    ordered = sorted(values)
-    rank = min(len(ordered), max(1, math.ceil(q * len(ordered))))
-    return ordered[rank - 1]

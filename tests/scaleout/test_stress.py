@@ -39,7 +39,7 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_four_servers_one_database_then_one_is_killed(database: str, tmp_path: Path) -> None:
     cluster = Cluster.make(database, tmp_path, stdio=2, http=2)
     book = Book()
-    work = Workload(book, PAIRS)
+    work = Workload(book)
     victim = cluster.http_servers[1]
 
     async def phases() -> tuple[dict[str, int], dict[str, object]]:
