@@ -31,6 +31,7 @@ from cpersona.config import Settings
 from cpersona.retrieval.sidecar import sidecar_path
 from cpersona.storage import backup as sqlite_backup
 from cpersona.storage.errors import StorageError
+from cpersona.storage.pg.db import redact
 from cpersona.vectors.index import TABLE_CODES, index_file
 
 MANIFEST = "manifest.json"
@@ -120,9 +121,15 @@ def create(
     """Write a bundle of the database (default: `settings.db_path`) to the new directory `dest`.
 
     Raises:
-        BundleError: `dest` exists and is not an empty directory, or there is no database file.
+        BundleError: `dest` exists and is not an empty directory, there is no database file,
+            or the configured database is PostgreSQL (its own tools back it up).
         StorageError, OSError: the database or a side file could not be read or written.
     """
+    if db_path is None and settings.database_url:
+        raise BundleError(
+            f"the database is PostgreSQL ({redact(settings.database_url)}): back it up "
+            "with pg_dump, pg_basebackup or your provider's snapshots (docs/scale-out.md)"
+        )
     source = db_path or settings.db_path
     if source == ":memory:" or not os.path.isfile(source):
         raise BundleError(f"no database file at {source}")

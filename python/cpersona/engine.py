@@ -107,7 +107,7 @@ class Engine:
         from cpersona.retrieval.calibration import Calibrator
         from cpersona.retrieval.health import EmbeddingHealth
         from cpersona.retrieval.pipeline import Recaller
-        from cpersona.retrieval.sidecar import Sidecar, sidecar_path
+        from cpersona.retrieval.sidecar import DatabaseSidecar, Sidecar, sidecar_path
         from cpersona.retrieval.thresholds import Thresholds
         from cpersona.tasks import TaskQueue
         from cpersona.update import UpdateCheck
@@ -140,9 +140,12 @@ class Engine:
                 "while %s is down, recall has full-text and keyword search only",
                 remote.base,
             )
-        sidecar = Sidecar(
-            None if self.db.is_memory or not local else sidecar_path(settings.db_path)
-        )
+        if self.db.dialect == "postgresql":
+            # Servers on many hosts share the database: the calibration lives in it, so each
+            # starts from the same one and a backup of the database holds it.
+            sidecar: Sidecar = DatabaseSidecar(self.db)
+        else:
+            sidecar = Sidecar(None if self.db.is_memory else sidecar_path(settings.db_path))
         #: Which model embeds for which table: the one that made its stored vectors.
         router = ModelRouter(
             self.db,

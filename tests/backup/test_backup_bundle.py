@@ -5,7 +5,8 @@ owner-only, with a manifest whose checksums match; restored, the database passes
 and answers recall exactly as the original does; (b) a tampered bundle (altered, missing or
 unlisted file, no manifest) is refused and nothing is written; (c) a database holding rows is
 not replaced without --force, and is with it; (d) an existing non-empty DEST is refused;
-(e) large copies report progress on stderr.
+(e) large copies report progress on stderr; (f) a PostgreSQL database is refused with one
+line naming pg_dump / pg_basebackup.
 """
 
 from __future__ import annotations
@@ -239,6 +240,25 @@ def test_backup_refuses_a_missing_database(tmp_path: Path):
     assert done.returncode == 2
     assert not (tmp_path / "none.db").exists()
     assert not (tmp_path / "b").exists()
+
+
+def test_backup_of_a_postgresql_database_points_to_its_own_tools(source: Path, tmp_path: Path):
+    """With CPERSONA_DATABASE_URL set there is no file to copy: one line names the tools that
+    back PostgreSQL up, without the URL's password; nothing is written. `--db FILE` still
+    backs up that SQLite file."""
+    url = "postgresql://mem:pa55word@db.internal:5432/cpersona"
+    env = {**env_for(tmp_path, source), "CPERSONA_DATABASE_URL": url}
+    done = run("cpersona", "backup", str(tmp_path / "b"), env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "cpersona backup: the database is PostgreSQL "
+        "(postgresql://mem@db.internal:5432/cpersona): back it up with pg_dump, "
+        "pg_basebackup or your provider's snapshots (docs/scale-out.md)"
+    ]
+    assert not (tmp_path / "b").exists()
+    done = run("cpersona", "backup", str(tmp_path / "c"), "--db", str(source), env=env)
+    assert done.returncode == 0, done.stderr
+    assert {f["role"] for f in manifest(tmp_path / "c")["files"]} >= {"database"}
 
 
 def test_backup_and_restore_report_progress_on_stderr(source, tmp_path, monkeypatch, capsys):

@@ -25,6 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from cpersona.storage import Database
+from cpersona.storage import meta as meta_sql
+
 log = logging.getLogger("cpersona.calibration")
 
 #: Fingerprint of the scores the calibrated values were measured on. A change of the scoring
@@ -146,13 +149,7 @@ class Sidecar:
         except (OSError, UnicodeDecodeError) as exc:
             log.warning("calibration sidecar %s cannot be read: %s", self.path, exc)
             return Loaded("unreadable")
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            return Loaded("unreadable")
-        if not isinstance(obj, dict):
-            return Loaded("unreadable")
-        return Loaded("ok", Payload.from_json(obj))
+        return _parse(text)
 
     def write(self, payload: Payload, owned: Owned) -> bool:
         """Merge `payload` into the stored file and replace it atomically; False if not written.
@@ -164,24 +161,7 @@ class Sidecar:
         if self.path is None:
             return False
         with self._lock:
-            stored = self.load()
-            out = payload.to_json()
-            base = stored.payload if stored.state == "ok" else None
-            if base is not None and out["embedding_dim"] is None:
-                out["embedding_dim"] = base.embedding_dim
-            if (
-                base is not None
-                and base.embedding_dim == out["embedding_dim"]
-                and base.scoring_version == out["scoring_version"]
-            ):
-                old = base.to_json()
-                for key in GLOBALS:
-                    if (key, "") not in owned:
-                        out[key] = old[key]
-                for key in AGENT_MAPS:
-                    merged = {a: v for a, v in old[key].items() if (key, a) not in owned}
-                    merged.update(out[key])
-                    out[key] = merged
+            out = merged(self.load(), payload, owned)
             try:
                 self._replace(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
             except OSError as exc:
@@ -248,6 +228,101 @@ class Sidecar:
                 match = _BACKUP.search(name[len(prefix) - len(".before-") :])
                 if match:
                     out.append((str(folder / name), match["label"], match["stamp"]))
+        return out
+
+
+def merged(stored: Loaded, payload: Payload, owned: Owned) -> dict[str, Any]:
+    """`payload` merged over the `stored` sidecar: see `Sidecar.write`."""
+    out = payload.to_json()
+    base = stored.payload if stored.state == "ok" else None
+    if base is not None and out["embedding_dim"] is None:
+        out["embedding_dim"] = base.embedding_dim
+    if (
+        base is not None
+        and base.embedding_dim == out["embedding_dim"]
+        and base.scoring_version == out["scoring_version"]
+    ):
+        old = base.to_json()
+        for key in GLOBALS:
+            if (key, "") not in owned:
+                out[key] = old[key]
+        for key in AGENT_MAPS:
+            merged_map = {a: v for a, v in old[key].items() if (key, a) not in owned}
+            merged_map.update(out[key])
+            out[key] = merged_map
+    return out
+
+
+def _parse(text: str | bytes) -> Loaded:
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return Loaded("unreadable")
+    if not isinstance(obj, dict):
+        return Loaded("unreadable")
+    return Loaded("ok", Payload.from_json(obj))
+
+
+class DatabaseSidecar(Sidecar):
+    """The sidecar's content kept in the database itself (`cpersona_meta`), for a database
+    that many hosts share (PostgreSQL, docs/scale-out.md): every server process reads the same
+    calibration at start-up and a backup of the database holds it. A write merges inside the
+    database's write transaction, so processes on any host merge exactly as processes beside
+    one file do; backups are entries `<KEY>.before-<label>-<stamp>`, the newest BACKUPS_KEPT
+    kept. A database error propagates (a memory's write would fail the same way)."""
+
+    KEY = "calibration"
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(f"{db.path} (cpersona_meta {self.KEY!r})")
+        self.db = db
+
+    def load(self) -> Loaded:
+        return self._load(meta_sql.read(self.db))
+
+    def _load(self, entries: meta_sql.Entries) -> Loaded:
+        value = entries.get(self.KEY)
+        if value is None:
+            return Loaded("missing")
+        try:
+            return _parse(value.decode("utf-8"))
+        except UnicodeDecodeError:
+            return Loaded("unreadable")
+
+    def write(self, payload: Payload, owned: Owned) -> bool:
+        with self._lock, meta_sql.edit(self.db) as entries:
+            out = merged(self._load(entries), payload, owned)
+            text = json.dumps(out, indent=2, ensure_ascii=False) + "\n"
+            entries.put(self.KEY, text.encode("utf-8"))
+        return True
+
+    def backup(self, label: str, now: datetime | None = None) -> str | None:
+        label = re.sub(r"[^A-Za-z0-9._-]", "_", label)[:64] or "unversioned"
+        stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+        target = f"{self.KEY}.before-{label}-{stamp}"
+        with self._lock, meta_sql.edit(self.db) as entries:
+            value = entries.get(self.KEY)
+            if value is None:
+                return None
+            existing = self._backups(entries)
+            entries.put(target, value)
+            for key, old_label, _ in existing:
+                if old_label == label and key != target:
+                    entries.delete(key)
+            kept = sorted(self._backups(entries), key=lambda b: (b[2], b[0]), reverse=True)
+            for key, _, _ in kept[BACKUPS_KEPT:]:
+                entries.delete(key)
+        return target
+
+    def backups(self) -> list[tuple[str, str, str]]:
+        return self._backups(meta_sql.read(self.db))
+
+    def _backups(self, entries: meta_sql.Entries) -> list[tuple[str, str, str]]:
+        out = []
+        for key in entries.keys(f"{self.KEY}.before-"):
+            match = _BACKUP.search(key[len(self.KEY) :])
+            if match:
+                out.append((key, match["label"], match["stamp"]))
         return out
 
 

@@ -1,0 +1,54 @@
+"""SQL of `cpersona_meta`'s free-form entries: one value (bytes) per text key.
+
+`read(db)` gives the entries as the database holds them now; `edit(db)` inside one write
+transaction (the database's write lock: BEGIN IMMEDIATE on SQLite, the global advisory lock on
+PostgreSQL), so a read-merge-write is atomic across every process on the database.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from cpersona.storage.db import Database
+
+
+class Entries:
+    """The `cpersona_meta` entries seen through one connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def get(self, key: str) -> bytes | None:
+        row = self._conn.execute("SELECT value FROM cpersona_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def keys(self, prefix: str) -> list[str]:
+        """Every key that starts with `prefix` (compared as text: no pattern characters)."""
+        rows = self._conn.execute(
+            "SELECT key FROM cpersona_meta WHERE substr(key, 1, ?) = ? ORDER BY key",
+            (len(prefix), prefix),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def put(self, key: str, value: bytes) -> None:
+        self._conn.execute(
+            "INSERT INTO cpersona_meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
+            "DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def delete(self, key: str) -> None:
+        self._conn.execute("DELETE FROM cpersona_meta WHERE key = ?", (key,))
+
+
+def read(db: Database) -> Entries:
+    return Entries(db.reader())
+
+
+@contextmanager
+def edit(db: Database) -> Iterator[Entries]:
+    """The entries inside one write transaction, committed when the block ends."""
+    with db.atomic() as conn:
+        yield Entries(conn)
