@@ -173,6 +173,10 @@ class Database:
             else:
                 conn.execute(f"RELEASE sp{depth}")
 
+    def vector_param(self, blob: bytes) -> bytes | None:
+        """An embedding as this backend stores it: on SQLite the float32 bytes unchanged."""
+        return blob
+
     def write_connection(self) -> sqlite3.Connection:
         """The writer, for statements that must run outside a transaction (VACUUM, pragmas)."""
         return self._writer
