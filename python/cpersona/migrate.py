@@ -26,11 +26,11 @@ from typing import TextIO
 
 from cpersona.config import Settings
 from cpersona.retrieval.sidecar import sidecar_path
-from cpersona.storage import Database, open_database
+from cpersona.storage import Database
 from cpersona.storage import transfer as sql
 from cpersona.storage.counts import DATA_TABLES
 from cpersona.storage.schema import SCHEMA_VERSION
-from cpersona.storage.transfer import Copied, Key
+from cpersona.storage.transfer import Copied, Key, is_url
 from cpersona.vectors.index import TABLE_CODES, index_file
 
 #: Rows read and committed together by default.
@@ -43,10 +43,6 @@ PROGRESS_EVERY = 2.0
 
 class MigrateError(Exception):
     """A migration refused or failed for a reason the operator can act on (one line)."""
-
-
-def is_url(text: str) -> bool:
-    return text.startswith(("postgresql://", "postgres://"))
 
 
 def _redact(location: str) -> str:
@@ -69,16 +65,19 @@ def _redact(location: str) -> str:
 
 
 def open_source(location: str) -> Database:
-    if is_url(location):
-        raise MigrateError("PostgreSQL is not supported by this build")
+    """The source, read-only, once it is found to be a database this cpersona can copy.
+
+    Raises:
+        MigrateError: it cannot be opened, or is not a cpersona or CPersona 2.5.x database.
+    """
     if location == ":memory:":
         raise MigrateError("the source cannot be an in-memory database")
-    if not os.path.isfile(location):
+    if not is_url(location) and not os.path.isfile(location):
         raise MigrateError(f"no database file at {os.path.abspath(location)}")
     try:
-        db = Database(location, read_only=True)
-    except sqlite3.Error as exc:
-        raise MigrateError(f"cannot open {os.path.abspath(location)}: {exc}") from None
+        db = sql.open_read_only(location)
+    except sql.OpenFailed as exc:
+        raise MigrateError(str(exc)) from None
     try:
         _check_source(db, location)
     except BaseException:
@@ -103,16 +102,19 @@ def _check_source(db: Database, location: str) -> None:
 
 
 def open_target(location: str, *, fts_enabled: bool = True) -> Database:
-    if is_url(location):
-        raise MigrateError("PostgreSQL is not supported by this build")
+    """The target, created or brought to the current schema.
+
+    Raises:
+        MigrateError: it cannot be opened or used.
+    """
     if location == ":memory:":
         raise MigrateError("the target cannot be an in-memory database")
-    if os.path.isdir(location):
+    if not is_url(location) and os.path.isdir(location):
         raise MigrateError(f"{os.path.abspath(location)} is a directory, not a database file")
     try:
-        return open_database(location, fts_enabled=fts_enabled)
-    except (sqlite3.Error, OSError) as exc:
-        raise MigrateError(f"cannot use {os.path.abspath(location)} as the target: {exc}") from None
+        return sql.open_target(location, fts_enabled=fts_enabled)
+    except sql.OpenFailed as exc:
+        raise MigrateError(str(exc)) from None
 
 
 # -- progress --------------------------------------------------------------------------------

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from cpersona.storage import open_database
 from cpersona.storage.db import Database, quote_identifier
 
 #: A row's primary key, as a tuple even when it is one column.
@@ -52,6 +55,49 @@ TABLES: tuple[Copied, ...] = (
 
 def _q(name: str) -> str:
     return quote_identifier(name)
+
+
+def is_url(location: str) -> bool:
+    """Whether `location` names a PostgreSQL database rather than an SQLite file."""
+    return location.startswith(("postgresql://", "postgres://"))
+
+
+# -- opening both ends -----------------------------------------------------------------------
+
+
+class OpenFailed(Exception):
+    """A database that cannot be opened for a migration (the message is one line)."""
+
+
+def open_read_only(location: str) -> Database:
+    """The database at `location` (a path or a PostgreSQL URL), opened for reading only and
+    left at whatever schema it has.
+
+    Raises:
+        OpenFailed: it cannot be opened.
+    """
+    if not is_url(location):
+        try:
+            return Database(location, read_only=True)
+        except sqlite3.Error as exc:
+            raise OpenFailed(f"cannot open {os.path.abspath(location)}: {exc}") from None
+    raise OpenFailed("PostgreSQL is not supported by this build")
+
+
+def open_target(location: str, *, fts_enabled: bool) -> Database:
+    """The database at `location`, created if needed and migrated to the current schema.
+
+    Raises:
+        OpenFailed: it cannot be opened or migrated.
+    """
+    if not is_url(location):
+        try:
+            return open_database(location, fts_enabled=fts_enabled)
+        except (sqlite3.Error, OSError) as exc:
+            raise OpenFailed(
+                f"cannot use {os.path.abspath(location)} as the target: {exc}"
+            ) from None
+    raise OpenFailed("PostgreSQL is not supported by this build")
 
 
 # -- what a database holds -------------------------------------------------------------------
