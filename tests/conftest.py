@@ -18,3 +18,7 @@ hyp_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# PostgreSQL for the tests: `pg_url` (a fresh database) and `backend` (sqlite / postgresql).
+from pg_support import backend, pg_url  # noqa: E402, F401

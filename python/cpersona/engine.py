@@ -65,7 +65,11 @@ class Engine:
         self._given_embedder = embedder
         tracer = _sql_tracer if settings.sql_trace else None
         self.db: Database = open_database(
-            settings.db_path, fts_enabled=settings.fts_enabled, tracer=tracer
+            settings.db_path,
+            fts_enabled=settings.fts_enabled,
+            tracer=tracer,
+            database_url=settings.database_url,
+            pool_size=settings.pg_pool_size,
         )
         self._services: Services | None = None
         self._services_lock = threading.Lock()
@@ -121,8 +125,19 @@ class Engine:
             embedder = CachedProvider(
                 embedder, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
             )
-        indexes = {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
-        fts = open_fts_indexes(self.db, enabled=settings.fts_enabled and settings.fts_index)
+        local = self.db.dialect == "sqlite"
+        # PostgreSQL: no index files of this host yet (pgvec scans in SQL; pgfts brings the
+        # full-text index); the arms that need them answer empty there.
+        indexes = (
+            {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
+            if local
+            else {}
+        )
+        fts = (
+            open_fts_indexes(self.db, enabled=settings.fts_enabled and settings.fts_index)
+            if local
+            else {}
+        )
         remote = RemoteVectors.from_settings(settings)
         if remote is not None and not settings.store_blob:
             log.info(
@@ -130,7 +145,9 @@ class Engine:
                 "while %s is down, recall has full-text and keyword search only",
                 remote.base,
             )
-        sidecar = Sidecar(None if self.db.is_memory else sidecar_path(settings.db_path))
+        sidecar = Sidecar(
+            None if self.db.is_memory or not local else sidecar_path(settings.db_path)
+        )
         #: Which model embeds for which table: the one that made its stored vectors.
         router = ModelRouter(
             self.db,

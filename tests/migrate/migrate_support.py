@@ -150,3 +150,22 @@ def sequences(path: Path | str) -> dict[str, int]:
             for r in conn.execute("SELECT name, seq FROM sqlite_sequence")
             if r[0] in TABLES
         }
+
+
+def fingerprint(path: Path | str) -> dict[str, tuple[int, str]]:
+    """(rows, SHA-256 of every row in key order) of each copied table: `dump` for databases
+    too large to hold twice in memory."""
+    import hashlib
+
+    uri = f"{Path(path).resolve().as_uri()}?mode=ro"
+    out: dict[str, tuple[int, str]] = {}
+    with closing(sqlite3.connect(uri, uri=True)) as conn:
+        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        for table, key in TABLES.items():
+            digest, n = hashlib.sha256(), 0
+            if table in have:
+                for row in conn.execute(f"SELECT * FROM {table} ORDER BY {key}"):
+                    digest.update(repr(row).encode())
+                    n += 1
+            out[table] = (n, digest.hexdigest())
+    return out

@@ -23,11 +23,14 @@ def settings(tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def make_engine(tmp_path: Path) -> Callable[..., Engine]:
+def make_engine(tmp_path: Path, backend: str | None) -> Callable[..., Engine]:
+    """Engines on the test's backend (tests/pg_support.py: SQLite, then PostgreSQL)."""
     engines: list[Engine] = []
 
     def make(**overrides: Any) -> Engine:
-        base = Settings(db_path=str(tmp_path / "mem.db"), embedding_mode="hashing")
+        base = Settings(
+            db_path=str(tmp_path / "mem.db"), embedding_mode="hashing", database_url=backend
+        )
         engine = Engine(dataclasses.replace(base, **overrides), embedder=HashingProvider())
         engines.append(engine)
         return engine

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.storage import memories as memory_sql
+from pg_support import pending_on_postgresql
 
 pytestmark = pytest.mark.anyio
 
@@ -42,6 +43,7 @@ def embedding(tools: Any, memory_id: int) -> bytes | None:
 
 
 def fts_ids(tools: Any, term: str, agent: str = "alice") -> list[int]:
+    pending_on_postgresql(tools.engine.db, "pgfts", "the full-text index")
     return [m.id for m in memory_sql.search_fts(tools.engine.db, f'"{term}"', agent, 50)]
 
 
@@ -406,6 +408,7 @@ async def test_delete_episode(tools):
         "deleted_id": theirs,
     }
     assert await episodes(tools) == []
+    pending_on_postgresql(tools.engine.db, "pgfts", "the full-text index")
     found = tools.engine.db.query("SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH 'mine'")
     assert found == []
 

@@ -47,7 +47,7 @@ from cpersona.storage.retrieval import EpisodeHit, MemoryHit, ScopeSql
 from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.remote import RemoteVectors
-from cpersona.vectors.search import Scope, scan
+from cpersona.vectors.search import Scope, scan, scan_sqlite
 
 if TYPE_CHECKING:
     from cpersona.embedding.routing import ModelRouter
@@ -234,17 +234,20 @@ class Recaller:
                     per_table[table] = ([], [])
                     continue
                 prefix = req.source_id if table == "memories" else ""
-                hits = scan(
-                    self.indexes[table],
-                    qvec.vector,
-                    Scope(req.agent_id, req.project, req.channel, prefix),
-                    window=s.max_memories,
-                    reach=reach,
-                    threshold=threshold,
-                    k=limit,
-                    far_k=far_k,
-                    chunk_rows=s.vector_scan_chunk_rows,
-                )
+                index = self.indexes.get(table)
+                where = Scope(req.agent_id, req.project, req.channel, prefix)
+                bounds = {
+                    "window": s.max_memories,
+                    "reach": reach,
+                    "threshold": threshold,
+                    "k": limit,
+                    "far_k": far_k,
+                    "chunk_rows": s.vector_scan_chunk_rows,
+                }
+                if index is not None:
+                    hits = scan(index, qvec.vector, where, **bounds)
+                else:  # no index file (PostgreSQL): the exact window read from the database
+                    hits = scan_sqlite(self.db, table, qvec.vector, where, **bounds)
                 per_table[table] = (
                     list(zip(hits.near_ids.tolist(), hits.near_scores.tolist(), strict=True)),
                     list(zip(hits.far_ids.tolist(), hits.far_scores.tolist(), strict=True)),

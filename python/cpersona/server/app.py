@@ -15,7 +15,13 @@ from mcp.server.lowlevel.server import Server
 
 from cpersona import __version__
 from cpersona.engine import Engine
-from cpersona.server.registry import ToolSpec, coerce, schema_error, unstorable_text
+from cpersona.server.registry import (
+    ToolSpec,
+    coerce,
+    first_nul,
+    schema_error,
+    unstorable_text,
+)
 from cpersona.server.tools import all_tools
 from cpersona.storage.db import DISK_FULL, is_disk_full
 from cpersona.timings import CallTimings, timed_call
@@ -164,6 +170,14 @@ def build_server(
                 "send well-formed UTF-8"
             )
             return _text(refusal), "invalid_text"
+        if not engine.db.stores_nul:
+            bad = unstorable_text(arguments, find=first_nul)
+            if bad is not None:
+                refusal = spec.fail(
+                    f"{bad} holds the NUL character (U+0000), which this server's database "
+                    "(PostgreSQL) cannot store in text; remove it"
+                )
+                return _text(refusal), "invalid_text"
         args = coerce(spec, arguments)
         try:
             result = await anyio.to_thread.run_sync(_run_timed, timings, spec, engine, args)

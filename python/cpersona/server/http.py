@@ -28,6 +28,7 @@ from cpersona.errors import ConfigError
 from cpersona.server.auth import BearerAuth, BodyBudget, current_client
 from cpersona.server.jsonrpc import JsonRpcGuard
 from cpersona.server.metrics import MetricsRoute
+from cpersona.storage import database_label
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
@@ -90,7 +91,8 @@ def serve_http(
         try:
             engine = Engine(settings)
         except Exception as exc:  # an unusable database path, a locked or corrupt file
-            print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=sys.stderr)
+            where = database_label(settings.db_path, settings.database_url)
+            print(f"cpersona: cannot open the database {where}: {exc}", file=sys.stderr)
             return 1
         try:
             guard: Authorize | None = None

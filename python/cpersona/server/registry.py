@@ -121,26 +121,36 @@ def _fits(prop: dict[str, Any], value: Any) -> bool:
     return False
 
 
-def unstorable_text(arguments: dict[str, Any], path: str = "") -> str | None:
+def unstorable_text(
+    arguments: dict[str, Any], path: str = "", find: Callable[[str], int | None] | None = None
+) -> str | None:
     """Where a string or a key holds a lone surrogate (it cannot be stored as UTF-8), or None.
+    `find` replaces the test (`first_nul` where the database cannot store U+0000).
 
     The answer never quotes the offending text: it could not be written back as UTF-8 either.
     """
+    test = find or first_surrogate
     for key, value in arguments.items():
-        pos = first_surrogate(str(key))
+        pos = test(str(key))
         if pos is not None:
             return f"a key of {path or 'the arguments'} (character {pos})"
         here = f"{path}.{key}" if path else str(key)
         if isinstance(value, str):
-            pos = first_surrogate(value)
+            pos = test(value)
             if pos is not None:
                 return f"{here} (character {pos})"
         elif isinstance(value, dict):
-            found = unstorable_text(value, here)
+            found = unstorable_text(value, here, find)
             if found:
                 return found
         elif isinstance(value, list):
-            found = unstorable_text({str(i): v for i, v in enumerate(value)}, here)
+            found = unstorable_text({str(i): v for i, v in enumerate(value)}, here, find)
             if found:
                 return found
     return None
+
+
+def first_nul(text: str) -> int | None:
+    """Index of the first U+0000 (PostgreSQL text cannot hold it), or None."""
+    pos = text.find("\x00")
+    return None if pos < 0 else pos

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from cpersona.config import LOCAL_MODEL_NAMES, Settings
 from cpersona.engine import Engine
 from cpersona.server.jsonrpc import Refusal, bad_id, diagnose, tool_call_with_surrogates
+from cpersona.storage import database_label
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
@@ -43,7 +44,8 @@ def serve_stdio(
     try:
         engine = Engine(settings)
     except Exception as exc:  # an unusable database path, a locked or corrupt file
-        print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=sys.stderr)
+        where = database_label(settings.db_path, settings.database_url)
+        print(f"cpersona: cannot open the database {where}: {exc}", file=sys.stderr)
         return 1
     guard: Authorize | None = authorize
     if authorize is not None and ledger is not None:

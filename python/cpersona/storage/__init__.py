@@ -1,15 +1,33 @@
-"""SQLite storage: the only package that speaks SQL."""
+"""Storage: the only package that speaks SQL (SQLite, or PostgreSQL in storage/pg/)."""
 
 from __future__ import annotations
 
-from cpersona.storage.db import Database
+from typing import TYPE_CHECKING
+
+from cpersona.storage.db import Database, Tracer
 from cpersona.storage.schema import migrate
 
-__all__ = ["Database", "open_database"]
+if TYPE_CHECKING:
+    from cpersona.storage.pg.db import PgDatabase
+
+__all__ = ["Database", "database_label", "open_database"]
 
 
-def open_database(path: str, *, fts_enabled: bool = True, tracer=None) -> Database:  # type: ignore[no-untyped-def]
-    """Open (creating if needed) and migrate the database at `path` (`:memory:` allowed)."""
+def open_database(
+    path: str,
+    *,
+    fts_enabled: bool = True,
+    tracer: Tracer | None = None,
+    database_url: str | None = None,
+    pool_size: int = 8,
+) -> Database:
+    """Open (creating if needed) and migrate the database: PostgreSQL at `database_url` when
+    given (CPERSONA_DATABASE_URL), else SQLite at `path` (`:memory:` allowed).
+
+    psycopg is imported only on the PostgreSQL path (an SQLite start never loads it).
+    """
+    if database_url:
+        return _open_pg(database_url, tracer=tracer, pool_size=pool_size)  # type: ignore[return-value]
     db = Database(path, tracer=tracer)
     try:
         migrate(db, fts_enabled=fts_enabled)
@@ -17,3 +35,25 @@ def open_database(path: str, *, fts_enabled: bool = True, tracer=None) -> Databa
         db.close()
         raise
     return db
+
+
+def _open_pg(url: str, *, tracer: Tracer | None, pool_size: int) -> PgDatabase:
+    from cpersona.storage.pg.db import PgDatabase
+    from cpersona.storage.pg.schema import migrate as migrate_pg
+
+    db = PgDatabase(url, pool_size=pool_size, tracer=tracer)
+    try:
+        migrate_pg(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def database_label(db_path: str, database_url: str | None) -> str:
+    """What names the configured database in messages: the path, or the URL without password."""
+    if database_url:
+        from cpersona.storage.pg.db import redact
+
+        return redact(database_url)
+    return db_path

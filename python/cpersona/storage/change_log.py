@@ -33,9 +33,21 @@ class ChangeLog:
         # point of the database's history (a restored backup).
         return f"SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = '{self.name}'), 0)"
 
+    def _high_water_of(self, db: Database) -> str:
+        if db.dialect == "sqlite":
+            return self._high_water
+        # PostgreSQL: every writer holds the global write lock until it commits, so seqs
+        # become visible in seq order and the largest visible one is a safe mark; trimmed
+        # entries are remembered by their marks in cpersona_meta (stored as decimal text).
+        return (
+            f"SELECT GREATEST(COALESCE((SELECT MAX(seq) FROM {self.name}), 0), COALESCE(("
+            "SELECT MAX(convert_from(value, 'UTF8')::bigint) FROM cpersona_meta "
+            f"WHERE key LIKE '{self.name}_trimmed_%'), 0))"
+        )
+
     def max_seq(self, db: Database) -> int:
         """The largest seq ever written (trimmed entries included)."""
-        row = db.query_one(self._high_water)
+        row = db.query_one(self._high_water_of(db))
         return int(row[0]) if row else 0
 
     def changes_since(self, db: Database, table: str, seq: int) -> Changes:
@@ -47,7 +59,7 @@ class ChangeLog:
         if own:
             conn.execute("BEGIN")
         try:
-            top = conn.execute(self._high_water).fetchone()[0]
+            top = conn.execute(self._high_water_of(db)).fetchone()[0]
             rows = conn.execute(
                 f"SELECT row_id, MIN(seq) AS first FROM {self.name} WHERE tbl = ? AND seq > ? "
                 "AND seq <= ? GROUP BY row_id ORDER BY first",
@@ -61,12 +73,22 @@ class ChangeLog:
     def trim(self, db: Database, table: str, upto: int) -> int:
         """Forget applied entries of `table` (the index file remembers `applied_seq`), and
         remember how far: a file that has applied less can no longer be brought current."""
+        key = f"{self.name}_trimmed_{table}"
         with db.atomic() as conn:
-            conn.execute(
-                "INSERT INTO cpersona_meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
-                "DO UPDATE SET value = MAX(value, excluded.value)",
-                (f"{self.name}_trimmed_{table}", upto),
-            )
+            if db.dialect == "sqlite":
+                conn.execute(
+                    "INSERT INTO cpersona_meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
+                    "DO UPDATE SET value = MAX(value, excluded.value)",
+                    (key, upto),
+                )
+            else:  # value is BYTEA there: the mark as decimal text, compared as a number
+                conn.execute(
+                    "INSERT INTO cpersona_meta(key, value) VALUES (?, convert_to(?, 'UTF8')) "
+                    "ON CONFLICT(key) DO UPDATE SET value = convert_to(GREATEST("
+                    "convert_from(cpersona_meta.value, 'UTF8')::bigint, "
+                    "convert_from(excluded.value, 'UTF8')::bigint)::text, 'UTF8')",
+                    (key, str(int(upto))),
+                )
             return conn.execute(
                 f"DELETE FROM {self.name} WHERE tbl = ? AND seq <= ?", (table, upto)
             ).rowcount

@@ -52,6 +52,8 @@ class Database:
 
     #: Which backend this is; storage modules branch on it where SQL differs (issue 12).
     dialect: Literal["sqlite", "postgresql"] = "sqlite"
+    #: Whether text may hold U+0000 (PostgreSQL's text cannot; tools refuse it there).
+    stores_nul = True
 
     def __init__(self, path: str, *, tracer: Tracer | None = None, read_only: bool = False) -> None:
         """Open `path`. `read_only` (report-only maintenance, surface.md §7.7) sets only
@@ -173,8 +175,9 @@ class Database:
             else:
                 conn.execute(f"RELEASE sp{depth}")
 
-    def vector_param(self, blob: bytes) -> bytes | None:
-        """An embedding as this backend stores it: on SQLite the float32 bytes unchanged."""
+    def vector_param(self, blob: bytes | None) -> bytes | None:
+        """An embedding BLOB as the parameter that stores it: on SQLite, the bytes unchanged
+        (PgDatabase binds a pgvector `vector`)."""
         return blob
 
     def write_connection(self) -> sqlite3.Connection:
@@ -263,6 +266,14 @@ def _prepare_file(path: Path) -> None:
         os.close(fd)
     elif path.is_file() and path.stat().st_mode & 0o077:
         log.warning("database %s is readable by group or others; consider chmod 600", path)
+
+
+def embedding_param(conn: Any, blob: bytes | None) -> object:
+    """The parameter that stores `blob` in an embedding column through `conn` (a connection of
+    either backend): the bytes on SQLite, a pgvector `vector` (or NULL when the BLOB cannot be
+    one) on PostgreSQL (`PgDatabase.vector_param`)."""
+    convert = getattr(conn, "vector_param", None)
+    return blob if convert is None else convert(blob)
 
 
 def quote_identifier(name: str) -> str:

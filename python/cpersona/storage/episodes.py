@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from cpersona.models import Episode, NewEpisode, ProjectFilter
-from cpersona.storage.db import Database, is_row_id, newest
+from cpersona.storage.db import Database, embedding_param, is_row_id, newest
 
 _COLUMNS = (
     "id, agent_id, project_id, summary, keywords, start_time, end_time, resolved, channel, "
@@ -39,7 +39,7 @@ def insert(conn: sqlite3.Connection, new: NewEpisode) -> int:
             new.project_id,
             new.summary,
             new.keywords,
-            new.embedding,
+            embedding_param(conn, new.embedding),
             new.start_time,
             new.end_time,
             1 if new.resolved else 0,

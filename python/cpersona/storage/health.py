@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cpersona.storage import schema
-from cpersona.storage.db import quote_identifier
+from cpersona.storage.db import embedding_param, quote_identifier
 
 Conn = sqlite3.Connection
 Params = list[Any]
@@ -295,7 +295,7 @@ def set_embeddings(conn: Conn, table: str, rows: Sequence[tuple[int, bytes]]) ->
         changed += conn.execute(
             f"UPDATE {quote_identifier(table)} SET embedding = ? "
             "WHERE id = ? AND embedding IS NULL",
-            (blob, row_id),
+            (embedding_param(conn, blob), row_id),
         ).rowcount
     return changed
 

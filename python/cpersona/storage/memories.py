@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from cpersona.models import Memory, NewMemory, ProjectFilter
-from cpersona.storage.db import Database, is_row_id, newest
+from cpersona.storage.db import Database, embedding_param, is_row_id, newest
 
 _COLUMNS = (
     "id, agent_id, project_id, msg_id, content, source, timestamp, metadata, channel, "
@@ -84,7 +84,7 @@ def insert(conn: sqlite3.Connection, new: NewMemory) -> int | None:
             new.source,
             new.timestamp,
             new.metadata,
-            new.embedding,
+            embedding_param(conn, new.embedding),
             new.channel,
         ),
     )
@@ -123,7 +123,7 @@ def update_content(
         return 0
     cur = conn.execute(
         "UPDATE memories SET content = ?, embedding = ? WHERE id = ? AND locked = 0",
-        (content, embedding, memory_id),
+        (content, embedding_param(conn, embedding), memory_id),
     )
     return cur.rowcount
 
@@ -160,6 +160,8 @@ def list_newest(
 
 def search_fts(db: Database, match: str, agent_id: str, limit: int) -> list[Memory]:
     """Rows of one agent whose content matches an FTS5 expression, best bm25 first."""
+    if db.dialect != "sqlite":
+        return []  # no FTS5 on PostgreSQL
     cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(",")[:-1])
     rows = db.query(
         f"""SELECT {cols}, m.embedding IS NOT NULL AS embedded

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from cpersona.storage.db import Database
+from cpersona.storage.db import Database, embedding_param
 
 #: Rows fetched per round trip when streaming a table, and ids bound per DELETE.
 PAGE = 500
@@ -277,7 +277,7 @@ def insert_memory(conn: sqlite3.Connection, rec: MemoryRecord) -> int | None:
             rec.source,
             rec.timestamp,
             rec.metadata,
-            rec.embedding,
+            embedding_param(conn, rec.embedding),
             1 if rec.locked else 0,
             rec.recall_count,
             rec.last_recalled_at,
@@ -302,7 +302,7 @@ def insert_episode(conn: sqlite3.Connection, rec: EpisodeRecord) -> int:
             rec.start_time,
             rec.end_time,
             1 if rec.resolved else 0,
-            rec.embedding,
+            embedding_param(conn, rec.embedding),
             rec.created_at,
         ),
     )

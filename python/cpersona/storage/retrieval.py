@@ -84,6 +84,8 @@ def _ep(r: sqlite3.Row, bm25: float | None) -> EpisodeHit:
 def memory_fts(
     db: Database, scope: ScopeSql, source_prefix: str, match: str, limit: int
 ) -> list[MemoryHit]:
+    if db.dialect != "sqlite":
+        return []  # no FTS5 on PostgreSQL: the full-text arm is the Rust core's index there
     where, params = scope.where("m")
     sw, sp = _source_filter("m", source_prefix)
     rows = db.query(
@@ -111,7 +113,11 @@ def memory_like(
     sw, sp = _source_filter("m", source_prefix)
     pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     conn = db.reader()
-    if len(pattern.encode("utf-8", "surrogatepass")) <= conn.getlimit(_LIKE_LIMIT):
+    if db.dialect != "sqlite":
+        # PostgreSQL's LIKE is case-sensitive and has no pattern limit: both sides folded
+        # to ASCII lower case (sqlite_lower) is SQLite's LIKE exactly.
+        test, arg = "sqlite_lower(m.content) LIKE sqlite_lower(?) ESCAPE '\\'", pattern
+    elif len(pattern.encode("utf-8", "surrogatepass")) <= conn.getlimit(_LIKE_LIMIT):
         test, arg = "m.content LIKE ? ESCAPE '\\'", pattern
     else:
         test, arg = "instr(lower(m.content), lower(?)) > 0", text
@@ -136,6 +142,8 @@ def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int)
 
 
 def episode_fts(db: Database, scope: ScopeSql, match: str, limit: int) -> list[EpisodeHit]:
+    if db.dialect != "sqlite":
+        return []  # as memory_fts
     where, params = scope.where("e")
     rows = db.query(
         f"""SELECT {_EP_COLS}, bm25(episodes_fts) AS score

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cpersona.storage.db import Database
+from cpersona.storage.db import Database, embedding_param
 
 TABLES = ("memories", "episodes")
 #: The embedded text of each table.
@@ -228,7 +228,7 @@ def stage(conn: Conn, table: str, rows: Sequence[tuple[int, str, bytes]]) -> int
         staged += conn.execute(
             "INSERT OR REPLACE INTO cpersona_reembed_vectors(tbl, row_id, embedding) "
             f"SELECT ?, id, ? FROM {table} WHERE id = ? AND {column} = ?",
-            (table, blob, row_id, text),
+            (table, embedding_param(conn, blob), row_id, text),
         ).rowcount
     return staged
 

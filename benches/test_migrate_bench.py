@@ -1,0 +1,63 @@
+"""What `cpersona migrate` costs: a generated database copied whole, verified, in each direction.
+
+The database (tests/migrate/migrate_support.py) holds 100,000 memories with 384-d vectors,
+10,000 episodes and a few rows of every other copied table when measuring, else 1,200 memories.
+Each round migrates into a new target (an SQLite file, or a fresh PostgreSQL database) through
+`cpersona.migrate.migrate`, the command's whole path (copy, identities, verification), with its
+progress lines discarded. Rows/s is the rows of every table over the round's wall time.
+
+Run: ``python -m pytest benches/test_migrate_bench.py --benchmark-enable
+--benchmark-json=migrate.json``.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "migrate"))
+
+from cpersona.migrate import migrate, open_source, open_target  # noqa: E402
+from migrate_support import generate  # noqa: E402
+
+ROWS = 100_000
+SMOKE_ROWS = 1_200
+
+pytestmark = pytest.mark.timeout(3600)
+
+
+@pytest.fixture(scope="module")
+def source(request: pytest.FixtureRequest, tmp_path_factory: Any) -> Path:
+    rows = ROWS if request.config.getoption("benchmark_enable") else SMOKE_ROWS
+    db = tmp_path_factory.mktemp("migrate") / f"source-{rows}.db"
+    generate(db, rows)
+    return db
+
+
+def _round(source: str, target: str) -> int:
+    src, dst = open_source(source), open_target(target)
+    try:
+        done = migrate(src, dst, source_location=source, out=io.StringIO())
+    finally:
+        dst.close()
+        src.close()
+    return done.rows
+
+
+def test_migrate_sqlite_to_sqlite(benchmark, source: Path, tmp_path: Path):
+    counter = itertools.count()
+
+    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (str(source), str(tmp_path / f"target-{next(counter)}.db")), {}
+
+    rows = _round(str(source), str(tmp_path / "warm.db"))
+    benchmark.group = "migrate"
+    benchmark.extra_info.update(rows=rows, direction="sqlite->sqlite")
+    benchmark.pedantic(_round, setup=setup, rounds=3, iterations=1)
+    if benchmark.stats is not None:  # None under --benchmark-disable
+        benchmark.extra_info["rows_per_s"] = round(rows / benchmark.stats.stats.median)

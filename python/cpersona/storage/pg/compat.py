@@ -1,0 +1,262 @@
+"""SQL functions SQLite has and PostgreSQL lacks, created in PostgreSQL with SQLite's semantics.
+
+Storage SQL calls them unchanged (`storage/pg/dialect.py` passes their names through). Every
+one answers NULL where SQLite answers NULL (unparsable time strings, absent JSON paths) and
+never raises where SQLite does not. Time strings follow SQLite's date.c: `YYYY-MM-DD`,
+an optional `T`/space and `HH:MM[:SS[.fff]]`, an optional `Z` or `[+-]HH:MM`, `HH:MM...` alone
+(on 2000-01-01), a bare number as a Julian day, and `now` (the statement's start, as SQLite's
+"now" is fixed per statement). The day is not checked against its month (`2024-02-31` is
+March 2nd), exactly as SQLite computes it. Years must be 0000-9999 (SQLite also accepts a
+leading `-`; nothing cpersona writes has one).
+"""
+
+from __future__ import annotations
+
+#: Statements creating the functions, the aggregate and the catalogue view. Idempotent.
+FUNCTIONS: tuple[str, ...] = (
+    # SQLite's reading of a time string: {iJD (ms since the Julian epoch), Y, M, D, h, m, s}.
+    # The fields are the ones written unless a non-zero zone offset moved the instant (SQLite
+    # then shows the normalised UTC time); a number (a Julian day) and 'now' carry fields
+    # computed from the instant. NULL when SQLite cannot read it.
+    r"""CREATE OR REPLACE FUNCTION sqlite_time(t text) RETURNS numeric[]
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $fn$
+DECLARE
+    m text[];
+    y int; mo int; d int; h int := 0; mi int := 0; s numeric := 0;
+    yy int; mm int; a int; b int; x1 bigint; x2 bigint; jd bigint; tz int := 0;
+    ts timestamp;
+BEGIN
+    IF t IS NULL THEN RETURN NULL; END IF;
+    t := btrim(t, E' \t\n\r\f\v');
+    IF lower(t) = 'now' THEN
+        jd := round(extract(epoch FROM statement_timestamp()) * 1000)::bigint + 210866760000000;
+    ELSIF t ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$' THEN
+        IF t::double precision < 0 OR t::double precision > 5373484.5 THEN RETURN NULL; END IF;
+        jd := (t::double precision * 86400000.0 + 0.5)::bigint;
+    ELSE
+        m := regexp_match(t,
+            '^(?:([0-9]{4})-([0-9]{2})-([0-9]{2}))?(?:[\sT]*([0-9]{2}):([0-9]{2})'
+            '(?::([0-9]{2}(?:\.[0-9]+)?))?)?\s*(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))?$');
+        IF m IS NULL OR (m[1] IS NULL AND m[4] IS NULL) THEN RETURN NULL; END IF;
+        IF m[1] IS NULL AND t !~ '^[0-9]{2}:' THEN RETURN NULL; END IF;
+        IF m[1] IS NOT NULL AND m[4] IS NULL
+           AND t !~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}\s*([Zz]|[+-][0-9]{2}:[0-9]{2})?$' THEN
+            RETURN NULL;
+        END IF;
+        IF m[1] IS NULL THEN
+            y := 2000; mo := 1; d := 1;
+        ELSE
+            y := m[1]::int; mo := m[2]::int; d := m[3]::int;
+            IF mo < 1 OR mo > 12 OR d < 1 OR d > 31 THEN RETURN NULL; END IF;
+        END IF;
+        IF m[4] IS NOT NULL THEN
+            h := m[4]::int; mi := m[5]::int;
+            IF m[6] IS NOT NULL THEN s := m[6]::numeric; END IF;
+            IF h > 24 OR mi > 59 OR s >= 60 THEN RETURN NULL; END IF;
+        END IF;
+        IF m[8] IS NOT NULL THEN
+            IF m[9]::int > 14 OR m[10]::int > 59 THEN RETURN NULL; END IF;
+            tz := (m[9]::int * 60 + m[10]::int) * (CASE WHEN m[8] = '-' THEN -1 ELSE 1 END);
+        END IF;
+        yy := y; mm := mo;
+        IF mm <= 2 THEN yy := yy - 1; mm := mm + 12; END IF;
+        a := (yy + 4800) / 100;
+        b := 38 - a + (a / 4);
+        x1 := 36525 * (yy + 4716) / 100;
+        x2 := 306001 * (mm + 1) / 10000;
+        jd := ((x1 + x2 + d + b - 1524.5) * 86400000)::bigint;
+        jd := jd + h * 3600000 + mi * 60000 + round(s * 1000)::bigint - tz * 60000;
+        IF tz = 0 THEN
+            RETURN ARRAY[jd, y, mo, d, h, mi, s];
+        END IF;
+    END IF;
+    ts := timestamp '1970-01-01 00:00:00' + (jd - 210866760000000) * interval '1 millisecond';
+    RETURN ARRAY[jd, extract(year FROM ts), extract(month FROM ts), extract(day FROM ts),
+                 extract(hour FROM ts), extract(minute FROM ts),
+                 (jd % 60000) / 1000.0];
+END
+$fn$""",
+    """CREATE OR REPLACE FUNCTION julianday(t text) RETURNS double precision
+LANGUAGE sql STABLE PARALLEL SAFE AS $fn$
+SELECT ((sqlite_time(t))[1]::bigint / 86400000.0)::double precision $fn$""",
+    # strftime's substitutions as SQLite documents them (%d %f %H %j %m %M %s %S %w %Y %%).
+    r"""CREATE OR REPLACE FUNCTION strftime(fmt text, t text) RETURNS text
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $fn$
+DECLARE
+    f numeric[] := sqlite_time(t);
+    jd bigint;
+    out text := '';
+    i int := 1;
+    c text;
+BEGIN
+    IF f IS NULL OR fmt IS NULL THEN RETURN NULL; END IF;
+    jd := f[1]::bigint;
+    WHILE i <= length(fmt) LOOP
+        c := substr(fmt, i, 1);
+        IF c <> '%' OR i = length(fmt) THEN
+            out := out || c;
+            i := i + 1;
+            CONTINUE;
+        END IF;
+        c := substr(fmt, i + 1, 1);
+        out := out || CASE c
+            WHEN 'd' THEN lpad(f[4]::int::text, 2, '0')
+            WHEN 'f' THEN to_char(least(trunc(f[7], 3), 59.999), 'FM00.000')
+            WHEN 'H' THEN lpad(f[5]::int::text, 2, '0')
+            WHEN 'j' THEN lpad(((jd - (sqlite_time(lpad(f[2]::int::text, 4, '0')
+                                                   || '-01-01'))[1]::bigint)
+                               / 86400000 + 1)::text, 3, '0')
+            WHEN 'm' THEN lpad(f[3]::int::text, 2, '0')
+            WHEN 'M' THEN lpad(f[6]::int::text, 2, '0')
+            WHEN 's' THEN ((jd - 210866760000000) / 1000)::text
+            WHEN 'S' THEN lpad(trunc(f[7])::int::text, 2, '0')
+            WHEN 'w' THEN (((jd + 129600000) / 86400000) % 7)::text
+            WHEN 'Y' THEN lpad(f[2]::int::text, 4, '0')
+            WHEN '%' THEN '%'
+            ELSE NULL
+        END;
+        IF out IS NULL THEN RETURN NULL; END IF;
+        i := i + 2;
+    END LOOP;
+    RETURN out;
+END
+$fn$""",
+    """CREATE OR REPLACE FUNCTION datetime(t text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $fn$ SELECT strftime('%Y-%m-%d %H:%M:%S', t) $fn$""",
+    """CREATE OR REPLACE FUNCTION json_valid(t text) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+SELECT CASE WHEN t IS NULL THEN NULL WHEN t IS JSON THEN 1 ELSE 0 END $fn$""",
+    # A JSON path of SQLite's form ($, $.key, $."key", $[n], chained) as a #> path array.
+    r"""CREATE OR REPLACE FUNCTION sqlite_json_path(path text) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+DECLARE
+    rest text;
+    parts text[] := '{}';
+    m text[];
+BEGIN
+    IF path IS NULL OR left(path, 1) <> '$' THEN
+        RAISE EXCEPTION 'JSON path error near ''%''', path;
+    END IF;
+    rest := substr(path, 2);
+    WHILE rest <> '' LOOP
+        m := regexp_match(rest, '^\.("([^"]*)"|([^.\[]+))');
+        IF m IS NOT NULL THEN
+            parts := parts || coalesce(m[2], m[3]);
+            rest := substr(rest, length(m[1]) + 2);
+            CONTINUE;
+        END IF;
+        m := regexp_match(rest, '^\[([0-9]+)\]');
+        IF m IS NOT NULL THEN
+            parts := parts || m[1];
+            rest := substr(rest, length(m[1]) + 3);
+            CONTINUE;
+        END IF;
+        RAISE EXCEPTION 'JSON path error near ''%''', rest;
+    END LOOP;
+    RETURN parts;
+END
+$fn$""",
+    # SQLite's value of a JSON node: strings unquoted, numbers as written, true/false as 1/0,
+    # null as NULL, objects and arrays as their JSON text.
+    """CREATE OR REPLACE FUNCTION sqlite_json_value(v json) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+SELECT CASE json_typeof(v)
+    WHEN 'string' THEN v #>> '{}'
+    WHEN 'boolean' THEN CASE WHEN v::text = 'true' THEN '1' ELSE '0' END
+    WHEN 'null' THEN NULL
+    ELSE v::text
+END $fn$""",
+    """CREATE OR REPLACE FUNCTION json_extract(t text, path text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+SELECT sqlite_json_value(t::json #> sqlite_json_path(path)) $fn$""",
+    """CREATE OR REPLACE FUNCTION sqlite_json_type(v json) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+SELECT CASE json_typeof(v)
+    WHEN 'string' THEN 'text'
+    WHEN 'number' THEN CASE WHEN v::text ~ '^-?[0-9]+$' THEN 'integer' ELSE 'real' END
+    WHEN 'boolean' THEN v::text
+    ELSE json_typeof(v)
+END $fn$""",
+    """CREATE OR REPLACE FUNCTION json_type(t text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT sqlite_json_type(t::json) $fn$""",
+    """CREATE OR REPLACE FUNCTION json_type(t text, path text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+SELECT sqlite_json_type(t::json #> sqlite_json_path(path)) $fn$""",
+    """CREATE OR REPLACE FUNCTION instr(a text, b text) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT strpos(a, b) $fn$""",
+    """CREATE OR REPLACE FUNCTION ifnull(a anycompatible, b anycompatible) RETURNS anycompatible
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT coalesce(a, b) $fn$""",
+    # SQLite's lower()/upper() and LIKE fold ASCII letters only.
+    """CREATE OR REPLACE FUNCTION sqlite_lower(t text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+SELECT translate(t, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') $fn$""",
+    """CREATE OR REPLACE FUNCTION sqlite_upper(t text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+SELECT translate(t, 'abcdefghijklmnopqrstuvwxyz', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ') $fn$""",
+    # A GLOB pattern as an anchored regular expression (* ? [...] [^...], the rest literal).
+    r"""CREATE OR REPLACE FUNCTION sqlite_glob(pattern text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+DECLARE
+    out text := '^';
+    i int := 1;
+    n int := length(pattern);
+    c text;
+    j int;
+    cls text;
+BEGIN
+    IF pattern IS NULL THEN RETURN NULL; END IF;
+    WHILE i <= n LOOP
+        c := substr(pattern, i, 1);
+        IF c = '*' THEN
+            out := out || '.*';
+        ELSIF c = '?' THEN
+            out := out || '.';
+        ELSIF c = '[' THEN
+            j := i + 1;
+            IF substr(pattern, j, 1) = '^' THEN j := j + 1; END IF;
+            IF substr(pattern, j, 1) = ']' THEN j := j + 1; END IF;
+            WHILE j <= n AND substr(pattern, j, 1) <> ']' LOOP j := j + 1; END LOOP;
+            IF j > n THEN
+                RETURN '(?!)';  -- an unclosed class matches nothing in SQLite
+            END IF;
+            cls := substr(pattern, i + 1, j - i - 1);
+            IF left(cls, 1) = '^' THEN
+                out := out || '[^' || replace(replace(substr(cls, 2), '\', '\\'), '[', '\[') || ']';
+            ELSE
+                out := out || '[' || replace(replace(cls, '\', '\\'), '[', '\[') || ']';
+            END IF;
+            i := j;
+        ELSE
+            out := out || regexp_replace(c, '([^A-Za-z0-9_])', '\\\1');
+        END IF;
+        i := i + 1;
+    END LOOP;
+    RETURN out || '$';
+END
+$fn$""",
+    # A text key for a unique index on text that may exceed a btree entry (~2,700 bytes).
+    """CREATE OR REPLACE FUNCTION sqlite_text_key(t text) RETURNS bytea
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT sha256(convert_to(t, 'UTF8')) $fn$""",
+    # length() of a vector in bytes, as SQLite's length() of the float32 BLOB it replaces.
+    """CREATE OR REPLACE FUNCTION length(v vector) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT vector_dims(v) * 4 $fn$""",
+    """CREATE OR REPLACE FUNCTION sqlite_total_step(acc double precision, v double precision)
+RETURNS double precision LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+SELECT acc + coalesce(v, 0) $fn$""",
+    """CREATE OR REPLACE AGGREGATE total(double precision) (
+    SFUNC = sqlite_total_step, STYPE = double precision, INITCOND = '0')""",
+    # The catalogue rows storage code asks SQLite's sqlite_master about (existence checks).
+    """CREATE OR REPLACE VIEW sqlite_master AS
+SELECT CASE c.relkind WHEN 'v' THEN 'view' ELSE 'table' END::text AS type,
+       c.relname::text AS name, c.relname::text AS tbl_name, NULL::text AS sql
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v')
+UNION ALL
+SELECT 'index', indexname::text, tablename::text, indexdef::text
+  FROM pg_indexes WHERE schemaname = current_schema()
+UNION ALL
+SELECT 'trigger', t.tgname::text, c.relname::text, pg_get_triggerdef(t.oid)
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND NOT t.tgisinternal""",
+)

