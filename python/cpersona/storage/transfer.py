@@ -19,9 +19,13 @@ import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from cpersona.storage import open_database
 from cpersona.storage.db import Database, quote_identifier
+
+if TYPE_CHECKING:
+    from cpersona.storage.pg.db import PgConnection
 
 #: A row's primary key, as a tuple even when it is one column.
 Key = tuple[object, ...]
@@ -57,9 +61,22 @@ def _q(name: str) -> str:
     return quote_identifier(name)
 
 
+#: Connections a migration holds on a PostgreSQL end (it reads or writes from one thread).
+PG_POOL = 2
+
+
 def is_url(location: str) -> bool:
     """Whether `location` names a PostgreSQL database rather than an SQLite file."""
     return location.startswith(("postgresql://", "postgres://"))
+
+
+def label(location: str) -> str:
+    """How messages name `location`: a URL without its password, a path made absolute."""
+    if is_url(location):
+        from cpersona.storage.pg.db import redact
+
+        return redact(location)
+    return os.path.abspath(location)
 
 
 # -- opening both ends -----------------------------------------------------------------------
@@ -81,7 +98,12 @@ def open_read_only(location: str) -> Database:
             return Database(location, read_only=True)
         except sqlite3.Error as exc:
             raise OpenFailed(f"cannot open {os.path.abspath(location)}: {exc}") from None
-    raise OpenFailed("PostgreSQL is not supported by this build")
+    from cpersona.storage.pg.db import ConnectionFailed, PgDatabase
+
+    try:
+        return cast(Database, PgDatabase(location, pool_size=PG_POOL, read_only=True))
+    except ConnectionFailed as exc:
+        raise OpenFailed(str(exc)) from None
 
 
 def open_target(location: str, *, fts_enabled: bool) -> Database:
@@ -97,7 +119,15 @@ def open_target(location: str, *, fts_enabled: bool) -> Database:
             raise OpenFailed(
                 f"cannot use {os.path.abspath(location)} as the target: {exc}"
             ) from None
-    raise OpenFailed("PostgreSQL is not supported by this build")
+    from cpersona.storage.pg.db import ConnectionFailed
+    from cpersona.storage.pg.schema import MissingExtension
+
+    try:
+        return open_database("", database_url=location, pool_size=PG_POOL)
+    except (ConnectionFailed, MissingExtension) as exc:
+        raise OpenFailed(str(exc)) from None
+    except sqlite3.Error as exc:  # what PgDatabase makes of the server's errors
+        raise OpenFailed(f"cannot use {label(location)} as the target: {exc}") from None
 
 
 # -- what a database holds -------------------------------------------------------------------
@@ -214,9 +244,27 @@ def write_batch(
             row = (*row[:vec_at], value, *row[vec_at + 1 :])
         params.append(row)
     with db.atomic() as conn:
-        conn.executemany(sql, params)
+        if db.dialect == "postgresql":
+            _insert_many_pg(cast("PgConnection", conn), sql, params)
+        else:
+            conn.executemany(sql, params)
         _put_progress(conn, f"table:{table.name}", progress)
     return nulled
+
+
+def _insert_many_pg(conn: PgConnection, sql: str, rows: Sequence[Row]) -> None:
+    """One INSERT for many rows on psycopg's pipeline (a round trip per batch, not per row);
+    PgConnection runs one statement per call."""
+    import psycopg
+
+    from cpersona.storage.pg.dialect import translate
+
+    try:
+        with conn.raw.cursor(binary=True) as cur:
+            cur.executemany(translate(sql).sql, rows)
+    except psycopg.Error as exc:
+        text = str(exc).strip()
+        raise sqlite3.DatabaseError(text.splitlines()[0] if text else type(exc).__name__) from exc
 
 
 def null_vector_rows(db: Database, table: Copied) -> int:
@@ -283,9 +331,9 @@ def identity_mark(db: Database, table: Copied) -> int:
         return 0
     if db.dialect == "postgresql":
         row = db.query_one(
-            "SELECT COALESCE((SELECT CASE WHEN is_called THEN last_value ELSE 0 END "
-            "FROM pg_sequences WHERE schemaname || '.' || sequencename = "
-            "pg_get_serial_sequence(?, 'id')), 0)",
+            # last_value is NULL until the sequence first hands out a value.
+            "SELECT COALESCE((SELECT last_value FROM pg_sequences "
+            "WHERE schemaname || '.' || sequencename = pg_get_serial_sequence(?, 'id')), 0)",
             (table.name,),
         )
         top = int(row[0]) if row and row[0] is not None else 0
