@@ -22,8 +22,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "migrate"))
 
-from cpersona.migrate import migrate, open_source, open_target  # noqa: E402
-from migrate_support import generate  # noqa: E402
+from cpersona.migrate import migrate, open_source, open_target
+from migrate_support import generate
 
 ROWS = 100_000
 SMOKE_ROWS = 1_200
