@@ -243,7 +243,11 @@ def floats_of(blob: bytes | bytearray | memoryview) -> array | None:  # type: ig
     values.frombytes(data)
     if sys.byteorder != "little":
         values.byteswap()
-    if any(v != v or v in (float("inf"), float("-inf")) for v in values):
+    # numpy, not a Python loop over the floats: this runs for every stored vector (the loop
+    # was 55% of `cpersona migrate`'s time to PostgreSQL).
+    import numpy as np
+
+    if not np.isfinite(np.frombuffer(data, dtype="<f4")).all():
         return None
     return values
 
