@@ -9,13 +9,22 @@ model record and a conversion in progress with staged vectors. Deterministic for
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 
 import numpy as np
+from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
+from cpersona.engine import Engine
+from cpersona.server.app import build_server
 from cpersona.storage import open_database
+from mcp import Client
 
 WORDS = [
     *[
@@ -155,8 +164,6 @@ def sequences(path: Path | str) -> dict[str, int]:
 def fingerprint(path: Path | str) -> dict[str, tuple[int, str]]:
     """(rows, SHA-256 of every row in key order) of each copied table: `dump` for databases
     too large to hold twice in memory."""
-    import hashlib
-
     uri = f"{Path(path).resolve().as_uri()}?mode=ro"
     out: dict[str, tuple[int, str]] = {}
     with closing(sqlite3.connect(uri, uri=True)) as conn:
@@ -169,3 +176,62 @@ def fingerprint(path: Path | str) -> dict[str, tuple[int, str]]:
                     n += 1
             out[table] = (n, digest.hexdigest())
     return out
+
+
+# -- running the command and reading answers ------------------------------------------------
+
+FIXTURE = Path("/work/shared/fixtures/cpersona-2.5.12-sample.db")
+KILLED = Path(__file__).with_name("killed_migration.py")
+WAIT = 240
+#: For the 2.5.12 fixture and the generated databases (each answers some of them).
+QUERIES = (
+    ("alice", "Postgres connection pool"),
+    ("alice", "会議"),
+    ("bob", "Redis rate limiter"),
+    ("alice", "deploy script force"),
+    ("bob", "backups nightly"),
+    ("alice", "ビルド Rust"),
+    ("alice", "harbor tea"),
+    ("bob", "note 12 maple"),
+    ("carol", "東京 地図"),
+)
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` with the hashing embedder and no configured PostgreSQL unless `env` says."""
+    base = {k: v for k, v in os.environ.items() if k != "CPERSONA_DATABASE_URL"}
+    full = {**base, "CPERSONA_EMBEDDING_MODE": "hashing", **(env or {})}
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=full, timeout=WAIT
+    )
+
+
+def migrate_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run("-m", "cpersona", "migrate", *args, env=env)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+async def recall_answers(
+    db: Path | str, *, database_url: str | None = None
+) -> list[dict[str, object]]:
+    """The recall answers to QUERIES through the MCP client, on `db` (or PostgreSQL)."""
+    settings = Settings(db_path=str(db), database_url=database_url, embedding_mode="hashing")
+    engine = Engine(settings, embedder=HashingProvider())
+    try:
+        async with Client(build_server(engine)) as client:
+            out = []
+            for agent, query in QUERIES:
+                result = await client.call_tool("recall", {"agent_id": agent, "query": query})
+                out.append(json.loads(result.content[0].text))
+            return out
+    finally:
+        engine.close()

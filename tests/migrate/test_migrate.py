@@ -3,90 +3,26 @@ verified, and refused with one line when the target or source is wrong."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
 import sqlite3
-import subprocess
-import sys
 from contextlib import closing
 from pathlib import Path
 
 import pytest
-from cpersona.config import Settings
-from cpersona.embedding.hashing import HashingProvider
-from cpersona.engine import Engine
-from cpersona.server.app import build_server
 from cpersona.storage import open_database
-from mcp import Client
-from migrate_support import dump, fingerprint, generate, sequences
-
-pytestmark = pytest.mark.anyio
-
-FIXTURE = Path("/work/shared/fixtures/cpersona-2.5.12-sample.db")
-KILLED = Path(__file__).with_name("killed_migration.py")
-WAIT = 240
-QUERIES = (
-    ("alice", "tea"),
-    ("alice", "東京"),
-    ("bob", "harbor schedule"),
-    ("alice", "garden in Kyoto"),
-    ("carol", "note 12"),
-    ("alice", "会議"),
+from migrate_support import (
+    KILLED,
+    digest,
+    dump,
+    fingerprint,
+    generate,
+    migrate_cli,
+    one_line,
+    recall_answers,
+    run,
+    sequences,
 )
 
-
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "CPERSONA_EMBEDDING_MODE": "hashing", **(env or {})}
-    full.pop("CPERSONA_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, env=full, timeout=WAIT
-    )
-
-
-def migrate_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return run("-m", "cpersona", "migrate", *args, env=env)
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def one_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    assert len(lines) == 1, text
-    return lines[0]
-
-
-async def recall_answers(db: Path | str) -> list[dict[str, object]]:
-    engine = Engine(Settings(db_path=str(db), embedding_mode="hashing"), embedder=HashingProvider())
-    try:
-        async with Client(build_server(engine)) as client:
-            out = []
-            for agent, query in QUERIES:
-                result = await client.call_tool("recall", {"agent_id": agent, "query": query})
-                out.append(json.loads(result.content[0].text))
-            return out
-    finally:
-        engine.close()
-
-
-@pytest.fixture
-def fixture_copy(tmp_path: Path) -> Path:
-    if not FIXTURE.exists():
-        pytest.skip(f"{FIXTURE} is not available")
-    for suffix in ("", "-wal", "-shm"):
-        if Path(f"{FIXTURE}{suffix}").exists():
-            shutil.copyfile(f"{FIXTURE}{suffix}", tmp_path / f"fixture.db{suffix}")
-    return tmp_path / "fixture.db"
-
-
-@pytest.fixture
-def generated(tmp_path: Path) -> Path:
-    db = tmp_path / "generated.db"
-    generate(db, 3000)
-    return db
+pytestmark = pytest.mark.anyio
 
 
 async def test_the_fixture_migrates_whole_and_unchanged(fixture_copy, tmp_path):

@@ -103,7 +103,7 @@ def open_read_only(location: str) -> Database:
     try:
         return cast(Database, PgDatabase(location, pool_size=PG_POOL, read_only=True))
     except ConnectionFailed as exc:
-        raise OpenFailed(str(exc)) from None
+        raise OpenFailed(f"{label(location)}: {exc}") from None
 
 
 def open_target(location: str, *, fts_enabled: bool) -> Database:
@@ -125,7 +125,7 @@ def open_target(location: str, *, fts_enabled: bool) -> Database:
     try:
         return open_database("", database_url=location, pool_size=PG_POOL)
     except (ConnectionFailed, MissingExtension) as exc:
-        raise OpenFailed(str(exc)) from None
+        raise OpenFailed(f"{label(location)}: {exc}") from None
     except sqlite3.Error as exc:  # what PgDatabase makes of the server's errors
         raise OpenFailed(f"cannot use {label(location)} as the target: {exc}") from None
 
