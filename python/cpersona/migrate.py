@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 from cpersona.config import Settings
@@ -404,6 +405,7 @@ def run_migrate(
             if not is_url(to) and force:
                 for table in TABLE_CODES:  # they would describe the replaced rows
                     index_file(to, table).unlink(missing_ok=True)
+                    Path(f"{to}.{table}.fts").unlink(missing_ok=True)
             done = migrate(
                 src, dst, source_location=source, force=force, batch=batch, sample=sample
             )
