@@ -161,9 +161,15 @@ def sequences(path: Path | str) -> dict[str, int]:
         }
 
 
-def fingerprint(path: Path | str) -> dict[str, tuple[int, str]]:
+#: The generated memories whose blobs are not float32 vectors (NULL after PostgreSQL).
+ODD_BLOB_IDS = frozenset({2, 3, 4})
+
+
+def fingerprint(
+    path: Path | str, *, nulled: frozenset[int] = frozenset()
+) -> dict[str, tuple[int, str]]:
     """(rows, SHA-256 of every row in key order) of each copied table: `dump` for databases
-    too large to hold twice in memory."""
+    too large to hold twice in memory. The memories in `nulled` count as having no embedding."""
     uri = f"{Path(path).resolve().as_uri()}?mode=ro"
     out: dict[str, tuple[int, str]] = {}
     with closing(sqlite3.connect(uri, uri=True)) as conn:
@@ -172,6 +178,8 @@ def fingerprint(path: Path | str) -> dict[str, tuple[int, str]]:
             digest, n = hashlib.sha256(), 0
             if table in have:
                 for row in conn.execute(f"SELECT * FROM {table} ORDER BY {key}"):
+                    if table == "memories" and row[0] in nulled:
+                        row = (*row[:8], None, *row[9:])
                     digest.update(repr(row).encode())
                     n += 1
             out[table] = (n, digest.hexdigest())

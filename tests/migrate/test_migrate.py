@@ -13,8 +13,6 @@ from migrate_support import (
     KILLED,
     digest,
     dump,
-    fingerprint,
-    generate,
     migrate_cli,
     one_line,
     recall_answers,
@@ -185,17 +183,3 @@ def test_a_bad_target_is_one_line(generated, tmp_path):
     bad = migrate_cli("--from", str(generated), "--to", str(junk))
     assert bad.returncode == 2
     assert one_line(bad.stderr).startswith(f"cpersona migrate: refused: cannot use {junk} as")
-
-
-@pytest.mark.slow
-def test_a_hundred_thousand_rows_round_trip(tmp_path):
-    source, middle, back = tmp_path / "big.db", tmp_path / "middle.db", tmp_path / "back.db"
-    generate(source, 100_000)
-    there = migrate_cli("--from", str(source), "--to", str(middle), "--batch", "2000")
-    assert there.returncode == 0, there.stderr
-    assert "copied 110,031 rows (99,998 memories, 10,000 episodes" in there.stderr
-    home = migrate_cli("--from", str(middle), "--to", str(back))
-    assert home.returncode == 0, home.stderr
-    want = fingerprint(source)
-    assert want["memories"][0] == 99_998
-    assert fingerprint(middle) == want and fingerprint(back) == want

@@ -7,6 +7,7 @@ import psycopg
 import pytest
 from migrate_support import (
     KILLED,
+    ODD_BLOB_IDS,
     QUERIES,
     dump,
     generate,
@@ -31,7 +32,9 @@ def without_odd_blobs(rows: dict[str, list[tuple[object, ...]]]) -> dict[str, li
     """`rows` as they come back from PostgreSQL: the generated blobs that are not float32
     vectors (memories 2, 3 and 4: odd length, empty, NaN) are NULL there."""
     out = dict(rows)
-    out["memories"] = [(*r[:8], None, *r[9:]) if r[0] in (2, 3, 4) else r for r in rows["memories"]]
+    out["memories"] = [
+        (*r[:8], None, *r[9:]) if r[0] in ODD_BLOB_IDS else r for r in rows["memories"]
+    ]
     return out
 
 
