@@ -112,7 +112,7 @@ def test_a_killed_migration_from_postgresql_resumes(generated, pg_url, tmp_path)
     assert dump(target) == without_odd_blobs(dump(generated))
 
 
-def test_postgresql_refusals_are_one_line(generated, pg_url, tmp_path):
+def test_postgresql_refusals_are_one_line(generated, fixture_copy, pg_url, tmp_path):
     nobody = "postgresql://someone:s3cret@127.0.0.1:9/nowhere"
     unused = tmp_path / "x.db"
     for args in (
@@ -133,3 +133,6 @@ def test_postgresql_refusals_are_one_line(generated, pg_url, tmp_path):
         "cpersona migrate: refused: the target holds 3308 rows; pass --force to replace them"
     )
     assert not unused.exists()
+    forced = migrate_cli("--from", str(fixture_copy), "--to", pg_url, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert pg_count(pg_url, "memories") == 59 and pg_count(pg_url, "episodes") == 3
