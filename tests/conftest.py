@@ -21,4 +21,4 @@ def anyio_backend() -> str:
 
 
 # PostgreSQL for the tests: `pg_url` (a fresh database) and `backend` (sqlite / postgresql).
-from pg_support import backend, pg_url  # noqa: E402, F401
+from pg_support import backend, database_url_for, pg_url  # noqa: E402, F401

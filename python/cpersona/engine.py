@@ -126,8 +126,9 @@ class Engine:
                 embedder, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
             )
         local = self.db.dialect == "sqlite"
-        # PostgreSQL: no index files of this host yet (pgvec scans in SQL; pgfts brings the
-        # full-text index); the arms that need them answer empty there.
+        # PostgreSQL: no index files of this host yet. The vector arm reads the exact window
+        # from the database (vectors/search.scan_sqlite); the FTS arms answer empty and the
+        # LIKE fallback serves until the full-text index is kept from fts_log there.
         indexes = (
             {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
             if local

@@ -28,14 +28,18 @@ def oc_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_engine(tmp_path: Path, oc_path: Path) -> Iterator[Callable[..., Engine]]:
+def make_engine(
+    tmp_path: Path, oc_path: Path, database_url_for: Callable[[str], str | None]
+) -> Iterator[Callable[..., Engine]]:
     engines: list[Engine] = []
 
     def make(**overrides: Any) -> Engine:
+        path = str(overrides.get("db_path", tmp_path / "mem.db"))
         base = Settings(
             db_path=str(tmp_path / "mem.db"),
             embedding_mode="hashing",
             operating_context_path=str(oc_path),
+            database_url=database_url_for(path),
         )
         engine = Engine(dataclasses.replace(base, **overrides), embedder=HashingProvider())
         engines.append(engine)

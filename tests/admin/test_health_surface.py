@@ -10,6 +10,7 @@ import pytest
 from cpersona import __version__
 from cpersona.health.registry import NAMES, REPORT_ONLY, summarise, verdict
 from health_support import corpus, of, plant, rows
+from pg_support import pending_on_postgresql
 
 pytestmark = pytest.mark.anyio
 
@@ -228,7 +229,8 @@ async def test_check_update_enabled_verdicts(connect: Any) -> None:
         assert (await tools("check_update", {"refresh": True}))["state"] == "unknown"
 
 
-async def test_health_fix_on_an_in_memory_database(connect: Any) -> None:
+async def test_health_fix_on_an_in_memory_database(connect: Any, backend: str) -> None:
+    pending_on_postgresql(backend, "seam", "health checks and repairs")
     async with connect(db_path=":memory:") as tools:
         await corpus(tools)
         plant(

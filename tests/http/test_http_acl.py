@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import sys
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cpersona.storage import open_database
 from http_support import WAIT, HttpServer, connect, initialize_body, post
 from mcp import Client, StdioServerParameters
+from pg_support import drop_database, fresh_database
 
 ADMIN = "admin-token-from-env"
 CLIENTS = {
@@ -39,17 +40,22 @@ def acl_file(path: Path, extra: list[dict[str, Any]] | None = None) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def server(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """One ACL server per backend (issue 12: the same checks on SQLite and PostgreSQL)."""
     work = tmp_path_factory.mktemp("acl")
+    url = fresh_database() if request.param == "postgresql" else None
     srv = HttpServer(work, {
         "CPERSONA_ACL_FILE": str(acl_file(work / "acl.json")),
         "CPT_ACL_ADMIN": ADMIN,
         "CPERSONA_AUTH_TOKEN": "legacy-token-ignored",
+        **({"CPERSONA_DATABASE_URL": url} if url else {}),
     })  # fmt: skip
     srv.start()
     yield srv
     assert srv.stop() == 0, srv.stderr
+    if url:
+        drop_database(url)
 
 
 def store_args(agent: str, content: str) -> dict[str, Any]:
@@ -132,13 +138,15 @@ async def test_http_acl_grant_matrix(server, seeded, client_id, mode):
             if tool in listed:
                 answer = await tools(tool, args)
                 assert answer.get("error") != "permission_denied", (tool, answer)
-    wrote_alpha = ("alpha", f"note {run}") in db_rows(server.db)
+    wrote_alpha = ("alpha", f"note {run}") in db_rows(server)
     assert wrote_alpha == ("write alpha" in ALLOWED[client_id])
 
 
-def db_rows(db: Path) -> list[tuple[str, str]]:
-    with closing(sqlite3.connect(db)) as conn:
-        return conn.execute("SELECT agent_id, content FROM memories").fetchall()
+def db_rows(server: HttpServer) -> list[tuple[str, str]]:
+    """The server's stored memories, read beside it (either backend)."""
+    url = server.env.get("CPERSONA_DATABASE_URL")
+    with closing(open_database(str(server.db), database_url=url, pool_size=1)) as db:
+        return [(r[0], r[1]) for r in db.query("SELECT agent_id, content FROM memories")]
 
 
 @pytest.mark.anyio
@@ -177,7 +185,7 @@ async def test_http_acl_reading_another_agent_is_denied_without_data(server, see
         # its own agent still answers, with data
         own = await tools("recall", {"agent_id": "alpha", "query": "vault code"})
         assert any("alpha secret" in m["content"] for m in own["messages"])
-    assert ("beta", "beta secret: the vault code") in db_rows(server.db)  # untouched
+    assert ("beta", "beta secret: the vault code") in db_rows(server)  # untouched
 
 
 def test_http_acl_ignores_the_legacy_token_with_a_warning(server):

@@ -67,3 +67,18 @@ def test_missing_vector_extension_stops_with_one_line_naming_pgvector(tmp_path):
         with psycopg.connect(_server_uri(), autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
             admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_urls_in_messages_never_carry_the_password():
+    from cpersona.storage.pg.db import redact
+
+    assert redact("postgresql://u:p%40ss@db.example:5432/mem?sslmode=require") == (
+        "postgresql://u@db.example:5432/mem?sslmode=require"
+    )
+    assert redact("postgresql://db/mem?user=u&password=hunter2&x=1") == (
+        "postgresql://db/mem?user=u&password=***&x=1"
+    )
+    assert redact("postgresql:///mem?host=/run/pg") == "postgresql:///mem?host=/run/pg"
+    assert redact("host=db dbname=mem password='a b' user=u") == (
+        "host=db dbname=mem password=*** user=u"
+    )

@@ -31,15 +31,19 @@ def export_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_engine(tmp_path: Path, export_dir: Path) -> Iterator[Callable[..., Engine]]:
+def make_engine(
+    tmp_path: Path, export_dir: Path, database_url_for: Callable[[str], str | None]
+) -> Iterator[Callable[..., Engine]]:
     engines: list[Engine] = []
 
     def make(embedder: Any = None, **overrides: Any) -> Engine:
+        path = str(overrides.get("db_path", tmp_path / "mem.db"))
         base = Settings(
             db_path=str(tmp_path / "mem.db"),
             embedding_mode="hashing",
             export_dir=str(export_dir),
             operating_context_path=str(tmp_path / "no-operating-context.toml"),
+            database_url=database_url_for(path),
         )
         engine = Engine(
             dataclasses.replace(base, **overrides),

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
+from cpersona.config import Settings
 from cpersona.engine import Engine
+from cpersona.storage import open_database
 from mcp import Client
 
 
@@ -45,10 +46,10 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def blobs(db_path: Path, table: str) -> dict[int, bytes | None]:
-    """id -> embedding BLOB of a table, read straight from a database file (read-only)."""
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+def blobs(settings: Settings, table: str) -> dict[int, bytes | None]:
+    """id -> embedding BLOB of a table, read beside the server (either backend)."""
+    db = open_database(settings.db_path, database_url=settings.database_url, pool_size=1)
     try:
-        return {row[0]: row[1] for row in conn.execute(f"SELECT id, embedding FROM {table}")}
+        return {row[0]: row[1] for row in db.query(f"SELECT id, embedding FROM {table}")}
     finally:
-        conn.close()
+        db.close()

@@ -8,6 +8,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from cpersona.config import Settings
+from cpersona.storage import open_database
 from portability_support import read_jsonl
 
 pytestmark = pytest.mark.anyio
@@ -15,16 +17,29 @@ pytestmark = pytest.mark.anyio
 FIXTURE = Path("/work/shared/fixtures/cpersona-2.5.12-sample.db")
 
 
+_ROWS = (
+    "SELECT agent_id, project_id, channel, content, msg_id, source, timestamp, metadata, "
+    "locked, created_at, embedding FROM memories"
+)
+
+
 def memory_rows(db: Path) -> dict[tuple[str, str, str, str], tuple[object, ...]]:
     """(agent, project, channel, content) -> the row's other fields, embedding included."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        rows = conn.execute(
-            "SELECT agent_id, project_id, channel, content, msg_id, source, timestamp, metadata, "
-            "locked, created_at, embedding FROM memories"
-        ).fetchall()
+        rows = conn.execute(_ROWS).fetchall()
     finally:
         conn.close()
+    return {tuple(r[:4]): tuple(r[4:]) for r in rows}
+
+
+def restored_rows(settings: Settings) -> dict[tuple[str, str, str, str], tuple[object, ...]]:
+    """As `memory_rows`, of the database a restoring engine wrote (either backend)."""
+    db = open_database(settings.db_path, database_url=settings.database_url, pool_size=1)
+    try:
+        rows = db.query(_ROWS)
+    finally:
+        db.close()
     return {tuple(r[:4]): tuple(r[4:]) for r in rows}
 
 
@@ -44,7 +59,8 @@ async def test_portability_fixture_export_imports_with_embeddings(
 ):
     original = memory_rows(fixture_copy)  # read before cpersona opens (and migrates) it
     assert len(original) == 59 and all(row[-1] for row in original.values())
-    async with open_client(db_path=str(fixture_copy)) as old:
+    # The 2.5.x file is SQLite whatever the backend; its export restores into the backend.
+    async with open_client(db_path=str(fixture_copy), database_url=None) as old:
         out = await old(
             "export_memories",
             {"agent_id": "", "output_path": "v2512.jsonl", "include_embeddings": True},
@@ -72,4 +88,4 @@ async def test_portability_fixture_export_imports_with_embeddings(
         episodes = await new("list_episodes", {"agent_id": "alice"})
         assert episodes["count"] == 3
     # Every field and the very bytes of every embedding, row for row.
-    assert memory_rows(restored_db) == original
+    assert restored_rows(new.engine.settings) == original

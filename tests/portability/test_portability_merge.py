@@ -168,10 +168,20 @@ async def test_portability_merge_dry_run_changes_nothing(tools):
 async def test_portability_merge_failure_midway_changes_neither_agent(tools, mode):
     await corpus(tools)
     # Memories are copied first; the episode copy then fails inside the same transaction.
-    tools.execute(
-        "CREATE TRIGGER fail_merge BEFORE INSERT ON episodes WHEN new.agent_id = 'carol' "
-        "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
-    )
+    if tools.engine.db.dialect == "sqlite":
+        tools.execute(
+            "CREATE TRIGGER fail_merge BEFORE INSERT ON episodes WHEN new.agent_id = 'carol' "
+            "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+        )
+    else:
+        tools.execute(
+            "CREATE FUNCTION fail_merge() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'disk on fire'; END $$"
+        )
+        tools.execute(
+            "CREATE TRIGGER fail_merge BEFORE INSERT ON episodes FOR EACH ROW "
+            "WHEN (new.agent_id = 'carol') EXECUTE FUNCTION fail_merge()"
+        )
     before = tools.rows()
     out = await tools(
         "merge_memories", {"source_agent_id": "alice", "target_agent_id": "carol", "mode": mode}

@@ -178,8 +178,8 @@ async def test_portability_import_embeds_rows_without_vectors(open_client, tmp_p
         # Same model, same vectors: the restored agent recalls exactly what the original did.
         got = await target("recall", query)
     assert [m["content"] for m in got["messages"]] == [m["content"] for m in expected["messages"]]
-    assert all(blob is not None for blob in blobs(db, "memories").values())
-    assert all(blob is not None for blob in blobs(db, "episodes").values())
+    assert all(blob is not None for blob in blobs(target.engine.settings, "memories").values())
+    assert all(blob is not None for blob in blobs(target.engine.settings, "episodes").values())
 
 
 async def test_portability_import_counts_rows_left_without_vectors(open_client, tmp_path):
@@ -193,7 +193,7 @@ async def test_portability_import_counts_rows_left_without_vectors(open_client, 
         assert out["missing_embeddings"] == 2
         assert "check_health" in out["missing_embeddings_hint"]
         assert "embedded_on_import" not in out
-    assert list(blobs(db, "memories").values()) == [None]
+    assert list(blobs(target.engine.settings, "memories").values()) == [None]
 
 
 def write_lines(path: Path, records: list[Any]) -> None:

@@ -27,10 +27,13 @@ from mcp import Client
 from recall_support import Tools
 
 
-@pytest.fixture(params=["rust", "numpy"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs the test on each kernel backend (the vector scan, fusion and the backfill dot)."""
-    if request.param == "numpy":
+@pytest.fixture(params=["rust-sqlite", "numpy-sqlite", "rust-postgresql"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Runs the test on each kernel backend (the vector scan, fusion and the backfill dot) over
+    SQLite, and on the Rust kernels over PostgreSQL (issue 12; the kernels do not depend on
+    the database, so the numpy twin is not run twice)."""
+    kernels, database = str(request.param).split("-")
+    if kernels == "numpy":
         module = _fallback
     else:
         try:
@@ -41,18 +44,27 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
             pytest.skip("cpersona._core is not built")
     monkeypatch.setattr(pipeline, "kernels", module)
     monkeypatch.setattr(search, "kernels", module)
-    return str(request.param)
+    yield database
 
 
 @pytest.fixture
-def make_engine(tmp_path: Path, backend: str) -> Iterator[Callable[..., Engine]]:
-    """`make_engine(path="mem.db", embedder=None, **settings_overrides)`: hashing by default."""
+def make_engine(
+    tmp_path: Path, database_url_for: Callable[[str], str | None]
+) -> Iterator[Callable[..., Engine]]:
+    """`make_engine(path="mem.db", embedder=None, **settings_overrides)`: hashing by default.
+    On PostgreSQL each distinct `path` is its own fresh database."""
     engines: list[Engine] = []
 
     def make(path: str = "mem.db", embedder: Any = None, **overrides: Any) -> Engine:
+        url = database_url_for(path)
         # These tests pin the spec's fusion default, rrf (retrieval.md §17), which is also
         # cpersona's default; a test passes recall_mode to change it.
-        base = Settings(db_path=str(tmp_path / path), embedding_mode="hashing", recall_mode="rrf")
+        base = Settings(
+            db_path=str(tmp_path / path),
+            embedding_mode="hashing",
+            recall_mode="rrf",
+            database_url=url,
+        )
         provider = HashingProvider() if embedder is None else embedder
         engine = Engine(dataclasses.replace(base, **overrides), embedder=provider)
         engines.append(engine)

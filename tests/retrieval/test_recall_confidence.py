@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import cpersona.retrieval.pipeline as pipeline
 import pytest
+from pg_support import pending_on_postgresql
 from recall_support import AGENT, hours_before
 
 pytestmark = pytest.mark.anyio
@@ -153,7 +154,11 @@ async def test_every_row_carries_confidence(connect):
     ("mode", "vector_signal", "keyword_signal"),
     [("rrf", "cosine", "rrf"), ("rsf", "rsf", "rsf"), ("cascade", "cosine", None)],
 )
-async def test_signal_precedence_without_confidence(connect, mode, vector_signal, keyword_signal):
+async def test_signal_precedence_without_confidence(
+    connect, mode, vector_signal, keyword_signal, backend
+):
+    if mode == "cascade":
+        pending_on_postgresql(backend, "pgfts", "the full-text arm")
     # A row the vector arm cannot see (threshold above any cosine) but FTS can.
     async with connect(recall_mode=mode, autocut_enabled=False) as t:
         await _corpus(t)

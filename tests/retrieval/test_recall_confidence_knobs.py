@@ -15,6 +15,7 @@ import math
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cpersona.config import Settings
@@ -71,6 +72,24 @@ def expected(
     return math.sqrt(c_hat * tau) * kappa * pi
 
 
+def _write_corpus(engine: Engine) -> None:
+    w = engine.writer
+    for content, hours in MEMORIES:
+        stamp = (NOW - timedelta(hours=hours)).isoformat()
+        assert w.store(AGENT, {"content": content, "timestamp": stamp}, "", "")["id"]
+    for summary, resolved, hours in (
+        ("alpha ledger retro", False, 50),
+        ("alpha ledger review", True, 60),
+    ):
+        stamp = (NOW - timedelta(hours=hours)).isoformat()
+        assert w.archive_episode(AGENT, summary, [{"timestamp": stamp}], "", resolved, "", "")["ok"]
+    for i in range(46):  # a pool of 50 rows and more lets the profile through
+        assert w.store(AGENT, {"content": f"pool row {i}", "timestamp": T_MAX.isoformat()}, "", "")[
+            "id"
+        ]
+    assert w.update_profile(AGENT, "keeps the ledger")["ok"]
+
+
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The corpus, written once per module; each test recalls from its own copy."""
@@ -79,30 +98,17 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         Settings(db_path=str(path), embedding_mode="hashing"), embedder=HashingProvider()
     )
     try:
-        w = engine.writer
-        for content, hours in MEMORIES:
-            stamp = (NOW - timedelta(hours=hours)).isoformat()
-            assert w.store(AGENT, {"content": content, "timestamp": stamp}, "", "")["id"]
-        for summary, resolved, hours in (
-            ("alpha ledger retro", False, 50),
-            ("alpha ledger review", True, 60),
-        ):
-            stamp = (NOW - timedelta(hours=hours)).isoformat()
-            assert w.archive_episode(AGENT, summary, [{"timestamp": stamp}], "", resolved, "", "")[
-                "ok"
-            ]
-        for i in range(46):  # a pool of 50 rows and more lets the profile through
-            assert w.store(
-                AGENT, {"content": f"pool row {i}", "timestamp": T_MAX.isoformat()}, "", ""
-            )["id"]
-        assert w.update_profile(AGENT, "keeps the ledger")["ok"]
+        _write_corpus(engine)
     finally:
         engine.close()
     return path
 
 
 @pytest.fixture
-def corpus(template: Path, tmp_path: Path) -> None:
+def corpus(template: Path, tmp_path: Path, backend: str, make_engine: Any) -> None:
+    if backend == "postgresql":  # the test's own database: written through the tools' writer
+        _write_corpus(make_engine())
+        return
     src, dst = sqlite3.connect(template), sqlite3.connect(tmp_path / "mem.db")
     try:
         src.backup(dst)

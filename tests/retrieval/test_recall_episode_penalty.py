@@ -13,6 +13,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pg_support import pending_on_postgresql
 from recall_support import IDENT, LEXICAL, hours_before, iso
 
 pytestmark = pytest.mark.anyio
@@ -160,7 +161,8 @@ async def test_in_scope_episode_in_another_channel_applies_without_a_channel_fil
     )
 
 
-async def test_penalty_resorts_fused_rows_without_confidence(connect):
+async def test_penalty_resorts_fused_rows_without_confidence(connect, backend):
+    pending_on_postgresql(backend, "pgfts", "the full-text arm")
     # An exact match stamped long before the boundary loses half its rrf; a fresh partial match
     # overtakes it. With the penalty off the exact match stays last (best).
     async with connect(episode_penalty_enabled=False) as off, connect() as on:

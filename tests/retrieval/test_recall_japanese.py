@@ -9,6 +9,7 @@ best match: the LAST message.
 from __future__ import annotations
 
 import pytest
+from pg_support import pending_on_postgresql
 from recall_support import AGENT
 
 pytestmark = pytest.mark.anyio
@@ -59,7 +60,8 @@ async def test_three_character_query_takes_trigram_match(connect):
     assert [m["content"] for m in mixed] == ["CPersona の設定ファイルを確認する"]
 
 
-async def test_rsf_ranks_the_bm25_strongest_row_last(connect):
+async def test_rsf_ranks_the_bm25_strongest_row_last(connect, backend):
+    pending_on_postgresql(backend, "pgfts", "the full-text arm")
     await _corpus(connect)
     query = "会議室の予約"
     async with connect() as t:

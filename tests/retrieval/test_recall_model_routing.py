@@ -6,13 +6,16 @@ deterministic); tests/admin/test_model_switch.py does the same with MiniLM and e
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from typing import Any
 
 import numpy as np
 import pytest
+from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
+from cpersona.storage import Database, open_database
+from cpersona.storage.db import embedding_param
 
 pytestmark = pytest.mark.anyio
 
@@ -20,15 +23,24 @@ QUERY = "rollout strategy for kubernetes clusters"
 DOC = "kubernetes rollout strategy notes"
 
 
-def widths(path: str, table: str = "memories") -> set[int | None]:
-    with closing(sqlite3.connect(path)) as conn:
-        rows = conn.execute(f"SELECT length(embedding) FROM {table}").fetchall()
+@contextmanager
+def database(settings: Settings) -> Iterator[Database]:
+    """The engine's database opened on its own (another process's view), either backend."""
+    with closing(
+        open_database(settings.db_path, database_url=settings.database_url, pool_size=2)
+    ) as db:
+        yield db
+
+
+def widths(settings: Settings, table: str = "memories") -> set[int | None]:
+    with database(settings) as db:
+        rows = db.query(f"SELECT length(embedding) FROM {table}")
     return {None if r[0] is None else r[0] // 4 for r in rows}
 
 
-def recorded(path: str) -> dict[str, str]:
-    with closing(sqlite3.connect(path)) as conn:
-        return dict(conn.execute("SELECT tbl, model FROM cpersona_vector_model"))
+def recorded(settings: Settings) -> dict[str, str]:
+    with database(settings) as db:
+        return {r[0]: r[1] for r in db.query("SELECT tbl, model FROM cpersona_vector_model")}
 
 
 def cosine_scored(messages: list[dict[str, Any]]) -> list[str]:
@@ -37,10 +49,10 @@ def cosine_scored(messages: list[dict[str, Any]]) -> list[str]:
 
 async def test_first_write_records_the_model(connect: Any) -> None:
     async with connect() as t:
-        assert recorded(t.engine.settings.db_path) == {}
+        assert recorded(t.engine.settings) == {}
         await t.store(DOC)
         await t.episode("a session about deploys")
-        assert recorded(t.engine.settings.db_path) == {
+        assert recorded(t.engine.settings) == {
             "memories": "hashing:384",
             "episodes": "hashing:384",
         }
@@ -49,7 +61,7 @@ async def test_first_write_records_the_model(connect: Any) -> None:
 async def test_another_configured_model_is_served_by_the_stored_one(connect: Any) -> None:
     async with connect(embedder=HashingProvider(64)) as t:
         await t.store(DOC)
-        path = t.engine.settings.db_path
+        path = t.engine.settings
     async with connect(embedder=HashingProvider(384)) as t:
         notice = t.engine.router.notice()
         assert notice is not None and "`cpersona reembed`" in notice and "hashing:64" in notice
@@ -64,8 +76,8 @@ async def test_another_configured_model_is_served_by_the_stored_one(connect: Any
 async def test_a_model_unavailable_here_turns_the_vector_arm_off(connect: Any) -> None:
     async with connect() as t:
         await t.store(DOC)
-        path = t.engine.settings.db_path
-    with closing(sqlite3.connect(path)) as conn, conn:
+        path = t.engine.settings
+    with database(path) as db, db.atomic() as conn:
         conn.execute("UPDATE cpersona_vector_model SET model = 'api:text-embedding-3-large'")
     async with connect() as t:
         out = await t.recall(QUERY)
@@ -86,15 +98,18 @@ async def test_a_model_unavailable_here_turns_the_vector_arm_off(connect: Any) -
 async def test_a_cut_over_between_embedding_and_commit_re_embeds_the_row(connect: Any) -> None:
     async with connect() as t:
         await t.store(DOC)
-        path = t.engine.settings.db_path
+        path = t.engine.settings
 
         class SwitchesMidway(HashingProvider):
             """Embeds, then another process records the table as 32-wide (a cut-over)."""
 
             def embed(self, texts: Any, *, kind: Any = "passage") -> np.ndarray:
                 out = super().embed(texts, kind=kind)
-                with closing(sqlite3.connect(path)) as conn, conn:
-                    conn.execute("UPDATE memories SET embedding = zeroblob(128)")
+                with database(path) as db, db.atomic() as conn:
+                    conn.execute(
+                        "UPDATE memories SET embedding = ?",
+                        (embedding_param(conn, bytes(128)),),
+                    )
                     conn.execute("UPDATE cpersona_vector_model SET model = 'hashing:32', dim = 32")
                 return out
 
@@ -109,16 +124,16 @@ async def test_a_cut_over_between_embedding_and_commit_re_embeds_the_row(connect
 async def test_unrecorded_vectors_are_identified_when_first_served(connect: Any) -> None:
     async with connect() as t:
         await t.store(DOC)
-        path = t.engine.settings.db_path
-    with closing(sqlite3.connect(path)) as conn, conn:
+        path = t.engine.settings
+    with database(path) as db, db.atomic() as conn:
         conn.execute("DELETE FROM cpersona_vector_model")  # a database from before the record
     # The services (and the model probe with them) are built by the first call that needs them
     # (docs/performance.md, "Start-up"), not when the database is opened.
     async with connect() as t:
         await t("recall", {"agent_id": "alice", "query": "anything"})
-    with closing(sqlite3.connect(path)) as conn:
-        row = conn.execute("SELECT model, how FROM cpersona_vector_model WHERE tbl = 'memories'")
-        assert tuple(row.fetchone()) == ("hashing:384", "probed")
+    with database(path) as db:
+        row = db.query_one("SELECT model, how FROM cpersona_vector_model WHERE tbl = 'memories'")
+        assert tuple(row) == ("hashing:384", "probed")
 
 
 @pytest.mark.parametrize("width", [64, 384])
@@ -128,7 +143,7 @@ async def test_a_table_whose_vectors_are_all_gone_is_claimed_again(
     async with connect(embedder=HashingProvider(64)) as t:
         first = await t.store(DOC)
         await t("delete_memory", {"agent_id": "alice", "memory_id": first})
-        path = t.engine.settings.db_path
+        path = t.engine.settings
     async with connect(embedder=HashingProvider(width)) as t:
         await t.store("a fact after the table emptied")
     assert widths(path) == {width}

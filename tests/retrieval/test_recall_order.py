@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from pg_support import pending_on_postgresql
 from recall_support import scores
 
 pytestmark = pytest.mark.anyio
@@ -39,7 +40,9 @@ def ascending(values: list[float]) -> bool:
         ({"recall_mode": "rsf", "confidence_enabled": True, "autocut_enabled": False}, "score"),
     ],
 )
-async def test_scores_ascend_and_the_exact_match_is_last(connect, overrides, key):
+async def test_scores_ascend_and_the_exact_match_is_last(connect, overrides, key, backend):
+    if overrides.get("recall_mode") == "rsf":
+        pending_on_postgresql(backend, "pgfts", "the full-text arm")
     async with connect(**overrides) as t:
         await t.store_all(CORPUS)
         messages = await t.messages(EXACT, deep=True)

@@ -11,6 +11,7 @@ cap (test_recall_preview), the advisory (test_recall_degraded), the external-con
 from __future__ import annotations
 
 import pytest
+from pg_support import pending_on_postgresql
 from recall_support import AGENT, IDENT, LEXICAL
 
 pytestmark = pytest.mark.anyio
@@ -167,7 +168,8 @@ async def test_scope_stats_cache(connect, settings, fresh):
 
 
 @pytest.mark.parametrize("mode", ["rrf", "rsf", "cascade"])
-async def test_fts_enabled(connect, mode):
+async def test_fts_enabled(connect, mode, backend):
+    pending_on_postgresql(backend, "pgfts", "the full-text arm")
     notes = [*NOTES, LEXICAL]
     if mode == "cascade":
         notes += [f"filler {i}" for i in range(100)]  # a pool of 100: unscored rows pass

@@ -11,6 +11,8 @@ CPERSONA_VECTOR_FAR_LIMIT only caps how many far rows vote. Spec: retrieval.md ย
 from __future__ import annotations
 
 import pytest
+from cpersona.storage.db import embedding_param
+from pg_support import pending_on_postgresql
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +37,8 @@ async def answer(connect, query: str = QUERY, **settings) -> dict[str, dict]:
         return {m["content"]: m.get("match_reason") for m in await t.messages(query, deep=True)}
 
 
-async def test_a_row_leaves_the_vector_window_but_stays_reachable(connect):
+async def test_a_row_leaves_the_vector_window_but_stays_reachable(connect, backend):
+    pending_on_postgresql(backend, "pgfts", "the full-text arm")
     await _corpus(connect)
     inside = await answer(connect, max_memories=WINDOW + 1)
     assert inside[X]["signal"] == "cosine"
@@ -103,7 +106,8 @@ async def test_far_limit_caps_the_far_votes_only(connect):
             assert got[c] == full[c]  # never changes a score
 
 
-async def test_raising_the_reach_never_removes_a_row(connect):
+async def test_raising_the_reach_never_removes_a_row(connect, backend):
+    pending_on_postgresql(backend, "pgfts", "the full-text arm")
     # An old row returned through FTS (gated on its rrf score) that the far list also ranks,
     # with a cosine below the gate: the far vote must not make it disappear (ยง19.2).
     old = "invoice 4471 paid late; parking, coffee, weather, holidays, travel, offsite, agenda"
@@ -154,7 +158,8 @@ async def test_the_window_holds_the_newest_rows_of_a_burst(connect):
     assert {c for c in got if c in rows} == set(rows[-2:])
 
 
-async def test_zero_window_leaves_fts_and_keyword_only(connect):
+async def test_zero_window_leaves_fts_and_keyword_only(connect, backend):
+    pending_on_postgresql(backend, "pgfts", "the full-text arm")
     await _corpus(connect)
     got = await answer(connect, "kubernetes rollout", max_memories=0)
     assert got and all("cosine" not in r for r in got.values())
@@ -185,7 +190,7 @@ async def test_rows_of_a_foreign_width_take_a_position_and_are_skipped(connect):
         with t.engine.db.atomic() as conn:
             conn.execute(
                 "UPDATE memories SET embedding = ? WHERE content = ?",
-                (blob, "kubernetes rollout strategy notes"),
+                (embedding_param(conn, blob), "kubernetes rollout strategy notes"),
             )
     # The window holds the newest 2 rows: the 64-wide one (skipped) and the filler; X is out.
     got = await answer(connect, QUERY, max_memories=2)

@@ -23,13 +23,18 @@ def settings(tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def make_engine(tmp_path: Path, backend: str | None) -> Callable[..., Engine]:
+def make_engine(
+    tmp_path: Path, database_url_for: Callable[[str], str | None]
+) -> Callable[..., Engine]:
     """Engines on the test's backend (tests/pg_support.py: SQLite, then PostgreSQL)."""
     engines: list[Engine] = []
 
     def make(**overrides: Any) -> Engine:
+        path = str(overrides.get("db_path", tmp_path / "mem.db"))
         base = Settings(
-            db_path=str(tmp_path / "mem.db"), embedding_mode="hashing", database_url=backend
+            db_path=str(tmp_path / "mem.db"),
+            embedding_mode="hashing",
+            database_url=database_url_for(path),
         )
         engine = Engine(dataclasses.replace(base, **overrides), embedder=HashingProvider())
         engines.append(engine)

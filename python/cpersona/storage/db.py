@@ -268,6 +268,12 @@ def _prepare_file(path: Path) -> None:
         log.warning("database %s is readable by group or others; consider chmod 600", path)
 
 
+def dialect_of(conn: Any) -> str:
+    """The backend of a connection of either Database ("sqlite" or "postgresql"), for the
+    storage functions that take a connection and must branch (few)."""
+    return str(getattr(conn, "dialect", "sqlite"))
+
+
 def embedding_param(conn: Any, blob: bytes | None) -> object:
     """The parameter that stores `blob` in an embedding column through `conn` (a connection of
     either backend): the bytes on SQLite, a pgvector `vector` (or NULL when the BLOB cannot be

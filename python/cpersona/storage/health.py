@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cpersona.storage import schema
-from cpersona.storage.db import embedding_param, quote_identifier
+from cpersona.storage.db import dialect_of, embedding_param, quote_identifier
 
 Conn = sqlite3.Connection
 Params = list[Any]
@@ -66,6 +66,8 @@ def count(conn: Conn, table: str, agent_id: str = "") -> int:
 
 
 def db_size(conn: Conn) -> int:
+    if dialect_of(conn) == "postgresql":  # the database's files
+        return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
     pages = conn.execute("PRAGMA page_count").fetchone()[0]
     size = conn.execute("PRAGMA page_size").fetchone()[0]
     return int(pages) * int(size)

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from cpersona.storage.db import Database, embedding_param
+from cpersona.storage.db import Database, dialect_of, embedding_param
 
 #: Rows fetched per round trip when streaming a table, and ids bound per DELETE.
 PAGE = 500
@@ -434,16 +434,39 @@ def rechannel_recoverable(conn: sqlite3.Connection, agent_id: str | None) -> int
     """Move recoverable `discord` rows to their channel; a row whose new identity collides
     with the content UNIQUE index stays unchanged. The number of rows moved."""
     where, params = _agent(agent_id)
-    return conn.execute(
-        f"UPDATE OR IGNORE memories SET channel = {_RECOVERED} WHERE {_RECOVERABLE} AND {where}",
-        (SNOWFLAKE_SESSION_GLOB, *params),
-    ).rowcount
+    return _rechannel(
+        conn, _RECOVERED, f"{_RECOVERABLE} AND {where}", (SNOWFLAKE_SESSION_GLOB, *params)
+    )
 
 
 def globalize_unrecoverable(conn: sqlite3.Connection, agent_id: str | None) -> int:
     """Move the unrecoverable `discord` rows to channel '' (collisions stay); rows moved."""
     where, params = _agent(agent_id)
-    return conn.execute(
-        f"UPDATE OR IGNORE memories SET channel = '' WHERE {_UNRECOVERABLE} AND {where}",
-        (SNOWFLAKE_SESSION_GLOB, *params),
-    ).rowcount
+    return _rechannel(
+        conn, "''", f"{_UNRECOVERABLE} AND {where}", (SNOWFLAKE_SESSION_GLOB, *params)
+    )
+
+
+def _rechannel(
+    conn: sqlite3.Connection, channel: str, where: str, params: tuple[object, ...]
+) -> int:
+    """`UPDATE OR IGNORE memories SET channel = <channel> WHERE <where>`: rows whose new
+    identity collides with the content UNIQUE index stay; the number of rows moved."""
+    if dialect_of(conn) == "sqlite":
+        return conn.execute(
+            f"UPDATE OR IGNORE memories SET channel = {channel} WHERE {where}", params
+        ).rowcount
+    # PostgreSQL has no UPDATE OR IGNORE: row by row in id order (as SQLite visits them),
+    # each move made only where no row already holds its new identity.
+    moved = 0
+    targets = conn.execute(
+        f"SELECT id, {channel} FROM memories WHERE {where} ORDER BY id", params
+    ).fetchall()
+    for row_id, new in targets:
+        moved += conn.execute(
+            "UPDATE memories SET channel = ? WHERE id = ? AND NOT EXISTS (SELECT 1 FROM "
+            "memories o WHERE o.agent_id = memories.agent_id AND o.project_id = "
+            "memories.project_id AND o.channel = ? AND o.content = memories.content)",
+            (new, row_id, new),
+        ).rowcount
+    return moved

@@ -275,5 +275,5 @@ def fill_vector(conn: Conn, table: str, row_id: int, text: str, blob: bytes) -> 
     column = TEXT_COLUMN[_check(table)]
     return conn.execute(
         f"UPDATE {table} SET embedding = ? WHERE id = ? AND embedding IS NULL AND {column} = ?",
-        (blob, row_id, text),
+        (embedding_param(conn, blob), row_id, text),
     ).rowcount

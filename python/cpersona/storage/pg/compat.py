@@ -121,6 +121,26 @@ BEGIN
     RETURN out;
 END
 $fn$""",
+    # datetime(t, modifier, ...) for SQLite's '[+-]N days|hours|minutes|seconds' modifiers
+    # (the result is the moved instant in UTC); any other modifier gives NULL.
+    r"""CREATE OR REPLACE FUNCTION datetime(t text, VARIADIC mods text[]) RETURNS text
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $fn$
+DECLARE
+    jd bigint := (sqlite_time(t))[1]::bigint;
+    mod text;
+    m text[];
+BEGIN
+    IF jd IS NULL THEN RETURN NULL; END IF;
+    FOREACH mod IN ARRAY mods LOOP
+        m := regexp_match(lower(btrim(mod)),
+                          '^([+-]?[0-9]+(?:\.[0-9]*)?)\s+(day|hour|minute|second)s?$');
+        IF m IS NULL THEN RETURN NULL; END IF;
+        jd := jd + round(m[1]::numeric * CASE m[2] WHEN 'day' THEN 86400000
+            WHEN 'hour' THEN 3600000 WHEN 'minute' THEN 60000 ELSE 1000 END)::bigint;
+    END LOOP;
+    RETURN datetime(((jd / 86400000.0)::numeric(20, 10))::text);
+END
+$fn$""",
     """CREATE OR REPLACE FUNCTION datetime(t text) RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE AS $fn$ SELECT strftime('%Y-%m-%d %H:%M:%S', t) $fn$""",
     """CREATE OR REPLACE FUNCTION json_valid(t text) RETURNS integer

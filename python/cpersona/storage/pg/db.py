@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import re
 import sqlite3
 import struct
@@ -35,7 +36,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from cpersona.storage.pg.dialect import translate
 
@@ -52,7 +53,10 @@ Tracer = Callable[[str, Any], None]
 
 
 def redact(url: str) -> str:
-    """`url` with any password removed (for messages and logs)."""
+    """`url` with any password removed (for messages and logs); a libpq keyword string
+    (`host=... password=...`) has its password value replaced."""
+    if "://" not in url:
+        return re.sub(r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", url)
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -63,7 +67,10 @@ def redact(url: str) -> str:
         user = userinfo.split(":", 1)[0]
         netloc = f"{user}@{host}" if user else host
     query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    out = f"{parts.scheme}://{netloc}{parts.path}"
+    return out + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
 class Row(tuple):  # type: ignore[type-arg]
@@ -130,6 +137,8 @@ class PgCursor:
 class PgConnection:
     """One pooled psycopg connection behind the sqlite3.Connection subset storage uses."""
 
+    dialect = "postgresql"
+
     def __init__(self, conn: psycopg.Connection[Any], tracer: Tracer | None) -> None:
         self.raw = conn
         self._tracer = tracer
@@ -190,6 +199,8 @@ def _mapped(exc: Exception) -> Exception:
 class _Reader:
     """This thread's read facade over the pool (see the module docstring)."""
 
+    dialect = "postgresql"
+
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
         self._pinned: PgConnection | None = None
@@ -243,13 +254,7 @@ def floats_of(blob: bytes | bytearray | memoryview) -> array | None:  # type: ig
     values.frombytes(data)
     if sys.byteorder != "little":
         values.byteswap()
-    # numpy, not a Python loop over the floats: this runs for every stored vector (the loop
-    # was 55% of `cpersona migrate`'s time to PostgreSQL).
-    import numpy as np
-
-    if not np.isfinite(np.frombuffer(data, dtype="<f4")).all():
-        return None
-    return values
+    return values if all(map(math.isfinite, values)) else None
 
 
 def _vector_param(blob: bytes | None) -> VectorParam | None:

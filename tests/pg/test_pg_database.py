@@ -1,0 +1,128 @@
+"""PgDatabase itself: rows, transactions, the write lock, vectors, the change log."""
+
+from __future__ import annotations
+
+import sqlite3
+import struct
+import threading
+from collections.abc import Iterator
+
+import pytest
+from cpersona.storage import open_database
+from cpersona.storage.change_log import ChangeLog
+from cpersona.storage.pg.db import PgDatabase
+
+
+@pytest.fixture
+def db(pg_url: str) -> Iterator[PgDatabase]:
+    database = open_database("", database_url=pg_url, pool_size=4)
+    yield database  # type: ignore[misc]
+    database.close()
+
+
+def insert(conn, content: str, embedding: bytes | None = None) -> int | None:
+    cur = conn.execute(
+        "INSERT OR IGNORE INTO memories (agent_id, content, timestamp, embedding) "
+        "VALUES (?, ?, ?, ?)",
+        ("a", content, "2026-01-01T00:00:00+00:00", conn.vector_param(embedding)),
+    )
+    return cur.lastrowid if cur.rowcount == 1 else None
+
+
+def test_rows_answer_by_index_name_and_as_tuples(db: PgDatabase) -> None:
+    with db.atomic() as conn:
+        new = insert(conn, "x")
+    row = db.query_one("SELECT id, agent_id AS Agent FROM memories WHERE id = ?", (new,))
+    assert row is not None
+    assert (row[0], row["agent"], row["AGENT"], tuple(row)) == (new, "a", "a", (new, "a"))
+
+
+def test_insert_or_ignore_reports_the_new_id_or_nothing(db: PgDatabase) -> None:
+    with db.atomic() as conn:
+        first = insert(conn, "same")
+        again = insert(conn, "same")
+    assert isinstance(first, int) and again is None
+
+
+def test_a_unique_violation_is_an_integrity_error_and_rolls_back(db: PgDatabase) -> None:
+    with pytest.raises(sqlite3.IntegrityError), db.atomic() as conn:
+        insert(conn, "kept?")
+        conn.execute(
+            "INSERT INTO memories (agent_id, content, timestamp) VALUES ('a', 'kept?', '')"
+        )
+    assert db.query("SELECT content FROM memories") == []
+
+
+def test_nested_atomic_is_a_savepoint(db: PgDatabase) -> None:
+    with db.atomic() as conn:
+        insert(conn, "outer")
+        with pytest.raises(sqlite3.IntegrityError), db.atomic() as inner:
+            insert(inner, "inner")
+            inner.execute(
+                "INSERT INTO memories (agent_id, content, timestamp) VALUES ('a', 'inner', '')"
+            )
+    assert [r[0] for r in db.query("SELECT content FROM memories")] == ["outer"]
+
+
+def test_vectors_round_trip_as_float32_bytes_and_invalid_blobs_are_null(db: PgDatabase) -> None:
+    blob = struct.pack("<3f", 0.1, -2.5, 3e-38)
+    with db.atomic() as conn:
+        good = insert(conn, "v", blob)
+        ragged = insert(conn, "r", b"\x00\x00\x80")
+        nan = insert(conn, "n", struct.pack("<2f", 1.0, float("nan")))
+        empty = insert(conn, "e", b"")
+    stored = {r[0]: r[1] for r in db.query("SELECT id, embedding FROM memories")}
+    assert stored[good] == blob
+    assert stored[ragged] is None and stored[nan] is None and stored[empty] is None
+    assert db.query_one("SELECT length(embedding) FROM memories WHERE id = ?", (good,))[0] == 12
+
+
+def test_snapshot_reads_see_one_state(db: PgDatabase) -> None:
+    reader = db.reader()
+    reader.execute("BEGIN")
+    assert reader.in_transaction
+    before = reader.execute("SELECT COUNT(*) FROM memories").fetchone()[0]
+    with db.atomic() as conn:
+        insert(conn, "later")
+    assert reader.execute("SELECT COUNT(*) FROM memories").fetchone()[0] == before
+    reader.execute("COMMIT")
+    assert db.query_one("SELECT COUNT(*) FROM memories")[0] == before + 1
+
+
+def test_writers_are_serialised_by_the_global_lock(pg_url: str, db: PgDatabase) -> None:
+    # A second database object (another process's pool) waits for the first's transaction.
+    other = open_database("", database_url=pg_url, pool_size=2)
+    order: list[str] = []
+    inside = threading.Event()
+
+    def second() -> None:
+        inside.wait()
+        with other.atomic() as conn:
+            order.append("second")
+            insert(conn, "second")
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    with db.atomic() as conn:
+        inside.set()
+        thread.join(timeout=0.5)  # it cannot get in while this transaction holds the lock
+        order.append("first")
+        insert(conn, "first")
+    thread.join()
+    other.close()
+    assert order == ["first", "second"]
+
+
+def test_change_log_marks_survive_trimming(db: PgDatabase) -> None:
+    log = ChangeLog("fts_log")
+    with db.atomic() as conn:
+        ids = [insert(conn, f"m{i}") for i in range(3)]
+    changes = log.changes_since(db, "memories", 0)
+    assert changes.row_ids == ids and changes.max_seq == log.max_seq(db) == 3
+    assert log.trim(db, "memories", 3) == 3
+    assert log.max_seq(db) == 3 and log.trimmed_upto(db, "memories") == 3
+    log.trim(db, "memories", 2)  # an older mark never lowers it
+    assert log.trimmed_upto(db, "memories") == 3
+    with db.atomic() as conn:
+        conn.execute("DELETE FROM memories WHERE id = ?", (ids[0],))
+    assert log.changes_since(db, "memories", 3).row_ids == [ids[0]]
