@@ -412,10 +412,18 @@ def run_migrate(
         except MigrateError as exc:
             refused = "verification failed" not in str(exc)
             return _fail(2 if refused else 1, str(exc))
+        except sql.RowRefused as exc:
+            return _fail(
+                1,
+                f"failed: {exc} (the batches before its batch are kept: change or delete "
+                "that row in the source, then rerun the same command to resume)",
+            )
         except (sqlite3.Error, OSError) as exc:
             return _fail(
                 1, f"failed: {type(exc).__name__}: {exc} (rerun the same command to resume)"
             )
+        except KeyboardInterrupt:
+            return _fail(130, "interrupted (rerun the same command to resume)")
         finally:
             dst.close()
     finally:

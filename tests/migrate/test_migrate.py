@@ -183,3 +183,20 @@ def test_a_bad_target_is_one_line(generated, tmp_path):
     bad = migrate_cli("--from", str(generated), "--to", str(junk))
     assert bad.returncode == 2
     assert one_line(bad.stderr).startswith(f"cpersona migrate: refused: cannot use {junk} as")
+
+
+def test_a_row_the_target_refuses_is_named(generated, tmp_path):
+    with closing(sqlite3.connect(generated)) as conn, conn:
+        # Locked duplicates keep 2.5.x from creating its dedup index; cpersona's target has it.
+        conn.execute("DROP INDEX idx_memories_dedup_content")
+        # Rows 1501 and 1561 share agent, project and channel (the generator cycles every 60).
+        conn.execute("UPDATE memories SET content = 'twice', locked = 1 WHERE id IN (1501, 1561)")
+    target = tmp_path / "target.db"
+    done = migrate_cli("--from", str(generated), "--to", str(target), "--batch", "100")
+    assert done.returncode == 1
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(
+        "cpersona migrate: failed: the target refuses memories id=1561: UNIQUE constraint failed"
+    )
+    # The 15 batches before the refused row's (id 1500 was deleted by the generator).
+    assert [r[0] for r in dump(target)["memories"]][-2:] == [1499, 1501]

@@ -3,6 +3,9 @@ either direction resumed, the vectors PostgreSQL cannot hold counted, one-line r
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
+
 import psycopg
 import pytest
 from migrate_support import (
@@ -136,3 +139,19 @@ def test_postgresql_refusals_are_one_line(generated, fixture_copy, pg_url, tmp_p
     forced = migrate_cli("--from", str(fixture_copy), "--to", pg_url, "--force")
     assert forced.returncode == 0, forced.stderr
     assert pg_count(pg_url, "memories") == 59 and pg_count(pg_url, "episodes") == 3
+
+
+def test_text_postgresql_cannot_hold_is_named(fixture_copy, pg_url):
+    with closing(sqlite3.connect(fixture_copy)) as conn, conn:
+        conn.execute("UPDATE memories SET content = 'a' || char(0) || 'b' WHERE id = 7")
+    done = migrate_cli("--from", str(fixture_copy), "--to", pg_url)
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "cpersona migrate: failed: the target refuses memories id=7: PostgreSQL text fields "
+            "cannot contain NUL (0x00) bytes"
+        )
+    )
+    assert pg_count(pg_url, "memories") == 0

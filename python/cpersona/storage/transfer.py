@@ -243,13 +243,53 @@ def write_batch(
                 nulled += 1
             row = (*row[:vec_at], value, *row[vec_at + 1 :])
         params.append(row)
-    with db.atomic() as conn:
-        if db.dialect == "postgresql":
-            _insert_many_pg(cast("PgConnection", conn), sql, params)
-        else:
-            conn.executemany(sql, params)
-        _put_progress(conn, f"table:{table.name}", progress)
+    try:
+        with db.atomic() as conn:
+            if db.dialect == "postgresql":
+                _insert_many_pg(cast("PgConnection", conn), sql, params)
+            else:
+                conn.executemany(sql, params)
+            _put_progress(conn, f"table:{table.name}", progress)
+    except sqlite3.DatabaseError:
+        _name_refused_row(db, table, sql, params)
+        raise
     return nulled
+
+
+class RowRefused(Exception):
+    """The target refuses one row of the source (text PostgreSQL cannot hold, a duplicate its
+    unique index rejects): a message naming it."""
+
+
+class _Probed(Exception):
+    pass
+
+
+def _name_refused_row(db: Database, table: Copied, sql: str, rows: Sequence[Row]) -> None:
+    """After a batch failed: insert its rows one by one (each in a savepoint, all rolled back)
+    and raise RowRefused for the first the target refuses; return when none is (the failure
+    was not the rows': a lost connection, a full disk)."""
+    refused: tuple[Row, sqlite3.Error] | None = None
+    try:
+        with db.atomic():
+            for row in rows:
+                try:
+                    with db.atomic() as conn:
+                        conn.execute(sql, row)
+                except sqlite3.DatabaseError as exc:
+                    refused = (row, exc)
+                    break
+            raise _Probed
+    except _Probed:
+        pass
+    except sqlite3.DatabaseError:
+        return
+    if refused is not None:
+        row, exc = refused
+        key = "/".join(str(v) for v in row[: len(table.key)])
+        raise RowRefused(
+            f"the target refuses {table.name} {'/'.join(table.key)}={key}: {exc}"
+        ) from exc
 
 
 def _insert_many_pg(conn: PgConnection, sql: str, rows: Sequence[Row]) -> None:
