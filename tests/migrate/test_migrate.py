@@ -3,11 +3,13 @@ verified, and refused with one line when the target or source is wrong."""
 
 from __future__ import annotations
 
+import io
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
 import pytest
+from cpersona.migrate import migrate, open_source, open_target
 from cpersona.storage import open_database
 from migrate_support import (
     KILLED,
@@ -200,3 +202,31 @@ def test_a_row_the_target_refuses_is_named(generated, tmp_path):
     )
     # The 15 batches before the refused row's (id 1500 was deleted by the generator).
     assert [r[0] for r in dump(target)["memories"]][-2:] == [1499, 1501]
+
+
+def test_the_copy_is_the_source_as_of_the_start_while_it_is_written(generated, tmp_path):
+    before = dump(generated)
+    target = tmp_path / "target.db"
+    writer = sqlite3.connect(generated, isolation_level=None)
+
+    def write_meanwhile(table: str, done: int) -> None:
+        if table == "memories" and done == 500:  # a server goes on writing to the source
+            writer.execute(
+                "INSERT INTO memories(agent_id, content, timestamp) VALUES ('a', 'new', 't')"
+            )
+            writer.execute("DELETE FROM memories WHERE id IN (5, 2500)")
+            writer.execute("UPDATE memories SET content = 'edited' WHERE id = 2600")
+
+    src, dst = open_source(str(generated)), open_target(str(target))
+    try:
+        done = migrate(
+            src, dst, source_location=str(generated), batch=500, after_batch=write_meanwhile,
+            out=io.StringIO(),
+        )  # fmt: skip
+    finally:
+        dst.close()
+        src.close()
+        writer.close()
+    assert done.rows == sum(len(rows) for rows in before.values())
+    assert dump(target) == before
+    assert dump(generated) != before
