@@ -238,7 +238,7 @@ def write_batch(
     params: list[Row] = []
     for row in rows:
         if vec_at >= 0 and row[vec_at] is not None:
-            value = db.vector_param(bytes(row[vec_at]))  # type: ignore[arg-type]
+            value = db.vector_param(bytes(cast(bytes, row[vec_at])))
             if value is None:
                 nulled += 1
             row = (*row[:vec_at], value, *row[vec_at + 1 :])
@@ -318,10 +318,9 @@ def null_vector_rows(db: Database, table: Copied) -> int:
 # -- the progress record ---------------------------------------------------------------------
 
 
-def _put_progress(conn: object, name: str, value: str) -> None:
-    conn.execute(  # type: ignore[attr-defined]
-        f"UPDATE {PROGRESS_TABLE} SET value = ? WHERE name = ?", (value, name)
-    )
+def _put_progress(conn: sqlite3.Connection, name: str, value: str) -> None:
+    # (On PostgreSQL a PgConnection, which answers the same calls.)
+    conn.execute(f"UPDATE {PROGRESS_TABLE} SET value = ? WHERE name = ?", (value, name))
 
 
 def read_progress(db: Database) -> dict[str, str] | None:
