@@ -43,7 +43,11 @@ PROGRESS_EVERY = 2.0
 
 
 class MigrateError(Exception):
-    """A migration refused or failed for a reason the operator can act on (one line)."""
+    """A migration refused for a reason the operator can act on (one line)."""
+
+
+class VerificationFailed(MigrateError):
+    """The target differs from the source after the copy (one line naming the difference)."""
 
 
 def _redact(location: str) -> str:
@@ -141,7 +145,8 @@ class ProgressLine:
 @dataclass(slots=True)
 class TableResult:
     table: str
-    rows: int
+    rows: int  # in the target at the end
+    copied: int  # by this run (less than `rows` when it resumed)
     nulled: int = 0
 
 
@@ -155,6 +160,10 @@ class Summary:
     @property
     def rows(self) -> int:
         return sum(t.rows for t in self.tables)
+
+    @property
+    def copied(self) -> int:
+        return sum(t.copied for t in self.tables)
 
     @property
     def nulled(self) -> int:
@@ -279,7 +288,7 @@ def _copy_table(
     record = sql.read_progress(target) or {}
     after: Key | None = sql.decode_key(record.get(f"table:{table.name}", "null"))
     total = sql.count(source, table)
-    done = sql.count(target, table)
+    done = start = sql.count(target, table)
     progress = ProgressLine(out, table.name, total, done)
     nulled = 0
     n_key = len(table.key)
@@ -297,7 +306,7 @@ def _copy_table(
     if total:
         progress(done, final=True)
     # Vectors nulled by an earlier, interrupted run are counted by the verification.
-    return TableResult(table.name, done, nulled)
+    return TableResult(table.name, done, done - start, nulled)
 
 
 def _verify(
@@ -317,7 +326,7 @@ def _verify(
     for table, cols in layout:
         want, have = sql.count(source, table), sql.count(target, table)
         if want != have:
-            raise MigrateError(
+            raise VerificationFailed(
                 f"verification failed: {table.name} has {want} rows in the source, {have} "
                 "in the target"
             )
@@ -345,13 +354,13 @@ def _compare(
 ) -> None:
     where = f"{table.name} {'/'.join(table.key)}={'/'.join(str(k) for k in key)}"
     if have is None:
-        raise MigrateError(f"verification failed: {where} is missing in the target")
+        raise VerificationFailed(f"verification failed: {where} is missing in the target")
     for col, a, b in zip(cols, want, have, strict=True):
         a, b = _norm(a), _norm(b)
         if col == table.vector and isinstance(a, bytes) and target.vector_param(a) is None:
             a = None  # a blob the target cannot hold as a vector: stored as NULL
         if a != b:
-            raise MigrateError(
+            raise VerificationFailed(
                 f"verification failed: {where} differs in {col} "
                 f"(source {_show(a)}, target {_show(b)})"
             )
@@ -409,9 +418,10 @@ def run_migrate(
             done = migrate(
                 src, dst, source_location=source, force=force, batch=batch, sample=sample
             )
+        except VerificationFailed as exc:
+            return _fail(1, str(exc))
         except MigrateError as exc:
-            refused = "verification failed" not in str(exc)
-            return _fail(2 if refused else 1, str(exc))
+            return _fail(2, str(exc))
         except sql.RowRefused as exc:
             return _fail(
                 1,
@@ -436,7 +446,9 @@ def run_migrate(
 
 def _summary(done: Summary, source: str, to: str) -> None:
     parts = ", ".join(f"{t.rows:,} {t.table}" for t in done.tables if t.rows)
-    rate = done.rows / done.seconds if done.seconds > 0 else 0.0
+    if done.resumed:
+        parts += f"; {done.copied:,} of them by this run"
+    rate = done.copied / done.seconds if done.seconds > 0 else 0.0
     _err(
         f"cpersona migrate: copied {done.rows:,} rows ({parts or 'none'}) from {_redact(source)} "
         f"to {_redact(to)} in {done.seconds:.1f} s ({rate:,.0f} rows/s); verified row counts "

@@ -76,6 +76,10 @@ def test_a_killed_migration_resumes_where_it_stopped(generated, tmp_path):
     assert again.returncode == 0, again.stderr
     assert "resuming the migration from" in again.stderr
     assert "memories 800/2,998" in again.stderr  # the first batch after the kill
+    assert "3,331 rows (2,998 memories, 300 episodes, 6 profiles, 4 pending_memory_tasks, " in (
+        again.stderr
+    )
+    assert "; 2,631 of them by this run)" in again.stderr
     assert dump(target) == dump(generated)
     assert sequences(target) == sequences(generated)
 
