@@ -1,5 +1,5 @@
 """The `cpersona` command: `serve` (the default), `index`, `export`/`import`, `backup`/`restore`,
-`reembed`, `--version`, `--help`."""
+`reembed`, `migrate`, `--version`, `--help`."""
 
 from __future__ import annotations
 
@@ -104,6 +104,31 @@ def _parser() -> argparse.ArgumentParser:
     reembed.add_argument(
         "--batch", type=int, default=64, help="rows embedded and committed together (default 64)"
     )
+    migrate = sub.add_parser(
+        "migrate",
+        help="copy the whole database to PostgreSQL or to an SQLite file, then verify it "
+        "(resumable: rerun the same command after an interruption)",
+    )
+    migrate.add_argument("--to", required=True, help="postgresql://... URL or a database file")
+    migrate.add_argument(
+        "--from",
+        dest="source",
+        help="the database to copy (default: CPERSONA_DATABASE_URL, else CPERSONA_DB_PATH)",
+    )
+    migrate.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the rows of a target that holds data or another migration",
+    )
+    migrate.add_argument(
+        "--batch", type=int, default=1000, help="rows copied per transaction (default 1000)"
+    )
+    migrate.add_argument(
+        "--sample",
+        type=int,
+        default=1000,
+        help="rows per table compared field by field at the end (default 1000)",
+    )
     return parser
 
 
@@ -139,6 +164,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cpersona.reembed import run_reembed
 
         return run_reembed(settings, dry_run=args.dry_run, batch=args.batch)
+    if command == "migrate":
+        from cpersona.migrate import run_migrate
+
+        return run_migrate(
+            settings,
+            args.to,
+            args.source,
+            force=args.force,
+            batch=args.batch,
+            sample=args.sample,
+        )
     if command in ("export", "import"):
         from cpersona import portability_cli as commands
 
