@@ -20,7 +20,6 @@ from migrate_support import (
     run,
     sequences,
 )
-from pg_support import pending_on_postgresql
 
 pytestmark = pytest.mark.anyio
 
@@ -84,9 +83,6 @@ async def test_recall_answers_the_same_after_a_round_trip(tmp_path, pg_url):
 async def test_recall_answers_the_same_on_postgresql(fixture_copy, pg_url):
     assert migrate_cli("--from", str(fixture_copy), "--to", pg_url).returncode == 0
     want = await recall_answers(fixture_copy)
-    pending_on_postgresql(
-        type("Pg", (), {"dialect": "postgresql"})(), "pgfts", "recall's full-text arm"
-    )
     assert await recall_answers(fixture_copy, database_url=pg_url) == want
 
 

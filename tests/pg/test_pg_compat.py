@@ -115,11 +115,16 @@ _json = st.recursive(
 def test_json_functions_match_sqlite(
     pg: PgConnection, lite: sqlite3.Connection, text: str, path: str
 ) -> None:
+    text = text.replace("\x00", "")  # PostgreSQL text holds no NUL; the tools refuse one
     assert both(pg, lite, "json_valid(?)", text)[0] == both(pg, lite, "json_valid(?)", text)[1]
     guard = "CASE WHEN json_valid(?) THEN {} END"
     for fn in ("json_type(?, ?)", "CAST(json_extract(?, ?) AS TEXT)"):
         expr = guard.format(fn)
         got, want = both(pg, lite, expr, text, text, path)
+        if "\\u0000" in text:
+            # PostgreSQL text cannot hold U+0000: such JSON reads as NULL (docs/compatibility.md)
+            assert got is None, (fn, text, path)
+            continue
         if isinstance(want, str) and want.startswith(("{", "[")):
             continue  # objects and arrays: PostgreSQL keeps the JSON text as written
         assert got == (None if want is None else str(want)), (fn, text, path)

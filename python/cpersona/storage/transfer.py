@@ -134,11 +134,15 @@ def open_target(location: str, *, fts_enabled: bool) -> Database:
 
 
 def columns(db: Database, table: str) -> list[str]:
-    """The columns of `table` in declaration order; empty when there is no such table."""
+    """The stored columns of `table` in declaration order; empty when there is no such table.
+
+    PostgreSQL's generated columns (`created_key`, `source_id`: storage/pg/vectors.py) are
+    derived from the others: never copied, and never written."""
     if db.dialect == "postgresql":
         rows = db.query(
             "SELECT column_name FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position",
+            "WHERE table_schema = current_schema() AND table_name = ? "
+            "AND is_generated = 'NEVER' ORDER BY ordinal_position",
             (table,),
         )
     else:

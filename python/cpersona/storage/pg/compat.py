@@ -27,13 +27,16 @@ DECLARE
     ts timestamp;
 BEGIN
     IF t IS NULL THEN RETURN NULL; END IF;
-    t := btrim(t, E' \t\n\r\f\v');
+    -- SQLite reads 'now' exactly, a number with spaces around it, a date with trailing
+    -- spaces only (' 2024-01-01' is NULL there).
     IF lower(t) = 'now' THEN
         jd := round(extract(epoch FROM statement_timestamp()) * 1000)::bigint + 210866760000000;
-    ELSIF t ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$' THEN
+    ELSIF btrim(t, E' \t\n\r\f\v') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$' THEN
+        t := btrim(t, E' \t\n\r\f\v');
         IF t::double precision < 0 OR t::double precision > 5373484.5 THEN RETURN NULL; END IF;
         jd := (t::double precision * 86400000.0 + 0.5)::bigint;
     ELSE
+        t := rtrim(t, E' \t\n\r\f\v');
         m := regexp_match(t,
             '^(?:([0-9]{4})-([0-9]{2})-([0-9]{2}))?(?:[\sT]*([0-9]{2}):([0-9]{2})'
             '(?::([0-9]{2}(?:\.[0-9]+)?))?)?\s*(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))?$');
@@ -108,7 +111,7 @@ BEGIN
                                / 86400000 + 1)::text, 3, '0')
             WHEN 'm' THEN lpad(f[3]::int::text, 2, '0')
             WHEN 'M' THEN lpad(f[6]::int::text, 2, '0')
-            WHEN 's' THEN ((jd - 210866760000000) / 1000)::text
+            WHEN 's' THEN (jd / 1000 - 210866760000)::text
             WHEN 'S' THEN lpad(trunc(f[7])::int::text, 2, '0')
             WHEN 'w' THEN (((jd + 129600000) / 86400000) % 7)::text
             WHEN 'Y' THEN lpad(f[2]::int::text, 4, '0')
@@ -186,9 +189,14 @@ SELECT CASE json_typeof(v)
     WHEN 'null' THEN NULL
     ELSE v::text
 END $fn$""",
+    # JSON whose \u0000 escape PostgreSQL text cannot hold reads as NULL (docs/compatibility.md).
     """CREATE OR REPLACE FUNCTION json_extract(t text, path text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
-SELECT sqlite_json_value(t::json #> sqlite_json_path(path)) $fn$""",
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+BEGIN
+    RETURN sqlite_json_value(t::json #> sqlite_json_path(path));
+EXCEPTION WHEN untranslatable_character THEN
+    RETURN NULL;
+END $fn$""",
     """CREATE OR REPLACE FUNCTION sqlite_json_type(v json) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
 SELECT CASE json_typeof(v)
@@ -198,10 +206,19 @@ SELECT CASE json_typeof(v)
     ELSE json_typeof(v)
 END $fn$""",
     """CREATE OR REPLACE FUNCTION json_type(t text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT sqlite_json_type(t::json) $fn$""",
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+BEGIN
+    RETURN sqlite_json_type(t::json);
+EXCEPTION WHEN untranslatable_character THEN
+    RETURN NULL;
+END $fn$""",
     """CREATE OR REPLACE FUNCTION json_type(t text, path text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
-SELECT sqlite_json_type(t::json #> sqlite_json_path(path)) $fn$""",
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+BEGIN
+    RETURN sqlite_json_type(t::json #> sqlite_json_path(path));
+EXCEPTION WHEN untranslatable_character THEN
+    RETURN NULL;
+END $fn$""",
     """CREATE OR REPLACE FUNCTION instr(a text, b text) RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT strpos(a, b) $fn$""",
     """CREATE OR REPLACE FUNCTION ifnull(a anycompatible, b anycompatible) RETURNS anycompatible
