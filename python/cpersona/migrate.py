@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from cpersona.retrieval.sidecar import sidecar_path
 from cpersona.storage import Database
 from cpersona.storage import transfer as sql
 from cpersona.storage.counts import DATA_TABLES
+from cpersona.storage.errors import StorageError, translate, translated
 from cpersona.storage.schema import SCHEMA_VERSION
 from cpersona.storage.transfer import Copied, Key, is_url
 from cpersona.vectors.index import TABLE_CODES, index_file
@@ -81,9 +81,10 @@ def open_source(location: str) -> Database:
 
 def _check_source(db: Database, location: str) -> None:
     try:
-        has_memories = bool(sql.columns(db, "memories"))
-        version = sql.schema_version(db)
-    except sqlite3.DatabaseError as exc:
+        with translated():
+            has_memories = bool(sql.columns(db, "memories"))
+            version = sql.schema_version(db)
+    except StorageError as exc:
         raise MigrateError(f"{_redact(location)} is not an SQLite database ({exc})") from None
     if not has_memories:
         raise MigrateError(f"{_redact(location)} is not a cpersona or CPersona 2.5.x database")
@@ -428,7 +429,11 @@ def run_migrate(
                 f"failed: {exc} (the batches before its batch are kept: change or delete "
                 "that row in the source, then rerun the same command to resume)",
             )
-        except (sqlite3.Error, OSError) as exc:
+        except Exception as exc:
+            # A driver error (either backend's, as its storage kind) or the file system's;
+            # anything else is a bug and keeps its traceback.
+            if not isinstance(exc, OSError) and translate(exc) is None:
+                raise
             return _fail(
                 1, f"failed: {type(exc).__name__}: {exc} (rerun the same command to resume)"
             )
