@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from http_support import HttpServer, connect, initialize_body, post
+from mcp.shared.exceptions import MCPError
 
 TOKEN = "test-token-s3cret"
 
@@ -53,14 +54,31 @@ def test_http_auth_refuses_without_the_token(server, headers):
     assert response.headers["www-authenticate"] == "Bearer"
 
 
+def leaves(error: BaseException) -> list[BaseException]:
+    """The innermost exceptions of an (exception group) tree: the SDK's task groups wrap them."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for sub in error.exceptions for leaf in leaves(sub)]
+    return [error]
+
+
 @pytest.mark.anyio
-async def test_http_auth_client_without_token_cannot_connect(server):
-    with pytest.raises(Exception):  # noqa: B017 - the SDK wraps the 401 in its own error group
-        async with connect(server.url, None) as tools:
+@pytest.mark.parametrize("token", [None, "wrong-token"], ids=["none", "wrong"])
+async def test_http_auth_client_without_token_cannot_connect(server, token):
+    # The official client turns the server's 401 into an MCPError answer to `initialize` (its
+    # stand-in for any non-2xx without a JSON-RPC body); a server that is not listening would
+    # fail with a connection error instead, and a served call would not fail at all.
+    with pytest.raises(BaseExceptionGroup) as refused:
+        async with connect(server.url, token) as tools:
             await tools("list_memories", {"agent_id": "a"})
-    with pytest.raises(Exception):  # noqa: B017
-        async with connect(server.url, "wrong-token") as tools:
-            await tools("list_memories", {"agent_id": "a"})
+    errors = leaves(refused.value)
+    assert [type(e) for e in errors] == [MCPError], errors
+    assert errors[0].message == "Server returned an error response"
+    assert response_status(server, token) == 401
+
+
+def response_status(server: HttpServer, token: str | None) -> int:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    return post(server.url, initialize_body(), headers).status_code
 
 
 @pytest.mark.anyio
