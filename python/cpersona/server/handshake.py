@@ -53,14 +53,6 @@ _MAX_HANDSHAKE_LINE = 8192
 _INITIALIZE_PARAMS = frozenset({"protocolVersion", "capabilities", "clientInfo"})
 
 
-def cache_root(cache_dir: str | None) -> Path:
-    """CPERSONA_CACHE_DIR, else $XDG_CACHE_HOME/cpersona, else ~/.cache/cpersona."""
-    if cache_dir:
-        return Path(cache_dir).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "cpersona"
-
-
 def _package_stamps() -> list[tuple[str, int, int]]:
     """(path, mtime_ns, size) of every source file of the packages that shape the answers:
     a reinstall or an edit of any of them changes the key. Found without importing them."""

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from cpersona.config import LOCAL_MODEL_NAMES, Settings
+from cpersona.config import LOCAL_MODEL_NAMES, Settings, cache_root
 from cpersona.engine import Engine
-from cpersona.server.handshake import Handshake, Record, cache_root, record_key
+from cpersona.server.handshake import Handshake, Record, record_key
 from cpersona.storage import database_label
 
 if TYPE_CHECKING:
