@@ -13,6 +13,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from cpersona.errors import ConfigError
@@ -354,6 +355,15 @@ LOCAL_MODEL_NAMES = {
     "local-e5": "local-e5:multilingual-e5-small-q4",
     "local-minilm": "local-minilm:all-MiniLM-L6-v2-int8",
 }
+
+
+def cache_root(cache_dir: str | None) -> Path:
+    """This host's directory for derived files: CPERSONA_CACHE_DIR, else
+    $XDG_CACHE_HOME/cpersona, else ~/.cache/cpersona."""
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "cpersona"
 
 
 def variables() -> list[tuple[str, str, str]]:

@@ -10,7 +10,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 from cpersona.server.jsonrpc import MAX_DEPTH, Refusal, read_body, tool_call_with_surrogates
-from cpersona.server.stdio import read_line
+from cpersona.server.stdio_wire import read_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

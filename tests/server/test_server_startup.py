@@ -57,7 +57,8 @@ def serve(db: Path, messages: list[dict[str, Any]]) -> tuple[dict[int, Any], set
     """Sends `messages`, waits for every request's answer, then closes stdin.
 
     Returns the answers by id and every module the process imported."""
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+    keep = ("PATH", "HOME", "PYTHONPATH", "XDG_CACHE_HOME")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(CPERSONA_DB_PATH=str(db), CPERSONA_EMBEDDING_MODE="hashing")
     stderr = db.with_name("server.stderr")
     with open(stderr, "wb") as err:
@@ -110,6 +111,15 @@ def test_initialize_and_tools_list_load_none_of_the_heavy_modules(tmp_path: Path
     tools = {t["name"] for t in answers[2]["result"]["tools"]}
     assert {"store", "recall", "check_health", "deep_check", "calibrate_threshold"} <= tools
     assert "mcp.server.stdio" in imported  # the log is read: the SDK itself is listed
+    assert heavy(imported) == set()
+
+
+def test_answers_from_the_recorded_handshake_load_none_of_them_either(tmp_path: Path) -> None:
+    # The first start records the SDK's answers (server/handshake.py); the second answers from
+    # them while the SDK loads in the background, and ends (stdin closed) before any tool call.
+    first, _ = serve(tmp_path / "mem.db", [INITIALIZE, INITIALIZED, LIST])
+    again, imported = serve(tmp_path / "mem.db", [INITIALIZE, INITIALIZED, LIST])
+    assert again == first
     assert heavy(imported) == set()
 
 

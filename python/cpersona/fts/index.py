@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from cpersona.config import cache_root
 from cpersona.errors import StoreCorrupt
 from cpersona.fts.format import (
     HEADER_LEN,
@@ -467,12 +468,7 @@ def cache_base(cache_dir: str | None, url: str) -> Path:
     `<CPERSONA_CACHE_DIR or ~/.cache/cpersona>/<hash of url>/index`. The hash covers the whole
     URL (host, port, database, options such as a schema's search_path), so two databases never
     share a file; processes on one host share theirs, each host has its own."""
-    if cache_dir:
-        root = Path(cache_dir).expanduser()
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-        root = (Path(xdg) if xdg else Path.home() / ".cache") / "cpersona"
-    directory = root / hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+    directory = cache_root(cache_dir) / hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         note = directory / "database.txt"

@@ -21,7 +21,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cpersona.errors import ConfigError
@@ -35,6 +35,23 @@ NONE, READ, READ_WRITE = "none", "read", "read-write"
 _RANK = {NONE: 0, READ: 1, READ_WRITE: 2}
 _CLIENT_KEYS = frozenset({"client_id", "token", "grants", "per_subject"})
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A call let through with rewritten arguments and keys to add to its answer.
+
+    Per-subject mode (server/subjects.py) rewrites `@me` to the caller's alias and adds
+    `resolved_agent_id` / `alias_issued` to the answer (surface.md §11.5).
+    """
+
+    arguments: Mapping[str, Any]
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: The ACL hook (surface.md §11.4): None lets the call through, `Admitted` lets it through
+#: changed, a dict is the answer instead (a denial).
+Authorize = Callable[[str, Mapping[str, Any]], dict[str, Any] | Admitted | None]
 
 
 @dataclass(frozen=True, slots=True)

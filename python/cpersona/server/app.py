@@ -6,7 +6,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
@@ -15,6 +14,7 @@ from mcp.server.lowlevel.server import Server
 
 from cpersona import __version__
 from cpersona.engine import Engine
+from cpersona.server.acl import Admitted, Authorize
 from cpersona.server.registry import (
     ToolSpec,
     coerce,
@@ -32,22 +32,6 @@ timing_log = logging.getLogger("cpersona.timings")
 
 SERVER_NAME = "cloto-mcp-cpersona"
 
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """A call let through with rewritten arguments and keys to add to its answer.
-
-    Per-subject mode (server/subjects.py) rewrites `@me` to the caller's alias and adds
-    `resolved_agent_id` / `alias_issued` to the answer (surface.md §11.5).
-    """
-
-    arguments: Mapping[str, Any]
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-
-#: The ACL hook (surface.md §11.4): None lets the call through, `Admitted` lets it through
-#: changed, a dict is the answer instead (a denial).
-Authorize = Callable[[str, Mapping[str, Any]], dict[str, Any] | Admitted | None]
 
 #: The `tool` label of a call to a name that is not a tool (client-chosen names stay out).
 UNKNOWN_TOOL = "unknown"

@@ -34,8 +34,7 @@ if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
 
     from cpersona.config import Settings
-    from cpersona.server.acl import AclConfig
-    from cpersona.server.app import Authorize
+    from cpersona.server.acl import AclConfig, Authorize
     from cpersona.server.metrics import Metrics
     from cpersona.server.oauth import OAuthConfig
     from cpersona.server.subjects import AliasLedger

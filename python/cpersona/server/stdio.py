@@ -1,4 +1,11 @@
-"""Serving over stdio: one process per MCP client, possibly several on one database file."""
+"""Serving over stdio: one process per MCP client, possibly several on one database file.
+
+A client waits for `initialize` and `tools/list` before anything else, and importing the MCP
+SDK alone takes most of a second; so the SDK loads in a background thread while this module,
+which imports none of it, answers those two from the recorded handshake (handshake.py) when
+there is one. Everything else, and every line when there is no record, is the SDK's
+(stdio_wire.py), which also sees the lines answered early.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +14,19 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-import anyio
-import anyio.to_thread
-import mcp_types as types
-from anyio.streams.memory import MemoryObjectSendStream
-from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
-
-from cpersona.config import LOCAL_MODEL_NAMES, Settings
+from cpersona.config import LOCAL_MODEL_NAMES, Settings, cache_root
 from cpersona.engine import Engine
-from cpersona.server.jsonrpc import Refusal, bad_id, diagnose, tool_call_with_surrogates
+from cpersona.server.handshake import Handshake, Record, record_key
 from cpersona.storage import database_label
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
 
-    from cpersona.server.acl import Guard
-    from cpersona.server.app import Authorize
+    from cpersona.server.acl import Authorize, Guard
     from cpersona.server.metrics import Metrics
     from cpersona.server.subjects import AliasLedger
 
@@ -39,7 +39,6 @@ def serve_stdio(
     """Serve one client on stdin/stdout; `authorize` is the ACL guard in ACL mode, `ledger` the
     alias ledger when the ACL file has per-subject clients (their ids stay reserved here too)."""
     from cpersona.cli import banner
-    from cpersona.server.app import build_server
 
     try:
         engine = Engine(settings)
@@ -76,21 +75,111 @@ def serve_stdio(
         notice = engine.router.notice()
         if notice is not None:
             print(notice, file=sys.stderr, flush=True)
-    server = build_server(
-        engine, authorize=guard, metrics=metrics, on_first_call=engine.start_background
-    )
-
-    async def run() -> None:
-        with claimed_stdio() as (wire_in, wire_out):
-            await serve_lines(server, wire_in, wire_out)
-
+    sdk = _SdkLoader(lambda: _build(engine, guard, metrics))
+    sdk.start()
+    record = Record.open(cache_root(settings.cache_dir), record_key(settings, engine.instructions))
+    handshake = Handshake(record)
     try:
-        anyio.run(run)
+        with claimed_stdio() as (wire_in, wire_out):
+            early = answer_early(handshake, wire_in, wire_out, sdk.ready)
+            if early.closed:  # the client left before anything needed the SDK
+                # Not before the import has finished: an interpreter that exits while a thread
+                # is still loading extension modules (pydantic-core) can crash on the way out.
+                sdk.ready.wait()
+                return 0
+            server = sdk.wait()
+            from cpersona.server.stdio_wire import run_lines
+
+            run_lines(server, wire_in, wire_out, replay=early.lines, handshake=handshake)
     except KeyboardInterrupt:
         pass
     finally:
         engine.close()
     return 0
+
+
+def _build(engine: Engine, guard: Authorize | None, metrics: Metrics | None) -> Server[Any]:
+    from cpersona.server.app import build_server
+
+    return build_server(
+        engine, authorize=guard, metrics=metrics, on_first_call=engine.start_background
+    )
+
+
+class _SdkLoader:
+    """Imports the SDK and builds the server in a background thread; `ready` is set when it
+    is built (or failed, which `wait` then raises in the serving thread)."""
+
+    def __init__(self, build: Callable[[], Server[Any]]) -> None:
+        self.ready = threading.Event()
+        self._build = build
+        self._server: Server[Any] | None = None
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="cpersona-sdk-load", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._server = self._build()
+        except BaseException as exc:  # handed to the serving thread, which reports it
+            self._error = exc
+        finally:
+            self.ready.set()
+
+    def wait(self) -> Server[Any]:
+        self.ready.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._server is not None
+        return self._server
+
+
+@dataclass
+class Early:
+    """What was read before the SDK loaded: the lines, in order, and whether stdin ended."""
+
+    lines: list[bytes] = field(default_factory=list)
+    closed: bool = False
+
+
+def answer_early(
+    handshake: Handshake, wire_in: BinaryIO, wire_out: BinaryIO, ready: threading.Event
+) -> Early:
+    """Reads lines until the SDK is needed: while each is answered from the record and the SDK
+    is still loading. A line only the SDK can answer ends it at once (its caller waits for
+    the SDK, then serves every line read here); so does the SDK being ready."""
+    early = Early()
+    while not ready.is_set():
+        raw = wire_in.readline()
+        if not raw:
+            early.closed = True
+            return early
+        early.lines.append(raw)
+        if ready.is_set():
+            return early
+        answer = handshake.early(raw)
+        if answer is None:
+            return early
+        if answer:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("answered %s from the recorded handshake", _method_of(raw))
+            _write_line(wire_out, answer)
+    return early
+
+
+def _method_of(raw: bytes) -> str:
+    import json
+
+    try:
+        return str(json.loads(raw).get("method"))
+    except (ValueError, AttributeError):
+        return "?"
+
+
+def _write_line(out: BinaryIO, data: bytes) -> None:
+    out.write(data)
+    out.flush()
 
 
 def _serve_metrics(engine: Engine, port: int) -> Metrics:
@@ -137,63 +226,3 @@ def claimed_stdio() -> Iterator[tuple[BinaryIO, BinaryIO]]:
         sys.stdout.flush()
         os.dup2(wire_in, 0)
         os.dup2(wire_out, 1)
-
-
-async def serve_lines(server: Server[Any], wire_in: BinaryIO, wire_out: BinaryIO) -> None:
-    """Serve newline-delimited JSON-RPC: every line the SDK cannot read gets its error answer
-    here (jsonrpc.py), the others go to the server; answers are written one line each."""
-    to_server, from_wire = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    to_wire, from_server = anyio.create_memory_object_stream[SessionMessage](0)
-    lines = anyio.wrap_file(wire_in)
-
-    async def reader(answers: MemoryObjectSendStream[SessionMessage]) -> None:
-        async with to_server, answers:
-            async for raw in lines:
-                outcome = read_line(raw.decode("utf-8", errors="replace"))
-                if isinstance(outcome, Refusal):
-                    if outcome.answer:
-                        await answers.send(SessionMessage(outcome.response()))
-                elif outcome is not None:
-                    await to_server.send(SessionMessage(outcome))
-
-    async def writer() -> None:
-        gone = False
-        async with from_server:
-            async for message in from_server:
-                if gone:  # keep taking answers so no handler blocks on a client that left
-                    continue
-                line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                try:
-                    await anyio.to_thread.run_sync(_write_line, wire_out, line.encode() + b"\n")
-                except OSError as exc:  # the client closed its end of the pipe
-                    log.info("stdout closed by the client (%s); answers are dropped", exc)
-                    gone = True
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(reader, to_wire.clone())
-        tg.start_soon(writer)
-        async with to_wire:
-            await server.run(from_wire, to_wire, server.create_initialization_options())
-
-
-def _write_line(out: BinaryIO, data: bytes) -> None:
-    out.write(data)
-    out.flush()
-
-
-def read_line(line: str) -> types.JSONRPCMessage | Refusal | None:
-    """One stdin line as the SDK reads it, its refusal, or None for a blank line."""
-    if not line.strip():
-        return None
-    try:
-        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-    except ValidationError:
-        pass
-    else:
-        return bad_id(message, line) or message
-    try:
-        call = tool_call_with_surrogates(line)
-    except Exception:  # whatever this second reading trips on, the refusal below answers
-        log.debug("could not re-read a refused line", exc_info=True)
-        call = None
-    return call if call is not None else diagnose(line)

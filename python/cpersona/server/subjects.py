@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cpersona.errors import ConfigError
-from cpersona.server.acl import READ_WRITE, STAR, AclConfig, Guard, demands, denial
-from cpersona.server.app import Admitted
+from cpersona.server.acl import READ_WRITE, STAR, AclConfig, Admitted, Guard, demands, denial
 from cpersona.server.oauth import Subject
 
 if TYPE_CHECKING:
