@@ -17,6 +17,7 @@ from cpersona.config import Settings
 from cpersona.operating_context import OperatingContext
 from cpersona.session import Pauses
 from cpersona.storage import Database, open_database
+from cpersona.yielding import CallActivity
 
 if TYPE_CHECKING:
     from cpersona.embedding.base import EmbeddingProvider
@@ -79,6 +80,8 @@ class Engine:
         self._background_started = False
         #: The no-persist pauses of this process (surface.md §10) and the operating context.
         self.pause = Pauses()
+        #: The tool calls in flight, which background work gives way to (yielding.py).
+        self.activity = CallActivity()
         self.operating_context = OperatingContext(settings)
         #: `initialize.instructions`: the OC summary, read once at start (surface.md §1.1).
         self.instructions = self.operating_context.instructions()
@@ -170,6 +173,7 @@ class Engine:
             thresholds,
             recaller,
             sidecar,
+            self.activity,
         )
         return Services(
             embedder=embedder,

@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -714,3 +715,40 @@ def test_sidecar_backups_keep_one_per_version_and_the_newest_five(tmp_path: Path
         ("v5", "20240101-000005"),
         ("v6", "20240101-000100"),
     ]
+
+
+async def test_startup_gives_way_to_calls_and_calibrates_the_same(
+    make_engine: Callable[..., Engine], db_path: str
+) -> None:
+    """Start-up calibration while a caller's call stays in flight (yielding.py): it waits
+    between its steps (bounded by its busy share) and ends with exactly the values of a run
+    that never waited; a calibrate_threshold call queued behind it is not held back."""
+    await seeded(make_engine)
+    quiet = make_engine(recall_mode="rsf")
+    quiet.calibrator.activity = None  # the reference: a run that gives way to nothing
+    assert quiet.calibrator.startup() == ["", "a"]
+    expected = calibrated_values(quiet)
+    Path(db_path + ".calibration.json").unlink()
+
+    busy = make_engine(recall_mode="rsf")
+    with busy.activity.call():  # a caller's call, in flight while the run starts
+        run = busy.start_calibration()
+        assert run is not None
+        give_way = None
+        for _ in range(1200):  # until the run has read the (absent) sidecar and waited once
+            give_way = busy.calibrator._give_way
+            if (give_way is not None and give_way.waited > 0) or not run.is_alive():
+                break
+            time.sleep(0.05)
+        assert give_way is not None and give_way.waited > 0
+        # A caller of calibrate_threshold queues behind the run: it is answered.
+        answered = busy.calibrator.calibrate("a")
+        assert answered["ok"] is True
+    run.join(timeout=120)
+    assert not run.is_alive()
+    assert calibrated_values(busy) == expected
+
+
+def calibrated_values(engine: Engine) -> dict[str, Any]:
+    t = engine.thresholds
+    return {f.name: getattr(t, f.name) for f in dataclasses.fields(t) if f.name != "lock"}

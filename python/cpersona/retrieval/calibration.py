@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -46,6 +47,7 @@ from cpersona.retrieval.sidecar import (
 from cpersona.retrieval.thresholds import MIN_EMBEDDINGS, Thresholds
 from cpersona.storage import Database
 from cpersona.storage import calibration as cal_sql
+from cpersona.yielding import CallActivity, GiveWay
 
 log = logging.getLogger("cpersona.calibration")
 
@@ -55,6 +57,8 @@ MIN_NULL_SCORES = 10
 MIN_POS_SCORES = 5
 #: Rows each pseudo-recall fetches (§15.4).
 PSEUDO_RECALL_LIMIT = 20
+#: Pseudo-queries embedded per step of the startup run (it gives way between steps).
+EMBED_STEP = 8
 
 
 def precision_label(beta: float) -> str:
@@ -100,6 +104,7 @@ class Calibrator:
         thresholds: Thresholds,
         recaller: Any,
         sidecar: Sidecar,
+        activity: CallActivity | None = None,
     ) -> None:
         self.db = db
         self.s = settings
@@ -114,6 +119,13 @@ class Calibrator:
         self.stopping = threading.Event()
         # One calibration at a time: a tool call waits for at most one agent of the startup run.
         self._lock = threading.RLock()
+        #: Callers' tool calls, which the startup run gives way to (yielding.py).
+        self.activity = activity
+        #: Set while the startup run works: the pauses between its steps.
+        self._give_way: GiveWay | None = None
+        #: Calibrations queued for `_lock`: a caller waiting makes the startup run unthrottled.
+        self._queued = 0
+        self._queued_lock = threading.Lock()
 
     # -- calibrate_threshold (§15.3) ---------------------------------------------------------
 
@@ -164,8 +176,22 @@ class Calibrator:
                 "old_threshold": self._old_threshold(agent_id),
                 "new_threshold": None,
             }
-        with self._lock:
+        with self._queued_lock:
+            self._queued += 1
+        try:
+            self._lock.acquire()
+        finally:
+            with self._queued_lock:
+                self._queued -= 1
+        try:
             return self._calibrate(head, agent_id, n, z, method, p)
+        finally:
+            self._lock.release()
+
+    def _step(self) -> None:
+        """A boundary between two small steps of work: the startup run gives way here."""
+        if self._give_way is not None:
+            self._give_way.pause()
 
     def _calibrate(
         self, head: dict[str, Any], agent_id: str, n: int, z: float, method: str, p: float
@@ -311,11 +337,16 @@ class Calibrator:
         todo = [(q, t) for q, t in queries if q.id not in memo]
         if todo:
             tables = self.embedder.tables()
-            qvecs = self.embedder.embed([q.content for q, _ in todo], kind="query")
+            qvecs: list[np.ndarray] = []
+            for start in range(0, len(todo), EMBED_STEP):
+                self._step()
+                chunk = todo[start : start + EMBED_STEP]
+                qvecs.extend(self.embedder.embed([q.content for q, _ in chunk], kind="query"))
             window = s.calibrate_temporal_window_min * 60.0
             for (q, t), qvec in zip(todo, qvecs, strict=True):
                 if self.stopping.is_set():
                     raise CalibrationStopped
+                self._step()
                 rows = self.recaller.score_without_gate(
                     agent_id,
                     q.content,
@@ -489,21 +520,38 @@ class Calibrator:
             if not self._prepare_startup():
                 return []
         done = []
-        for agent_id in ["", *cal_sql.embedded_agents(self.db)]:
-            if self.stopping.is_set():
-                break
-            try:
-                result = self.calibrate(agent_id)
-            except CalibrationStopped:
-                break
-            if result.get("ok"):
-                done.append(agent_id)
-            else:
-                log.info(
-                    "startup calibration of %r skipped: %s",
-                    agent_id or "(global)",
-                    result.get("error"),
-                )
+        give_way = None
+        if self.activity is not None:
+            give_way = GiveWay(self.activity, self.stopping, urgent=lambda: self._queued > 0)
+            give_way.lower_priority()
+        self._give_way = give_way
+        begun = time.monotonic()
+        try:
+            for agent_id in ["", *cal_sql.embedded_agents(self.db)]:
+                if self.stopping.is_set():
+                    break
+                self._step()
+                try:
+                    result = self.calibrate(agent_id)
+                except CalibrationStopped:
+                    break
+                if result.get("ok"):
+                    done.append(agent_id)
+                else:
+                    log.info(
+                        "startup calibration of %r skipped: %s",
+                        agent_id or "(global)",
+                        result.get("error"),
+                    )
+        finally:
+            self._give_way = None
+        if give_way is not None:
+            log.info(
+                "startup calibration of %d scope(s) took %.1f s, %.1f s of it giving way to calls",
+                len(done),
+                time.monotonic() - begun,
+                give_way.waited,
+            )
         return done
 
     def _prepare_startup(self) -> bool:

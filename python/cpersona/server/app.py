@@ -71,7 +71,8 @@ def _error_kind(result: dict[str, Any]) -> str | None:
 
 def _run_timed(timings: CallTimings, spec: ToolSpec, engine: Engine, args: dict[str, Any]) -> Any:
     # Entered in the worker thread itself, so the pipeline's stages find this call.
-    with timed_call(timings):
+    # Counted as a caller's call: background work (start-up calibration) gives way to it.
+    with engine.activity.call(), timed_call(timings):
         return spec.handler(engine, args)
 
 
