@@ -24,13 +24,18 @@ def _paused(engine: Engine, a: dict[str, Any]) -> bool:
 
 def _check_health(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     ctx = from_engine(engine, a["agent_id"])
-    return check_health(
+    out = check_health(
         ctx,
         requested=a["checks"],
         fix=a["fix"],
         paused=_paused(engine, a),
         extra_issues=engine.updates.health_issues(),
     )
+    if out.get("fixed"):
+        # Rewritten rows (stored_credentials, the annotation repairs) reach both index files
+        # now, not at the next read: a redacted credential must not stay searchable.
+        engine.after_write()
+    return out
 
 
 def _deep_check(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,22 @@
+"""Credentials in text a write takes (issue 22): what counts as one and what a write does with it.
+
+`detect` finds them (private-key blocks, provider tokens by their documented formats, JWTs,
+URL passwords, values assigned to credential names) and redacts them as `[REDACTED:<kind>]`;
+`policy` applies `CPERSONA_SECRETS` (redact / reject / allow) to the fields of one write.
+This module itself imports neither (compiling the detector's patterns takes about 10 ms, which
+the start-up banner, the only user of `describe`, should not pay; docs/performance.md).
+"""
+
+from __future__ import annotations
+
+#: CPERSONA_SECRETS's values (config.py declares the setting with these).
+MODES = ("redact", "reject", "allow")
+
+
+def describe(mode: str) -> str:
+    """The start-up banner's line on what writes do with credentials."""
+    return {
+        "redact": "redacted before anything is written (CPERSONA_SECRETS=redact)",
+        "reject": "writes that hold them are refused (CPERSONA_SECRETS=reject)",
+        "allow": "stored verbatim, as CPersona 2.5.x does (CPERSONA_SECRETS=allow)",
+    }[mode]

@@ -1,0 +1,103 @@
+"""The `stored_credentials` check and repair (issue 22): rows that already hold credentials.
+
+Rows written by CPersona 2.5.x, or by cpersona under CPERSONA_SECRETS=allow, may hold what a
+write now redacts. The check reads every stored text (memories' content and metadata, episodes'
+summary and keywords, profiles) through the write path's detector and reports, per table, the
+row ids and the kinds found, never a value. `fix=true` writes the redacted texts in place, in
+the fix transaction: a memory's or episode's vector is dropped and re-embedded from the
+redacted text by the fix run's second pass, and the triggers' change logs bring both index
+files current. Under CPERSONA_SECRETS=allow the finding is report-only (the operator keeps
+credentials on purpose); locked memories are reported, never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cpersona.credentials.detect import redact, redact_json
+from cpersona.health.checks import Issue, issue
+from cpersona.health.context import HealthContext
+from cpersona.storage import credentials as sql
+from cpersona.storage.health import Handle
+
+CHECK = "stored_credentials"
+SAMPLE_IDS = 10
+ALLOW_HINT = (
+    "CPERSONA_SECRETS=allow keeps credentials verbatim; with redact (the default), "
+    "check_health(fix=true) redacts these rows in place"
+)
+
+
+def _redacted(column: str, text: str) -> tuple[str, dict[str, int]]:
+    if column == "metadata":  # JSON text: redact its strings, keep it JSON
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return redact(text)
+        new, found = redact_json(value)
+        return (json.dumps(new) if found else text), found
+    return redact(text)
+
+
+def detect(ctx: HealthContext) -> list[Issue]:
+    allow = ctx.settings.secrets == "allow"
+    plan: list[tuple[str, int, dict[str, str]]] = []
+    tables: dict[str, dict[str, Any]] = {}
+    for row in sql.stored_texts(ctx.c, ctx.agent_id):
+        changes: dict[str, str] = {}
+        kinds: dict[str, int] = {}
+        for column, text in row.texts.items():
+            if not text:
+                continue
+            new, found = _redacted(column, text)
+            if found:
+                changes[column] = new
+                for kind, n in found.items():
+                    kinds[kind] = kinds.get(kind, 0) + n
+        if not changes:
+            continue
+        seen = tables.setdefault(row.table, {"ids": [], "kinds": {}, "locked": 0})
+        seen["ids"].append(row.id)
+        for kind, n in kinds.items():
+            seen["kinds"][kind] = seen["kinds"].get(kind, 0) + n
+        if row.locked:
+            seen["locked"] += 1
+        elif not allow:
+            plan.append((row.table, row.id, changes))
+    ctx.scratch[CHECK] = plan
+    out: list[Issue] = []
+    for table, seen in tables.items():
+        repairable = sum(1 for t, _, _ in plan if t == table)
+        found = issue(
+            CHECK,
+            CHECK,
+            "warn",
+            table=table,
+            count=len(seen["ids"]),
+            kinds=dict(sorted(seen["kinds"].items())),
+            locked=seen["locked"],
+            repairable=repairable,
+            sample_ids=seen["ids"][:SAMPLE_IDS],
+        )
+        if allow:
+            found["hint"] = ALLOW_HINT
+        out.append(found)
+    return out
+
+
+def repair(ctx: HealthContext, issues: list[Issue]) -> None:
+    handle: Handle | None = ctx.handle
+    assert handle is not None, "repairs run inside the fix transaction"
+    done: dict[str, dict[str, list[int]]] = {}
+    for table, row_id, changes in ctx.scratch.get(CHECK, []):
+        outcome = sql.redact_row(handle, table, row_id, changes)
+        done.setdefault(table, {}).setdefault(outcome, []).append(row_id)
+    for i in issues:
+        outcomes = done.get(i["table"], {})
+        updated, deleted = outcomes.get("updated", []), outcomes.get("deleted", [])
+        i.update(fixed=len(updated) + len(deleted), redacted_rows=len(updated))
+        if deleted:
+            i["deleted_collisions"] = len(deleted)
+        if i["table"] in ("memories", "episodes"):
+            i["_nulled"] = (i["table"], updated)
