@@ -165,7 +165,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         "discord_token",
         _bounded(
-            r"(?P<uid>[MNO][A-Za-z0-9_-]{23,27})\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
+            r"(?P<uid>[MNO][A-Za-z0-9_-]{22,27})\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
             "." + _B64URL,
         ),
         (".",),
@@ -221,7 +221,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         "jwt",
         _bounded(
-            r"(?P<header>eyJ[A-Za-z0-9_-]{8,})\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+            r"(?P<header>eyJ[A-Za-z0-9_-]{16,})\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*",
             "." + _B64URL,
         ),
         ("eyJ",),
@@ -272,9 +272,9 @@ _NAMES = re.compile(rf"(?:{_NAME_WORDS_RE})(?![a-z0-9])")
 _NAMES_ANY_CASE = re.compile(rf"(?i:{_NAME_WORDS_RE})(?![A-Za-z0-9])")
 #: After the name: an optional closing quote, then `=`, `:`, `:=` or `=>` (a value follows).
 _ASSIGN = re.compile(
-    r"(?P<close>[\"'])?[ \t]*(?P<sep>:=|=>|=|:)[ \t]*"
+    r"(?P<close>[\"'])?[ \t]*(?P<sep>(?>:=|=>|=|:))[ \t]*"
     r"(?:\"(?P<dq>[^\"\\\r\n]{1,512})\"|'(?P<sq>[^'\\\r\n]{1,512})'"
-    r"|(?P<bare>[^\s\"'`,;()\[\]{}<>]{1,512}))"
+    r"|(?P<bare>[^\s\"'`,;()\[\]{}<>=:][^\s\"'`,;()\[\]{}<>]{0,511}))"
 )
 #: `--password value` on a command line.
 _FLAG = re.compile(r"[ \t]+(?P<bare>[^\s\"'`,;()\[\]{}<>-][^\s\"'`,;()\[\]{}<>]{0,511})")
