@@ -236,3 +236,7 @@ async def test_check_health_finds_and_fix_redacts_rows_written_under_allow(conne
             "check_health", {"checks": ["null_embedding", "null_episode_embedding"]}
         )
         assert vectors["issues"] == []
+        # The full-text index files keep a rewritten row's old record until compaction: the
+        # fix rewrote them, so the token is in neither (nor in SQLite's own FTS5 answers).
+        for index in tools.engine.fts.values():
+            assert TOKEN.encode() not in index.path.read_bytes()

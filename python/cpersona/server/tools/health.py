@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
 from cpersona.health.context import from_engine
+from cpersona.health.credentials import CHECK as CREDENTIALS_CHECK
 from cpersona.health.deep import DEEP_NAMES, deep_check, session_findings
 from cpersona.health.registry import NAMES, REPORT_ONLY, check_health
 from cpersona.server.registry import Annotations, ToolSpec
@@ -32,10 +33,25 @@ def _check_health(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
         extra_issues=engine.updates.health_issues(),
     )
     if out.get("fixed"):
-        # Rewritten rows (stored_credentials, the annotation repairs) reach both index files
-        # now, not at the next read: a redacted credential must not stay searchable.
-        engine.after_write()
+        _scrub_indexes(engine, out.get("issues", []))
     return out
+
+
+def _scrub_indexes(engine: Engine, issues: list[dict[str, Any]]) -> None:
+    """After a fix run: rewritten rows reach both index files now, not at the next read, and
+    where `stored_credentials` redacted rows, those files are rewritten from SQLite: the
+    full-text file appends a row's new text and keeps the old record until compaction, and a
+    redacted credential must not stay in it (issue 22)."""
+    engine.after_write()
+    tables = {
+        i.get("table")
+        for i in issues
+        if i.get("check") == CREDENTIALS_CHECK and i.get("redacted_rows")
+    }
+    for table in sorted(t for t in tables if isinstance(t, str)):
+        for index in (engine.fts.get(table), engine.indexes.get(table)):
+            if index is not None:
+                index.rebuild()
 
 
 def _deep_check(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
