@@ -60,7 +60,7 @@ def test_detect_cost_per_text(benchmark: Any, workload: str) -> None:
     if workload == "with credentials":
         texts = [CONFIG, PEM] * 50
     found = sum(bool(redact(t)[1]) for t in texts)
-    assert (found == 0) if workload == "typical" and source == "locomo" else found > 0
+    assert found == (0 if workload == "typical" else len(texts))  # checked before timing
 
     def run() -> None:
         for text in texts:
@@ -73,7 +73,9 @@ def test_detect_cost_per_text(benchmark: Any, workload: str) -> None:
         mean_chars=round(sum(map(len, texts)) / len(texts), 1),
     )
     benchmark(run)
-    benchmark.extra_info["us_per_text"] = round(benchmark.stats.stats.mean / len(texts) * 1e6, 2)
+    if benchmark.stats is not None:  # None under --benchmark-disable
+        mean = benchmark.stats.stats.mean
+        benchmark.extra_info["us_per_text"] = round(mean / len(texts) * 1e6, 2)
 
 
 @pytest.fixture
