@@ -3,8 +3,8 @@
 `detect` finds them (private-key blocks, provider tokens by their documented formats, JWTs,
 URL passwords, values assigned to credential names) and redacts them as `[REDACTED:<kind>]`;
 `policy` applies `CPERSONA_SECRETS` (redact / reject / allow) to the fields of one write.
-This module itself imports neither (compiling the detector's patterns takes about 10 ms, which
-the start-up banner, the only user of `describe`, should not pay; docs/performance.md).
+Nothing imports `detect` before the first write or health check: compiling its patterns takes
+about 10 ms, which start-up (spawn to `tools/list`, docs/performance.md) should not pay.
 """
 
 from __future__ import annotations

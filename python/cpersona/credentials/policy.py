@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from cpersona.credentials import MODES
-from cpersona.credentials.detect import redact, redact_json
 
 
 class Screen:
@@ -30,6 +29,8 @@ class Screen:
         """`value` as the write stores it (redacted in `redact` mode, else as given)."""
         if self.mode == "allow" or not value:
             return value
+        from cpersona.credentials.detect import redact  # see the package docstring
+
         out, found = redact(value)
         self._add(found)
         return out if self.mode == "redact" else value
@@ -38,6 +39,8 @@ class Screen:
         """A JSON value (metadata, source, keyword lists) as the write stores it."""
         if self.mode == "allow" or not value:
             return value
+        from cpersona.credentials.detect import redact_json
+
         out, found = redact_json(value)
         self._add(found)
         return out if self.mode == "redact" else value

@@ -13,13 +13,16 @@ credentials on purpose); locked memories are reported, never rewritten.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cpersona.credentials.detect import redact, redact_json
 from cpersona.health.checks import Issue, issue
 from cpersona.health.context import HealthContext
 from cpersona.storage import credentials as sql
+from cpersona.storage import health as health_sql
 from cpersona.storage.health import Handle
+
+if TYPE_CHECKING:
+    from cpersona.vectors.remote import RemoteVectors
 
 CHECK = "stored_credentials"
 SAMPLE_IDS = 10
@@ -30,6 +33,10 @@ ALLOW_HINT = (
 
 
 def _redacted(column: str, text: str) -> tuple[str, dict[str, int]]:
+    # Imported here: the registry is imported at start-up, the detector's patterns are not
+    # needed until a check runs (docs/performance.md, "Start-up").
+    from cpersona.credentials.detect import redact, redact_json
+
     if column == "metadata":  # JSON text: redact its strings, keep it JSON
         try:
             value = json.loads(text)
@@ -42,7 +49,7 @@ def _redacted(column: str, text: str) -> tuple[str, dict[str, int]]:
 
 def detect(ctx: HealthContext) -> list[Issue]:
     allow = ctx.settings.secrets == "allow"
-    plan: list[tuple[str, int, dict[str, str]]] = []
+    plan: list[tuple[str, str, int, dict[str, str]]] = []
     tables: dict[str, dict[str, Any]] = {}
     for row in sql.stored_texts(ctx.c, ctx.agent_id):
         changes: dict[str, str] = {}
@@ -64,11 +71,11 @@ def detect(ctx: HealthContext) -> list[Issue]:
         if row.locked:
             seen["locked"] += 1
         elif not allow:
-            plan.append((row.table, row.id, changes))
+            plan.append((row.table, row.agent_id, row.id, changes))
     ctx.scratch[CHECK] = plan
     out: list[Issue] = []
     for table, seen in tables.items():
-        repairable = sum(1 for t, _, _ in plan if t == table)
+        repairable = sum(1 for t, *_ in plan if t == table)
         found = issue(
             CHECK,
             CHECK,
@@ -90,9 +97,10 @@ def repair(ctx: HealthContext, issues: list[Issue]) -> None:
     handle: Handle | None = ctx.handle
     assert handle is not None, "repairs run inside the fix transaction"
     done: dict[str, dict[str, list[int]]] = {}
-    for table, row_id, changes in ctx.scratch.get(CHECK, []):
+    for table, agent_id, row_id, changes in ctx.scratch.get(CHECK, []):
         outcome = sql.redact_row(handle, table, row_id, changes)
         done.setdefault(table, {}).setdefault(outcome, []).append(row_id)
+        ctx.redacted.append((table, agent_id, row_id, outcome))
     for i in issues:
         outcomes = done.get(i["table"], {})
         updated, deleted = outcomes.get("updated", []), outcomes.get("deleted", [])
@@ -101,3 +109,28 @@ def repair(ctx: HealthContext, issues: list[Issue]) -> None:
             i["deleted_collisions"] = len(deleted)
         if i["table"] in ("memories", "episodes"):
             i["_nulled"] = (i["table"], updated)
+
+
+def copies_outside(ctx: HealthContext, remote: RemoteVectors | None) -> set[str]:
+    """After the fix run's commit: tell the remote vector service the redacted texts (it keeps
+    its own copy of each row's text) and forget the rows the repair deleted; the tables whose
+    local index files must be rewritten (they keep a rewritten row's old record)."""
+    rewritten = {table for table, _, _, outcome in ctx.redacted if outcome != "missing"}
+    if remote is not None:
+        from cpersona.vectors.remote import Item
+
+        for table, prefix in (("memories", "mem"), ("episodes", "ep")):
+            rows = [(agent, i, outcome) for t, agent, i, outcome in ctx.redacted if t == table]
+            texts = health_sql.texts_by_id(
+                health_sql.reading(ctx.db), table, [i for _, i, o in rows if o == "updated"]
+            )
+            for agent in sorted({agent for agent, _, _ in rows}):
+                items = [
+                    Item(f"{prefix}:{i}", texts[i]) for a, i, _ in rows if a == agent and i in texts
+                ]
+                gone = [f"{prefix}:{i}" for a, i, o in rows if a == agent and o == "deleted"]
+                if items:
+                    remote.index(agent, items)
+                if gone:
+                    remote.remove(agent, gone)
+    return rewritten & {"memories", "episodes"}

@@ -26,6 +26,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 class StoredText:
     table: str
     id: int
+    agent_id: str
     #: column -> text, in COLUMNS order.
     texts: dict[str, str]
     locked: bool
@@ -39,17 +40,16 @@ def stored_texts(conn: Conn, agent_id: str, batch: int = 1000) -> Iterator[Store
         last = 0
         while True:
             rows = conn.execute(
-                f"SELECT id, {locked}, {', '.join(columns)} FROM {table} "
+                f"SELECT id, agent_id, {locked}, {', '.join(columns)} FROM {table} "
                 f"WHERE id > ?{scope} ORDER BY id LIMIT ?",
                 [last, *([agent_id] if agent_id else []), batch],
             ).fetchall()
             if not rows:
                 break
             for r in rows:
-                texts = {
-                    c: "" if v is None else str(v) for c, v in zip(columns, r[2:], strict=True)
-                }
-                yield StoredText(table, int(r[0]), texts, bool(r[1]))
+                values = zip(columns, r[3:], strict=True)
+                texts = {c: "" if v is None else str(v) for c, v in values}
+                yield StoredText(table, int(r[0]), str(r[1]), texts, bool(r[2]))
             last = int(rows[-1][0])
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
+from cpersona.health import credentials
 from cpersona.health.context import from_engine
-from cpersona.health.credentials import CHECK as CREDENTIALS_CHECK
 from cpersona.health.deep import DEEP_NAMES, deep_check, session_findings
 from cpersona.health.registry import NAMES, REPORT_ONLY, check_health
 from cpersona.server.registry import Annotations, ToolSpec
@@ -33,25 +33,15 @@ def _check_health(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
         extra_issues=engine.updates.health_issues(),
     )
     if out.get("fixed"):
-        _scrub_indexes(engine, out.get("issues", []))
+        # Rewritten rows reach both index files now, not at the next read.
+        engine.after_write()
+        # A redacted credential must not stay in a copy: the full-text file appends a row's
+        # new text and keeps the old record until compaction, the remote service has its own.
+        for table in sorted(credentials.copies_outside(ctx, engine.remote)):
+            for index in (engine.fts.get(table), engine.indexes.get(table)):
+                if index is not None:
+                    index.rebuild()
     return out
-
-
-def _scrub_indexes(engine: Engine, issues: list[dict[str, Any]]) -> None:
-    """After a fix run: rewritten rows reach both index files now, not at the next read, and
-    where `stored_credentials` redacted rows, those files are rewritten from SQLite: the
-    full-text file appends a row's new text and keeps the old record until compaction, and a
-    redacted credential must not stay in it (issue 22)."""
-    engine.after_write()
-    tables = {
-        i.get("table")
-        for i in issues
-        if i.get("check") == CREDENTIALS_CHECK and i.get("redacted_rows")
-    }
-    for table in sorted(t for t in tables if isinstance(t, str)):
-        for index in (engine.fts.get(table), engine.indexes.get(table)):
-            if index is not None:
-                index.rebuild()
 
 
 def _deep_check(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +81,9 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "`agent_id`, except: the embedding repairs rewrite vectors of locked rows "
                 "too, `dedup_msg_id_index` acts across all agents, schema / FTS / index-file "
                 "repairs act on the whole database, `file_permissions` chmods files. "
-                "`oversized_content` and `oversized_profile` are lossy (they cut text). "
+                "`oversized_content` and `oversized_profile` are lossy (they cut text), and so "
+                "is `stored_credentials` (it replaces credentials with `[REDACTED:<kind>]`; "
+                "findings name row ids and kinds, never a value). "
                 f"Report-only (fix accepted, nothing written): {', '.join(REPORT_ONLY)}; "
                 "critical file-integrity findings are never auto-repaired. While persistence "
                 "is paused, fix is forced off (`repairs_skipped`)."
