@@ -235,6 +235,15 @@ def test_detect_catches_url_passwords_and_keeps_the_rest_of_the_url(
     assert counts == {"url_password": 1}
 
 
+def test_detect_reads_the_japanese_name_and_separators() -> None:
+    assert redact("サーバーのパスワード：hunter22 です") == (
+        "サーバーのパスワード：[REDACTED:password] です",
+        {"password": 1},
+    )
+    assert redact("パスワード=s3cret!")[0] == "パスワード=[REDACTED:password]"
+    assert find("パスワードを忘れた。パスワード：忘れた") == []
+
+
 def test_detect_headers_flags_and_truncated_keys() -> None:
     out, _ = redact("curl -H 'Authorization: Bearer abcdef0123456789abcdef0123' https://x")
     assert out == "curl -H 'Authorization: Bearer [REDACTED:authorization]' https://x"

@@ -261,18 +261,18 @@ _FOLDED = tuple(r for r in _RULES if not r.long and r.folded)
 # -- values assigned to credential names ---------------------------------------------------------
 
 #: The credential names, each the end of an identifier (`DB_PASSWORD`, `clientSecret`,
-#: `x-api-key`), with the kind its value is reported as. `token` alone is a name
-#: (`max_tokens = 4096` is not: the name must end with the word).
+#: `x-api-key`); `_name_kind` says which kind a value under it is. `token` alone is a name
+#: (`max_tokens = 4096` is not: the name must end with the word). パスワード is Japanese's.
 _NAME_WORDS_RE = (
     r"pass(?:word|wd|phrase)|secret[_-]?(?:access[_-]?)?key|secret|token|api[_-]?key|"
-    r"access[_-]?key|auth[_-]?key|private[_-]?key"
+    r"access[_-]?key|auth[_-]?key|private[_-]?key|パスワード"
 )
 #: On the lower-cased text: case-sensitive matching is ten times faster than `(?i)` in re.
 _NAMES = re.compile(rf"(?:{_NAME_WORDS_RE})(?![a-z0-9])")
 _NAMES_ANY_CASE = re.compile(rf"(?i:{_NAME_WORDS_RE})(?![A-Za-z0-9])")
 #: After the name: an optional closing quote, then `=`, `:`, `:=` or `=>` (a value follows).
 _ASSIGN = re.compile(
-    r"(?P<close>[\"'])?[ \t]*(?P<sep>(?>:=|=>|=|:))[ \t]*"
+    r"(?P<close>[\"'])?[ \t　]*(?P<sep>(?>:=|=>|=|:|：|＝))[ \t　]*"
     r"(?:\"(?P<dq>[^\"\\\r\n]{1,512})\"|'(?P<sq>[^'\\\r\n]{1,512})'"
     r"|(?P<bare>[^\s\"'`,;()\[\]{}<>=:][^\s\"'`,;()\[\]{}<>]{0,511}))"
 )
@@ -286,12 +286,12 @@ _PLACEHOLDER_STARTS = ("$", "{{", "%(", "%s", "os.environ", "process.env", "env.
 _MASK_CHARS = frozenset("*xX.•·_-#?")
 _REFERENCE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-_NAME_WORDS = ("pass", "secret", "token", "key")
+_NAME_WORDS = ("pass", "secret", "token", "key", "パスワード")
 
 
 def _name_kind(name: str) -> str:
     low = name.lower().replace("-", "_")
-    if "pass" in low:
+    if "pass" in low or "パスワード" in low:
         return "password"
     if "secret" in low and "access" in low and "aws" in low:
         return "aws_secret_key"
@@ -325,9 +325,15 @@ def is_credential_value(value: str, *, quoted: bool, colon: bool, name: str = ""
             any(w in v.lower() for w in _NAME_WORDS) or v.lower() == name.lower()
         ):
             return False
-        if colon and v.isalpha() and len(v) < 16 and (v.islower() or v.istitle() or v.isupper()):
+        if colon and v.isalpha() and len(v) < 16 and not _mixed_case_word(v):
             return False
     return True
+
+
+def _mixed_case_word(word: str) -> bool:
+    """`hUnTer`, not `hunter`, `Summer`, `NOTE` or a word of a script without case."""
+    rest = word[1:]
+    return any(c.isupper() for c in rest) and any(c.islower() for c in word)
 
 
 def _assignments(text: str, folded: str) -> Iterator[Finding]:
@@ -352,18 +358,18 @@ def _assignments(text: str, folded: str) -> Iterator[Finding]:
             trimmed = value.rstrip(".")  # a sentence's full stop is not part of the value
             end -= len(value) - len(trimmed)
             value = trimmed
-        colon = a.groupdict().get("sep") == ":"
+        colon = a.groupdict().get("sep") in (":", "：")
         if is_credential_value(value, quoted=group != "bare", colon=colon, name=name):
             yield Finding(_name_kind(name), a.start(group), end)
+
+
+_AWS_SECRET = _bounded(r"[A-Za-z0-9/+]{40}", "A-Za-z0-9/+=")
 
 
 def _aws_secret_keys(text: str) -> Iterator[Finding]:
     for m in _AWS_SECRET.finditer(text):
         if _mixed_case(m):
             yield Finding("aws_secret_key", m.start(), m.end())
-
-
-_AWS_SECRET = _bounded(r"[A-Za-z0-9/+]{40}", "A-Za-z0-9/+=")
 
 
 # -- the detector ------------------------------------------------------------------------------
