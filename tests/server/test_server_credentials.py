@@ -10,11 +10,14 @@ redacts them in place with `fix=true`.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from cpersona.embedding.hashing import HashingProvider
 
 pytestmark = pytest.mark.anyio
 
@@ -52,6 +55,21 @@ async def test_store_redacts_and_says_what(connect: Any) -> None:
         assert all(TOKEN not in json.dumps(m) for m in recalled["messages"])
         got = await tools("get_contents", {"agent_id": AGENT, "refs": [f"mem:{out['id']}"]})
         assert TOKEN not in json.dumps(got) and "k3y-abc123" not in json.dumps(got)
+
+
+async def test_the_stored_vector_embeds_the_redacted_text(connect: Any, tmp_path: Path) -> None:
+    async with connect() as tools:
+        await store(tools, TEXT)
+        path = tmp_path / "vectors.jsonl"
+        await tools(
+            "export_memories",
+            {"agent_id": AGENT, "output_path": str(path), "include_embeddings": True},
+        )
+    (row,) = [r for r in map(json.loads, path.read_text().splitlines()) if r["_type"] == "memory"]
+    stored = np.frombuffer(base64.b64decode(row["embedding_b64"]), dtype="<f4")
+    for text, same in [(REDACTED, True), (TEXT, False)]:
+        expected = HashingProvider().embed([text], kind="passage")[0]
+        assert np.array_equal(stored, expected) is same
 
 
 async def test_store_without_credentials_answers_as_before(connect: Any) -> None:
@@ -103,8 +121,14 @@ async def test_every_text_write_redacts(connect: Any, tmp_path: Path) -> None:
 
 async def test_import_redacts_and_drops_the_file_vector(connect: Any, tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
+    original = HashingProvider().embed([TEXT], kind="passage")[0].astype("<f4").tobytes()
     lines = [
-        {"_type": "memory", "agent_id": AGENT, "content": TEXT, "embedding_b64": None},
+        {
+            "_type": "memory",
+            "agent_id": AGENT,
+            "content": TEXT,
+            "embedding_b64": base64.b64encode(original).decode(),
+        },
         {"_type": "episode", "agent_id": AGENT, "summary": f"rotated {TOKEN}", "keywords": ""},
         {"_type": "profile", "agent_id": AGENT, "content": f"password={PASSWORD}"},
         {"_type": "memory", "agent_id": AGENT, "content": "nothing secret here"},
@@ -117,6 +141,18 @@ async def test_import_redacts_and_drops_the_file_vector(connect: Any, tmp_path: 
         assert out["ok"] and out["imported_memories"] == 2 and out["imported_episodes"] == 1
         assert out["redacted"] == {"github_token": 2, "password": 2}
         assert sorted(await contents(tools)) == sorted([REDACTED, "nothing secret here"])
+        dump = tmp_path / "vectors.jsonl"
+        await tools(
+            "export_memories",
+            {"agent_id": AGENT, "output_path": str(dump), "include_embeddings": True},
+        )
+        vectors = {
+            r["content"]: np.frombuffer(base64.b64decode(r["embedding_b64"]), dtype="<f4")
+            for r in map(json.loads, dump.read_text().splitlines())
+            if r["_type"] == "memory"
+        }
+        # The file's vector embedded the credential: the row got one of its stored text.
+        assert np.array_equal(vectors[REDACTED], HashingProvider().embed([REDACTED])[0])
         again = await tools("import_memories", {"input_path": str(path)})
         assert again["imported_memories"] == again["imported_episodes"] == 0
         assert again["redacted"] == {"password": 1}  # the profile is written again
