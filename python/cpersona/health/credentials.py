@@ -22,6 +22,7 @@ from cpersona.storage import health as health_sql
 from cpersona.storage.health import Handle
 
 if TYPE_CHECKING:
+    from cpersona.engine import Engine
     from cpersona.vectors.remote import RemoteVectors
 
 CHECK = "stored_credentials"
@@ -111,7 +112,20 @@ def repair(ctx: HealthContext, issues: list[Issue]) -> None:
             i["_nulled"] = (i["table"], updated)
 
 
-def copies_outside(ctx: HealthContext, remote: RemoteVectors | None) -> set[str]:
+def after_fix(engine: Engine, ctx: HealthContext) -> None:
+    """After a fix run's commit (the tool and `cpersona checkup --fix`): rewritten rows reach
+    both index files now, not at the next read; where this repair redacted rows, no copy
+    outside the database may keep the credential: the full-text file appends a row's new text
+    and keeps the old record until compaction (so it is rewritten, as is the vector file),
+    and the remote service has its own copy of each text."""
+    engine.after_write()
+    for table in sorted(_copies_outside(ctx, engine.remote)):
+        for index in (engine.fts.get(table), engine.indexes.get(table)):
+            if index is not None:
+                index.rebuild()
+
+
+def _copies_outside(ctx: HealthContext, remote: RemoteVectors | None) -> set[str]:
     """After the fix run's commit: tell the remote vector service the redacted texts (it keeps
     its own copy of each row's text) and forget the rows the repair deleted; the tables whose
     local index files must be rewritten (they keep a rewritten row's old record)."""

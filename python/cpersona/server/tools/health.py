@@ -33,14 +33,7 @@ def _check_health(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
         extra_issues=engine.updates.health_issues(),
     )
     if out.get("fixed"):
-        # Rewritten rows reach both index files now, not at the next read.
-        engine.after_write()
-        # A redacted credential must not stay in a copy: the full-text file appends a row's
-        # new text and keeps the old record until compaction, the remote service has its own.
-        for table in sorted(credentials.copies_outside(ctx, engine.remote)):
-            for index in (engine.fts.get(table), engine.indexes.get(table)):
-                if index is not None:
-                    index.rebuild()
+        credentials.after_fix(engine, ctx)
     return out
 
 
