@@ -151,7 +151,7 @@ def test_checkup_fix_redacts_stored_credentials_and_rewrites_the_index_files(
     token = "xoxb-" + "1234567890-" * 2 + "Ab3dEf6hIj9kLm2nOp5qRs8t"
     engine = make_engine(secrets="allow")
     engine.writer.store("a", {"content": f"slack bot {token}"}, "", "")
-    engine.after_write()
+    engine.warm_indexes()  # both index files exist and hold the row
     path = engine.settings.db_path
     engine.close()
     assert main(["--db", path, "--json"]) == 1
