@@ -463,3 +463,18 @@ def redact_json(value: Any) -> tuple[Any, dict[str, int]]:
         return v
 
     return walk(value, None), counts
+
+
+def redact_json_text(text: str) -> tuple[str, dict[str, int]]:
+    """`redact_json` on JSON text (a stored `metadata`), written back as `json.dumps` writes it;
+    text that is not JSON is redacted as text."""
+    if "\\" not in text and "[" not in text and not find(text):
+        # Without escapes or lists, what the walk would find the text rules find (a value under
+        # a credential name is `"name": "value"` in the text): most rows stop here, unparsed.
+        return text, {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return redact(text)
+    new, found = redact_json(value)
+    return (json.dumps(new) if found else text), found

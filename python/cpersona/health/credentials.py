@@ -12,7 +12,6 @@ credentials on purpose); locked memories are reported, never rewritten.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from cpersona.health.checks import Issue, issue
@@ -33,22 +32,11 @@ ALLOW_HINT = (
 )
 
 
-def _redacted(column: str, text: str) -> tuple[str, dict[str, int]]:
+def detect(ctx: HealthContext) -> list[Issue]:
     # Imported here: the registry is imported at start-up, the detector's patterns are not
     # needed until a check runs (docs/performance.md, "Start-up").
-    from cpersona.credentials.detect import redact, redact_json
+    from cpersona.credentials.detect import redact, redact_json_text
 
-    if column == "metadata":  # JSON text: redact its strings, keep it JSON
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return redact(text)
-        new, found = redact_json(value)
-        return (json.dumps(new) if found else text), found
-    return redact(text)
-
-
-def detect(ctx: HealthContext) -> list[Issue]:
     allow = ctx.settings.secrets == "allow"
     plan: list[tuple[str, str, int, dict[str, str]]] = []
     tables: dict[str, dict[str, Any]] = {}
@@ -58,7 +46,8 @@ def detect(ctx: HealthContext) -> list[Issue]:
         for column, text in row.texts.items():
             if not text:
                 continue
-            new, found = _redacted(column, text)
+            # Memories' metadata is JSON text: its strings are redacted and it stays JSON.
+            new, found = redact_json_text(text) if column == "metadata" else redact(text)
             if found:
                 changes[column] = new
                 for kind, n in found.items():
