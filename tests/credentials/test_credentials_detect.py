@@ -16,7 +16,7 @@ import json
 import string
 
 import pytest
-from cpersona.credentials.detect import find, redact, redact_json
+from cpersona.credentials.detect import find, redact, redact_json, redact_json_text
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -289,6 +289,30 @@ def test_redact_json_redacts_strings_and_values_under_credential_names() -> None
         {"password": None, "token": "", "api_key": "${API_KEY}"},
         {},
     )
+
+
+JSON_LEAVES = st.one_of(
+    st.sampled_from(sorted(FORMATS)).flatmap(lambda k: FORMATS[k]),
+    VALUES,
+    st.text(max_size=20),
+    st.integers(),
+    st.none(),
+)
+JSON_KEYS = st.sampled_from(["password", "api_key", "note", "max_tokens", "db password", "id"])
+JSON_VALUES = st.recursive(
+    JSON_LEAVES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(JSON_KEYS, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.dictionaries(JSON_KEYS, JSON_VALUES, max_size=4))
+def test_redact_json_text_answers_as_the_json_walk(value: dict[str, object]) -> None:
+    """The stored-metadata fast path (skip the parse when the text rules find nothing) against
+    its oracle, the walk over the parsed value."""
+    text = json.dumps(value)
+    walked, counts = redact_json(value)
+    assert redact_json_text(text) == ((json.dumps(walked) if counts else text), counts)
 
 
 # -- what is never touched --------------------------------------------------------------------
