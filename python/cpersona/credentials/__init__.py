@@ -13,6 +13,19 @@ from __future__ import annotations
 MODES = ("redact", "reject", "allow")
 
 
+def tool_note(mode: str) -> str:
+    """What a text-writing tool's description says of credentials, so an agent learns it from
+    `tools/list` ("" under `allow`: 2.5.x's descriptions, unchanged)."""
+    return {
+        "redact": " Credentials in the text (API keys, tokens, private keys, JWTs, URL "
+        "passwords, `password=...`) are stored as `[REDACTED:<kind>]`; the answer's `redacted` "
+        "counts them by kind.",
+        "reject": " A write whose text holds credentials (API keys, tokens, private keys, JWTs, "
+        "URL passwords, `password=...`) is refused, naming their kinds.",
+        "allow": "",
+    }[mode]
+
+
 def describe(mode: str) -> str:
     """The start-up banner's line on what writes do with credentials."""
     return {
