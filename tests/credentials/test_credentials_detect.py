@@ -165,7 +165,7 @@ NAMES = {
     "secret": ["secret", "client_secret", "clientSecret", "APP_SECRET", "jwt-secret"],
     "token": ["token", "access_token", "GITHUB_TOKEN", "refreshToken", "auth-token"],
     "api_key": ["api_key", "apikey", "apiKey", "X-API-Key", "OPENAI_API_KEY"],
-    "access_key": ["access_key", "accessKey", "MINIO_ACCESS_KEY"],
+    "access_key": ["access_key", "accessKey", "MINIO_ACCESS_KEY", "AccountKey", "SharedAccessKey"],
 }
 FORMS = [
     "{n}={v}",
@@ -233,6 +233,19 @@ def test_detect_catches_url_passwords_and_keeps_the_rest_of_the_url(
         == f"connect with {scheme}://{user}:[REDACTED:url_password]@db.example.com:5432/app please"
     )
     assert counts == {"url_password": 1}
+
+
+def test_detect_connection_strings() -> None:
+    azure = (
+        "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=q8Zr+Vx3/Lm==;EndpointSuffix=x"
+    )
+    assert redact(azure) == (
+        "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=[REDACTED:access_key];"
+        "EndpointSuffix=x",
+        {"access_key": 1},
+    )
+    odbc = "Server=db;Database=app;User Id=sa;Password=Pa55word!;"
+    assert redact(odbc)[0] == "Server=db;Database=app;User Id=sa;Password=[REDACTED:password];"
 
 
 def test_detect_reads_the_japanese_name_and_separators() -> None:

@@ -267,7 +267,7 @@ _FOLDED = tuple(r for r in _RULES if not r.long and r.folded)
 #: (`max_tokens = 4096` is not: the name must end with the word). パスワード is Japanese's.
 _NAME_WORDS_RE = (
     r"pass(?:word|wd|phrase)|secret[_-]?(?:access[_-]?)?key|secret|token|api[_-]?key|"
-    r"access[_-]?key|auth[_-]?key|private[_-]?key|パスワード"
+    r"access[_-]?key|account[_-]?key|auth[_-]?key|private[_-]?key|パスワード"
 )
 #: On the lower-cased text: case-sensitive matching is ten times faster than `(?i)` in re.
 _NAMES = re.compile(rf"(?:{_NAME_WORDS_RE})(?![a-z0-9])")
@@ -301,7 +301,7 @@ def _name_kind(name: str) -> str:
         return "secret"
     if "private" in low:
         return "private_key"
-    if "access" in low and "key" in low:
+    if ("access" in low or "account" in low) and "key" in low:
         return "access_key"
     if "key" in low:
         return "api_key"
