@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from cpersona import __version__
 from cpersona.config import Settings
+from cpersona.credentials import describe
 from cpersona.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -277,6 +278,7 @@ def banner(settings: Settings, embedder_name: str) -> str:
             f"cpersona {__version__}: MCP memory server on stdio (pid {os.getpid()})",
             f"  database: {db}",
             f"  embedder: {embedder_name} (loads on first use)",
+            f"  credentials: {describe(settings.secrets)}",
             "  " + REGISTER_HINT % db,
         ]
     )

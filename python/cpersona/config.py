@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from cpersona.credentials import MODES
 from cpersona.errors import ConfigError
 
 #: Embedding modes. `local` is the embedded default model; the others name a provider.
@@ -57,6 +58,8 @@ _VARS: tuple[_Var, ...] = (
     _v("max_metadata_length", "int", 8000, low=1),
     _v("future_timestamp_skew_seconds", "int", 300, low=0),
     _v("future_timestamp_mode", "choice", "warn", choices=("warn", "reject", "off")),
+    # Credentials in written text (issue 22, docs/compatibility.md): allow = 2.5.x's verbatim.
+    _v("secrets", "choice", "redact", choices=MODES),
     _v("recall_preview_chars", "int", 500),
     _v("external_context_mode", "choice", "warn", choices=("warn", "reject", "off")),
     _v("export_dir", "optstr", None),
@@ -187,6 +190,7 @@ class Settings:
     max_metadata_length: int = 8000
     future_timestamp_skew_seconds: int = 300
     future_timestamp_mode: str = "warn"
+    secrets: str = "redact"
     recall_preview_chars: int = 500
     external_context_mode: str = "warn"
     export_dir: str | None = None

@@ -64,7 +64,9 @@ class Engine:
     def __init__(self, settings: Settings, *, embedder: EmbeddingProvider | None = None) -> None:
         self.settings = settings
         self._given_embedder = embedder
-        tracer = _sql_tracer if settings.sql_trace else None
+        tracer = None
+        if settings.sql_trace:
+            tracer = _sql_tracer if settings.secrets == "allow" else _redacted_sql_tracer
         self.db: Database = open_database(
             settings.db_path,
             fts_enabled=settings.fts_enabled,
@@ -386,3 +388,11 @@ def full_text_indexes(db: Database, settings: Settings) -> dict[str, FtsIndex]:
 
 def _sql_tracer(sql: str, params: object) -> None:
     log.debug("sql: %s", sql)
+
+
+def _redacted_sql_tracer(sql: str, params: object) -> None:
+    # The trace shows statements with their values bound: a recall by a token would put the
+    # token in the log, which CPERSONA_SECRETS promises to keep credentials out of (issue 22).
+    from cpersona.credentials.detect import redact
+
+    log.debug("sql: %s", redact(sql)[0])

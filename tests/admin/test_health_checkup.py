@@ -141,3 +141,31 @@ def test_checkup_as_a_module(make_engine: Callable[..., Engine]) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "exit=2 (unhealthy)" in done.stdout
+
+
+def test_checkup_fix_redacts_stored_credentials_and_rewrites_the_index_files(
+    make_engine: Callable[..., Engine], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows written under CPERSONA_SECRETS=allow (or by 2.5.x): the report names ids and kinds
+    only; --fix redacts them in SQLite and in both index files (issue 22)."""
+    token = "xoxb-" + "1234567890-" * 2 + "Ab3dEf6hIj9kLm2nOp5qRs8t"
+    engine = make_engine(secrets="allow")
+    engine.writer.store("a", {"content": f"slack bot {token}"}, "", "")
+    engine.warm_indexes()  # both index files exist and hold the row
+    path = engine.settings.db_path
+    engine.close()
+    assert main(["--db", path, "--json"]) == 1
+    out = capsys.readouterr().out
+    assert token not in out
+    (found,) = [i for i in json.loads(out)["issues"] if i["check"] == "stored_credentials"]
+    assert found["kinds"] == {"slack_token": 1} and found["sample_ids"] == [1]
+    fts = Path(f"{path}.memories.fts")
+    assert token.encode() in fts.read_bytes()  # what the fix must remove
+    assert main(["--db", path, "--fix", "--json"]) == 0
+    assert token not in capsys.readouterr().out
+    files = [fts, Path(f"{path}.memories.vec")]
+    assert all(f.exists() for f in files)
+    assert [f.name for f in files if token.encode() in f.read_bytes()] == []
+    engine = make_engine()
+    listed = engine.db.query("SELECT content FROM memories")
+    assert [tuple(r) for r in listed] == [("slack bot [REDACTED:slack_token]",)]

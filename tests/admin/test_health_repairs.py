@@ -76,7 +76,11 @@ async def test_health_clean_database_is_healthy(tools: Any) -> None:
     assert report["status"] == "healthy"
     assert report["severity_summary"]["critical"] == report["severity_summary"]["warn"] == 0
     assert report["checks_run"][0] == "memory_annotation"
-    assert report["checks_run"][31:] == ["file_permissions", "embedding_model"]
+    assert report["checks_run"][31:] == [
+        "file_permissions",
+        "embedding_model",
+        "stored_credentials",
+    ]
     assert report["total_memories"] == 6
     assert report["stats"]["memories"] == 6 and report["stats"]["profiles"] == 1
     assert report["stats"]["axes"]["project_id"] == {"(global)": 6}

@@ -31,7 +31,7 @@ def test_health_verdict_rule(severities: list[str], status: str) -> None:
 
 
 def test_health_registry_names() -> None:
-    assert len(NAMES) == 33 and NAMES[-1] == "embedding_model"
+    assert len(NAMES) == 34 and NAMES[-2:] == ("embedding_model", "stored_credentials")
     assert NAMES[:4] == (
         "memory_annotation",
         "discord_mention",

@@ -82,6 +82,19 @@ async def test_descriptions_quote_the_enforced_caps(connect):
         assert "1234" in listed["update_memory"]
 
 
+WRITES_TEXT = ("store", "update_memory", "archive_episode", "update_profile", "import_memories")
+
+
+@pytest.mark.parametrize("secrets", ["redact", "reject", "allow"])
+async def test_descriptions_of_text_writes_say_the_credentials_policy(connect, secrets):
+    async with connect(secrets=secrets) as tools:
+        listed = {t.name: t.description for t in (await tools.client.list_tools()).tools}
+    said = {name: "credentials" in listed[name].lower() for name in WRITES_TEXT}
+    assert said == dict.fromkeys(WRITES_TEXT, secrets != "allow")
+    if secrets == "redact":
+        assert "`[REDACTED:<kind>]`" in listed["store"] and "`redacted`" in listed["store"]
+
+
 async def test_server_identifies_itself(tools):
     assert tools.client.server_info.name == "cloto-mcp-cpersona"
     caps = tools.client.server_capabilities

@@ -297,3 +297,32 @@ async def test_remote_mode_without_the_http_embedder_stays_local(tmp_path, caplo
         assert "CPERSONA_EMBEDDING_MODE=http" in caplog.text
     finally:
         engine.close()
+
+
+@pytest.mark.anyio
+async def test_a_credentials_fix_tells_the_service_the_redacted_text(connect, service):
+    """check_health(fix=true) redacts rows written under CPERSONA_SECRETS=allow; the service
+    keeps its own copy of each text, so it is told the redacted one (issue 22)."""
+    token = "ghp_" + "Rm4" * 12
+    a = {"agent_id": "alice"}
+    async with connect(secrets="allow") as tools:
+        kept = stored(await tools("store", {**a, "message": {"content": f"ci uses {token}"}}))
+        episode = (await tools("archive_episode", {**a, "summary": f"rotated {token}"}))[
+            "episode_id"
+        ]
+        assert service.told("index")[0]["items"][0]["text"] == f"ci uses {token}"
+    service.forget()
+    async with connect() as tools:
+        fixed = await tools("check_health", {"checks": ["stored_credentials"], "fix": True})
+        assert fixed["status"] == "healthy"
+    assert service.told("index") == [
+        {
+            "namespace": "cpersona:alice",
+            "items": [{"id": f"mem:{kept}", "text": "ci uses [REDACTED:github_token]"}],
+        },
+        {
+            "namespace": "cpersona:alice",
+            "items": [{"id": f"ep:{episode}", "text": "rotated [REDACTED:github_token]"}],
+        },
+    ]
+    assert token not in json.dumps(service.calls)

@@ -89,11 +89,14 @@ def _run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     if args.fix:
         from cpersona.engine import Engine
         from cpersona.health.context import from_engine
+        from cpersona.health.credentials import after_fix
 
         engine = Engine(settings)
         try:
             ctx = from_engine(engine, args.agent)
             report = check_health(ctx, fix=True, extra_issues=engine.updates.health_issues())
+            if report.get("fixed"):
+                after_fix(engine, ctx)
             if args.deep:
                 report["deep"] = _deep(
                     ctx, args.agent, sql.agents(sql.reading(engine.db)), deep_check

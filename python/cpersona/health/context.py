@@ -60,6 +60,10 @@ class HealthContext:
     model_probe: tuple[int, int] | None = None
     #: Per-check scratch data a repair needs from its detection (never returned).
     scratch: dict[str, Any] = field(default_factory=dict)
+    #: Rows a fix run redacted, as (table, agent_id, id, outcome), for the copies of their text
+    #: outside this database (index files, the remote vector service); kept across the
+    #: residual re-run, which clears `scratch`.
+    redacted: list[tuple[str, str, int, str]] = field(default_factory=list)
 
     @property
     def c(self) -> sql.Handle:

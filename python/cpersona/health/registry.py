@@ -1,7 +1,8 @@
 """The `check_health` registry and its runner (surface.md §9.1, §9.2, §1.4).
 
 The 32 check names of CPersona 2.5.x run in their order, then cpersona's own
-`embedding_model`. A report-only run reads. A fix run (surface.md §9.1 "fix-run mechanics"):
+`embedding_model` and `stored_credentials` (issue 22). A report-only run reads. A fix run
+(surface.md §9.1 "fix-run mechanics"):
 
 1. computes every embedding it will need before taking the write lock (the backend probe,
    the re-embeds of rows without vectors, the model probe);
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cpersona.errors import EmbeddingMisconfigured, EmbeddingUnavailable
-from cpersona.health import checks
+from cpersona.health import checks, credentials
 from cpersona.health.checks import Issue
 from cpersona.health.context import HealthContext, Probe
 from cpersona.health.repairs import AFTER_COMMIT, REPAIRS
@@ -84,6 +85,7 @@ REGISTRY: tuple[Check, ...] = (
     Check("operating_context_size", "info", checks.operating_context_size),
     Check("file_permissions", "warn", checks.file_permissions),
     Check("embedding_model", "warn", checks.embedding_model),
+    Check(credentials.CHECK, "warn", credentials.detect),
 )
 BY_NAME = {c.name: c for c in REGISTRY}
 NAMES = tuple(BY_NAME)

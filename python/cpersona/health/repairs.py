@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from cpersona.health import credentials
 from cpersona.health.checks import TABLES, Issue
 from cpersona.health.context import HealthContext
 from cpersona.storage import health as sql
@@ -290,6 +291,7 @@ REPAIRS: dict[str, Repair] = {
     "file_permissions": file_permissions,
     "vector_index": vector_index,
     "embedding_model": embedding_model,
+    credentials.CHECK: credentials.repair,
 }
 #: Repairs that must not run under the write lock (they run after the commit).
 AFTER_COMMIT = frozenset({"vector_index"})

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cpersona.config import Settings
+from cpersona.credentials.policy import Screen
 from cpersona.errors import EmbeddingUnavailable
 from cpersona.memory.text import (
     normalize_source,
@@ -106,18 +107,24 @@ class Writer:
     ) -> dict[str, Any]:
         """The store pipeline, steps 3-14 of surface.md §5.1."""
         s = self.settings
+        # Credentials go before anything else sees the text (issue 22): the caps cut, dedup
+        # compares, the row, its indexes and its vector all hold the screened text.
+        screen = Screen(s.secrets)
         msg_id = _str(message.get("id"))
-        raw = _str(message.get("content"))
-        source = normalize_source(message.get("source"))
+        raw = screen.text(_str(message.get("content")))
+        source = screen.json(normalize_source(message.get("source")))
         timestamp = message.get("timestamp")
         if not isinstance(timestamp, str) or not timestamp:
             timestamp = utc_now_iso()
         metadata = message.get("metadata")
         if not isinstance(metadata, dict):
             metadata = {}
+        metadata = screen.json(metadata)
         source_text, metadata_text = py_json(source), py_json(metadata)
         if not raw:
             return _rejected("empty content")
+        if screen.refusal is not None:
+            return _rejected(screen.refusal)
         if len(source_text) > s.max_metadata_length:
             return _rejected(
                 f"source too large ({len(source_text)} chars, max {s.max_metadata_length})"
@@ -168,6 +175,7 @@ class Writer:
             "id": new_id,
             "embedded": embedded,
         }
+        screen.mark(out)
         if truncated:
             out["truncated"] = True
         if ahead is not None and s.future_timestamp_mode == "warn":
@@ -198,6 +206,10 @@ class Writer:
         refused = _ownership_error(memory_id, current, agent_id, "edited")
         if refused is not None:
             return refused
+        screen = Screen(self.settings.secrets)
+        content = screen.text(content)
+        if screen.refusal is not None:
+            return _fail(screen.refusal)
         text, truncated = sanitize(content, self.settings.max_content_length)
         if not text:
             return _fail("Content cannot be empty after sanitization")
@@ -216,7 +228,7 @@ class Writer:
         self._written()
         if self.remote is not None and current is not None:
             self.remote.index(current.agent_id, [Item(f"mem:{memory_id}", text)])
-        out: dict[str, Any] = {"ok": True, "updated_id": memory_id}
+        out: dict[str, Any] = screen.mark({"ok": True, "updated_id": memory_id})
         if truncated:
             out["truncated"] = True
         return out
@@ -264,6 +276,10 @@ class Writer:
                 "pre-compute summary (and keywords) before calling archive_episode",
             }
         cap = self.settings.max_content_length
+        screen = Screen(self.settings.secrets)
+        summary, keywords = screen.text(summary), screen.text(keywords)
+        if screen.refusal is not None:
+            return {"ok": False, "episode_id": None, "error": screen.refusal}
         text, cut_summary = sanitize(summary, cap)
         if not text:
             return {
@@ -291,7 +307,7 @@ class Writer:
         self._written()
         if self.remote is not None:
             self.remote.index(agent_id, [Item(f"ep:{episode_id}", text)])
-        out: dict[str, Any] = {"ok": True, "episode_id": episode_id}
+        out: dict[str, Any] = screen.mark({"ok": True, "episode_id": episode_id})
         if cut_summary or cut_keywords:
             out["truncated"] = True
         return out
@@ -319,6 +335,15 @@ class Writer:
                 "reason": "empty profile",
                 "error": "empty profile",
             }
+        screen = Screen(self.settings.secrets)
+        profile = screen.text(profile)
+        if screen.refusal is not None:
+            return {
+                "ok": False,
+                "profiles_updated": 0,
+                "reason": screen.refusal,
+                "error": screen.refusal,
+            }
         text, truncated = sanitize(profile, self.settings.max_profile_length)
         if not text:
             return {
@@ -328,7 +353,7 @@ class Writer:
                 "error": "empty after sanitization",
             }
         sql.upsert_profile(self.db, agent_id, text)
-        out: dict[str, Any] = {"ok": True, "profiles_updated": 1}
+        out: dict[str, Any] = screen.mark({"ok": True, "profiles_updated": 1})
         if truncated:
             out["truncated"] = True
         return out

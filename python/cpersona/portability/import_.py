@@ -23,17 +23,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from cpersona.credentials.policy import kinds, screen_record
 from cpersona.errors import EmbeddingUnavailable
 from cpersona.memory.text import parse_utc, sanitize, utc_now_iso
 from cpersona.portability import records
-from cpersona.portability.paths import confine, os_reason, refusal
+from cpersona.portability.paths import confine, read_bounded, refusal
 from cpersona.storage import portability as sql
 from cpersona.storage.errors import DISK_FULL, is_disk_full
 from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRecord
@@ -72,6 +71,8 @@ class _Plan:
     skipped_episodes: int = 0
     header: dict[str, Any] | None = None
     present: list[int] = field(default_factory=lambda: [0, 0, 0])
+    #: Line number -> credentials found in that record (CPERSONA_SECRETS, issue 22).
+    credentials: dict[int, dict[str, int]] = field(default_factory=dict)
 
     def mismatch(self) -> str | None:
         """Why the body disagrees with the header's declared counts, or None."""
@@ -101,6 +102,8 @@ class _Tally:
     future_timestamps: int = 0
     embedded_here: int = 0
     without_vector: int = 0
+    #: Credentials redacted in the records imported (kind -> count).
+    redacted: dict[str, int] = field(default_factory=dict)
     #: Items the preview found would be written (a real run embeds these).
     written: list[_Item] = field(default_factory=list)
     #: What a real run inserted, per agent, for the remote vector service.
@@ -135,7 +138,7 @@ def import_memories(
     path = confine(input_path, s.export_dir if confined else None)
     if path is None:
         return _fail(refusal("input_path", input_path))
-    raw = _read_bounded(
+    raw = read_bounded(
         path, input_path, s.max_import_bytes, nofollow=confined and s.export_dir is not None
     )
     if isinstance(raw, dict):
@@ -147,7 +150,17 @@ def import_memories(
     except UnicodeDecodeError as exc:
         return _fail(f"could not read {input_path}: {exc}")
 
-    plan = _plan(text, target_agent_id, s.max_content_length, s.max_profile_length)
+    plan = _plan(text, target_agent_id, s.max_content_length, s.max_profile_length, s.secrets)
+    if s.secrets == "reject" and plan.credentials:
+        lines = ", ".join(map(str, sorted(plan.credentials)))
+        found: dict[str, int] = {}
+        for counts in plan.credentials.values():
+            for kind, n in counts.items():
+                found[kind] = found.get(kind, 0) + n
+        return failure_shape(
+            f"import refused: records on lines {lines} hold credentials ({kinds(found)}); "
+            "CPERSONA_SECRETS=reject refuses to store them, nothing was written"
+        )
     mismatch = plan.mismatch()
     tally = _Tally(skipped_memories=plan.skipped_memories, skipped_episodes=plan.skipped_episodes)
     try:
@@ -182,6 +195,8 @@ def import_memories(
             path,
         )
     out = _tally_shape(tally, dry_run=dry_run)
+    if tally.redacted and s.secrets == "redact":
+        out["redacted"] = dict(sorted(tally.redacted.items()))
     if tally.future_timestamps:
         out["future_timestamps"] = tally.future_timestamps
     if not dry_run and tally.embedded_here:
@@ -198,46 +213,10 @@ def import_memories(
     return out
 
 
-# -- file ----------------------------------------------------------------------------------------
-
-
-def _read_bounded(path: str, shown: str, cap: int, *, nofollow: bool) -> bytes | dict[str, Any]:
-    """The file's bytes, or the refusal. Checks run on the opened descriptor (no stat/open race);
-    O_NONBLOCK keeps a FIFO from hanging the open before it is refused. Answers name `shown`,
-    the caller's own spelling of `path`."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    if nofollow:
-        # The path was resolved already: a symlink here was swapped in since.
-        flags |= getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        return _fail(f"File not found: {shown}")
-    except OSError as exc:
-        if nofollow and exc.errno is not None and exc.errno == getattr(os, "ELOOP", -1):
-            return _fail(refusal("input_path", shown))
-        return _fail(f"could not read {shown}: {os_reason(exc)}")
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return _fail(f"input_path is not a regular file: {shown}")
-        if info.st_size > cap:
-            return _fail(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {shown}")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(cap + 1)
-    except OSError as exc:
-        return _fail(f"could not read {shown}: {os_reason(exc)}")
-    finally:
-        os.close(fd)
-    if len(data) > cap:  # it grew after the stat
-        return _fail(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {shown}")
-    return data
-
-
 # -- plan ----------------------------------------------------------------------------------------
 
 
-def _plan(text: str, target: str, content_cap: int, profile_cap: int) -> _Plan:
+def _plan(text: str, target: str, content_cap: int, profile_cap: int, secrets: str) -> _Plan:
     plan = _Plan()
     # '\n' only: U+2028 and friends are legal unescaped inside JSON strings.
     for number, line in enumerate(text.split("\n"), 1):
@@ -258,6 +237,9 @@ def _plan(text: str, target: str, content_cap: int, profile_cap: int) -> _Plan:
         elif kind in ("memory", "episode", "profile"):
             slot = ("memory", "episode", "profile").index(kind)
             plan.present[slot] += 1  # records present, before any other check
+            found = screen_record(record, secrets)
+            if found:
+                plan.credentials[number] = found
             agent = target or records.text_field(record, "agent_id")
             if not agent:
                 plan.errors.append(f"Line {number}: {kind} missing agent_id")
@@ -450,7 +432,7 @@ def _apply(
                 tally.imported_memories += 1
                 if _ahead(rec.timestamp, settings):
                     tally.future_timestamps += 1
-                _count_vector(tally, item)
+                _count_written(tally, item, plan)
                 if keep is not None:
                     keep.append(item)
         elif isinstance(rec, EpisodeRecord):
@@ -466,13 +448,14 @@ def _apply(
                 else:
                     seen_episode.add(key)
                 tally.imported_episodes += 1
-                _count_vector(tally, item)
+                _count_written(tally, item, plan)
                 if keep is not None:
                     keep.append(item)
         else:
             if write:
                 rows.upsert_profile(rec)
             tally.profile_updated = True
+            _count_written(tally, item, plan)
         if (
             write
             and report is not None
@@ -482,7 +465,9 @@ def _apply(
             report(f"import: {done}/{total} records written")
 
 
-def _count_vector(tally: _Tally, item: _Item) -> None:
+def _count_written(tally: _Tally, item: _Item, plan: _Plan) -> None:
+    for kind, n in plan.credentials.get(item.line, {}).items():
+        tally.redacted[kind] = tally.redacted.get(kind, 0) + n
     rec = item.record
     if isinstance(rec, ProfileRecord):
         return

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+from typing import Any
 
 _SEGMENTS = re.compile(r"[\\/]")
 
@@ -53,3 +55,42 @@ def names_directory(path: str, export_dir: str | None) -> bool:
 def os_reason(exc: OSError) -> str:
     """An OS error without the file names it carries (`str(exc)` shows absolute paths)."""
     return exc.strerror or type(exc).__name__
+
+
+def read_bounded(path: str, shown: str, cap: int, *, nofollow: bool) -> bytes | dict[str, Any]:
+    """The file's bytes, or the refusal (import_memories' `{"ok": false, "error"}`).
+
+    Checks run on the opened descriptor (no stat/open race);
+    O_NONBLOCK keeps a FIFO from hanging the open before it is refused. Answers name `shown`,
+    the caller's own spelling of `path`."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if nofollow:
+        # The path was resolved already: a symlink here was swapped in since.
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return _failed(f"File not found: {shown}")
+    except OSError as exc:
+        if nofollow and exc.errno is not None and exc.errno == getattr(os, "ELOOP", -1):
+            return _failed(refusal("input_path", shown))
+        return _failed(f"could not read {shown}: {os_reason(exc)}")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return _failed(f"input_path is not a regular file: {shown}")
+        if info.st_size > cap:
+            return _failed(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {shown}")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(cap + 1)
+    except OSError as exc:
+        return _failed(f"could not read {shown}: {os_reason(exc)}")
+    finally:
+        os.close(fd)
+    if len(data) > cap:  # it grew after the stat
+        return _failed(f"input file exceeds MAX_IMPORT_BYTES ({cap}): {shown}")
+    return data
+
+
+def _failed(error: str) -> dict[str, Any]:
+    return {"ok": False, "error": error}

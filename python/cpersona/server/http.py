@@ -24,6 +24,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cpersona import __version__
+from cpersona.credentials import describe
 from cpersona.errors import ConfigError
 from cpersona.server.auth import BearerAuth, BodyBudget, current_client
 from cpersona.server.jsonrpc import JsonRpcGuard
@@ -280,6 +281,7 @@ def http_banner(settings: Settings, embedder_name: str, url: str, acl: AclConfig
         f"  auth: {auth}",
         f"  database: {db}",
         f"  embedder: {embedder_name} (loads on first use)",
+        f"  credentials: {describe(settings.secrets)}",
         "  register with an MCP client: "
         + json.dumps({"mcpServers": {"cpersona": entry}}, ensure_ascii=False),
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
+from cpersona.credentials import tool_note
 from cpersona.memory import listing
 from cpersona.models import ProjectFilter
 from cpersona.server.registry import Annotations, ToolSpec
@@ -75,7 +76,7 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "Replace (never append to) the agent's one profile with text you computed. "
                 f"Cut to {settings.max_profile_length} characters (`truncated: true`). The "
                 "profile is injected into recall as an unscored row only when the recall's "
-                "scope holds at least 50 rows."
+                "scope holds at least 50 rows." + tool_note(settings.secrets)
             ),
             properties={"agent_id": STR, "profile": STR, "session_key": SESSION_KEY},
             required=("agent_id", "profile"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
+from cpersona.health import credentials
 from cpersona.health.context import from_engine
 from cpersona.health.deep import DEEP_NAMES, deep_check, session_findings
 from cpersona.health.registry import NAMES, REPORT_ONLY, check_health
@@ -24,13 +25,16 @@ def _paused(engine: Engine, a: dict[str, Any]) -> bool:
 
 def _check_health(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     ctx = from_engine(engine, a["agent_id"])
-    return check_health(
+    out = check_health(
         ctx,
         requested=a["checks"],
         fix=a["fix"],
         paused=_paused(engine, a),
         extra_issues=engine.updates.health_issues(),
     )
+    if out.get("fixed"):
+        credentials.after_fix(engine, ctx)
+    return out
 
 
 def _deep_check(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
@@ -70,7 +74,9 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "`agent_id`, except: the embedding repairs rewrite vectors of locked rows "
                 "too, `dedup_msg_id_index` acts across all agents, schema / FTS / index-file "
                 "repairs act on the whole database, `file_permissions` chmods files. "
-                "`oversized_content` and `oversized_profile` are lossy (they cut text). "
+                "`oversized_content` and `oversized_profile` are lossy (they cut text), and so "
+                "is `stored_credentials` (it replaces credentials with `[REDACTED:<kind>]`; "
+                "findings name row ids and kinds, never a value). "
                 f"Report-only (fix accepted, nothing written): {', '.join(REPORT_ONLY)}; "
                 "critical file-integrity findings are never auto-repaired. While persistence "
                 "is paused, fix is forced off (`repairs_skipped`)."

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
+from cpersona.credentials import tool_note
 from cpersona.server.registry import Annotations, ToolSpec
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 f"trimmed and cut to {cap} characters (`truncated: true`); `source` and "
                 f"`metadata` over {meta_cap} serialised characters are rejected. `project_id` "
                 "'' is the global pool; `channel` '' is channel-global. Timestamps: ISO-8601, "
-                "offset-less means UTC; default is now."
+                "offset-less means UTC; default is now." + tool_note(settings.secrets)
             ),
             properties={
                 "agent_id": {"type": "string", "description": "Owner of the memory."},
@@ -154,6 +155,7 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "history item's `timestamp` is read, to set the episode's start and end. "
                 f"Summary and keywords are trimmed and cut to {cap} characters. Archiving moves "
                 "the episode boundary that recall uses to age older memories."
+                + tool_note(settings.secrets)
             ),
             properties={
                 "agent_id": STR,
@@ -176,6 +178,7 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "Replace a memory's content (the only way to change stored text); it is "
                 "re-embedded. Locked memories refuse. With `agent_id`, only that agent's row "
                 f"can change. Content is trimmed and cut to {cap} characters."
+                + tool_note(settings.secrets)
             ),
             properties={
                 "memory_id": {"type": "integer"},

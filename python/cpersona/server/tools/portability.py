@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from cpersona import portability
 from cpersona.config import Settings
+from cpersona.credentials import tool_note
 from cpersona.portability.import_ import failure_shape as import_failure
 from cpersona.server.registry import Annotations, ToolSpec
 from cpersona.server.tools.memory import SESSION_KEY, STR
@@ -182,6 +183,7 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 "stored without one and counted in `missing_embeddings` (check_health with "
                 f"fix=true embeds them later). Files over {cap} bytes are refused. "
                 f"{confinement} Per-line problems are listed in `errors`."
+                + tool_note(settings.secrets)
             ),
             properties={
                 "input_path": {"type": "string", "description": "JSONL file to read."},
