@@ -173,7 +173,9 @@ async def test_stalled_connections_are_closed_and_valid_clients_served(tmp_path)
         deadline = time.monotonic() + WAIT
         while server.open_sockets() > baseline and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert server.open_sockets() == baseline
+        # At most the baseline: it was read just after a client left, and that client's socket
+        # may still have been closing then (seen under load: 4 at the baseline, 3 here).
+        assert server.open_sockets() <= baseline
         async with connect(server.url, TOKEN) as tools:
             listed = await tools("list_memories", {"agent_id": "a"})
             assert listed["count"] == 5
