@@ -788,6 +788,7 @@ def _guarded_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
     for table in TABLES:
         files += [
             Path(f"{db}.{table}.vec"),
+            Path(f"{db}.{table}.vec.sum"),
             Path(f"{db}.{table}.vec.lock"),
             Path(f"{db}.{table}.vecindex"),
         ]
