@@ -660,7 +660,8 @@ class VectorIndex:
             hi = min(lo + chunk_rows, end)
             chunk = slots[lo:hi]
             first, last = int(chunk[0]), int(chunk[-1])
-            if first - last == hi - lo - 1 and np.all(np.diff(chunk) == -1):
+            run = first - last == hi - lo - 1 and bool(np.all(np.diff(chunk) == -1))
+            if run:
                 # A run of consecutive slots, newest first (a file appended in time order):
                 # score the mapped rows in place, forwards through memory, without a gather.
                 scores = _dot_rows(vectors[last : first + 1], query)[::-1]
@@ -669,7 +670,7 @@ class VectorIndex:
             # Foreign-width slots hold zero vectors: scored harmlessly, then dropped.
             keep = (flags[chunk] & _FLAG_FOREIGN) == 0
             if sums is not None:
-                _check_sums(self._views, chunk[keep], sums)
+                _check_sums(self._views, chunk, keep, slice(last, first + 1) if run else None, sums)
             keep &= scores.astype(np.float64) >= threshold
             positions = np.flatnonzero(keep).astype(np.int64) + lo
             # Per-chunk winners merged with the running best: memory stays O(chunk + k).
@@ -681,13 +682,20 @@ class VectorIndex:
         return best_pos, best_scores
 
 
-def _check_sums(views: dict[str, Array], slots: Array, sums: Array) -> None:
-    """StoreCorrupt naming the first of `slots` whose content checksum differs."""
+def _check_sums(
+    views: dict[str, Array], chunk: Array, keep: Array, run: slice | None, sums: Array
+) -> None:
+    """StoreCorrupt naming the first slot of `chunk` to be scored (`keep`) whose content
+    checksum differs; `run`: the same slots as one slice, oldest first, read in place."""
     from cpersona.vectors.checksums import slot_sums  # numpy only; no import cycle at load
 
-    bad = np.flatnonzero(slot_sums(views, slots) != sums[slots])
+    if run is not None:
+        differs = (slot_sums(views, run) != sums[run])[::-1]
+    else:
+        differs = slot_sums(views, chunk) != sums[chunk]
+    bad = np.flatnonzero(differs & keep)
     if bad.size:
-        slot = int(slots[int(bad[0])])
+        slot = int(chunk[int(bad[0])])
         raise StoreCorrupt(
             f"corrupt vector file: the content checksum of slot {slot} "
             f"(row {int(views['ids'][slot])}) differs: its bytes changed after they were written"

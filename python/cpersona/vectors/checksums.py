@@ -55,12 +55,16 @@ def sums_path(vector_path: str | os.PathLike[str]) -> Path:
 
 def slot_sums(views: dict[str, Any], slots: np.ndarray | slice) -> np.ndarray:
     """The checksums (uint32) of `slots` of a file whose sections are `views` (capacity-long
-    arrays, as `VectorFileWriter._views` or `_fallback.VectorIndex._views` hold them)."""
-    total = views["vectors"][slots].view("<u4").sum(axis=1, dtype=np.uint64)
+    arrays, as `VectorFileWriter._views` or `_fallback.VectorIndex._views` hold them). A slice
+    reads the mapping in place; an index array gathers."""
+    # uint32 arithmetic wraps, and wrapping addition is associative: numpy's pairwise sums
+    # give the same value as the kernels' running sum.
+    total = views["vectors"][slots].view("<u4").sum(axis=1, dtype=np.uint32)
     for name in _META:
-        words = views[name][slots].view("<u8")
-        total += (words & np.uint64(0xFFFFFFFF)) + (words >> np.uint64(32))
-    return (total & np.uint64(0xFFFFFFFF)).astype("<u4")
+        words = views[name][slots].view("<u4")
+        total += words[0::2]
+        total += words[1::2]
+    return total
 
 
 def order_problem(order: np.ndarray, count: int) -> str:
