@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import glob
-import hashlib
 import logging
 import os
 import tempfile
@@ -486,15 +485,16 @@ class FtsIndex:
                 self.table, str(self.path), self.path.exists(), False, problem, 0, 0, 0, log_seq
             )
         reason = "current" if header.applied_seq >= log_seq else "behind the log"
+        h = header
         return FtsStatus(
             self.table,
             str(self.path),
             True,
             True,
             reason,
-            header.records,
-            header.live,
-            header.applied_seq,
+            h.records,
+            h.live,
+            h.applied_seq,
             log_seq,
         )
 
@@ -574,33 +574,3 @@ def open_fts_indexes(
     return {
         table: FtsIndex(db, table, core, base=base, keep_log=keep_log) for table in fts_sql.TABLES
     }
-
-
-#: On a shared database (PostgreSQL) applied log entries kept beyond the newest this host
-#: applied, so that index files on other hosts a little behind can still catch up by replaying
-#: rather than rebuild (about 3 MB of log rows).
-SHARED_KEEP_LOG = 100_000
-
-
-def cache_base(cache_dir: str | None, url: str) -> Path:
-    """Where this host keeps the full-text index files of the database at `url` (redacted):
-    `<CPERSONA_CACHE_DIR or ~/.cache/cpersona>/<hash of url>/index`. The hash covers the whole
-    URL (host, port, database, options such as a schema's search_path), so two databases never
-    share a file; processes on one host share theirs, each host has its own."""
-    if cache_dir:
-        root = Path(cache_dir).expanduser()
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-        root = (Path(xdg) if xdg else Path.home() / ".cache") / "cpersona"
-    directory = root / hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
-    try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        note = directory / "database.txt"
-        if not note.exists():  # which database this is, for an operator looking at the cache
-            tmp = directory / f"database.txt.tmp{os.getpid()}"
-            tmp.write_text(url + "\n", encoding="utf-8")
-            os.replace(tmp, note)
-    except OSError as exc:
-        # Serving goes on: each search then says the index is unusable (search.ranked).
-        log.warning("the full-text index directory %s is unusable: %s", directory, exc)
-    return directory / "index"

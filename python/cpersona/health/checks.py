@@ -301,10 +301,35 @@ def _fts_counts_problem(ctx: HealthContext, table: str) -> str | None:
     return None if indexed == rows else f"{indexed} rows indexed, {rows} in {content}"
 
 
+#: The newest upstream schema cpersona has been shown to serve (CPersona 2.6.14's file in the
+#: test fixtures: tests/admin/test_health_history.py).
+TESTED_UPSTREAM_SCHEMA = 21
+
+
 def schema_version(ctx: HealthContext) -> list[Issue]:
     found = sql.schema_version(ctx.c)
     if found == SCHEMA_VERSION:
         return []
+    if found > SCHEMA_VERSION:
+        # A store a newer upstream CPersona (2.6.x) has upgraded: cpersona serves the tables it
+        # knows and leaves the newer ones alone, and what it needs is checked by
+        # schema_objects; the version itself is history, not damage (issue 21).
+        note = (
+            "tested with this version"
+            if found <= TESTED_UPSTREAM_SCHEMA
+            else f"newer than the newest tested ({TESTED_UPSTREAM_SCHEMA})"
+        )
+        return [
+            issue(
+                "schema_version",
+                "schema_version_newer",
+                "info",
+                found=found,
+                expected=SCHEMA_VERSION,
+                hint=f"written by a newer upstream CPersona; cpersona serves it ({note}) and "
+                "leaves its newer tables as they are",
+            )
+        ]
     return [
         issue("schema_version", "schema_version", "critical", found=found, expected=SCHEMA_VERSION)
     ]
@@ -778,6 +803,25 @@ def operating_context_size(ctx: HealthContext) -> list[Issue]:
 
 
 def _guarded_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
+    """The files and directories of cpersona's that exist (a path that is not there is not
+    loose: it was never a reason to fail the check, issue 21)."""
+    files, dirs = _postgresql_paths(ctx) if ctx.db.dialect == "postgresql" else _sqlite_paths(ctx)
+    return [f for f in files if f.is_file()], [d for d in dirs if d.is_dir()]
+
+
+def _postgresql_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
+    """On PostgreSQL the database's files are the server's; this host keeps the full-text
+    index files (their text is the memories') in its cache directory, and the alias ledger."""
+    from cpersona.fts.cache import cache_directory
+
+    cache = cache_directory(ctx.settings.cache_dir, ctx.db.path)
+    files = [*sorted(cache.glob("index.*")), cache / "database.txt"]
+    if ctx.settings.alias_ledger_file:
+        files.append(Path(ctx.settings.alias_ledger_file))
+    return files, [cache]
+
+
+def _sqlite_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
     db = Path(ctx.settings.db_path).resolve()
     files = [db, Path(f"{db}-wal"), Path(f"{db}-shm")]
     files += sorted(db.parent.glob(db.name.replace("[", "[[]") + ".calibration.json*"))
@@ -792,7 +836,7 @@ def _guarded_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
             Path(f"{db}.{table}.vec.lock"),
             Path(f"{db}.{table}.vecindex"),
         ]
-    return [f for f in files if f.is_file()], [db.parent]
+    return files, [db.parent]
 
 
 def file_permissions(ctx: HealthContext) -> list[Issue]:
