@@ -84,4 +84,3 @@ async def test_a_store_upgraded_by_2_6_14_is_judged_as_its_2_5_12_twin(
         )
 
     assert findings(new) == findings(old)
-
