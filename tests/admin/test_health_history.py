@@ -1,9 +1,11 @@
-"""check_health fits its backend and the store's history (issue 21 item 5).
+"""check_health fits its backend and the store's history (issue 21 items 5 and 3).
 
 On PostgreSQL the SQLite data directory may not exist at all (the database is elsewhere): no
 check crashes on that, and a healthy database is healthy. A store that CPersona 2.6.14 has
 upgraded (schema version 21, newer than cpersona's 13) is served as it is; its newer schema is
-information, and its verdict is the verdict of the same content written by 2.5.12.
+information, and its verdict is the verdict of the same content written by 2.5.12. Vectors
+that are not the configured model's embedding of their row's text are found by a report-only
+run, not only by fix=true.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cpersona.embedding.hashing import HashingProvider
+from cpersona.storage.db import embedding_param
 
 pytestmark = pytest.mark.anyio
 
@@ -84,3 +88,32 @@ async def test_a_store_upgraded_by_2_6_14_is_judged_as_its_2_5_12_twin(
         )
 
     assert findings(new) == findings(old)
+
+
+async def test_foreign_vectors_are_reported_without_fix_and_re_embedded_with_it(
+    connect: Any, backend: str
+) -> None:
+    async with connect() as tools:
+        ids = []
+        for i in range(12):
+            out = await tools("store", {"agent_id": "a", "message": {"content": f"note {i}"}})
+            ids.append(out["id"])
+        # What an import of another model's export left before issue 21: same width, another
+        # phrase's vector.
+        foreign = HashingProvider().embed(["purple elephants"])[0].astype("<f4").tobytes()
+        with tools.engine.db.atomic() as conn:
+            for row_id in ids[-2:]:
+                conn.execute(
+                    "UPDATE memories SET embedding = ? WHERE id = ?",
+                    (embedding_param(conn, foreign), row_id),
+                )
+        report = await tools("check_health", {"checks": ["embedding_model"]})
+        (found,) = report["issues"]
+        assert found["type"] == "embedding_model_foreign_rows" and found["severity"] == "warn"
+        assert set(found["rows"]) == {"memories"}
+        assert sorted(found["rows"]["memories"]) == sorted(ids[-2:])
+        assert report["status"] == "degraded"
+        fixed = await tools("check_health", {"checks": ["embedding_model"], "fix": True})
+        assert fixed["issues"][0]["fixed"] == 2 and fixed["issues"][0]["re_embedded"] == 2
+        after = await tools("check_health", {"checks": ["embedding_model"]})
+        assert after["issues"] == [] and after["status"] == "healthy"
