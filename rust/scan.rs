@@ -653,7 +653,10 @@ fn score_positions(
             continue;
         }
         // Summed right before scoring, while the row's cache lines are being fetched anyway.
-        if ctx.sums.is_some_and(|sums| slot_checksum(ctx.store, slot) != sums[slot]) {
+        if ctx
+            .sums
+            .is_some_and(|sums| slot_checksum(ctx.store, slot) != sums[slot])
+        {
             return Some(slot);
         }
         pending[held] = (position, slot);
@@ -976,7 +979,10 @@ mod tests {
         damaged[at + 3] ^= 0x40;
         let store = Store::open(&write_temp("sums-bad.vec", &damaged)).unwrap();
         let err = scan_index_checked(&store, &query, &scope, &params, Some(&sums)).unwrap_err();
-        assert!(matches!(&err, CoreError::Corrupt(r) if r.contains("row 2")), "{err:?}");
+        assert!(
+            matches!(&err, CoreError::Corrupt(r) if r.contains("row 2")),
+            "{err:?}"
+        );
         assert!(matches!(
             scan_index_checked(&store, &query, &scope, &params, Some(&sums[..1])),
             Err(CoreError::Corrupt(_))
