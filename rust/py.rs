@@ -318,7 +318,7 @@ impl VectorIndex {
     // The default is spelled as a literal so that it shows in the text signature.
     #[pyo3(signature = (
         query, agent, projects, channels, sources, window, reach, threshold, k, far_k,
-        chunk_rows=4096, threads=1,
+        chunk_rows=4096, threads=1, sums=None,
     ))]
     fn scan<'py>(
         &self,
@@ -335,6 +335,7 @@ impl VectorIndex {
         far_k: i64,
         chunk_rows: i64,
         threads: i64,
+        sums: Option<PyReadonlyArrayDyn<'py, u32>>,
     ) -> PyResult<ScanArrays<'py>> {
         let params = ScanParams {
             window: count(window, "window")?,
@@ -354,7 +355,12 @@ impl VectorIndex {
             sources: HashSet64::new(vector(&sources, "sources")?),
         };
         let store = &self.store;
-        let result = py.detach(|| scan::scan_index(store, &query, &scope, &params))?;
+        // Borrowed, not copied, with the GIL released: the checksums are a read-only mapping of
+        // the sidecar file (vectors/checksums.py), as long as the file has slots, which writers
+        // change only under the exclusive lock while the caller holds the shared one.
+        let sums = sums.as_ref().map(|s| vector(s, "sums")).transpose()?;
+        let result =
+            py.detach(|| scan::scan_index_checked(store, &query, &scope, &params, sums))?;
         Ok((
             PyArray1::from_vec(py, result.near_ids),
             PyArray1::from_vec(py, result.near_scores),

@@ -380,6 +380,46 @@ pub fn scan_index(
     scope: &Scope,
     params: &ScanParams,
 ) -> Result<ScanResult, CoreError> {
+    scan_index_checked(store, query, scope, params, None)
+}
+
+/// The content checksum of `slot` (`docs/vector-index.md`, "Content checksums"): the wrapping
+/// `u32` sum of the little-endian 32-bit words of its vector and of its `ids`, `keys`, `agent`,
+/// `project`, `channel` and `source` values (two words each). Order-free and exact, so the
+/// writer (numpy) and every kernel compute the same value; any change of one word changes it.
+#[must_use]
+pub fn slot_checksum(store: &Store, slot: usize) -> u32 {
+    let words = |v: u64| (v as u32).wrapping_add((v >> 32) as u32);
+    let meta = [
+        store.ids()[slot] as u64,
+        store.keys()[slot] as u64,
+        store.agent()[slot],
+        store.project()[slot],
+        store.channel()[slot],
+        store.source()[slot],
+    ]
+    .iter()
+    .fold(0u32, |acc, &v| acc.wrapping_add(words(v)));
+    store
+        .vector(slot)
+        .iter()
+        .fold(meta, |acc, x| acc.wrapping_add(x.to_bits()))
+}
+
+/// `scan_index`, and with `sums` (one content checksum per slot, at least `count` of them) every
+/// slot the scan scores is checked against its checksum first: the answer never comes from a
+/// slot whose bytes changed after its writer summed them.
+///
+/// # Errors
+/// As `scan_index`; `Corrupt` naming the first slot whose checksum differs, or when `sums` is
+/// shorter than `count`.
+pub fn scan_index_checked(
+    store: &Store,
+    query: &[f32],
+    scope: &Scope,
+    params: &ScanParams,
+    sums: Option<&[u32]>,
+) -> Result<ScanResult, CoreError> {
     if query.len() != store.dim() {
         return Err(CoreError::DimensionMismatch {
             expected: store.dim(),
@@ -395,6 +435,15 @@ pub fn scan_index(
     let has_far = params.reach > params.window;
     let span = if has_far { params.reach } else { params.window };
     let slots = in_scope_slots(store, scope, span)?;
+    if let Some(sums) = sums {
+        let count = store.count()?;
+        if sums.len() < count {
+            return Err(CoreError::Corrupt(format!(
+                "{} content checksums for {count} slots",
+                sums.len()
+            )));
+        }
+    }
 
     let near_end = slots.len().min(params.window);
     let far_range = if has_far {
@@ -416,8 +465,9 @@ pub fn scan_index(
         query,
         slots: &slots,
         params,
+        sums,
     };
-    let (near, far) = if threads <= 1 {
+    let (near, far, damaged) = if threads <= 1 {
         score_units(&ctx, &units, 0, 1)
     } else {
         std::thread::scope(|s| {
@@ -428,16 +478,24 @@ pub fn scan_index(
                 .collect();
             let mut near = TopK::new(params.k, near_end);
             let mut far = TopK::new(params.far_k, far_range.len());
+            let mut damaged = None;
             for handle in handles {
-                let (n, f) = handle
+                let (n, f, d) = handle
                     .join()
                     .unwrap_or_else(|e| std::panic::resume_unwind(e));
                 near.merge(n);
                 far.merge(f);
+                damaged = damaged.or(d);
             }
-            (near, far)
+            (near, far, damaged)
         })
     };
+    if let Some(slot) = damaged {
+        return Err(CoreError::Corrupt(format!(
+            "the content checksum of slot {slot} (row {}) differs: its bytes changed after they were written",
+            store.ids()[slot]
+        )));
+    }
     let ids = store.ids();
     let split = |top: TopK| -> (Vec<i64>, Vec<f32>) {
         top.into_sorted()
@@ -532,10 +590,17 @@ struct Ctx<'a> {
     query: &'a [f32],
     slots: &'a [u32],
     params: &'a ScanParams,
+    sums: Option<&'a [u32]>,
 }
 
-/// Scores the units `first, first + step, ...` into one near and one far selection.
-fn score_units(ctx: &Ctx<'_>, units: &[Unit], first: usize, step: usize) -> (TopK, TopK) {
+/// Scores the units `first, first + step, ...` into one near and one far selection, and the
+/// first slot found whose content checksum differs (the scan then stops).
+fn score_units(
+    ctx: &Ctx<'_>,
+    units: &[Unit],
+    first: usize,
+    step: usize,
+) -> (TopK, TopK, Option<usize>) {
     let mut near = TopK::new(ctx.params.k, ctx.params.window.min(ctx.slots.len()));
     let mut far = TopK::new(ctx.params.far_k, ctx.slots.len());
     for unit in units.iter().skip(first).step_by(step) {
@@ -548,17 +613,25 @@ fn score_units(ctx: &Ctx<'_>, units: &[Unit], first: usize, step: usize) -> (Top
         // walks memory backwards, which the hardware prefetcher does not follow: 4x slower on a
         // 200,000 x 768 far scan (docs/performance.md). The top k does not depend on the order
         // rows are offered in, so walk such a unit backwards, i.e. forwards through memory.
-        if ctx.slots[unit.range.start] > ctx.slots[unit.range.end - 1] {
-            score_positions(ctx, unit.range.clone().rev(), top);
+        let damaged = if ctx.slots[unit.range.start] > ctx.slots[unit.range.end - 1] {
+            score_positions(ctx, unit.range.clone().rev(), top)
         } else {
-            score_positions(ctx, unit.range.clone(), top);
+            score_positions(ctx, unit.range.clone(), top)
+        };
+        if damaged.is_some() {
+            return (near, far, damaged);
         }
     }
-    (near, far)
+    (near, far, None)
 }
 
-/// Scores the slots at `positions` (foreign-width slots skipped), `BATCH` rows per pass.
-fn score_positions(ctx: &Ctx<'_>, positions: impl Iterator<Item = usize>, top: &mut TopK) {
+/// Scores the slots at `positions` (foreign-width slots skipped), `BATCH` rows per pass; with
+/// checksums, returns the first scored slot whose checksum differs (its score is not kept).
+fn score_positions(
+    ctx: &Ctx<'_>,
+    positions: impl Iterator<Item = usize>,
+    top: &mut TopK,
+) -> Option<usize> {
     let dim = ctx.store.dim();
     let (vectors, flags) = (ctx.store.vectors(), ctx.store.flags());
     let kernel = kernel();
@@ -579,6 +652,13 @@ fn score_positions(ctx: &Ctx<'_>, positions: impl Iterator<Item = usize>, top: &
         if flags[slot] & FLAG_FOREIGN != 0 {
             continue;
         }
+        // Summed right before scoring, while the row's cache lines are being fetched anyway.
+        if ctx
+            .sums
+            .is_some_and(|sums| slot_checksum(ctx.store, slot) != sums[slot])
+        {
+            return Some(slot);
+        }
         pending[held] = (position, slot);
         held += 1;
         if held == BATCH {
@@ -592,6 +672,7 @@ fn score_positions(ctx: &Ctx<'_>, positions: impl Iterator<Item = usize>, top: &
     for &(position, slot) in &pending[..held] {
         keep(position, (kernel.dot)(row(slot), ctx.query));
     }
+    None
 }
 
 #[cfg(test)]
@@ -850,7 +931,62 @@ mod tests {
                 let params = ScanParams { chunk_rows, threads, ..base };
                 prop_assert_eq!(&scan_index(&store, &query, &scope, &params).unwrap(), &expected);
             }
+            let sums: Vec<u32> = (0..slots.len()).map(|s| slot_checksum(&store, s)).collect();
+            let checked = scan_index_checked(&store, &query, &scope, &base, Some(&sums)).unwrap();
+            prop_assert_eq!(&checked, &expected);
         }
+    }
+
+    #[test]
+    fn checked_scan_refuses_a_scored_slot_whose_bytes_changed() {
+        let slot = |id: i64, vector: Vec<f32>| Slot {
+            id,
+            key: id,
+            scope: [1, 0, 0, 0],
+            flags: 0,
+            vector: Some(vector),
+        };
+        let slots = [slot(1, vec![1.0, 2.0]), slot(2, vec![0.5, -1.0])];
+        let good = build(2, 2, &slots);
+        let store = Store::open(&write_temp("sums-good.vec", &good)).unwrap();
+        // The documented formula, by hand: vector words, then id, key and agent (low words).
+        let want = 1.0f32
+            .to_bits()
+            .wrapping_add(2.0f32.to_bits())
+            .wrapping_add(1 + 1 + 1);
+        assert_eq!(slot_checksum(&store, 0), want);
+        let sums = [slot_checksum(&store, 0), slot_checksum(&store, 1)];
+        let params = ScanParams {
+            window: 10,
+            reach: 0,
+            threshold: -10.0,
+            k: 5,
+            far_k: 0,
+            chunk_rows: 1,
+            threads: 1,
+        };
+        let scope = Scope {
+            agent: 1,
+            ..Scope::default()
+        };
+        let query = [1.0f32, 1.0];
+        assert_eq!(
+            scan_index_checked(&store, &query, &scope, &params, Some(&sums)).unwrap(),
+            scan_index(&store, &query, &scope, &params).unwrap()
+        );
+        let mut damaged = good.clone();
+        let at = crate::store::Layout::new(2, 2).unwrap().vectors + 4 * 2; // slot 1, first float
+        damaged[at + 3] ^= 0x40;
+        let store = Store::open(&write_temp("sums-bad.vec", &damaged)).unwrap();
+        let err = scan_index_checked(&store, &query, &scope, &params, Some(&sums)).unwrap_err();
+        assert!(
+            matches!(&err, CoreError::Corrupt(r) if r.contains("row 2")),
+            "{err:?}"
+        );
+        assert!(matches!(
+            scan_index_checked(&store, &query, &scope, &params, Some(&sums[..1])),
+            Err(CoreError::Corrupt(_))
+        ));
     }
 
     #[test]

@@ -98,6 +98,7 @@ class VectorIndex:
         far_k: int,
         chunk_rows: int = 4096,
         threads: int = 1,
+        sums: npt.NDArray[np.uint32] | None = None,
     ) -> tuple[_I64, _F32, _I64, _F32]:
         """-> (near_ids, near_scores, far_ids, far_scores), each best first."""
 

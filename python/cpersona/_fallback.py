@@ -544,6 +544,7 @@ class VectorIndex:
         far_k: int,
         chunk_rows: int = 4096,
         threads: int = 1,
+        sums: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The scoped window / far scan of docs/vector-index.md, "The scan".
 
@@ -557,6 +558,8 @@ class VectorIndex:
             k, far_k: list lengths.
             chunk_rows: rows gathered and scored at a time (memory bound only).
             threads: accepted for parity with the Rust core; numpy scores on one thread.
+            sums: (>= count,) uint32 content checksums (vectors/checksums.py); each slot
+                scored is checked against its own first, StoreCorrupt when one differs.
 
         Returns:
             (near_ids int64, near_scores float32, far_ids int64, far_scores float32), each
@@ -590,10 +593,16 @@ class VectorIndex:
             raise ValueError("chunk_rows must be at least 1")
         has_far = reach > window
         slots = self._in_scope(agent, sets, reach if has_far else window)
+        if sums is not None:
+            sums = _shaped(_typed(sums, np.dtype(np.uint32), "sums"), "sums", 1)
+            if sums.shape[0] < self.count:
+                raise StoreCorrupt(
+                    f"corrupt vector file: {sums.shape[0]} content checksums for {self.count} slots"
+                )
         near_end = min(window, slots.shape[0])
-        near = self._score(slots, 0, near_end, query, threshold, k, chunk_rows)
+        near = self._score(slots, 0, near_end, query, threshold, k, chunk_rows, sums)
         far_end = slots.shape[0] if has_far else near_end
-        far = self._score(slots, near_end, far_end, query, threshold, far_k, chunk_rows)
+        far = self._score(slots, near_end, far_end, query, threshold, far_k, chunk_rows, sums)
         ids = self._views["ids"]
         return (
             ids[slots[near[0]]].astype(np.int64),
@@ -639,8 +648,10 @@ class VectorIndex:
         threshold: float,
         k: int,
         chunk_rows: int,
+        sums: Array | None,
     ) -> tuple[Array, Array]:
-        """Best k of positions [begin, end): (positions int64, scores float32)."""
+        """Best k of positions [begin, end): (positions int64, scores float32); with `sums`,
+        every slot scored is checked against its content checksum first."""
         vectors, flags = self._views["vectors"], self._views["flags"]
         best_pos, best_scores = np.empty(0, np.int64), np.empty(0, np.float32)
         if k == 0:
@@ -649,7 +660,8 @@ class VectorIndex:
             hi = min(lo + chunk_rows, end)
             chunk = slots[lo:hi]
             first, last = int(chunk[0]), int(chunk[-1])
-            if first - last == hi - lo - 1 and np.all(np.diff(chunk) == -1):
+            run = first - last == hi - lo - 1 and bool(np.all(np.diff(chunk) == -1))
+            if run:
                 # A run of consecutive slots, newest first (a file appended in time order):
                 # score the mapped rows in place, forwards through memory, without a gather.
                 scores = _dot_rows(vectors[last : first + 1], query)[::-1]
@@ -657,6 +669,8 @@ class VectorIndex:
                 scores = _dot_rows(vectors[chunk], query)
             # Foreign-width slots hold zero vectors: scored harmlessly, then dropped.
             keep = (flags[chunk] & _FLAG_FOREIGN) == 0
+            if sums is not None:
+                _check_sums(self._views, chunk, keep, slice(last, first + 1) if run else None, sums)
             keep &= scores.astype(np.float64) >= threshold
             positions = np.flatnonzero(keep).astype(np.int64) + lo
             # Per-chunk winners merged with the running best: memory stays O(chunk + k).
@@ -666,6 +680,26 @@ class VectorIndex:
                 k,
             )
         return best_pos, best_scores
+
+
+def _check_sums(
+    views: dict[str, Array], chunk: Array, keep: Array, run: slice | None, sums: Array
+) -> None:
+    """StoreCorrupt naming the first slot of `chunk` to be scored (`keep`) whose content
+    checksum differs; `run`: the same slots as one slice, oldest first, read in place."""
+    from cpersona.vectors.checksums import slot_sums  # numpy only; no import cycle at load
+
+    if run is not None:
+        differs = (slot_sums(views, run) != sums[run])[::-1]
+    else:
+        differs = slot_sums(views, chunk) != sums[chunk]
+    bad = np.flatnonzero(differs & keep)
+    if bad.size:
+        slot = int(chunk[int(bad[0])])
+        raise StoreCorrupt(
+            f"corrupt vector file: the content checksum of slot {slot} "
+            f"(row {int(views['ids'][slot])}) differs: its bytes changed after they were written"
+        )
 
 
 _META = "\u2581"

@@ -289,6 +289,7 @@ def restore(
             Path(sidecar).unlink(missing_ok=True)
     for table in TABLE_CODES:  # they describe the replaced content; readers rebuild them
         index_file(db_path, table).unlink(missing_ok=True)
+        Path(f"{index_file(db_path, table)}.sum").unlink(missing_ok=True)
     left = []
     for role, path in destinations.items():
         if role not in entries:

@@ -369,7 +369,8 @@ def full_text_indexes(db: Database, settings: Settings) -> dict[str, FtsIndex]:
     directory, and settings that leave it out are refused (`Settings.full_text_problem`).
     """
     from cpersona.errors import ConfigError
-    from cpersona.fts.index import SHARED_KEEP_LOG, cache_base, open_fts_indexes
+    from cpersona.fts.cache import SHARED_KEEP_LOG, cache_base
+    from cpersona.fts.index import open_fts_indexes
 
     if db.dialect != "postgresql":
         return open_fts_indexes(db, enabled=settings.fts_enabled and settings.fts_index)

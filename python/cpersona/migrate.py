@@ -414,8 +414,9 @@ def run_migrate(
         try:
             if not is_url(to) and force:
                 for table in TABLE_CODES:  # they would describe the replaced rows
-                    index_file(to, table).unlink(missing_ok=True)
-                    Path(f"{to}.{table}.fts").unlink(missing_ok=True)
+                    for path in (index_file(to, table), Path(f"{to}.{table}.fts")):
+                        path.unlink(missing_ok=True)
+                        Path(f"{path}.sum").unlink(missing_ok=True)  # its checksums
             done = migrate(
                 src, dst, source_location=source, force=force, batch=batch, sample=sample
             )

@@ -276,7 +276,9 @@ async def test_health_annotation_and_mention_rewrites(tools: Any) -> None:
         f"UPDATE memories SET content = '[Memory from 2024] trains run late' WHERE id = {ids[0]}",
         f"UPDATE memories SET content = 'ping <@123> about <@!456> trains' WHERE id = {ids[1]}",
     )
-    report = await tools("check_health")
+    # Only these two: the planted texts no longer match their vectors, which embedding_model
+    # reports (embedding_model_foreign_rows), and that is not what this test is about.
+    report = await tools("check_health", {"checks": ["memory_annotation", "discord_mention"]})
     assert of(report, "memory_annotation")[0]["severity"] == "info"
     assert report["status"] == "healthy"  # info never degrades
     await tools("check_health", {"fix": True})

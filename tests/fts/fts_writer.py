@@ -68,8 +68,8 @@ elif PAUSE == "mid_rebuild":
     ix.BATCH = 20
     original = ix.FtsIndex._write_batch
 
-    def write_then_hold(fd: int, core: object, batch: list[bytes], end: int) -> int:
-        out = original(fd, core, batch, end)
+    def write_then_hold(*args: object) -> object:
+        out = original(*args)
         hold()
         return out
 

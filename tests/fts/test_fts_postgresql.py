@@ -23,8 +23,9 @@ from typing import Any
 import anyio
 import pytest
 from cpersona._backend import kernels
+from cpersona.fts.cache import cache_base
 from cpersona.fts.format import HEADER_LEN, read_header
-from cpersona.fts.index import FtsIndex, cache_base
+from cpersona.fts.index import FtsIndex
 from cpersona.storage import fts as fts_sql
 from cpersona.storage import open_database
 from cpersona.storage import retrieval as sql

@@ -11,8 +11,9 @@ from pathlib import Path
 import cpersona.fts.index as ix
 import pytest
 from cpersona._backend import kernels
+from cpersona.fts.cache import cache_base
 from cpersona.fts.format import read_header
-from cpersona.fts.index import FtsIndex, cache_base
+from cpersona.fts.index import FtsIndex
 from fts_support import HAS_CORE, indexed, scope
 
 pytestmark = pytest.mark.skipif(not HAS_CORE, reason="the full-text index needs the Rust core")

@@ -33,7 +33,7 @@ def store(engine, first: int, n: int) -> None:
 def handle(engine) -> object:
     cached = engine.indexes["memories"]._handle
     assert cached is not None
-    return cached[1]
+    return cached[1][0]  # (kernel handle, checksums)
 
 
 def test_mapping_is_kept_across_scans_and_in_place_writes(backend: str, tmp_path: Path) -> None:

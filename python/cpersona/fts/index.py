@@ -11,9 +11,9 @@ records other processes appended under a shared lock. The file format is docs/ft
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
-import hashlib
 import logging
 import os
 import tempfile
@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cpersona.config import cache_root
 from cpersona.errors import StoreCorrupt
+from cpersona.fts import checksums
 from cpersona.fts.format import (
     HEADER_LEN,
     MAGIC,
@@ -41,6 +41,7 @@ from cpersona.storage import Database
 from cpersona.storage import fts as fts_sql
 from cpersona.storage import vectors as vector_sql
 from cpersona.vectors.format import scope_hash
+from cpersona.vectors.healing import Healer, orphaned
 
 log = logging.getLogger("cpersona.fts")
 
@@ -52,6 +53,19 @@ COMPACT_SLACK = 4096
 BATCH = 8192
 
 Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Built:
+    """A file written by `_build`: its core, header and records' CRC."""
+
+    core: Any
+    header: Header
+    crc: int
+
+
+class _Damaged(StoreCorrupt):
+    """The file's records are not what their writers wrote (checksum, or they do not parse)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +118,9 @@ class FtsIndex:
         self._loaded: tuple[int, int, int] | None = None
         self._loaded_end = 0
         self._loaded_seq = -1
+        #: The CRC of the records the core has read (up to `_loaded_end`; fts/checksums.py).
+        self._loaded_crc = 0
+        self._healer = Healer(self.path, self._rebuild_online, log)
 
     # -- locking -----------------------------------------------------------------------------
 
@@ -124,8 +141,31 @@ class FtsIndex:
 
     # -- the core a search reads -------------------------------------------------------------
 
-    def current(self) -> Any:
-        """The in-memory index, brought current with SQLite (the Rust core's `FtsIndex`)."""
+    @property
+    def healing(self) -> bool:
+        """Whether a damaged file is being rebuilt in the background here; searches use the
+        FTS5 statements meanwhile (on PostgreSQL the arm's error path)."""
+        return self._healer.running
+
+    def wait_for_healing(self, timeout: float | None = None) -> None:
+        self._healer.wait(timeout)
+
+    def current(self, *, heal: bool = True) -> Any:
+        """The in-memory index, brought current with SQLite (the Rust core's `FtsIndex`).
+
+        Raises StoreCorrupt while the file is being rebuilt, and when its records turn out
+        damaged (then, with `heal`, the rebuild starts in the background): the caller answers
+        from the database instead, and does not wait."""
+        if self.healing:
+            raise StoreCorrupt(f"{self.path.name} is being rebuilt")
+        try:
+            return self._current()
+        except _Damaged as exc:
+            if heal:
+                self._healer.start(str(exc))
+            raise StoreCorrupt(str(exc)) from None
+
+    def _current(self) -> Any:
         log_seq = fts_sql.max_seq(self.db)
         with self._thread_lock:
             if self._core is not None and self._loaded_seq == log_seq:
@@ -148,8 +188,10 @@ class FtsIndex:
     def refresh(self) -> None:
         """`sync`, when this process already holds the index (after an own write: a process
         that never searched leaves loading to its first search or the warm-up)."""
-        if self._core is not None:
-            self.current()
+        if self._core is not None and not self.healing:
+            # Damage is said once by the healer; searches answer from the database.
+            with contextlib.suppress(StoreCorrupt):
+                self.current()
 
     def _file_seq(self) -> int | None:
         header, problem = self._inspect()
@@ -201,12 +243,14 @@ class FtsIndex:
                     live=live,
                 )
                 os.pwrite(fd, new.pack(), 0)
+                crc = checksums.extend(self._loaded_crc, data)
+                checksums.write(self.path, new.generation, new.end, crc)
             except OSError:
                 self._core = None
                 raise
             finally:
                 os.close(fd)
-            self._loaded_end = new.end
+            self._loaded_end, self._loaded_crc = new.end, crc
         else:
             fd = os.open(self.path, os.O_RDWR)
             try:
@@ -219,7 +263,8 @@ class FtsIndex:
 
     def _catch_up_locked(self) -> str:
         """Under either lock: read what the file holds beyond what the core has applied.
-        Returns why the file cannot be read ("" = the core is current with the file)."""
+        Returns why the file cannot be read ("" = the core is current with the file); raises
+        `_Damaged` when its records are not what was written (rebuilt in the background)."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -233,22 +278,30 @@ class FtsIndex:
             assert header is not None
             ident = (st.st_dev, st.st_ino, header.generation)
             if self._core is None or self._loaded != ident or header.end < self._loaded_end:
-                core, start = self._new_core(), HEADER_LEN
+                core, start, crc = self._new_core(), HEADER_LEN, 0
             else:
-                core, start = self._core, self._loaded_end
+                core, start, crc = self._core, self._loaded_end, self._loaded_crc
             try:
                 while start < header.end:
                     # A record never straddles a read: read the rest at once in big pieces.
                     data = os.pread(fd, header.end - start, start)
                     if not data:
                         return "truncated"
+                    crc = checksums.extend(crc, data)
                     core.apply(data)
                     start += len(data)
             except StoreCorrupt as exc:
                 self._core = None
-                return str(exc)
+                raise _Damaged(str(exc)) from None
+            # A record whose text was overwritten in place still parses: the CRC says whether
+            # these are the bytes their writers wrote. A core that took others is dropped.
+            if (problem := checksums.problem(self.path, header.generation, header.end, crc)) != "":
+                self._core = None
+                if problem == checksums.DAMAGED:
+                    raise _Damaged(problem)
+                return problem
             self._core, self._loaded, self._loaded_end = core, ident, header.end
-            self._loaded_seq = header.applied_seq
+            self._loaded_seq, self._loaded_crc = header.applied_seq, crc
             return ""
         finally:
             os.close(fd)
@@ -307,14 +360,20 @@ class FtsIndex:
 
     def _rebuild_locked(self, progress: Progress | None = None) -> int:
         self._remove_stale_temporaries()
-        total = fts_sql.row_count(self.db, self.table)
         tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
+        built = self._build(tmp, progress)
+        self._install(tmp, built)
+        return built.header.records
+
+    def _build(self, tmp: Path, progress: Progress | None = None) -> _Built:
+        """Write every row into `tmp` (and its checksum), as of one snapshot of the table."""
+        total = fts_sql.row_count(self.db, self.table)
         core = self._new_core()
-        done = 0
+        done, crc = 0, 0
         with vector_sql.snapshot(self.db):
             log_seq = fts_sql.max_seq(self.db)
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-            replaced = False
+            complete = False
             try:
                 end = HEADER_LEN
                 fresh = Header.new(self.table, self.db_uid())
@@ -324,44 +383,94 @@ class FtsIndex:
                     batch.append(put_record(row))
                     done += 1
                     if len(batch) == BATCH:
-                        end = self._write_batch(fd, core, batch, end)
+                        end, crc = self._write_batch(fd, core, batch, end, crc)
                         batch = []
                         if progress is not None:
                             progress(done, total)
-                end = self._write_batch(fd, core, batch, end)
+                end, crc = self._write_batch(fd, core, batch, end, crc)
                 header = replace(
                     fresh, applied_seq=log_seq, dirty=0, end=end, records=done, live=done
                 )
                 os.pwrite(fd, header.pack(), 0)
-                st = os.fstat(fd)
-                os.replace(tmp, self.path)
-                replaced = True
+                checksums.write(tmp, header.generation, end, crc, fresh=True)
+                complete = True
             finally:
                 os.close(fd)
-                if not replaced:  # a full disk mid-write: the temporary must not hold space
-                    tmp.unlink(missing_ok=True)
-        self._core, self._loaded, self._loaded_end = (
-            core,
-            (st.st_dev, st.st_ino, fresh.generation),
-            end,
-        )
-        self._loaded_seq = log_seq
+                if not complete:  # a full disk mid-write: the temporary must not hold space
+                    checksums.remove_with_sum(tmp)
         if progress is not None:
             progress(done, total)
-        return done
+        return _Built(core, header, crc)
+
+    def _install(self, tmp: Path, built: _Built) -> None:
+        """Under the exclusive lock: rename a built file and its checksum over the index, and
+        make its core this process's (a crash between the renames leaves a checksum of another
+        generation: refused, rebuilt)."""
+        try:
+            os.replace(tmp, self.path)
+            os.replace(checksums.sums_path(tmp), checksums.sums_path(self.path))
+        except BaseException:
+            checksums.remove_with_sum(tmp)
+            raise
+        st = os.stat(self.path)
+        self._core, self._loaded = built.core, (st.st_dev, st.st_ino, built.header.generation)
+        self._loaded_end, self._loaded_crc = built.header.end, built.crc
+        self._loaded_seq = built.header.applied_seq
+
+    def _rebuild_online(self) -> int:
+        """The background rebuild of a damaged file: the rows are written into
+        `<file>.heal<pid>` without the lock (this process's searches use FTS5 meanwhile, other
+        processes keep their cores); then, under the exclusive lock, the rows logged since
+        are appended and the file is renamed in."""
+        tmp = self.path.with_name(f"{self.path.name}.heal{os.getpid()}")
+        built = self._build(tmp)
+        with self._thread_lock, self._flock(exclusive=True):
+            seq = built.header.applied_seq
+            changes = fts_sql.changes_since(self.db, self.table, seq)
+            if self._history_problem(seq) or changes.lost:
+                checksums.remove_with_sum(tmp)
+                return self._rebuild_locked()
+            header, crc = built.header, built.crc
+            data = b""
+            if changes.row_ids:
+                rows = fts_sql.rows_by_id(self.db, self.table, changes.row_ids)
+                data = records_for(changes.row_ids, rows)
+                built.core.apply(data)
+            header = replace(
+                header,
+                applied_seq=max(seq, changes.max_seq),
+                end=header.end + len(data),
+                records=header.records + len(changes.row_ids),
+                live=int(built.core.live),
+            )
+            crc = checksums.extend(crc, data)
+            fd = os.open(tmp, os.O_RDWR)
+            try:
+                os.pwrite(fd, data, built.header.end)
+                os.pwrite(fd, header.pack(), 0)
+            finally:
+                os.close(fd)
+            checksums.write(tmp, header.generation, header.end, crc, fresh=True)
+            self._install(tmp, _Built(built.core, header, crc))
+            return header.live
 
     @staticmethod
-    def _write_batch(fd: int, core: Any, batch: list[bytes], end: int) -> int:
+    def _write_batch(fd: int, core: Any, batch: list[bytes], end: int, crc: int) -> tuple[int, int]:
         if not batch:
-            return end
+            return end, crc
         data = b"".join(batch)
         os.pwrite(fd, data, end)
         core.apply(data)
-        return end + len(data)
+        return end + len(data), checksums.extend(crc, data)
 
     def _remove_stale_temporaries(self) -> None:
         for path in self.path.parent.glob(glob.escape(self.path.name) + ".tmp*"):
             path.unlink(missing_ok=True)
+        # A background rebuild writes without the lock: its file is stale once its process
+        # is gone.
+        for path in self.path.parent.glob(glob.escape(self.path.name) + ".heal*"):
+            if orphaned(path.name[len(self.path.name) :]):
+                path.unlink(missing_ok=True)
 
     # -- inspection --------------------------------------------------------------------------
 
@@ -376,15 +485,16 @@ class FtsIndex:
                 self.table, str(self.path), self.path.exists(), False, problem, 0, 0, 0, log_seq
             )
         reason = "current" if header.applied_seq >= log_seq else "behind the log"
+        h = header
         return FtsStatus(
             self.table,
             str(self.path),
             True,
             True,
             reason,
-            header.records,
-            header.live,
-            header.applied_seq,
+            h.records,
+            h.live,
+            h.applied_seq,
             log_seq,
         )
 
@@ -396,7 +506,8 @@ class FtsIndex:
         """
         from cpersona._backend import kernels
 
-        self.current()
+        with contextlib.suppress(StoreCorrupt):  # damaged records: named below
+            self.current(heal=False)
         with self._thread_lock, self._flock(exclusive=False):
             header, problem = self._inspect()
             if problem or header is None:
@@ -404,9 +515,16 @@ class FtsIndex:
             core = self._new_core()
             with open(self.path, "rb") as f:
                 f.seek(HEADER_LEN)
-                core.apply(f.read(header.end - HEADER_LEN))
-            seq = header.applied_seq
+                data = f.read(header.end - HEADER_LEN)
             problems: list[str] = []
+            crc = checksums.extend(0, data)
+            if problem := checksums.problem(self.path, header.generation, header.end, crc):
+                problems.append(f"{self.table}: {problem}")
+            try:
+                core.apply(data)
+            except StoreCorrupt as exc:
+                return [*problems, f"{self.table}: records do not parse: {exc}"]
+            seq = header.applied_seq
             with vector_sql.snapshot(self.db):
                 if fts_sql.max_seq(self.db) != seq:
                     problems.append(f"{self.table}: index applied seq {seq}, the log is further")
@@ -437,6 +555,7 @@ class FtsIndex:
             return problems
 
     def close(self) -> None:
+        self.wait_for_healing(timeout=120.0)
         self._core = None
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -455,28 +574,3 @@ def open_fts_indexes(
     return {
         table: FtsIndex(db, table, core, base=base, keep_log=keep_log) for table in fts_sql.TABLES
     }
-
-
-#: On a shared database (PostgreSQL) applied log entries kept beyond the newest this host
-#: applied, so that index files on other hosts a little behind can still catch up by replaying
-#: rather than rebuild (about 3 MB of log rows).
-SHARED_KEEP_LOG = 100_000
-
-
-def cache_base(cache_dir: str | None, url: str) -> Path:
-    """Where this host keeps the full-text index files of the database at `url` (redacted):
-    `<CPERSONA_CACHE_DIR or ~/.cache/cpersona>/<hash of url>/index`. The hash covers the whole
-    URL (host, port, database, options such as a schema's search_path), so two databases never
-    share a file; processes on one host share theirs, each host has its own."""
-    directory = cache_root(cache_dir) / hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
-    try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        note = directory / "database.txt"
-        if not note.exists():  # which database this is, for an operator looking at the cache
-            tmp = directory / f"database.txt.tmp{os.getpid()}"
-            tmp.write_text(url + "\n", encoding="utf-8")
-            os.replace(tmp, note)
-    except OSError as exc:
-        # Serving goes on: each search then says the index is unusable (search.ranked).
-        log.warning("the full-text index directory %s is unusable: %s", directory, exc)
-    return directory / "index"

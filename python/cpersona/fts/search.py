@@ -42,6 +42,8 @@ def ranked(
     project = scope.project.value
     projects = _ANY if project is None else _hashes([""] if project == "" else [project, ""])
     channels = _hashes([scope.channel, ""]) if scope.channel else _ANY
+    if index.healing:  # said once when the damage was found; FTS5 answers meanwhile
+        return None
     try:
         core = index.current()
         if core is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,28 @@ from cpersona.storage.schema import SCHEMA_VERSION
 Issue = dict[str, Any]
 TABLES = ("memories", "episodes")
 
+
+@dataclass(frozen=True, slots=True)
+class ModelProbe:
+    """What `probe_model` found: rows compared, and {table: ids} whose vectors differ."""
+
+    sampled: int
+    differing: dict[str, list[int]]
+
+    @property
+    def count(self) -> int:
+        return sum(len(ids) for ids in self.differing.values())
+
+
 ANNOTATION = re.compile(r"\[Memory from [^\]]+\]\s*")
 MENTION = re.compile(r"\s*<@!?\d+>")
 _OFFSET = re.compile(r"(Z|z|[+-]\d{2}:?\d{2})$")
 _UTC_OFFSETS = ("Z", "z", "+00:00", "-00:00", "+0000", "-0000")
-#: Stored vectors compared against a fresh embedding of the same text by `embedding_model`.
-MODEL_PROBE_ROWS = 8
+#: Stored vectors compared against a fresh embedding of the same text by `embedding_model`, per
+#: table: the newest (where an import lands) and a few of the oldest. Bounded so that a
+#: report-only run with a local model costs at most 2 x 32 embeddings (docs/reliability.md).
+MODEL_PROBE_NEWEST = 24
+MODEL_PROBE_OLDEST = 8
 MODEL_PROBE_MIN_COSINE = 0.99
 
 
@@ -301,10 +318,35 @@ def _fts_counts_problem(ctx: HealthContext, table: str) -> str | None:
     return None if indexed == rows else f"{indexed} rows indexed, {rows} in {content}"
 
 
+#: The newest upstream schema cpersona has been shown to serve (CPersona 2.6.14's file in the
+#: test fixtures: tests/admin/test_health_history.py).
+TESTED_UPSTREAM_SCHEMA = 21
+
+
 def schema_version(ctx: HealthContext) -> list[Issue]:
     found = sql.schema_version(ctx.c)
     if found == SCHEMA_VERSION:
         return []
+    if found > SCHEMA_VERSION:
+        # A store a newer upstream CPersona (2.6.x) has upgraded: cpersona serves the tables it
+        # knows and leaves the newer ones alone, and what it needs is checked by
+        # schema_objects; the version itself is history, not damage (issue 21).
+        note = (
+            "tested with this version"
+            if found <= TESTED_UPSTREAM_SCHEMA
+            else f"newer than the newest tested ({TESTED_UPSTREAM_SCHEMA})"
+        )
+        return [
+            issue(
+                "schema_version",
+                "schema_version_newer",
+                "info",
+                found=found,
+                expected=SCHEMA_VERSION,
+                hint=f"written by a newer upstream CPersona; cpersona serves it ({note}) and "
+                "leaves its newer tables as they are",
+            )
+        ]
     return [
         issue("schema_version", "schema_version", "critical", found=found, expected=SCHEMA_VERSION)
     ]
@@ -778,6 +820,25 @@ def operating_context_size(ctx: HealthContext) -> list[Issue]:
 
 
 def _guarded_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
+    """The files and directories of cpersona's that exist (a path that is not there is not
+    loose: it was never a reason to fail the check, issue 21)."""
+    files, dirs = _postgresql_paths(ctx) if ctx.db.dialect == "postgresql" else _sqlite_paths(ctx)
+    return [f for f in files if f.is_file()], [d for d in dirs if d.is_dir()]
+
+
+def _postgresql_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
+    """On PostgreSQL the database's files are the server's; this host keeps the full-text
+    index files (their text is the memories') in its cache directory, and the alias ledger."""
+    from cpersona.fts.cache import cache_directory
+
+    cache = cache_directory(ctx.settings.cache_dir, ctx.db.path)
+    files = [*sorted(cache.glob("index.*")), cache / "database.txt"]
+    if ctx.settings.alias_ledger_file:
+        files.append(Path(ctx.settings.alias_ledger_file))
+    return files, [cache]
+
+
+def _sqlite_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
     db = Path(ctx.settings.db_path).resolve()
     files = [db, Path(f"{db}-wal"), Path(f"{db}-shm")]
     files += sorted(db.parent.glob(db.name.replace("[", "[[]") + ".calibration.json*"))
@@ -788,10 +849,11 @@ def _guarded_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
     for table in TABLES:
         files += [
             Path(f"{db}.{table}.vec"),
+            Path(f"{db}.{table}.vec.sum"),
             Path(f"{db}.{table}.vec.lock"),
             Path(f"{db}.{table}.vecindex"),
         ]
-    return [f for f in files if f.is_file()], [db.parent]
+    return files, [db.parent]
 
 
 def file_permissions(ctx: HealthContext) -> list[Issue]:
@@ -856,10 +918,12 @@ def embedding_model(ctx: HealthContext) -> list[Issue]:
     # A fix run probes before taking the write lock; that answer is used once.
     probe, ctx.model_probe = ctx.model_probe, None
     if probe is None and ctx.handle is None:  # never embed under the fix run's write lock
-        probe = probe_model(ctx)
+        # Report-only too (issue 21): with a local model the probe costs no request; the
+        # stored vectors' width stands in for a provider that has not loaded yet.
+        probe = probe_model(ctx, modal)
     # A model change moves every vector; a row or two whose text was edited behind the
     # server's back must not read as one, so the evidence is a majority of the sample.
-    if probe is not None and probe[1] * 2 > probe[0]:
+    if probe is not None and probe.count * 2 > probe.sampled:
         ctx.scratch["embedding_model"] = "all"
         out.append(
             issue(
@@ -868,11 +932,31 @@ def embedding_model(ctx: HealthContext) -> list[Issue]:
                 "warn",
                 configured_model=configured,
                 stored_model=label or None,
-                sampled=probe[0],
-                differing=probe[1],
+                sampled=probe.sampled,
+                differing=probe.count,
                 repairable=embedded,
                 hint="vectors from another model make similarity meaningless; "
                 "fix=true re-embeds them with the configured model",
+            )
+        )
+    elif probe is not None and probe.count:
+        # Fewer than half: rows whose vectors came from elsewhere (an import of another
+        # model's export, a 2.5.x server writing with another model), not a model change.
+        ctx.scratch["embedding_model"] = ("rows", probe.differing)
+        out.append(
+            issue(
+                "embedding_model",
+                "embedding_model_foreign_rows",
+                "warn",
+                configured_model=configured,
+                sampled=probe.sampled,
+                differing=probe.count,
+                rows=probe.differing,
+                repairable=probe.count,
+                hint="these rows' vectors are not the configured model's embedding of their "
+                "text (imported from another model?), so recall compares them with nothing "
+                "they mean; fix=true re-embeds them. The probe samples the newest and oldest "
+                "rows: run the check again after the fix",
             )
         )
     elif label and label != configured:
@@ -959,36 +1043,48 @@ def _conversion(ctx: HealthContext, configured: str) -> list[Issue]:
     return out
 
 
-def probe_model(ctx: HealthContext) -> tuple[int, int] | None:
-    """Re-embed a few stored memories and count those whose stored vector differs.
+def probe_model(ctx: HealthContext, dim: int | None = None) -> ModelProbe | None:
+    """Re-embed a bounded sample of stored memories and episodes of width `dim` (default: the
+    provider's) and name the rows whose stored vector is not the configured model's
+    embedding of their text.
 
     Runs only where it costs no network request (local providers) or in a fix run (before the
     write lock); None when it did not run.
     """
     import numpy as np  # on first use: see docs/performance.md, "Start-up"
 
-    if ctx.embedder is None or ctx.dim is None or not (ctx.local_embedder or ctx.probe.ran):
+    dim = ctx.dim or dim
+    if ctx.embedder is None or dim is None or not (ctx.local_embedder or ctx.probe.ran):
         return None
-    sample: list[tuple[int, bytes]] = []
-    for batch in sql.iter_embeddings(
-        ctx.c, "memories", ctx.agent_id, batch=64, newest_first=True, limit=256
-    ):
-        sample += [(i, b) for i, b in batch if len(b) == ctx.dim * 4]
-        if len(sample) >= MODEL_PROBE_ROWS:
-            break
-    sample = sample[:MODEL_PROBE_ROWS]
-    if not sample:
-        return None
-    texts = sql.texts_by_id(ctx.c, "memories", [i for i, _ in sample])
-    fresh, error = ctx.try_embed([texts[i] for i, _ in sample])
-    if error is not None or len(fresh) != len(sample):
-        return None
-    differing = 0
-    for (_, blob), new in zip(sample, fresh, strict=True):
-        if new is None:
+    sampled, differing = 0, {t: [] for t in TABLES}
+    for table in TABLES:
+        sample: dict[int, bytes] = {}
+        for newest, limit in ((True, MODEL_PROBE_NEWEST), (False, MODEL_PROBE_OLDEST)):
+            taken = 0
+            for batch in sql.iter_embeddings(
+                ctx.c, table, ctx.agent_id, batch=64, newest_first=newest, limit=256
+            ):
+                for i, b in batch:
+                    if len(b) == dim * 4 and taken < limit and i not in sample:
+                        sample[i], taken = b, taken + 1
+                if taken >= limit:
+                    break
+        if not sample:
             continue
-        a = np.frombuffer(blob, "<f4").astype(np.float64)
-        b = np.frombuffer(new, "<f4").astype(np.float64)
-        denom = float(np.linalg.norm(a) * np.linalg.norm(b)) or 1.0
-        differing += float(a @ b) / denom < MODEL_PROBE_MIN_COSINE
-    return len(sample), differing
+        texts = sql.texts_by_id(ctx.c, table, list(sample))
+        ids = [i for i in sample if texts.get(i)]
+        fresh, error = ctx.try_embed([texts[i] for i in ids])
+        if error is not None or len(fresh) != len(ids):
+            return None
+        for row_id, new in zip(ids, fresh, strict=True):
+            if new is None:
+                continue
+            sampled += 1
+            a = np.frombuffer(sample[row_id], "<f4").astype(np.float64)
+            b = np.frombuffer(new, "<f4").astype(np.float64)
+            denom = float(np.linalg.norm(a) * np.linalg.norm(b)) or 1.0
+            if a.shape != b.shape or float(a @ b) / denom < MODEL_PROBE_MIN_COSINE:
+                differing[table].append(row_id)
+    if not sampled:
+        return None
+    return ModelProbe(sampled, {t: ids for t, ids in differing.items() if ids})

@@ -56,8 +56,8 @@ class HealthContext:
     prepared: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)
     #: Re-embeds still allowed this run (CPERSONA_REEMBED_ROW_CAP is per run).
     reembed_budget: int = 0
-    #: The embedding_model probe: (rows sampled, rows whose stored vector differs) or None.
-    model_probe: tuple[int, int] | None = None
+    #: The embedding_model probe (checks.ModelProbe) a fix run made before its lock, or None.
+    model_probe: Any = None
     #: Per-check scratch data a repair needs from its detection (never returned).
     scratch: dict[str, Any] = field(default_factory=dict)
     #: Rows a fix run redacted, as (table, agent_id, id, outcome), for the copies of their text

@@ -238,6 +238,14 @@ def embedding_model(ctx: HealthContext, issues: list[Issue]) -> None:
         return
     handle = _handle(ctx)
     nulled: dict[str, list[int]] = {}
+    if isinstance(what, tuple):  # ("rows", {table: ids}): the foreign rows the probe found
+        for table, ids in what[1].items():
+            sql.null_embeddings(handle, table, ids)
+            nulled[table] = list(ids)
+        for i in issues:
+            i["fixed"] = sum(len(ids) for ids in nulled.values())
+            i["_nulled_tables"] = nulled
+        return
     for table in TABLES:
         if what == "width" and ctx.dim is not None:
             ids = sql.wrong_width(handle, table, ctx.dim * 4, ctx.agent_id)

@@ -14,6 +14,7 @@ import tempfile
 from typing import TYPE_CHECKING, Any
 
 from cpersona.portability import records
+from cpersona.portability import vectors as kept
 from cpersona.portability.paths import confine, names_directory, os_reason, refusal
 from cpersona.storage import portability as sql
 from cpersona.storage.errors import StorageError
@@ -75,12 +76,11 @@ def _write(
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
             with sql.snapshot(engine.db) as rows:
                 totals = rows.count_rows(scope)
-                out.write(
-                    records.dumps(
-                        records.header(agent_id, totals.memories, totals.episodes, totals.profiles)
-                    )
-                    + "\n"
-                )
+                head = records.header(agent_id, totals.memories, totals.episodes, totals.profiles)
+                if include_embeddings:
+                    # Which model made the vectors: an import keeps only its own model's.
+                    head["embedding_models"] = kept.export_models(rows.vector_models())
+                out.write(records.dumps(head) + "\n")
                 for mem in rows.iter_memories(scope, with_embeddings=include_embeddings):
                     out.write(records.dumps(records.memory_json(mem, include_embeddings)) + "\n")
                     written[0] += 1

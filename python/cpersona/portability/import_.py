@@ -20,18 +20,17 @@ episodes on exact summary within theirs; a profile overwrites the one of the sam
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from cpersona.credentials.policy import kinds, screen_record
-from cpersona.errors import EmbeddingUnavailable
 from cpersona.memory.text import parse_utc, sanitize, utc_now_iso
 from cpersona.portability import records
+from cpersona.portability import vectors as kept
 from cpersona.portability.paths import confine, read_bounded, refusal
 from cpersona.storage import portability as sql
 from cpersona.storage.errors import DISK_FULL, is_disk_full
@@ -43,24 +42,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cpersona.portability")
 
-#: Records between two progress lines of a long import.
-PROGRESS_EVERY = 2000
-#: Texts per embedding call (the providers split further to their own batch limits).
-EMBED_BATCH = 64
-
+PROGRESS_EVERY = kept.PROGRESS_EVERY
 Progress = Callable[[str], None]
-Kind = Literal["memory", "episode", "profile"]
 
 
-@dataclass(slots=True)
-class _Item:
-    kind: Kind
-    line: int
-    record: MemoryRecord | EpisodeRecord | ProfileRecord
-    #: The file gave no usable vector for this row (memories and episodes only).
-    needs_vector: bool = False
-    #: The vector was computed by this server during the import.
-    embedded_here: bool = False
+_Item = kept.PlannedRow
 
 
 @dataclass(slots=True)
@@ -104,6 +90,8 @@ class _Tally:
     without_vector: int = 0
     #: Credentials redacted in the records imported (kind -> count).
     redacted: dict[str, int] = field(default_factory=dict)
+    #: Why the file's vector of each written row was not kept (portability/vectors.py).
+    refused: list[str] = field(default_factory=list)
     #: Items the preview found would be written (a real run embeds these).
     written: list[_Item] = field(default_factory=list)
     #: What a real run inserted, per agent, for the remote vector service.
@@ -161,6 +149,8 @@ def import_memories(
             f"import refused: records on lines {lines} hold credentials ({kinds(found)}); "
             "CPERSONA_SECRETS=reject refuses to store them, nothing was written"
         )
+    target = kept.table_models(engine)
+    kept.screen(plan.items, kept.file_models(plan.header), target)
     mismatch = plan.mismatch()
     tally = _Tally(skipped_memories=plan.skipped_memories, skipped_episodes=plan.skipped_episodes)
     try:
@@ -172,8 +162,9 @@ def import_memories(
         else:
             with sql.snapshot(engine.db) as rows:
                 _apply(rows, plan, _Tally(), s, write=False, report=None, keep=tally.written)
-            _embed(engine, [i for i in tally.written if i.needs_vector], report)
+            kept.embed(engine, [i for i in tally.written if i.needs_vector], report)
             with sql.transaction(engine.db) as rows:
+                kept.admit(rows, tally.written, target)
                 _apply(rows, plan, tally, s, write=True, report=report)
     except Exception as exc:  # one transaction: everything rolled back
         if is_disk_full(exc):
@@ -201,6 +192,18 @@ def import_memories(
         out["future_timestamps"] = tally.future_timestamps
     if not dry_run and tally.embedded_here:
         out["embedded_on_import"] = tally.embedded_here
+    if tally.refused:
+        out["foreign_vectors"] = kept.counts(tally.refused)
+        out["foreign_vectors_hint"] = (
+            "the file's vectors of these rows are not this database's model at its width, or "
+            "the file names no model: they are not kept; "
+            + (
+                "a real run embeds these rows with the table's model"
+                if dry_run
+                else "the rows were embedded with the table's model (any counted in "
+                "missing_embeddings have no vector yet)"
+            )
+        )
     if not dry_run and tally.without_vector:
         out["missing_embeddings"] = tally.without_vector
         out["missing_embeddings_hint"] = (
@@ -471,6 +474,8 @@ def _count_written(tally: _Tally, item: _Item, plan: _Plan) -> None:
     rec = item.record
     if isinstance(rec, ProfileRecord):
         return
+    if item.refused:
+        tally.refused.append(item.refused)
     if item.embedded_here:
         tally.embedded_here += 1
     elif rec.embedding is None:
@@ -485,65 +490,6 @@ def _ahead(timestamp: str, settings: Any) -> bool:
         return False
     ahead = (instant - datetime.now(UTC)).total_seconds()
     return bool(ahead > settings.future_timestamp_skew_seconds)
-
-
-def _embed(engine: Host, items: list[_Item], report: Progress) -> None:
-    """Give the rows the file carried no vector for one from this server's model, in batches.
-
-    Runs before the write transaction. When embedding is unavailable the rows keep a NULL
-    embedding and are counted in the response (`missing_embeddings`).
-    """
-    if not items or not engine.embedder.available:
-        return
-    import numpy as np  # on first use: see docs/performance.md, "Start-up"
-
-    # Each table's rows get the model of that table's stored vectors (embedding/routing.py):
-    # a row embedded by another model would be compared with them by every recall.
-    providers = {t: engine.router.passage(t) for t in ("memories", "episodes")}
-    items = [i for i in items if providers[_table(i)] is not None]
-    items.sort(key=_table)
-    for start in range(0, len(items), EMBED_BATCH):
-        batch = items[start : start + EMBED_BATCH]
-        try:
-            vectors = np.concatenate(
-                [
-                    providers[table].embed(  # type: ignore[union-attr]
-                        [_passage(i.record) for i in batch if _table(i) == table], kind="passage"
-                    )
-                    for table in dict.fromkeys(_table(i) for i in batch)
-                ]
-            )
-        except EmbeddingUnavailable as exc:
-            log.warning(
-                "import: embedding unavailable (%s); %s rows are stored without a vector",
-                exc,
-                len(items) - start,
-            )
-            return
-        for item, row in zip(batch, vectors, strict=True):
-            blob = records.vector_blob(row)
-            rec = item.record
-            if blob is not None and isinstance(rec, MemoryRecord | EpisodeRecord):
-                item.record = dataclasses.replace(rec, embedding=blob)
-                item.embedded_here = True
-        done = start + len(batch)
-        if len(items) >= PROGRESS_EVERY and (
-            done % PROGRESS_EVERY < EMBED_BATCH or done == len(items)
-        ):
-            report(f"import: embedded {done}/{len(items)} rows without a vector in the file")
-
-
-def _table(item: _Item) -> str:
-    return "episodes" if isinstance(item.record, EpisodeRecord) else "memories"
-
-
-def _passage(rec: MemoryRecord | EpisodeRecord | ProfileRecord) -> str:
-    """The text a row's vector embeds: a memory's content, an episode's summary."""
-    if isinstance(rec, MemoryRecord):
-        return rec.content
-    if isinstance(rec, EpisodeRecord):
-        return rec.summary
-    return rec.content
 
 
 # -- responses -----------------------------------------------------------------------------------

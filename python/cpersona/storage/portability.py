@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from cpersona.storage import vector_models
 from cpersona.storage.db import Database, dialect_of, embedding_param
 from cpersona.storage.errors import translated, translating
 
@@ -530,6 +531,15 @@ class Rows:
 
     def delete_pending_tasks(self, agent_id: str) -> int:
         return delete_pending_tasks(self._conn, agent_id)
+
+    def vector_models(self) -> dict[str, vector_models.Recorded]:
+        """The model of each table's vectors, as recorded (in this snapshot)."""
+        return vector_models.recorded(self._conn)
+
+    def claim_vectors(self, table: str, model: str, dim: int | None) -> bool:
+        """Inside a write transaction: whether `table` takes vectors of `model` now (a table
+        without vectors is claimed for it, as a store's first vector claims it)."""
+        return vector_models.claim(self._conn, table, model, dim) in (model, "")
 
     def channel_report(
         self, agent_id: str | None, *, sample: int = 5, invalid_ids: int = 10

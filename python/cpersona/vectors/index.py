@@ -29,10 +29,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from cpersona.errors import IndexObstructed
+from cpersona.errors import IndexObstructed, StoreCorrupt
 from cpersona.storage import Database
 from cpersona.storage import vectors as vector_sql
 from cpersona.storage.vectors import IndexRow
+from cpersona.vectors import checksums, healing
 from cpersona.vectors.format import (
     FLAG_DELETED,
     HEADER_DTYPE,
@@ -43,8 +44,8 @@ from cpersona.vectors.format import (
     VERSION,
     Layout,
     VectorFileWriter,
-    scope_hash,
 )
+from cpersona.vectors.slots import append_row, compare_slot, live_slots, release
 
 log = logging.getLogger("cpersona.vectors")
 
@@ -102,8 +103,11 @@ class VectorIndex:
         self._thread_lock = threading.Lock()
         self._db_uid: bytes | None = None
         self._trimmed_upto = 0
-        #: The kernel's mapping of the file and the identity it was opened for (kernel_handle).
-        self._handle: tuple[tuple[object, ...], Any] | None = None
+        #: The kernel's mapping of the file, its checksums, and the identity they were opened
+        #: for (kernel_handle).
+        self._handle: tuple[tuple[object, ...], tuple[Any, np.ndarray]] | None = None
+        #: The background rebuild of a file found damaged (heal_in_background).
+        self._healer = healing.Healer(self.path, lambda: healing.rebuild_online(self), log)
 
     # -- locking -----------------------------------------------------------------------------
 
@@ -126,10 +130,15 @@ class VectorIndex:
         with self._flock(exclusive=False):
             yield self.path
 
-    def kernel_handle(self, open_file: Callable[[str], Any]) -> Any:
-        """`open_file(path)` (a kernel's `VectorIndex.open`: a read-only mapping of the file),
-        reused from the last call while that is still right; call it inside `reading()`, whose
-        shared lock the scan needs anyway.
+    def kernel_handle(self, open_file: Callable[[str], Any]) -> tuple[Any, np.ndarray]:
+        """`open_file(path)` (a kernel's `VectorIndex.open`: a read-only mapping of the file)
+        and the file's content checksums (a read-only mapping of its sidecar, for the scan's
+        `sums`), reused from the last call while that is still right; call it inside
+        `reading()`, whose shared lock the scan needs anyway.
+
+        A new mapping is checked whole before it is used: every slot's checksum, and that the
+        scan order is a permutation (StoreCorrupt otherwise). The scans then check each slot
+        they score, so damage done after the mapping was made is caught when it would count.
 
         The mapping is kept from one scan to the next while the file is the same file. Mapping
         it anew for every scan made every scan fault in again each page it read, from the page
@@ -147,15 +156,25 @@ class VectorIndex:
             head = os.pread(fd, HEADER_LEN, 0)
         finally:
             os.close(fd)
+        sums_st = os.stat(checksums.sums_path(self.path))
         # magic, version, dim | capacity | db_uid, table: what a reader fixes at open.
         key = (open_file, st.st_dev, st.st_ino, st.st_size, head[:16], head[24:32], head[40:60])
+        key += (sums_st.st_ino, sums_st.st_size)
         cached = self._handle
         if cached is not None and cached[0] == key:
             return cached[1]
         self._handle = None  # let the old mapping go before making the new one
         handle = open_file(str(self.path))
-        self._handle = (key, handle)
-        return handle
+        problem = checksums.problem(self.path, handle.table, handle.capacity, handle.db_uid)
+        if problem:
+            raise StoreCorrupt(f"corrupt vector file: {problem}")
+        sums = checksums.open_read(self.path, handle.capacity)
+        dim, capacity = handle.dim, handle.capacity
+        problem = healing.content_problem(self.path, dim, capacity, handle.count, sums)
+        if problem:
+            raise StoreCorrupt(f"corrupt vector file: {problem}")
+        self._handle = (key, (handle, sums))
+        return handle, sums
 
     # -- sync --------------------------------------------------------------------------------
 
@@ -179,7 +198,7 @@ class VectorIndex:
             try:
                 self._apply_locked(writer)
             finally:
-                _release(writer)
+                release(writer)
             self._maybe_trim(log_seq)
 
     def _maybe_trim(self, applied: int) -> None:
@@ -228,6 +247,9 @@ class VectorIndex:
             return header, "it belongs to another database"
         if int(header["table"]) != TABLE_CODES[self.table]:
             return header, "it indexes another table"
+        problem = checksums.problem(self.path, int(header["table"]), capacity, self.db_uid())
+        if problem:
+            return header, problem
         return header, ""
 
     def _open_trusted(self) -> tuple[VectorFileWriter | None, str]:
@@ -242,7 +264,7 @@ class VectorIndex:
             return None, f"unreadable ({exc})"
         count = writer.count
         if count and int(writer.view("order").max()) >= count:
-            _release(writer)
+            release(writer)
             return None, "its scan order names a slot beyond count"
         return writer, ""
 
@@ -258,20 +280,27 @@ class VectorIndex:
             return "log entries it has not applied were trimmed"
         return ""
 
-    def _apply_locked(self, writer: VectorFileWriter) -> None:
+    def _apply_locked(self, writer: VectorFileWriter) -> bool:
+        """Apply the logged writes to `writer`'s file; False when the table was rebuilt into
+        the index file instead (a compaction, or a first row of another width)."""
         header = writer.header()
         changes = vector_sql.changes_since(self.db, self.table, header.applied_seq)
         if changes.row_ids:
             rows = vector_sql.rows_by_id(self.db, self.table, changes.row_ids)
             if self._needs_rebuild(writer, rows, changes.row_ids):
-                _release(writer)
+                release(writer)
                 self._rebuild_locked()
-                return
+                return False
             writer.set_header(dirty=1)
-            slots = _live_slots(writer, changes.row_ids)
-            for row_id in changes.row_ids:
-                writer = self._apply_row(writer, slots, row_id, rows.get(row_id))
+            slots = live_slots(writer, changes.row_ids)
+            sums = checksums.SumWriter(writer)
+            try:
+                for row_id in changes.row_ids:
+                    self._apply_row(writer, sums, slots, row_id, rows.get(row_id))
+            finally:
+                sums.release()
         writer.set_header(applied_seq=changes.max_seq, dirty=0)
+        return True
 
     def _needs_rebuild(
         self, writer: VectorFileWriter, rows: dict[int, IndexRow], row_ids: list[int]
@@ -287,18 +316,17 @@ class VectorIndex:
     def _apply_row(
         self,
         writer: VectorFileWriter,
+        sums: checksums.SumWriter,
         slots: dict[int, int],
         row_id: int,
         row: IndexRow | None,
-    ) -> VectorFileWriter:
+    ) -> None:
         """Make the file agree with SQLite about one row (idempotent)."""
         old = slots.pop(row_id, None)
         if old is not None:
             writer.set_deleted(old)
-        if row is None:
-            return writer
-        slots[row_id] = _append(writer, row)
-        return writer
+        if row is not None:
+            slots[row_id] = append_row(writer, row, HEADROOM, sums)
 
     # -- rebuild -----------------------------------------------------------------------------
 
@@ -320,31 +348,63 @@ class VectorIndex:
             try:
                 # Newest first, so each append lands at the end of the order (no shifting).
                 for row in vector_sql.iter_rows(self.db, self.table):
-                    _append(writer, row)
+                    append_row(writer, row, HEADROOM)
                     done += 1
                     if progress is not None and done % 10_000 == 0:
                         progress(done, total)
                 writer.set_header(applied_seq=log_seq, dirty=0)
                 writer.flush()
+                checksums.write(writer)
             finally:
-                _release(writer)
+                release(writer)
             os.chmod(tmp, 0o600)
-            _unobstructed(lambda: os.replace(tmp, self.path))
+            self._install(tmp)
         except BaseException:
             # A full disk or an obstruction: the old file stays as it was, and no half-written
             # temporary is left to hold the space.
-            tmp.unlink(missing_ok=True)
+            healing.remove_with_sums(tmp)
             raise
-        self._handle = None
         if progress is not None:
             progress(done, total)
         return done
+
+    def _install(self, tmp: Path) -> None:
+        """Rename a complete file and its checksums over the index (under the exclusive lock:
+        a reader never sees one without the other; a crash between them leaves a pair that
+        `_inspect` refuses, so the next use rebuilds)."""
+        _unobstructed(lambda: os.replace(tmp, self.path))
+        os.replace(checksums.sums_path(tmp), checksums.sums_path(self.path))
+        self._handle = None
+
+    # -- healing -----------------------------------------------------------------------------
+
+    @property
+    def healing(self) -> bool:
+        """Whether a background rebuild of a damaged file is running in this process; scans
+        read SQLite meanwhile."""
+        return self._healer.running
+
+    def heal_in_background(self, reason: str) -> bool:
+        """Rebuild the damaged file in a background thread (`healing.rebuild_online`); False
+        when one is already running here."""
+        self._handle = None
+        return self._healer.start(reason)
+
+    def wait_for_healing(self, timeout: float | None = None) -> None:
+        """Return once the background rebuild (if any) has finished (or `timeout` passed)."""
+        self._healer.wait(timeout)
 
     def _remove_stale_temporaries(self) -> None:
         # A rebuild's `.tmp<pid>` and a grow's `.grow` file exist only while their writer holds
         # the exclusive lock, which we hold now: any found were left by a process that died.
         stale = list(self.path.parent.glob(glob.escape(self.path.name) + ".tmp*"))
         stale.append(self.path.with_name(self.path.name + ".grow"))
+        stale.append(checksums.sums_path(self.path).with_name(f"{self.path.name}.sum.new"))
+        # A background rebuild writes without the lock, so its file is stale only once its
+        # process is gone.
+        for path in self.path.parent.glob(glob.escape(self.path.name) + ".heal*"):
+            if healing.orphaned(path.name[len(self.path.name) :]):
+                stale.append(path)
         for path in stale:
             path.unlink(missing_ok=True)
 
@@ -383,7 +443,7 @@ class VectorIndex:
                     log_seq,
                 )
             finally:
-                _release(writer)
+                release(writer)
 
     def lag(self) -> int | None:
         """Log entries the file has not applied yet, read without a lock (a gauge, not a
@@ -402,7 +462,7 @@ class VectorIndex:
                     try:
                         return self._compare(writer)
                     finally:
-                        _release(writer)
+                        release(writer)
             if attempt == 0:
                 # Damage the header does not show (the scan order): rebuilt as a scan would.
                 log.info("rebuilding %s: %s", self.path.name, reason)
@@ -429,7 +489,7 @@ class VectorIndex:
             if slot is None:
                 problems.append(f"{self.table} {row.id}: in SQLite, missing from the index")
                 continue
-            problems.extend(_compare_slot(writer, slot, row, self.table))
+            problems.extend(compare_slot(writer, slot, row, self.table))
         for row_id in sorted(live):
             problems.append(f"{self.table} {row_id}: in the index, not an embedded row in SQLite")
         order = writer.view("order")
@@ -439,9 +499,19 @@ class VectorIndex:
         pairs = [(int(keys[s]), int(idv[s])) for s in order]
         if pairs != sorted(pairs, reverse=True):
             problems.append(f"{self.table}: scan order is not (created_at DESC, id DESC)")
+        sums = checksums.open_read(self.path, writer.capacity)
+        wrong = np.flatnonzero(
+            checksums.slot_sums(writer._views, slice(0, writer.count)) != sums[: writer.count]
+        )
+        problems.extend(f"{self.table} {int(idv[s])}: content checksum differs" for s in wrong[:20])
+        if wrong.shape[0] > 20:
+            problems.append(f"{self.table}: {wrong.shape[0] - 20} more checksums differ")
         return problems
 
     def close(self) -> None:
+        # A rebuild still writing its mapped file while the interpreter finalises can crash
+        # the process (as the warm-up could): it is bounded by the table's size.
+        self.wait_for_healing(timeout=120.0)
         self._handle = None
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -474,76 +544,3 @@ def _obstructed(path: Path) -> IndexObstructed:
         "cpersona does not delete it: move it away, and the index is rebuilt on the next use "
         "(recall reads SQLite until then)"
     )
-
-
-def _vector(embedding: bytes) -> np.ndarray:
-    """A row's BLOB as float32; one that is not whole floats gives an empty (foreign) vector."""
-    if len(embedding) % 4:
-        return np.empty(0, dtype="<f4")
-    return np.frombuffer(embedding, dtype="<f4")
-
-
-def _append(writer: VectorFileWriter, row: IndexRow) -> int:
-    if writer.count >= writer.capacity:  # a rebuild also grows: rows may arrive after its count
-        writer.grow(max(2 * writer.capacity, writer.capacity + HEADROOM))
-    vector = _vector(row.embedding)
-    return writer.append(
-        row.id,
-        row.key,
-        agent=scope_hash(row.agent_id),
-        project=scope_hash(row.project_id),
-        channel=scope_hash(row.channel),
-        source=0 if row.source_id is None else scope_hash(row.source_id),
-        vector=vector,
-    )
-
-
-def _live_slots(writer: VectorFileWriter, row_ids: list[int]) -> dict[int, int]:
-    """The live slot of each of `row_ids` that has one. Vectorised over the file: a write
-    touches a few rows, and a dict of every slot made each write cost O(rows) in Python.
-
-    A few ids take one comparison pass over the ids each, and the flags are read only at the
-    matches: `np.isin` with a live mask made three passes and temporaries over every slot,
-    0.53 ms over 237,654 slots where one pass costs 0.03 ms (docs/performance.md).
-    """
-    ids = writer.view("ids")
-    if len(row_ids) <= _FEW_IDS:
-        hits = [np.flatnonzero(ids == row_id) for row_id in row_ids]
-        found = np.sort(np.concatenate(hits)) if hits else np.empty(0, np.int64)
-    else:
-        found = np.flatnonzero(np.isin(ids, np.asarray(row_ids, dtype=np.int64)))
-    flags = writer.view("flags")
-    return {int(ids[s]): int(s) for s in found if not flags[s] & FLAG_DELETED}
-
-
-#: Up to this many changed rows, `_live_slots` compares ids one by one rather than `np.isin`.
-_FEW_IDS = 8
-
-
-def _compare_slot(writer: VectorFileWriter, slot: int, row: IndexRow, table: str) -> list[str]:
-    out: list[str] = []
-    expect = {
-        "keys": row.key,
-        "agent": scope_hash(row.agent_id),
-        "project": scope_hash(row.project_id),
-        "channel": scope_hash(row.channel),
-        "source": 0 if row.source_id is None else scope_hash(row.source_id),
-    }
-    for section, value in expect.items():
-        if int(writer.view(section)[slot]) != value:
-            out.append(f"{table} {row.id}: {section} differs")
-    vector = _vector(row.embedding)
-    if vector.shape == (writer.dim,):
-        if not np.array_equal(writer.view("vectors")[slot], vector):
-            out.append(f"{table} {row.id}: vector differs")
-    elif not writer.view("flags")[slot] & 2:
-        out.append(f"{table} {row.id}: foreign-width row not flagged")
-    return out
-
-
-def _release(writer: VectorFileWriter) -> None:
-    """Drop a writer's mapping without msync: a kill keeps the page cache, and the file is
-    derived (a torn write after power loss is caught by `verify` and rebuilt)."""
-    for attr in ("_views", "_hdr", "_mm"):
-        if hasattr(writer, attr):
-            delattr(writer, attr)

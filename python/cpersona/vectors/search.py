@@ -147,33 +147,13 @@ def scan(
     project = scope.project.value
     projects = _ANY if project is None else _hashes([""] if project == "" else [project, ""])
     channels = _hashes([scope.channel, ""]) if scope.channel else _ANY
-    try:
-        with index.reading():
-            handle = index.kernel_handle(kernels.VectorIndex.open)
-            if handle.dim == query.shape[0]:
-                near_ids, near_scores, far_ids, far_scores = handle.scan(
-                    query,
-                    scope_hash(scope.agent_id),
-                    projects,
-                    channels,
-                    sources,
-                    window,
-                    reach,
-                    float(threshold),
-                    k,
-                    far_k,
-                    chunk_rows,
-                )
-                return Hits(near_ids, near_scores, far_ids, far_scores)
-    except StoreCorrupt:
-        try:
-            index.rebuild()
-        except OSError as exc:
-            log.warning("cannot rebuild the vector index %s: %s", index.path.name, exc)
-    except OSError as exc:
-        # The index is optional: a file that cannot be written or locked (disk full, read-only
-        # directory) never fails a scan; the SQLite window gives the same answer.
-        log.warning("vector index %s unusable, scanning SQLite: %s", index.path.name, exc)
+    # A file found damaged is being rebuilt in the background: the database answers
+    # meanwhile, and the call does not wait for the rebuild.
+    if not index.healing:
+        args = (projects, channels, sources, window, reach, threshold, k, far_k, chunk_rows)
+        hits = _scan_file(index, query, scope, *args)
+        if hits is not None:
+            return hits
     return scan_sqlite(
         index.db,
         index.table,
@@ -186,6 +166,52 @@ def scan(
         far_k=far_k,
         chunk_rows=chunk_rows,
     )
+
+
+def _scan_file(
+    index: VectorIndex,
+    query: np.ndarray,
+    scope: Scope,
+    projects: np.ndarray,
+    channels: np.ndarray,
+    sources: np.ndarray,
+    window: int,
+    reach: int,
+    threshold: float,
+    k: int,
+    far_k: int,
+    chunk_rows: int,
+) -> Hits | None:
+    """The scan through the index file; None when the file cannot answer (SQLite will)."""
+    try:
+        with index.reading():
+            handle, sums = index.kernel_handle(kernels.VectorIndex.open)
+            if handle.dim != query.shape[0]:
+                return None
+            near_ids, near_scores, far_ids, far_scores = handle.scan(
+                query,
+                scope_hash(scope.agent_id),
+                projects,
+                channels,
+                sources,
+                window,
+                reach,
+                float(threshold),
+                k,
+                far_k,
+                chunk_rows,
+                sums=sums,
+            )
+            return Hits(near_ids, near_scores, far_ids, far_scores)
+    except StoreCorrupt as exc:
+        # Bytes that disagree with what was written (a slot's checksum, or a check at open)
+        # are never answered from; the file is rebuilt in the background.
+        index.heal_in_background(str(exc))
+    except OSError as exc:
+        # The index is optional: a file that cannot be written or locked (disk full, read-only
+        # directory) never fails a scan; the SQLite window gives the same answer.
+        log.warning("vector index %s unusable, scanning SQLite: %s", index.path.name, exc)
+    return None
 
 
 def scan_sqlite(

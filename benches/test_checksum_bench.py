@@ -1,0 +1,141 @@
+"""What checking index content costs (issue 21 item 4).
+
+- The scan with `sums` (every slot it scores checked against its content checksum) against the
+  same scan without, over the same mapped file: the window scan (10,000 rows) and the far scan
+  (200,000), 384 and 768 dimensions, Rust and numpy. The two are timed in turns (7 rounds of
+  best-of-n), so both see the same background load; the minimum of each side and the median of
+  the per-round ratios are recorded.
+- The check of a new mapping (`healing.content_problem`: every slot's checksum and the scan
+  order), once per file per process, against the scan.
+- The CRC of full-text records as a process loads them, against the core's own load.
+
+Run: `python -m pytest benches/test_checksum_bench.py --benchmark-enable -s`
+(docs/performance.md, "Checking index content").
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+from cpersona.fts.format import put_record
+from cpersona.storage.fts import FtsRow
+from cpersona.vectors import checksums, healing
+from cpersona.vectors.format import VectorFileWriter
+
+WINDOW = 10_000
+REACH = 200_000
+K = 10
+NONE = np.empty(0, np.uint64)
+
+
+@pytest.fixture(scope="module", params=[384, 768])
+def dataset(request: pytest.FixtureRequest):
+    dim = request.param
+    rng = np.random.default_rng(dim)
+    vectors = rng.standard_normal((REACH, dim), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    query = vectors[12_345].copy()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.vec"
+        writer = VectorFileWriter.create(path, dim, REACH, bytes(16), 0)
+        ones = np.ones(REACH, np.uint64)
+        ids = np.arange(1, REACH + 1, dtype=np.int64)
+        writer.extend(
+            ids, ids, agent=ones, project=ones, channel=ones, source=ones, vectors=vectors
+        )
+        checksums.write(writer)
+        writer.close()
+        yield dim, path, query
+
+
+def _best(run, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _paired(plain, checked, repeats: int) -> dict[str, float]:
+    mins_plain, mins_checked, ratios = [], [], []
+    for turn in range(7):
+        # Alternate which side goes first, so neither always runs on a warmer cache.
+        if turn % 2:
+            b, a = _best(checked, repeats), _best(plain, repeats)
+        else:
+            a, b = _best(plain, repeats), _best(checked, repeats)
+        mins_plain.append(a)
+        mins_checked.append(b)
+        ratios.append(b / a)
+    return {
+        "plain_min_ms": round(min(mins_plain) * 1e3, 3),
+        "checked_min_ms": round(min(mins_checked) * 1e3, 3),
+        "median_ratio": round(statistics.median(ratios), 3),
+    }
+
+
+@pytest.mark.parametrize("region", ["window", "far"])
+def test_checked_scan_cost(benchmark, backend: ModuleType, dataset, region: str) -> None:
+    dim, path, query = dataset
+    index = backend.VectorIndex.open(path)
+    sums = checksums.open_read(path, index.capacity)
+    reach, far_k, repeats = (0, 0, 100) if region == "window" else (REACH, K, 3)
+
+    def plain():
+        return index.scan(query, 1, NONE, NONE, NONE, WINDOW, reach, -1.0, K, far_k)
+
+    def checked():
+        return index.scan(query, 1, NONE, NONE, NONE, WINDOW, reach, -1.0, K, far_k, sums=sums)
+
+    assert [a.tolist() for a in plain()] == [a.tolist() for a in checked()]
+    benchmark.group = f"checked {region} scan d={dim}"
+    if region == "far":
+        benchmark.pedantic(checked, rounds=5, iterations=1, warmup_rounds=1)
+    else:
+        benchmark(checked)
+    if benchmark.disabled:
+        return
+    found = _paired(plain, checked, repeats)
+    benchmark.extra_info.update(found, backend=backend.KERNEL)
+    print(f"\n{region} scan d={dim} {backend.KERNEL}: {found}")
+
+
+def test_map_check_cost(benchmark, dataset) -> None:
+    dim, path, _ = dataset
+    sums = checksums.open_read(path, REACH)
+
+    def check():
+        return healing.content_problem(path, dim, REACH, REACH, sums)
+
+    assert check() == ""
+    benchmark.group = f"check of a new mapping n={REACH} d={dim}"
+    benchmark.pedantic(check, rounds=5, iterations=1, warmup_rounds=1)
+
+
+def test_fts_load_crc_cost(benchmark) -> None:
+    core_type = pytest.importorskip("cpersona._core").FtsIndex
+    rng = np.random.default_rng(1)
+    words = [f"w{i}" for i in range(5000)]
+    data = b"".join(
+        put_record(FtsRow(i, i, "a", "", "", None, (" ".join(rng.choice(words, 24)),)))
+        for i in range(1, 100_001)
+    )
+
+    def load():
+        core_type().apply(data)
+
+    load_s, crc_s = _best(load, 3), _best(lambda: zlib.crc32(data), 5)
+    benchmark.group = "fts load crc n=100000"
+    benchmark.pedantic(lambda: zlib.crc32(data), rounds=5, iterations=1)
+    benchmark.extra_info.update(
+        bytes=len(data), load_ms=round(load_s * 1e3, 1), crc_ms=round(crc_s * 1e3, 2)
+    )
+    print(f"\nfts: {len(data)} bytes, load {load_s * 1e3:.1f} ms, crc {crc_s * 1e3:.2f} ms")
