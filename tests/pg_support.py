@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 import tempfile
 import threading
 import warnings
@@ -190,11 +191,14 @@ class OwnServer:
 
 
 @pytest.fixture
-def own_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnServer]:
-    """A PostgreSQL server of this test's own (`OwnServer`), stopped afterwards."""
-    root = tmp_path_factory.mktemp("own-pg", numbered=True)
-    server = OwnServer(str(root / "pgdata"))
+def own_pg() -> Iterator[OwnServer]:
+    """A PostgreSQL server of this test's own (`OwnServer`), stopped and deleted afterwards."""
+    # Not under pytest's basetemp: PostgreSQL runs as another user there when tests run as
+    # root, and another pytest run's cleanup of old basetemps must not touch a live server.
+    root = tempfile.mkdtemp(prefix="cpersona-own-pg-")
+    server = OwnServer(os.path.join(root, "pgdata"))
     try:
         yield server
     finally:
         server.close()
+        shutil.rmtree(root, ignore_errors=True)
