@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from cpersona.config import LOCAL_MODEL_NAMES, Settings
 from cpersona.engine import Engine
 from cpersona.server.jsonrpc import Refusal, bad_id, diagnose, tool_call_with_surrogates
-from cpersona.storage import database_label
+from cpersona.storage import database_label, open_failure_reason
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
@@ -45,7 +45,8 @@ def serve_stdio(
         engine = Engine(settings)
     except Exception as exc:  # an unusable database path, a locked or corrupt file
         where = database_label(settings.db_path, settings.database_url)
-        print(f"cpersona: cannot open the database {where}: {exc}", file=sys.stderr)
+        reason = open_failure_reason(settings.db_path, settings.database_url, exc)
+        print(f"cpersona: cannot open the database {where}: {reason}", file=sys.stderr)
         return 1
     guard: Authorize | None = authorize
     if authorize is not None and ledger is not None:

@@ -56,6 +56,16 @@ def _open_pg(
     return db
 
 
+def open_failure_reason(db_path: str, database_url: str | None, exc: BaseException) -> str:
+    """Why the configured database could not be opened, in words an operator can act on (on
+    SQLite, a full disk is named as such: SQLite itself says "disk I/O error")."""
+    if database_url:
+        return str(exc)
+    from cpersona.storage.db import open_failure
+
+    return open_failure(db_path, exc)
+
+
 def database_label(db_path: str, database_url: str | None) -> str:
     """What names the configured database in messages: the path, or the URL without password."""
     if database_url:
