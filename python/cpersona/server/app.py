@@ -91,6 +91,13 @@ def _error_kind(result: dict[str, Any]) -> str | None:
     return "permission_denied" if result.get("error") == "permission_denied" else "refused"
 
 
+def _released(engine: Engine, work: Callable[[], None]) -> None:
+    try:
+        work()
+    finally:
+        engine.db.release_reader()
+
+
 def _run_timed(timings: CallTimings, spec: ToolSpec, engine: Engine, args: dict[str, Any]) -> Any:
     # Entered in the worker thread itself, so the pipeline's stages find this call.
     try:
@@ -132,7 +139,7 @@ def build_server(
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         begin, first_call[0] = first_call[0], None
         if begin is not None:  # the stdio server's background work, once
-            await anyio.to_thread.run_sync(begin)
+            await anyio.to_thread.run_sync(_released, engine, begin)
         start = time.perf_counter()
         name = params.name if params.name in specs else UNKNOWN_TOOL
         timings = CallTimings(name, metrics.observe_stage if metrics is not None else None)
@@ -167,6 +174,7 @@ def build_server(
         extra: Mapping[str, Any] = {}
         if authorize is not None:
             verdict = authorize(spec.name, arguments)
+            engine.db.release_reader()  # the guard read on the event loop's thread
             if isinstance(verdict, Admitted):
                 arguments, extra = verdict.arguments, verdict.extra
             elif verdict is not None:

@@ -119,6 +119,9 @@ def serve_http(
             engine.start_index_warmup()
             engine.start_calibration()
             engine.tasks.start()  # drains legacy pending_memory_tasks rows (§9.6)
+            # Start-up read on this thread, the event loop's from now on: a reader bound to it
+            # for good would keep the idle readers from ever being recycled (storage/db.py).
+            engine.db.release_reader()
             _run(build_app(server, settings, acl, metrics, oauth=oauth), sock, settings)
         finally:
             engine.close()

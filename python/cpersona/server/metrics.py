@@ -104,7 +104,10 @@ class Metrics:
         """
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        return generate_latest(self._required().registry), CONTENT_TYPE_LATEST
+        try:
+            return generate_latest(self._required().registry), CONTENT_TYPE_LATEST
+        finally:
+            self._engine.db.release_reader()  # the gauges read in this worker thread
 
     def _required(self) -> _Collectors:
         c = self._get()

@@ -81,6 +81,8 @@ def serve_stdio(
         engine, authorize=guard, metrics=metrics, on_first_call=engine.start_background
     )
 
+    engine.db.release_reader()  # as in server/http.py: start-up read on the loop's thread
+
     async def run() -> None:
         with claimed_stdio() as (wire_in, wire_out):
             await serve_lines(server, wire_in, wire_out)
