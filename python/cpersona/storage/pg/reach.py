@@ -141,6 +141,8 @@ class Reach:
         with self._lock:
             if self._generation != generation and self._pool is not None:
                 return stale
+            if self._pool is None and self._down_since is not None:
+                return self._refusal_locked()  # the outage is known; `pool()` paces the tries
         try:
             self._rebuild(generation, cause=exc)
         except UnreachableError as err:
