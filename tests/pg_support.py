@@ -172,9 +172,29 @@ class OwnServer:
         clients: their connections die mid-statement; recovery replays the WAL at start)."""
         self._pg_ctl("stop", "-m", "immediate")
 
+    def kill_postmaster(self) -> None:
+        """SIGKILL of the postmaster: its backends notice and exit, leaving the data directory
+        as after a crash (a stale postmaster.pid)."""
+        import signal
+
+        pid = self._server.get_pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+
     def start(self) -> None:
-        with self._server._lock:
-            self._server.ensure_postgres_running()
+        """Start the server again (after either stop), once its old processes are gone."""
+        import time
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with self._server._lock:
+                    self._server.ensure_postgres_running()
+                break
+            except Exception:  # orphaned backends may still hold the shared memory a moment
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         assert str(self._server.get_uri()) == self.uri, "the restarted server moved"
 
     def _pg_ctl(self, *args: str) -> None:

@@ -2,8 +2,9 @@
 
 Two real HTTP server processes on one PostgreSQL of the test's own, each under steady store
 and recall load from concurrent MCP clients. PostgreSQL is stopped with `pg_ctl stop -m
-immediate` (every backend killed mid-statement, as in a crash), kept down, and started again,
-twice. Then:
+immediate` (every backend killed mid-statement, as in a crash), then by SIGKILL of the
+postmaster (its backends exit when they notice), kept down each time and started again.
+Then:
 
 - during the outage every answer is in the documented failure shape (`store`: `ok: false`,
   `result: "rejected"` and a reason saying the database is unreachable; other tools `ok:
@@ -40,7 +41,8 @@ pytestmark = pytest.mark.slow
 TOKEN = "outage-test-token"
 SERVERS = 2
 CLIENTS = 3  # per server
-ROUNDS = 2
+#: How each outage begins.
+ROUNDS = ("stop_immediately", "kill_postmaster")
 #: Seconds of load before the first stop, of outage, and of load after each recovery.
 WARM, DOWN, AFTER = 1.0, 2.5, 1.5
 #: The bound on waiting for a server's first correct answer after the restart (generous:
@@ -105,9 +107,9 @@ async def _client(url: str, server: int, client: int, run: Run) -> None:
 
 async def _conduct(pg: Any, run: Run) -> None:
     await anyio.sleep(WARM)
-    for _ in range(ROUNDS):
+    for how in ROUNDS:
         run.stops.append(time.monotonic())
-        await anyio.to_thread.run_sync(pg.stop_immediately)
+        await anyio.to_thread.run_sync(getattr(pg, how))
         await anyio.sleep(DOWN)
         await anyio.to_thread.run_sync(pg.start)
         run.starts.append(time.monotonic())
@@ -173,7 +175,7 @@ def test_servers_heal_after_postgresql_restarts_under_load(own_pg, tmp_path):
             healed = _first_ok_after(run, s, start)
             assert healed is not None, f"server {s} never answered correctly after restart {round_}"
             later = [a for a in run.answers if a.server == s and a.began > healed]
-            next_stop = run.stops[round_ + 1] if round_ + 1 < ROUNDS else float("inf")
+            next_stop = run.stops[round_ + 1] if round_ + 1 < len(ROUNDS) else float("inf")
             later = [a for a in later if a.ended < next_stop]  # not met by the next stop
             assert later and all(_ok(a) for a in later), [a.body for a in later if not _ok(a)][:5]
         during = [a for a in refused if stop <= a.ended]
@@ -191,7 +193,8 @@ def test_servers_heal_after_postgresql_restarts_under_load(own_pg, tmp_path):
     for server, text in zip(servers, metrics, strict=True):
         log = server.stderr
         assert "Traceback" not in log, log
-        assert log.count("is unreachable (") == ROUNDS, log
-        assert log.count("is reachable again after") == ROUNDS, log
-        assert re.search(rf"^cpersona_database_outages_total {ROUNDS}\.0$", text, re.M), text
+        assert log.count("is unreachable (") == len(ROUNDS), log
+        assert log.count("is reachable again after") == len(ROUNDS), log
+        outages = rf"^cpersona_database_outages_total {len(ROUNDS)}\.0$"
+        assert re.search(outages, text, re.M), text
         assert re.search(r"^cpersona_database_reachable 1\.0$", text, re.M), text

@@ -190,10 +190,16 @@ class Reach:
                 self._check_open()
                 if self._generation != generation and self._pool is not None:
                     return self._pool, self._generation
-                self._next_probe = time.monotonic() + PROBE_INTERVAL
+                now = time.monotonic()
+                if self._down_since is not None and now < self._next_probe:
+                    # Another thread tried while this one waited: one try per interval.
+                    refusal = self._refusal_locked()
+                    raise refusal
+                self._next_probe = now + PROBE_INTERVAL
                 was_down = self._down_since is not None
+                # The generation moves when the new pool is in place: a thread that saw the
+                # old one waits here for it instead of building another.
                 old, self._pool = self._pool, None
-                self._generation += 1
             if old is not None:  # dead or not, nothing may borrow from it again
                 _close_later(old)
             try:
@@ -207,6 +213,7 @@ class Reach:
                     _close_later(pool)
                     self._check_open()
                 self._pool = pool
+                self._generation += 1
                 self._replacements += old is not None or was_down
                 ended, self._down_since = self._down_since, None
                 result, refused = (pool, self._generation), self._refused_this_outage
