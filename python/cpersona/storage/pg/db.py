@@ -36,7 +36,6 @@ import logging
 import math
 import re
 import sqlite3
-import struct
 import sys
 import threading
 from array import array
@@ -46,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from cpersona.storage.errors import InDoubtError, UnreachableError
+from cpersona.storage.pg.adapters import register_vector, str_dumper
 from cpersona.storage.pg.dialect import translate
 from cpersona.storage.pg.reach import (
     Counts,
@@ -428,12 +428,12 @@ class PgDatabase:
         """Per new pooled connection: text params typed as text, vectors as float32 bytes."""
         from psycopg.types import TypeInfo
 
-        conn.adapters.register_dumper(str, _str_dumper())
+        conn.adapters.register_dumper(str, str_dumper())
         info = TypeInfo.fetch(conn, "vector")
         if info is None:  # before the schema created the extension (start-up only)
             return
         self._vector_oid = info.oid
-        _register_vector(conn, info.oid)
+        register_vector(conn, info.oid, VectorParam)
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
 
@@ -445,7 +445,7 @@ class PgDatabase:
         timeout = connect_timeout_arg(self._connect_timeout)
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=timeout)
         try:
-            conn.adapters.register_dumper(str, _str_dumper())
+            conn.adapters.register_dumper(str, str_dumper())
             yield PgConnection(conn, self._tracer)
         finally:
             conn.close()
@@ -553,57 +553,6 @@ class ConnectionFailed(RuntimeError):
     """The database server could not be reached or refused the login (one line)."""
 
 
-def _str_dumper() -> type:
-    """Python str bound as `text` (not `unknown`): a parameter has a type, as in SQLite."""
-    from psycopg.types.string import StrDumper
-
-    return StrDumper
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _register_vector(conn: psycopg.Connection[Any], oid: int) -> None:
-    """Binary loader (vector -> little-endian float32 bytes) and dumper (VectorParam)."""
-    from psycopg.adapt import Dumper, Loader
-    from psycopg.pq import Format
-
-    big_endian_host = sys.byteorder == "big"
-
-    class VectorLoader(Loader):
-        format = Format.BINARY
-
-        def load(self, data: Any) -> bytes:
-            # pgvector's binary form: int16 dim, int16 unused, dim big-endian float32s.
-            values = array("f")
-            values.frombytes(bytes(data[4:]))
-            if not big_endian_host:
-                values.byteswap()
-            return values.tobytes()
-
-    class VectorTextLoader(Loader):
-        format = Format.TEXT
-
-        def load(self, data: Any) -> bytes:
-            text = bytes(data).decode()
-            values = array("f", (float(x) for x in text.strip("[]").split(",") if x))
-            if big_endian_host:
-                values.byteswap()
-            return values.tobytes()
-
-    class VectorDumper(Dumper):
-        format = Format.BINARY
-
-        def dump(self, obj: Any) -> bytes:
-            floats: array = obj.floats  # type: ignore[type-arg]
-            out = array("f", floats)
-            if not big_endian_host:
-                out.byteswap()
-            return struct.pack(">HH", len(out), 0) + out.tobytes()
-
-    VectorDumper.oid = oid
-    conn.adapters.register_loader(oid, VectorLoader)
-    conn.adapters.register_loader(oid, VectorTextLoader)
-    conn.adapters.register_dumper(VectorParam, VectorDumper)
