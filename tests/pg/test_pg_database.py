@@ -197,3 +197,30 @@ def test_a_pool_with_every_connection_in_use_answers_busy(pg_url: str) -> None:
         holder.join(timeout=30)
     assert db.query("SELECT 1") == [(1,)]
     db.close()
+
+
+def test_a_commit_cut_off_says_whether_it_was_stored_is_unknown(pg_url: str) -> None:
+    """The connection dies as COMMIT is sent: the write may or may not have been stored,
+    and the error says so (never that it was rolled back)."""
+    import psycopg
+    from cpersona.storage.errors import InDoubtError
+    from pg_support import _server_uri
+
+    doomed: list[int] = []
+
+    def tracer(sql: str, params: object) -> None:
+        if sql == "COMMIT" and doomed:
+            with psycopg.connect(_server_uri(), autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (doomed.pop(),))
+
+    db = PgDatabase(pg_url, pool_size=2, tracer=tracer)
+    try:
+        unknown = pytest.raises(InDoubtError, match="whether it was stored is unknown")
+        with unknown, db.atomic() as conn:
+            insert(conn, "in doubt")
+            doomed.append(int(conn.execute_raw("SELECT pg_backend_pid()").fetchone()[0]))
+        with db.atomic() as conn:  # the next write works, on a fresh pool
+            insert(conn, "next")
+        assert [r[0] for r in db.query("SELECT content FROM memories")] == ["next"]
+    finally:
+        db.close()
