@@ -129,10 +129,12 @@ class Database:
         return conn
 
     def _forget(self, conn: sqlite3.Connection) -> None:
-        """Close a retired thread's reader and stop tracking it."""
+        """Close a retired thread's reader and stop tracking it (a background thread's, or a
+        worker's that never ended a call): it may have been the last one lent."""
         with self._all_lock:
             self._lent -= 1
         self._drop(conn)
+        self._recycle()
 
     def _drop(self, conn: sqlite3.Connection) -> None:
         with self._all_lock:
