@@ -36,4 +36,4 @@ def _cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 # PostgreSQL for the tests: `pg_url` (a fresh database) and `backend` (sqlite / postgresql).
-from pg_support import backend, database_url_for, pg_url  # noqa: E402, F401
+from pg_support import backend, database_url_for, own_pg, pg_url  # noqa: E402, F401

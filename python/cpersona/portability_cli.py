@@ -52,7 +52,10 @@ def _engine(settings: Settings):  # type: ignore[no-untyped-def]
     try:
         return Engine(settings)
     except Exception as exc:
-        _stderr(f"cannot open the database {settings.db_path}: {exc}")
+        from cpersona.storage import open_failure_reason
+
+        reason = open_failure_reason(settings.db_path, settings.database_url, exc)
+        _stderr(f"cannot open the database {settings.db_path}: {reason}")
         return None
 
 

@@ -291,7 +291,10 @@ def run_reembed(settings: Settings, *, dry_run: bool, batch: int, out: TextIO = 
     try:
         engine = Engine(settings)
     except Exception as exc:
-        print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=out)
+        from cpersona.storage import open_failure_reason
+
+        reason = open_failure_reason(settings.db_path, settings.database_url, exc)
+        print(f"cpersona: cannot open the database {settings.db_path}: {reason}", file=out)
         return 2
     try:
         if not engine.embedder.available:

@@ -216,3 +216,67 @@ async def test_churn_http_descriptors_and_rss_stay_flat(tmp_path):
     finally:
         assert server.stop() == 0, server.stderr
     assert_flat("http", fds, rss)
+
+
+#: Concurrent calls of the peak, and rows each reads in one snapshot (long enough that the
+#: calls overlap, so the server runs them on as many worker threads and readers at once).
+PEAK_CALLS = 42
+PEAK_ROWS = 1500
+
+
+@pytest.mark.anyio
+async def test_churn_http_descriptors_return_to_rest_after_a_peak(tmp_path):
+    """Issue 21: after a peak of concurrent calls (each holding a read snapshot) the process
+    holds what it held at rest, not one database descriptor per reader the peak opened."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        "".join(
+            json.dumps({"_type": "memory", "agent_id": AGENT, "content": f"harbor {i} " * 20})
+            + "\n"
+            for i in range(PEAK_ROWS)
+        )
+    )
+    env = {"CPERSONA_AUTH_TOKEN": TOKEN, "CPERSONA_EXPORT_DIR": str(tmp_path)}
+    server = _ShortIdleHttpServer(tmp_path, env=env)
+    url = server.start()
+    assert server.proc is not None
+    pid = server.proc.pid
+    try:
+        async with connect(url, TOKEN) as tools:
+            imported = await tools("import_memories", {"input_path": str(rows)})
+            assert imported.get("imported_memories") == PEAK_ROWS, imported
+            await tools("recall", _recall_args(0))
+            await anyio.sleep(SETTLE)
+            rest = open_fds(pid)
+            peak = rest
+            answers: list[dict[str, Any]] = []
+
+            async def export(i: int) -> None:
+                args = {"agent_id": AGENT, "output_path": f"peak-{i}.jsonl"}
+                answers.append(await tools("export_memories", args))
+
+            async with anyio.create_task_group() as tg:
+                for i in range(PEAK_CALLS):
+                    tg.start_soon(export, i)
+                while len(answers) < PEAK_CALLS:
+                    peak = max(peak, open_fds(pid))
+                    await anyio.sleep(0.02)
+            assert all(a.get("ok") is not False for a in answers), answers
+            # Background work the import started (an index sync) may still hold a reader,
+            # and the descriptors come back when it ends: poll, within a generous bound.
+            after = peak
+            for _ in range(50):
+                await anyio.sleep(GAP)
+                await tools("recall", _recall_args(0))  # retires the peak's idle workers
+                await anyio.sleep(SETTLE)
+                after = open_fds(pid)
+                if after <= rest + 4:
+                    break
+    finally:
+        assert server.stop() == 0, server.stderr
+    # The peak opened readers beyond the idle ones kept (a database and a WAL descriptor
+    # each), or the test did not test anything.
+    assert peak >= rest + 16, (rest, peak)
+    # Back to rest but for at most two readers: before the fix, one database descriptor
+    # stayed for every reader the peak had opened.
+    assert after <= rest + 4, (rest, peak, after)

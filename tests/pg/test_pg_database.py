@@ -126,3 +126,101 @@ def test_change_log_marks_survive_trimming(db: PgDatabase) -> None:
     with db.atomic() as conn:
         conn.execute("DELETE FROM memories WHERE id = ?", (ids[0],))
     assert log.changes_since(db, "memories", 3).row_ids == [ids[0]]
+
+
+def _kill_sessions(url: str) -> int:
+    """Terminate every session of `url`'s database from outside (as a server restart does to
+    pooled connections); how many there were."""
+    import psycopg
+    from pg_support import _server_uri
+
+    name = url.partition("?")[0].rsplit("/", 1)[1]
+    with psycopg.connect(_server_uri(), autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (name,),
+        ).fetchall()
+    return len(rows)
+
+
+def test_dead_connections_are_replaced_not_handed_out_again(pg_url: str, db: PgDatabase) -> None:
+    """Issue 21: every pooled connection killed (the server restarted meanwhile). Reads,
+    read transactions and writes on any thread work at once, on a fresh pool; before, a
+    BEGIN that met a dead connection left it pinned to its thread for good."""
+    with db.atomic() as conn:
+        insert(conn, "before")
+    assert _kill_sessions(pg_url) >= 1
+    reader = db.reader()
+    reader.execute("BEGIN")  # the statement that met a dead connection in issue 21
+    assert reader.execute("SELECT COUNT(*) FROM memories").fetchone()[0] == 1
+    reader.execute("COMMIT")
+    assert _kill_sessions(pg_url) >= 1
+    with db.atomic() as conn:
+        insert(conn, "after")
+    assert _kill_sessions(pg_url) >= 1
+    counts: list[int] = []
+    threads = [
+        threading.Thread(target=lambda: counts.append(db.query("SELECT 1 FROM memories").__len__()))
+        for _ in range(6)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert counts == [2] * 6
+    seen = db.reachability()
+    assert (seen.reachable, seen.outages, seen.pool_replacements) == (True, 0, 3)
+
+
+def test_a_pool_with_every_connection_in_use_answers_busy(pg_url: str) -> None:
+    """The wait for a pooled connection is bounded by the connect timeout, and says why."""
+    from cpersona.storage.errors import BusyError
+
+    db = open_database("", database_url=pg_url, pool_size=1, connect_timeout=0.3)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        reader = db.reader()
+        reader.execute("BEGIN")  # keeps the pool's only connection
+        holding.set()
+        release.wait(30)
+        reader.execute("COMMIT")
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(30)
+        with pytest.raises(BusyError, match=r"no connection to the database became free within"):
+            db.query("SELECT 1")
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    assert db.query("SELECT 1") == [(1,)]
+    db.close()
+
+
+def test_a_commit_cut_off_says_whether_it_was_stored_is_unknown(pg_url: str) -> None:
+    """The connection dies as COMMIT is sent: the write may or may not have been stored,
+    and the error says so (never that it was rolled back)."""
+    import psycopg
+    from cpersona.storage.errors import InDoubtError
+    from pg_support import _server_uri
+
+    doomed: list[int] = []
+
+    def tracer(sql: str, params: object) -> None:
+        if sql == "COMMIT" and doomed:
+            with psycopg.connect(_server_uri(), autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (doomed.pop(),))
+
+    db = PgDatabase(pg_url, pool_size=2, tracer=tracer)
+    try:
+        unknown = pytest.raises(InDoubtError, match="whether it was stored is unknown")
+        with unknown, db.atomic() as conn:
+            insert(conn, "in doubt")
+            doomed.append(int(conn.execute_raw("SELECT pg_backend_pid()").fetchone()[0]))
+        with db.atomic() as conn:  # the next write works, on a fresh pool
+            insert(conn, "next")
+        assert [r[0] for r in db.query("SELECT content FROM memories")] == ["next"]
+    finally:
+        db.close()

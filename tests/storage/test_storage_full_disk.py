@@ -239,3 +239,40 @@ def test_full_disk_sparse_index_file_of_an_earlier_version(tmp_path: Path):
         disk.fill()
         done = subprocess.run([*run, _APPEND, path], capture_output=True, text=True, timeout=120)
         assert (done.returncode, done.stdout) == (0, "refused: No space left on device\n"), done
+
+
+def _start(db: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """`python -m <command>` on `db` with an empty stdin (a stdio server then exits at EOF)."""
+    return subprocess.run(
+        [sys.executable, "-m", *command],
+        env={**os.environ, "CPERSONA_DB_PATH": str(db), "CPERSONA_EMBEDDING_MODE": "hashing"},
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_full_disk_at_start_says_the_disk_is_full(tmp_path: Path):
+    """A cleanly closed database on a full disk: the server and `cpersona checkup` say the
+    disk is full (SQLite's own message is only "disk I/O error"), and both work once space
+    is freed."""
+    with small_disk(tmp_path) as disk:
+        if not disk.real:
+            pytest.skip("the start fails only on a real full filesystem: needs a tmpfs mount")
+        db = disk.path / "m.db"
+        engine = new_engine(db)
+        engine.writer.store("a", {"content": "kept across the full disk"}, "", "")
+        engine.close()  # a clean close removes -wal and -shm, which the next open must create
+        assert not Path(f"{db}-wal").exists()
+        disk.fill()
+        server = _start(db, "cpersona")
+        checkup = _start(db, "cpersona.checkup")
+        disk.free()
+        after = _start(db, "cpersona.checkup")
+    full = "the disk holding the database is full: free space and try again"
+    assert server.returncode != 0 and "Traceback" not in server.stderr, server.stderr
+    failure = [line for line in server.stderr.splitlines() if "cannot open" in line]
+    assert len(failure) == 1 and full in failure[0], server.stderr
+    assert checkup.returncode == 3 and full in checkup.stderr, checkup.stderr
+    assert after.returncode == 0, after.stderr + after.stdout

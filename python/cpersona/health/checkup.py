@@ -68,8 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report = _run(settings, args)
     except Exception as exc:
+        from cpersona.storage.db import open_failure
+
         print(
-            f"cpersona checkup: the check could not run: {type(exc).__name__}: {exc}",
+            f"cpersona checkup: the check could not run: {type(exc).__name__}: "
+            f"{open_failure(path, exc)}",
             file=sys.stderr,
         )
         return COULD_NOT_RUN

@@ -30,7 +30,7 @@ from cpersona.models import Memory, NewEpisode, NewMemory
 from cpersona.storage import Database
 from cpersona.storage import memories as memory_sql
 from cpersona.storage import writes as sql
-from cpersona.storage.errors import ConstraintError
+from cpersona.storage.errors import ConstraintError, unreachable_in
 from cpersona.storage.writes import Vector as _Vector
 from cpersona.vectors.remote import Item, RemoteVectors
 
@@ -97,8 +97,9 @@ class Writer:
         if self._after_write is not None:
             try:
                 self._after_write()
-            except Exception:  # the row is committed; the index catches up on the next read
-                log.exception("post-write index update failed")
+            except Exception as exc:  # the row is committed; the index catches up on the next read
+                if unreachable_in(exc) is None:  # an outage is logged once, where it is met
+                    log.exception("post-write index update failed")
 
     # -- store -------------------------------------------------------------------------------
 

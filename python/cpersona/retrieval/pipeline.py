@@ -42,7 +42,7 @@ from cpersona.retrieval.thresholds import Thresholds
 from cpersona.storage import Database
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage import retrieval as sql
-from cpersona.storage.errors import OperationalError, StorageError
+from cpersona.storage.errors import OperationalError, StorageError, UnreachableError
 from cpersona.storage.retrieval import EpisodeHit, MemoryHit, ScopeSql
 from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
@@ -277,6 +277,8 @@ class Recaller:
         ranked = [(h.kind, h.row_id, h.score) for h in hits if h.kind == "mem" or episodes_ok]
         try:
             return self._hydrate(ranked, scope, req.source_id)
+        except UnreachableError:
+            raise
         except StorageError as exc:
             log.warning("remote vector hits could not be read (%s); using the local scan", exc)
             return None
@@ -320,6 +322,8 @@ class Recaller:
             return []
         try:
             return [from_episode(h) for h in self._episode_hits(scope, match, limit)]
+        except UnreachableError:
+            raise  # no channel can answer: the call is refused (server/app.py)
         except (OperationalError, FullTextUnavailable) as exc:
             log.warning("episode FTS failed (%s); that channel is empty for this recall", exc)
             return []
@@ -336,6 +340,8 @@ class Recaller:
         if self.s.fts_enabled and match:
             try:
                 hits = self._memory_fts(scope, req.source_id, match, limit)
+            except UnreachableError:
+                raise
             except (OperationalError, FullTextUnavailable) as exc:
                 log.warning("memory FTS failed (%s); using the LIKE fallback", exc)
                 hits = []
@@ -573,6 +579,8 @@ class Recaller:
             ids = [r.id for r in kept if r.kind == "mem"]
             try:
                 sql.bump_recall_counts(self.db, ids)
+            except UnreachableError:
+                raise  # the answer would be refused anyway; no traceback per call
             except StorageError:
                 log.exception("recall-count bookkeeping failed (ignored)")
         return RecallResult(rows=kept, gate_fallback=fallback)

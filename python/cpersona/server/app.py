@@ -23,7 +23,13 @@ from cpersona.server.registry import (
     unstorable_text,
 )
 from cpersona.server.tools import all_tools
-from cpersona.storage.errors import DISK_FULL, is_disk_full
+from cpersona.storage.errors import (
+    DISK_FULL,
+    BusyError,
+    is_disk_full,
+    unreachable_answer,
+    unreachable_in,
+)
 from cpersona.timings import CallTimings, timed_call
 
 log = logging.getLogger("cpersona.server")
@@ -69,11 +75,23 @@ def _error_kind(result: dict[str, Any]) -> str | None:
     return "permission_denied" if result.get("error") == "permission_denied" else "refused"
 
 
+def _released(engine: Engine, work: Callable[[], None]) -> None:
+    try:
+        work()
+    finally:
+        engine.db.release_reader()
+
+
 def _run_timed(timings: CallTimings, spec: ToolSpec, engine: Engine, args: dict[str, Any]) -> Any:
     # Entered in the worker thread itself, so the pipeline's stages find this call.
-    # Counted as a caller's call: background work (start-up calibration) gives way to it.
-    with engine.activity.call(), timed_call(timings):
-        return spec.handler(engine, args)
+    try:
+        # Counted as a caller's call: background work (start-up calibration) gives way to it.
+        with engine.activity.call(), timed_call(timings):
+            return spec.handler(engine, args)
+    finally:
+        # In the same thread: what the call held (a read transaction, a reader connection
+        # beyond the database's bound) goes back before the thread idles.
+        engine.db.release_reader()
 
 
 def build_server(
@@ -106,7 +124,7 @@ def build_server(
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         begin, first_call[0] = first_call[0], None
         if begin is not None:  # the stdio server's background work, once
-            await anyio.to_thread.run_sync(begin)
+            await anyio.to_thread.run_sync(_released, engine, begin)
         start = time.perf_counter()
         name = params.name if params.name in specs else UNKNOWN_TOOL
         timings = CallTimings(name, metrics.observe_stage if metrics is not None else None)
@@ -141,6 +159,7 @@ def build_server(
         extra: Mapping[str, Any] = {}
         if authorize is not None:
             verdict = authorize(spec.name, arguments)
+            engine.db.release_reader()  # the guard read on the event loop's thread
             if isinstance(verdict, Admitted):
                 arguments, extra = verdict.arguments, verdict.extra
             elif verdict is not None:
@@ -170,6 +189,13 @@ def build_server(
             if is_disk_full(exc):  # the transaction was rolled back: say so in the tool's shape
                 log.warning("tool %s: %s (%s)", spec.name, DISK_FULL, exc)
                 return _text(spec.fail(DISK_FULL)), "disk_full"
+            unreachable = unreachable_in(exc)
+            if unreachable is not None:  # logged once per outage by the storage layer
+                return _text(spec.fail(unreachable_answer(spec.name, unreachable))), "unreachable"
+            if isinstance(exc, BusyError):
+                log.warning("tool %s: %s", spec.name, exc)
+                busy = f"{exc}: {spec.name} was not carried out; try again"
+                return _text(spec.fail(busy)), "busy"
             log.exception("tool %s failed", spec.name)
             return _text({"error": f"{type(exc).__name__}: {exc}"}, ascii_only=True), "exception"
         return _text({**result, **extra} if extra else result), _error_kind(result)

@@ -29,7 +29,7 @@ from cpersona.errors import ConfigError
 from cpersona.server.auth import BearerAuth, BodyBudget, current_client
 from cpersona.server.jsonrpc import JsonRpcGuard
 from cpersona.server.metrics import MetricsRoute
-from cpersona.storage import database_label
+from cpersona.storage import database_label, open_failure_reason
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
@@ -92,7 +92,8 @@ def serve_http(
             engine = Engine(settings)
         except Exception as exc:  # an unusable database path, a locked or corrupt file
             where = database_label(settings.db_path, settings.database_url)
-            print(f"cpersona: cannot open the database {where}: {exc}", file=sys.stderr)
+            reason = open_failure_reason(settings.db_path, settings.database_url, exc)
+            print(f"cpersona: cannot open the database {where}: {reason}", file=sys.stderr)
             return 1
         try:
             guard: Authorize | None = None
@@ -118,6 +119,9 @@ def serve_http(
             engine.start_index_warmup()
             engine.start_calibration()
             engine.tasks.start()  # drains legacy pending_memory_tasks rows (§9.6)
+            # Start-up read on this thread, the event loop's from now on: a reader bound to it
+            # for good would keep the idle readers from ever being recycled (storage/db.py).
+            engine.db.release_reader()
             _run(build_app(server, settings, acl, metrics, oauth=oauth), sock, settings)
         finally:
             engine.close()

@@ -5,7 +5,10 @@ Per tool: `cpersona_tool_calls_total{tool}`, `cpersona_tool_errors_total{tool,ki
 `cpersona_tool_duration_seconds{tool}`; per recall stage (timings.RECALL_STAGES):
 `cpersona_recall_stage_duration_seconds{stage}`. The state gauges (rows per table, vector
 index lag and file size, embedding model loaded, live pauses) are read when scraped, not kept
-up to date. Label values come from fixed sets: a registered tool name (else `unknown`), an
+up to date. On PostgreSQL: `cpersona_database_reachable`, `cpersona_database_outages_total`,
+`cpersona_database_refused_calls_total` and `cpersona_database_pool_replacements_total`
+(storage/pg/reach.py); while the server is unreachable a scrape still answers, without the
+rows per table. Label values come from fixed sets: a registered tool name (else `unknown`), an
 error kind of the dispatch (server/app.py), a stage name, a table name; never an agent id, a
 query or an error text.
 
@@ -27,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cpersona import __version__
 from cpersona.storage.counts import table_rows
+from cpersona.storage.errors import UnreachableError
 from cpersona.timings import RECALL_STAGES
 
 if TYPE_CHECKING:
@@ -100,7 +104,10 @@ class Metrics:
         """
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        return generate_latest(self._required().registry), CONTENT_TYPE_LATEST
+        try:
+            return generate_latest(self._required().registry), CONTENT_TYPE_LATEST
+        finally:
+            self._engine.db.release_reader()  # the gauges read in this worker thread
 
     def _required(self) -> _Collectors:
         c = self._get()
@@ -182,13 +189,41 @@ class _StateCollector:
         return []  # registering must not scrape the database
 
     def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         engine = self._engine
-        rows = GaugeMetricFamily("cpersona_table_rows", "Rows per table.", labels=["table"])
-        for table, count in table_rows(engine.db).items():
-            rows.add_metric([table], count)
-        yield rows
+        reach = getattr(engine.db, "reachability", None)
+        if reach is not None:
+            counts = reach()
+            yield GaugeMetricFamily(
+                "cpersona_database_reachable",
+                "1 while the database server answers, 0 during an outage.",
+                value=1 if counts.reachable else 0,
+            )
+            yield CounterMetricFamily(
+                "cpersona_database_outages",
+                "Outages seen: times the database server stopped answering.",
+                value=counts.outages,
+            )
+            yield CounterMetricFamily(
+                "cpersona_database_refused_calls",
+                "Database uses refused because the server was unreachable.",
+                value=counts.refused_calls,
+            )
+            yield CounterMetricFamily(
+                "cpersona_database_pool_replacements",
+                "Connection pools replaced after their connections were found dead.",
+                value=counts.pool_replacements,
+            )
+        try:
+            rows_per_table = table_rows(engine.db)
+        except UnreachableError:
+            rows_per_table = {}  # the outage is in the gauges above; the rest still answers
+        if rows_per_table:
+            rows = GaugeMetricFamily("cpersona_table_rows", "Rows per table.", labels=["table"])
+            for table, count in rows_per_table.items():
+                rows.add_metric([table], count)
+            yield rows
         lag = GaugeMetricFamily(
             "cpersona_vector_index_lag_entries",
             "Vector log entries the index file has not applied yet (-1: no usable file; the "
@@ -199,7 +234,10 @@ class _StateCollector:
             "cpersona_vector_index_file_bytes", "Size of the vector index file.", labels=["table"]
         )
         for table, index in engine.indexes.items():
-            behind = index.lag()
+            try:
+                behind = index.lag()
+            except UnreachableError:
+                behind = None
             lag.add_metric([table], -1 if behind is None else behind)
             try:
                 size.add_metric([table], os.stat(index.path).st_size)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from cpersona.config import LOCAL_MODEL_NAMES, Settings, cache_root
 from cpersona.engine import Engine
 from cpersona.server.handshake import Handshake, Record, record_key
-from cpersona.storage import database_label
+from cpersona.storage import database_label, open_failure_reason
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
@@ -44,7 +44,8 @@ def serve_stdio(
         engine = Engine(settings)
     except Exception as exc:  # an unusable database path, a locked or corrupt file
         where = database_label(settings.db_path, settings.database_url)
-        print(f"cpersona: cannot open the database {where}: {exc}", file=sys.stderr)
+        reason = open_failure_reason(settings.db_path, settings.database_url, exc)
+        print(f"cpersona: cannot open the database {where}: {reason}", file=sys.stderr)
         return 1
     guard: Authorize | None = authorize
     if authorize is not None and ledger is not None:
@@ -79,6 +80,8 @@ def serve_stdio(
     sdk.start()
     record = Record.open(cache_root(settings.cache_dir), record_key(settings, engine.instructions))
     handshake = Handshake(record)
+    # As in server/http.py: the start-up reads were on this thread, which serves the loop.
+    engine.db.release_reader()
     try:
         with claimed_stdio() as (wire_in, wire_out):
             early = answer_early(handshake, wire_in, wire_out, sdk.ready)

@@ -20,6 +20,7 @@ def open_database(
     tracer: Tracer | None = None,
     database_url: str | None = None,
     pool_size: int = 8,
+    connect_timeout: float | None = None,
 ) -> Database:
     """Open (creating if needed) and migrate the database: PostgreSQL at `database_url` when
     given (CPERSONA_DATABASE_URL), else SQLite at `path` (`:memory:` allowed).
@@ -27,7 +28,9 @@ def open_database(
     psycopg is imported only on the PostgreSQL path (an SQLite start never loads it).
     """
     if database_url:
-        return _open_pg(database_url, tracer=tracer, pool_size=pool_size)  # type: ignore[return-value]
+        return _open_pg(  # type: ignore[return-value]
+            database_url, tracer=tracer, pool_size=pool_size, connect_timeout=connect_timeout
+        )
     db = Database(path, tracer=tracer)
     try:
         migrate(db, fts_enabled=fts_enabled)
@@ -37,17 +40,30 @@ def open_database(
     return db
 
 
-def _open_pg(url: str, *, tracer: Tracer | None, pool_size: int) -> PgDatabase:
-    from cpersona.storage.pg.db import PgDatabase
+def _open_pg(
+    url: str, *, tracer: Tracer | None, pool_size: int, connect_timeout: float | None
+) -> PgDatabase:
+    from cpersona.storage.pg.db import CONNECT_TIMEOUT, PgDatabase
     from cpersona.storage.pg.schema import migrate as migrate_pg
 
-    db = PgDatabase(url, pool_size=pool_size, tracer=tracer)
+    timeout = CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
+    db = PgDatabase(url, pool_size=pool_size, tracer=tracer, connect_timeout=timeout)
     try:
         migrate_pg(db)
     except BaseException:
         db.close()
         raise
     return db
+
+
+def open_failure_reason(db_path: str, database_url: str | None, exc: BaseException) -> str:
+    """Why the configured database could not be opened, in words an operator can act on (on
+    SQLite, a full disk is named as such: SQLite itself says "disk I/O error")."""
+    if database_url:
+        return str(exc)
+    from cpersona.storage.db import open_failure
+
+    return open_failure(db_path, exc)
 
 
 def database_label(db_path: str, database_url: str | None) -> str:

@@ -6,10 +6,20 @@ start with `BEGIN IMMEDIATE`, so two processes on one file queue on SQLite's wri
 connection per thread, so a read sees committed WAL snapshots only. MCP runs sync handlers in
 worker threads; no connection is shared across threads unguarded.
 
-A thread's reader lives exactly as long as the thread: anyio retires a worker thread after
-10 s idle and starts fresh ones for the next burst, so readers kept until shutdown leaked
-descriptors (the database, its WAL) and a page cache per retired thread (issue 11: 18 -> 196
-descriptors in 6 bursts of 30 calls).
+A thread's reader is bound to it until the end of its tool call (`release_reader`), or until
+the thread ends: anyio retires a worker thread after 10 s idle and starts fresh ones for the
+next burst, so readers kept until shutdown leaked descriptors (the database, its WAL) and a
+page cache per retired thread (issue 11: 18 -> 196 descriptors in 6 bursts of 30 calls).
+A released reader waits in a small idle stack (`IDLE_READERS`) for the next call of any thread.
+
+Descriptors after a peak (issue 21): SQLite's unix VFS cannot close the database file's
+descriptor of a connection that closes while another connection of the process holds a
+POSIX lock on that file (closing it would drop the other's locks), and every open WAL-mode
+connection holds one; it keeps the descriptor for reuse until no connection of the process
+is open. So after a peak of 42 worker threads, closing their readers left 42 descriptors.
+When the last lent reader comes back after such closes, the idle readers and the writer are
+closed together and the writer reopened (`_recycle`): at that moment nothing holds a lock
+and SQLite closes the kept descriptors.
 """
 
 from __future__ import annotations
@@ -37,6 +47,8 @@ log = logging.getLogger("cpersona.storage")
 
 #: Milliseconds a connection waits for another process's write lock before failing.
 BUSY_TIMEOUT_MS = 10_000
+#: Released readers kept open for the next calls; one released beyond it is closed.
+IDLE_READERS = 8
 
 Tracer = Callable[[str, Any], None]
 
@@ -74,20 +86,27 @@ class Database:
         self._write_lock = threading.RLock()
         self._local = threading.local()
         self._all: set[sqlite3.Connection] = set()
-        self._all_lock = threading.Lock()
+        self._all_lock = threading.Lock()  # _all, _idle, _lent, _kept
+        self._idle: list[sqlite3.Connection] = []
+        self._lent = 0  # readers bound to a thread
+        self._kept = 0  # readers closed while other connections were open (see the docstring)
         self._closed = False
         if not self.is_memory and not self.read_only:
             _prepare_file(Path(path))
-        self._writer = self._connect()
+        self._writer = self._open_writer()
+
+    def _open_writer(self) -> sqlite3.Connection:
+        writer = self._connect()
         if self.read_only:
-            return
+            return writer
         if not self.is_memory:
-            mode = self._writer.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            mode = writer.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 log.warning("journal_mode is %s, not WAL (filesystem without shared memory?)", mode)
         # FULL: a commit survives power loss too, not only a killed process (an acknowledged
         # store must never be lost). CPersona 2.5.x uses NORMAL; see docs/compatibility.md.
-        self._writer.execute("PRAGMA synchronous=FULL")
+        writer.execute("PRAGMA synchronous=FULL")
+        return writer
 
     def _connect(self) -> sqlite3.Connection:
         if self._uri is not None:
@@ -110,9 +129,17 @@ class Database:
         return conn
 
     def _forget(self, conn: sqlite3.Connection) -> None:
-        """Close `conn` and stop tracking it (a retired thread's reader)."""
+        """Close a retired thread's reader and stop tracking it (a background thread's, or a
+        worker's that never ended a call): it may have been the last one lent."""
+        with self._all_lock:
+            self._lent -= 1
+        self._drop(conn)
+        self._recycle()
+
+    def _drop(self, conn: sqlite3.Connection) -> None:
         with self._all_lock:
             self._all.discard(conn)
+            self._kept += bool(self._all)
         with contextlib.suppress(sqlite3.Error):  # closing is best effort
             conn.close()
 
@@ -122,13 +149,56 @@ class Database:
         """This thread's read connection (autocommit: each statement sees the newest commit)."""
         slot: _ReaderSlot | None = getattr(self._local, "reader", None)
         if slot is None:
-            slot = _ReaderSlot(self._connect())
+            with self._all_lock:
+                conn = self._idle.pop() if self._idle else None
+                self._lent += 1
+            slot = _ReaderSlot(conn if conn is not None else self._connect())
             # The thread-local slot is dropped when its thread ends (CPython clears a finished
             # thread's locals), and the finalizer then closes the reader in that moment.
             # WeakMethod: the finalizer must not keep this Database alive.
-            weakref.finalize(slot, _close_reader, weakref.WeakMethod(self._forget), slot.conn)
+            slot.finalizer = weakref.finalize(
+                slot, _close_reader, weakref.WeakMethod(self._forget), slot.conn
+            )
             self._local.reader = slot
         return slot.conn
+
+    def release_reader(self) -> None:
+        """Unbind this thread's reader (the end of a tool call) into the idle stack, or close
+        it when the stack is full; a reader inside a read transaction stays bound."""
+        slot: _ReaderSlot | None = getattr(self._local, "reader", None)
+        if slot is None or slot.conn.in_transaction or self._closed:
+            return
+        slot.finalizer.detach()
+        del self._local.reader
+        with self._all_lock:
+            self._lent -= 1
+            keep = len(self._idle) < IDLE_READERS
+            if keep:
+                self._idle.append(slot.conn)
+        if not keep:
+            self._drop(slot.conn)
+        self._recycle()
+
+    def _recycle(self) -> None:
+        """Close every connection at once and reopen the writer, when readers were closed
+        beside open connections and none is lent now (see the module docstring)."""
+        if self._kept == 0 or self._lent or self.is_memory:
+            return
+        if not self._write_lock.acquire(blocking=False):
+            return  # a write is running: a later release tries again
+        try:
+            with self._all_lock:
+                if self._kept == 0 or self._lent or self._closed:
+                    return
+                conns, self._idle = [*self._idle, self._writer], []
+                self._all.difference_update(conns)
+                self._kept = 0
+            for conn in conns:
+                with contextlib.suppress(sqlite3.Error):  # closing is best effort
+                    conn.close()
+            self._writer = self._open_writer()
+        finally:
+            self._write_lock.release()
 
     def open_connections(self) -> int:
         """How many connections this Database holds open (the writer and live threads' readers)."""
@@ -201,7 +271,9 @@ class Database:
 class _ReaderSlot:
     """Holds one thread's reader in that thread's locals; its death closes the reader."""
 
-    __slots__ = ("__weakref__", "conn")
+    __slots__ = ("__weakref__", "conn", "finalizer")
+
+    finalizer: weakref.finalize[Any, Any]
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn

@@ -14,6 +14,8 @@ The kinds are the distinctions callers make today:
 - `DiskFullError`: no space (SQLITE_FULL; PostgreSQL disk_full, SQLSTATE 53100).
 - `CorruptError`: the database is damaged or not a database (SQLITE_CORRUPT / NOTADB;
   PostgreSQL data_corrupted / index_corrupted, SQLSTATE XX001 / XX002).
+- `UnreachableError`: the database server cannot be reached (refused, lost, shutting down:
+  PostgreSQL only; storage/pg/reach.py raises it), so the statement did not run.
 - `OperationalError`: the statement could not run for another reason (a missing table, an
   FTS query the engine rejects, an I/O error, a lost connection).
 - `StorageError`: any other driver error (the base of all of the above).
@@ -51,6 +53,14 @@ class BusyError(OperationalError):
 
 class DiskFullError(OperationalError):
     """The disk (or quota) holding the database is full; the write was rolled back."""
+
+
+class UnreachableError(OperationalError):
+    """The database server cannot be reached; `str()` says so and why, in one sentence."""
+
+
+class InDoubtError(UnreachableError):
+    """The server became unreachable while a write was committing: it may have been stored."""
 
 
 class CorruptError(StorageError):
@@ -146,6 +156,30 @@ def translating(fn: F) -> F:
 DISK_FULL = (
     "the disk holding the database is full: this write was rolled back; free space and try again"
 )
+
+
+def unreachable_answer(tool: str, exc: BaseException) -> str:
+    """What a tool answers when its database cannot be reached: the cause and what was not
+    done, in one sentence. A tool that commits in steps (a health repair) keeps the steps it
+    finished, as on a full disk."""
+    if isinstance(exc, InDoubtError):
+        return f"{exc}: look before writing it again once the database is back"
+    return (
+        f"{exc}: {tool} was not carried out and any write it had begun was rolled back; "
+        "try again once the database is back"
+    )
+
+
+def unreachable_in(exc: BaseException) -> UnreachableError | None:
+    """The `UnreachableError` that `exc` is, or was raised from or during; None if none."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, UnreachableError):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def is_disk_full(exc: BaseException) -> bool:

@@ -42,6 +42,7 @@ def run_index_command(settings: Settings, action: str, table: str | None, kind: 
             fts_enabled=settings.fts_enabled,
             database_url=url,
             pool_size=settings.pg_pool_size,
+            connect_timeout=settings.pg_connect_timeout_seconds,
         )
     except Exception as exc:
         reason = str(exc) if url else open_failure(settings.db_path, exc)

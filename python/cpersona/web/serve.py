@@ -50,7 +50,11 @@ def serve_web(settings: Settings, acl: AclConfig | None) -> int:
         try:
             engine = Engine(settings)
         except Exception as exc:  # an unusable database path, a locked or corrupt file
-            print(f"cpersona: cannot open the database {settings.db_path}: {exc}", file=sys.stderr)
+            from cpersona.storage import open_failure_reason
+
+            reason = open_failure_reason(settings.db_path, settings.database_url, exc)
+            where = settings.db_path
+            print(f"cpersona: cannot open the database {where}: {reason}", file=sys.stderr)
             return 1
         try:
             access = Access(None if acl is not None else settings.auth_token, acl)

@@ -18,6 +18,13 @@ explicit `BEGIN` it keeps one connection in a REPEATABLE READ READ ONLY transact
 `COMMIT`, which is the snapshot SQLite's deferred read transaction gives. Results are fetched
 whole before the connection goes back to the pool.
 
+Connections: borrowed from the pool that `storage/pg/reach.py` keeps. A connection found
+dead is never handed out again: the pool is replaced by a fresh one (or, when the server does
+not answer, closed for the outage), and a statement of which nothing had run is retried once
+on the new pool (an autocommit read, or the BEGIN of a transaction). Nothing is kept per
+thread between calls but an open read transaction, and `release_reader()` (the end of each
+tool call) ends even that.
+
 Embeddings: `vector` values load as the little-endian float32 bytes SQLite stores; a write
 passes `vector_param(blob)`.
 """
@@ -29,7 +36,6 @@ import logging
 import math
 import re
 import sqlite3
-import struct
 import sys
 import threading
 from array import array
@@ -38,7 +44,16 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
+from cpersona.storage.errors import InDoubtError, UnreachableError
+from cpersona.storage.pg.adapters import register_vector, str_dumper
 from cpersona.storage.pg.dialect import translate
+from cpersona.storage.pg.reach import (
+    Counts,
+    Reach,
+    StaleConnection,
+    connect_timeout_arg,
+    is_connection_failure,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -50,6 +65,12 @@ log = logging.getLogger("cpersona.storage")
 WRITE_LOCK_KEY = 0x63706572736F6E61
 
 Tracer = Callable[[str, Any], None]
+#: Turns an error that lost a connection into the error to raise (Reach.lost of its pool).
+OnLost = Callable[[BaseException], Exception]
+
+#: Seconds a connection attempt, or a wait for a pooled connection, may take by default
+#: (CPERSONA_PG_CONNECT_TIMEOUT_SECONDS).
+CONNECT_TIMEOUT = 5.0
 
 
 def redact(url: str) -> str:
@@ -139,9 +160,12 @@ class PgConnection:
 
     dialect = "postgresql"
 
-    def __init__(self, conn: psycopg.Connection[Any], tracer: Tracer | None) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], tracer: Tracer | None, on_lost: OnLost | None = None
+    ) -> None:
         self.raw = conn
         self._tracer = tracer
+        self._on_lost = on_lost
 
     @property
     def in_transaction(self) -> bool:
@@ -172,6 +196,8 @@ class PgConnection:
                 make = _row_maker([c.name for c in cur.description])
                 rows = [make(r) for r in cur.fetchall()]
         except Exception as exc:
+            if self._on_lost is not None and is_connection_failure(exc, self.raw):
+                raise self._on_lost(exc) from exc
             raise _mapped(exc) from exc
         if returns_id:
             lastrowid = int(rows[0][0]) if len(rows) == 1 else None
@@ -204,7 +230,7 @@ class _Reader:
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
         self._pinned: PgConnection | None = None
-        self._ctx: contextlib.AbstractContextManager[psycopg.Connection[Any]] | None = None
+        self._ctx: contextlib.AbstractContextManager[PgConnection] | None = None
 
     @property
     def in_transaction(self) -> bool:
@@ -215,24 +241,35 @@ class _Reader:
         if verb in ("BEGIN", "BEGIN DEFERRED"):
             if self._pinned is not None:
                 raise sqlite3.OperationalError("cannot start a transaction within a transaction")
-            self._ctx = self._db._pool.connection()
-            self._pinned = PgConnection(self._ctx.__enter__(), self._db._tracer)
-            self._pinned.execute_raw("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._ctx, self._pinned = self._db._begun(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+            )
             return PgCursor([], -1, None)
         if verb in ("COMMIT", "END", "ROLLBACK"):
-            pinned, ctx = self._pinned, self._ctx
-            self._pinned = self._ctx = None
-            if pinned is None or ctx is None:
+            if self._pinned is None:
                 raise sqlite3.OperationalError(f"cannot {verb.lower()} - no transaction is active")
-            try:
-                pinned.execute_raw("ROLLBACK" if verb == "ROLLBACK" else "COMMIT")
-            finally:
-                ctx.__exit__(None, None, None)
+            self.end("ROLLBACK" if verb == "ROLLBACK" else "COMMIT")
             return PgCursor([], -1, None)
         if self._pinned is not None:
             return self._pinned.execute(sql, params)
-        with self._db._pool.connection() as conn:
-            return PgConnection(conn, self._db._tracer).execute(sql, params)
+        try:
+            with self._db._connection() as conn:
+                return conn.execute(sql, params)
+        except StaleConnection:  # the pool is a fresh one now; nothing of this read ran
+            with self._db._connection() as conn:
+                return conn.execute(sql, params)
+
+    def end(self, verb: str = "ROLLBACK") -> None:
+        """End the pinned read transaction and give its connection back (a dead one is
+        discarded by the pool)."""
+        pinned, ctx = self._pinned, self._ctx
+        self._pinned = self._ctx = None
+        if pinned is None or ctx is None:
+            return
+        try:
+            pinned.execute_raw(verb)
+        finally:
+            ctx.__exit__(None, None, None)
 
 
 class VectorParam:
@@ -278,8 +315,8 @@ class PgDatabase:
         pool_size: int = 8,
         tracer: Tracer | None = None,
         read_only: bool = False,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
-        import psycopg
 
         from cpersona.storage.pg import errors as pg_errors
 
@@ -294,39 +331,96 @@ class PgDatabase:
         self._closed = False
         self._vector_oid: int | None = None
         self._pool_size = pool_size
-        self._pool_guard = threading.Lock()
-        self._pool_obj: psycopg_pool.ConnectionPool[Any] | None = None
+        self._connect_timeout = connect_timeout
+        # The pool is made on first use, after the schema exists: a connection learns the
+        # `vector` type when it is made (`_configure`).
+        self._reach = Reach(self.path, self._new_pool, self._probe)
         try:
-            probe = psycopg.connect(url, autocommit=True, connect_timeout=10)
-        except psycopg.Error as exc:
+            self._probe()
+        except Exception as exc:
             raise ConnectionFailed(f"cannot connect: {_first_line(exc)}") from None
-        probe.close()
 
-    @property
-    def _pool(self) -> psycopg_pool.ConnectionPool[Any]:
-        # Opened on first use, after the schema exists: a connection learns the `vector`
-        # type when it is made (`_configure`).
-        pool = self._pool_obj
-        if pool is None:
-            import psycopg_pool
+    def _probe(self) -> None:
+        """Open and close one connection (raises psycopg's error when the server refuses)."""
+        import psycopg
 
-            with self._pool_guard:
-                if self._closed:
-                    raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-                if self._pool_obj is None:
-                    pool = psycopg_pool.ConnectionPool(
-                        self.url,
-                        min_size=1,
-                        max_size=self._pool_size,
-                        kwargs={"autocommit": True},
-                        configure=self._configure,
-                        open=False,
-                        name="cpersona",
-                    )
-                    pool.open(wait=True, timeout=30.0)
-                    self._pool_obj = pool
-                pool = self._pool_obj
+        timeout = connect_timeout_arg(self._connect_timeout)
+        psycopg.connect(self.url, autocommit=True, connect_timeout=timeout).close()
+
+    def _new_pool(self) -> psycopg_pool.ConnectionPool[Any]:
+        """An open pool with its first connection made (raises when it cannot be made in
+        the connect timeout)."""
+        import psycopg_pool
+
+        connect_timeout = connect_timeout_arg(self._connect_timeout)
+        pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=self._pool_size,
+            kwargs={"autocommit": True, "connect_timeout": connect_timeout},
+            configure=self._configure,
+            timeout=self._connect_timeout,
+            open=False,
+            name="cpersona",
+        )
+        try:
+            pool.open(wait=True, timeout=self._connect_timeout)
+        except BaseException:
+            pool.close(timeout=0)
+            raise
         return pool
+
+    @contextmanager
+    def _connection(self) -> Iterator[PgConnection]:
+        """A pooled connection for one statement or transaction, given back afterwards.
+
+        Raises:
+            UnreachableError: the server is unreachable (StaleConnection: a dead connection
+                was met, the pool is a fresh one, nothing ran: the caller may retry once).
+            BusyError: every pooled connection stayed in use for the connect timeout.
+        """
+        import psycopg_pool
+
+        pool, generation = self._reach.pool()
+        try:
+            raw = pool.getconn()
+        except psycopg_pool.PoolTimeout:
+            raise self._reach.busy(generation, self._connect_timeout) from None
+        except psycopg_pool.PoolClosed as exc:  # replaced meanwhile by another thread
+            raise self._reach.lost(exc, generation) from None
+
+        def on_lost(exc: BaseException) -> Exception:
+            return self._reach.lost(exc, generation)
+
+        try:
+            yield PgConnection(raw, self._tracer, on_lost)
+        finally:
+            pool.putconn(raw)
+
+    def _begun(
+        self, begin: str
+    ) -> tuple[contextlib.AbstractContextManager[PgConnection], PgConnection]:
+        """A pooled connection inside a transaction opened by `begin`, and the context that
+        gives it back; retried once on a fresh pool when the first connection was dead."""
+        for attempt in (1, 2):
+            ctx = self._connection()
+            conn = ctx.__enter__()
+            try:
+                conn.execute_raw(begin)
+            except StaleConnection:
+                ctx.__exit__(None, None, None)
+                if attempt == 2:
+                    raise
+                continue
+            except BaseException as exc:
+                ctx.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            return ctx, conn
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def reachability(self) -> Counts:
+        """Whether the server answers, and the outage counts (for /metrics)."""
+        return self._reach.counts()
 
     # -- connections -------------------------------------------------------------------------
 
@@ -334,12 +428,12 @@ class PgDatabase:
         """Per new pooled connection: text params typed as text, vectors as float32 bytes."""
         from psycopg.types import TypeInfo
 
-        conn.adapters.register_dumper(str, _str_dumper())
+        conn.adapters.register_dumper(str, str_dumper())
         info = TypeInfo.fetch(conn, "vector")
         if info is None:  # before the schema created the extension (start-up only)
             return
         self._vector_oid = info.oid
-        _register_vector(conn, info.oid)
+        register_vector(conn, info.oid, VectorParam)
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
 
@@ -348,9 +442,10 @@ class PgDatabase:
         """A connection of its own outside the pool, in autocommit (schema migration)."""
         import psycopg
 
-        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        timeout = connect_timeout_arg(self._connect_timeout)
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=timeout)
         try:
-            conn.adapters.register_dumper(str, _str_dumper())
+            conn.adapters.register_dumper(str, str_dumper())
             yield PgConnection(conn, self._tracer)
         finally:
             conn.close()
@@ -363,10 +458,17 @@ class PgDatabase:
             self._local.reader = reader
         return reader
 
+    def release_reader(self) -> None:
+        """End this thread's read transaction if one is still open (the end of a tool call:
+        no thread keeps a connection from one call to the next)."""
+        reader: _Reader | None = getattr(self._local, "reader", None)
+        if reader is not None and reader.in_transaction:
+            with contextlib.suppress(Exception):  # a dead connection: the pool drops it
+                reader.end()
+
     def open_connections(self) -> int:
         """How many connections the pool holds open."""
-        pool = self._pool_obj
-        return 0 if pool is None else int(pool.get_stats().get("pool_size", 0))
+        return self._reach.open_connections()
 
     def query(self, sql: str, params: Any = ()) -> list[Row]:
         return self.reader().execute(sql, params).fetchall()
@@ -399,24 +501,33 @@ class PgDatabase:
             self._local.depth = depth
             conn.execute_raw(f"RELEASE SAVEPOINT sp{depth}")
             return
-        with self._write_lock, self._pool.connection() as raw:
-            conn = PgConnection(raw, self._tracer)
-            conn.execute_raw("BEGIN")
+        with self._write_lock:
+            ctx, conn = self._begun("BEGIN")
             self._local.writer = conn
             self._local.depth = 1
+            failure: BaseException | None = None
             try:
                 conn.execute_raw("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
                 yield conn
-            except BaseException:
+            except BaseException as exc:
+                failure = exc
                 if conn.in_transaction:
                     with contextlib.suppress(Exception):  # a broken connection: the pool drops it
                         conn.execute_raw("ROLLBACK")
                 raise
             else:
-                conn.execute_raw("COMMIT")
+                try:
+                    conn.execute_raw("COMMIT")
+                except UnreachableError as exc:
+                    # The server may have committed before the connection went.
+                    raise InDoubtError(
+                        f"the database became unreachable while this write was committing "
+                        f"({exc}), so whether it was stored is unknown"
+                    ) from exc
             finally:
                 self._local.depth = 0
                 self._local.writer = None
+                ctx.__exit__(type(failure) if failure else None, failure, None)
 
     def write_connection(self) -> PgConnection:
         """A connection for statements outside a transaction: this thread's writer when inside
@@ -432,70 +543,16 @@ class PgDatabase:
         return _vector_param(blob)
 
     def close(self) -> None:
-        with self._pool_guard:
-            if self._closed:
-                return
-            self._closed = True
-            pool, self._pool_obj = self._pool_obj, None
-        if pool is not None:
-            pool.close()
+        if self._closed:
+            return
+        self._closed = True
+        self._reach.close()
 
 
 class ConnectionFailed(RuntimeError):
     """The database server could not be reached or refused the login (one line)."""
 
 
-def _str_dumper() -> type:
-    """Python str bound as `text` (not `unknown`): a parameter has a type, as in SQLite."""
-    from psycopg.types.string import StrDumper
-
-    return StrDumper
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _register_vector(conn: psycopg.Connection[Any], oid: int) -> None:
-    """Binary loader (vector -> little-endian float32 bytes) and dumper (VectorParam)."""
-    from psycopg.adapt import Dumper, Loader
-    from psycopg.pq import Format
-
-    big_endian_host = sys.byteorder == "big"
-
-    class VectorLoader(Loader):
-        format = Format.BINARY
-
-        def load(self, data: Any) -> bytes:
-            # pgvector's binary form: int16 dim, int16 unused, dim big-endian float32s.
-            values = array("f")
-            values.frombytes(bytes(data[4:]))
-            if not big_endian_host:
-                values.byteswap()
-            return values.tobytes()
-
-    class VectorTextLoader(Loader):
-        format = Format.TEXT
-
-        def load(self, data: Any) -> bytes:
-            text = bytes(data).decode()
-            values = array("f", (float(x) for x in text.strip("[]").split(",") if x))
-            if big_endian_host:
-                values.byteswap()
-            return values.tobytes()
-
-    class VectorDumper(Dumper):
-        format = Format.BINARY
-
-        def dump(self, obj: Any) -> bytes:
-            floats: array = obj.floats  # type: ignore[type-arg]
-            out = array("f", floats)
-            if not big_endian_host:
-                out.byteswap()
-            return struct.pack(">HH", len(out), 0) + out.tobytes()
-
-    VectorDumper.oid = oid
-    conn.adapters.register_loader(oid, VectorLoader)
-    conn.adapters.register_loader(oid, VectorTextLoader)
-    conn.adapters.register_dumper(VectorParam, VectorDumper)
