@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from cpersona.models import ProjectFilter
 from cpersona.storage.change_log import ChangeLog, Changes
 from cpersona.storage.db import Database
+from cpersona.timerange import row_time
 
 _TABLES = ("memories", "episodes")
 # created_at as Unix seconds; a non-canonical stamp sorts as the oldest (cpersona writes
@@ -19,6 +20,8 @@ _SOURCE_ID = {
     "memories": "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END",
     "episodes": "NULL",
 }
+#: The stamp naming a row's instant (cpersona.timerange), before its created_at.
+STAMP = {"memories": "timestamp", "episodes": "start_time"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,8 @@ class IndexRow:
     channel: str
     source_id: str | None
     embedding: bytes
+    #: The row's instant key (cpersona.timerange.row_time).
+    time: int
 
 
 def _check(table: str) -> str:
@@ -43,7 +48,8 @@ def _check(table: str) -> str:
 def _select(table: str) -> str:
     return (
         f"SELECT id, {_KEY} AS key, agent_id, project_id, channel, "
-        f"{_SOURCE_ID[table]} AS source_id, embedding FROM {table}"
+        f"{_SOURCE_ID[table]} AS source_id, embedding, {STAMP[table]} AS stamp, created_at "
+        f"FROM {table}"
     )
 
 
@@ -56,6 +62,7 @@ def _row(r: sqlite3.Row) -> IndexRow:
         r["channel"],
         r["source_id"],
         bytes(r["embedding"]),
+        row_time(r["stamp"], r["created_at"]),
     )
 
 

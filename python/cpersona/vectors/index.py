@@ -490,6 +490,7 @@ def _append(writer: VectorFileWriter, row: IndexRow) -> int:
     return writer.append(
         row.id,
         row.key,
+        time=row.time,
         agent=scope_hash(row.agent_id),
         project=scope_hash(row.project_id),
         channel=scope_hash(row.channel),
@@ -524,6 +525,7 @@ def _compare_slot(writer: VectorFileWriter, slot: int, row: IndexRow, table: str
     out: list[str] = []
     expect = {
         "keys": row.key,
+        "times": row.time,
         "agent": scope_hash(row.agent_id),
         "project": scope_hash(row.project_id),
         "channel": scope_hash(row.channel),
