@@ -10,7 +10,7 @@ index, the SQL fallback paths and this module agree to the microsecond.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -97,15 +97,29 @@ def parse_range(since: Any, until: Any) -> TimeRange | None:
     return TimeRange(lo, hi)
 
 
-def in_range(
-    rows: Iterable[_T], span: TimeRange | None, stamp: Any, created: Any
-) -> Iterator[_T]:
-    """The rows whose instant `span` admits (all of them when span is None), in order.
+def first_in_span(
+    rows: Iterable[_T],
+    span: TimeRange,
+    stamp: int | str,
+    created: int | str,
+    limit: int | None = None,
+) -> list[_T]:
+    """The first `limit` (None: all) of `rows`, in order, whose instant `span` admits; row
+    fields `stamp` and `created` hold its stamp and `created_at`.
 
-    `stamp` and `created` read a row's stamp and `created_at` (callables)."""
-    if span is None:
-        yield from rows
-        return
-    for row in rows:
-        if span.admits(row_time(stamp(row), created(row))):
-            yield row
+    A statement's LIMIT applied after the range, as the index files apply it: a cursor is
+    read only until the limit is reached, then closed (a statement left mid-way would hold
+    its read snapshot).
+    """
+    out: list[_T] = []
+    try:
+        for row in rows if limit is None or limit > 0 else ():
+            if span.admits(row_time(row[stamp], row[created])):  # type: ignore[index]
+                out.append(row)
+                if limit is not None and len(out) >= limit:
+                    break
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+    return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cpersona.models import ProjectFilter
+from cpersona.timerange import TimeRange, first_in_span
 
 if TYPE_CHECKING:
     from cpersona.storage.pg.db import PgDatabase
@@ -244,3 +245,70 @@ def window_scan(
     # UNION ALL keeps each branch's order in practice, but SQL does not promise it.
     near, far_list = (sorted(r) for r in regions)
     return WindowHits([(i, -s) for s, _, i in near], [(i, -s) for s, _, i in far_list])
+
+
+def span_scan(
+    db: PgDatabase,
+    table: str,
+    query: bytes,
+    agent_id: str,
+    project: ProjectFilter,
+    channel: str,
+    source_prefix: str,
+    span: TimeRange,
+    *,
+    window: int,
+    reach: int,
+    threshold: float,
+    k: int,
+    far_k: int,
+) -> WindowHits:
+    """`window_scan` of a time-scoped recall: positions go to the rows whose instant `span`
+    admits, in the same order. The instant is parsed in Python (cpersona.timerange), so the
+    window's ids are read first (id and stamps only, down the window index, until `span` rows
+    are found) and only those rows are scored."""
+    if table not in TABLES:
+        raise ValueError(f"no vector scan for table {table!r}")
+    vector = db.vector_param(query)
+    if vector is None:
+        return WindowHits([], [])
+    far = reach > window
+    limit = max(window, reach) if far else window
+    if limit <= 0 or (k <= 0 and (not far or far_k <= 0)):
+        return WindowHits([], [])
+    where, params = _where(table, agent_id, project, channel, source_prefix)
+    stamp = "timestamp" if table == "memories" else "start_time"
+    ordered = db.reader().execute(
+        f"SELECT id, {stamp}, created_at FROM {table} WHERE {where} "
+        "ORDER BY created_key DESC, id DESC",
+        params,
+    )
+    ids = [int(r[0]) for r in first_in_span(ordered, span, 1, 2, limit)]
+    scores: dict[int, float] = {}
+    for start in range(0, len(ids), 500):
+        batch = ids[start : start + 500]
+        marks = ",".join("?" * len(batch))
+        for r in (
+            db.reader()
+            .execute(
+                f"SELECT id, CASE WHEN vector_dims(embedding) = ? "
+                f"THEN -(embedding <#> (SELECT CAST(? AS vector))) END FROM {table} "
+                f"WHERE id IN ({marks})",
+                [len(vector.floats), vector, *batch],
+            )
+            .fetchall()
+        ):
+            if r[1] is not None:
+                scores[int(r[0])] = float(r[1])
+
+    def best(positions: range, keep: int) -> list[tuple[int, float]]:
+        hits = [
+            (-scores[ids[p]], p, ids[p])
+            for p in positions
+            if ids[p] in scores and scores[ids[p]] >= threshold
+        ]
+        return [(i, -s) for s, _, i in sorted(hits)[: max(keep, 0)]]
+
+    near_end = min(window, len(ids))
+    far_hits = best(range(near_end, len(ids)), far_k) if far else []
+    return WindowHits(best(range(near_end), k), far_hits)
