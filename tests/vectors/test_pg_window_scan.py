@@ -14,19 +14,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import cpersona.vectors.search as search
 import numpy as np
 import pytest
 from cpersona import _fallback
+from cpersona.memory.text import utc_now_iso
 from cpersona.models import ProjectFilter
 from cpersona.storage import open_database
 from cpersona.storage.db import Database
 from cpersona.storage.pg import vectors as pg_vectors
+from cpersona.timerange import NO_TIME, row_time
 from cpersona.vectors.search import Hits, Scope, scan_sqlite
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -38,6 +42,7 @@ import pg_support  # noqa: E402
 import span_support  # noqa: E402
 
 TOL = 1e-6
+OFFSET = timedelta(hours=-5, minutes=-30)
 
 AGENTS = ["a", "a", "a", "b", ""]
 PROJECTS = ["", "p", "q"]
@@ -358,6 +363,48 @@ def test_time_key_is_sqlites_strftime_seconds(pg: Any, stamp: str) -> None:
     sqlite.close()
     (got,) = pg.execute("SELECT cpersona_time_key(%s)", (stamp,)).fetchone()
     assert got == want, stamp
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    stamp=st.one_of(
+        st.datetimes(
+            min_value=datetime(1, 1, 2), timezones=st.sampled_from([None, UTC, timezone(OFFSET)])
+        ).map(lambda t: t.isoformat(sep="T" if t.microsecond % 2 else " ")),
+        st.builds(
+            "{}-{:02d}-{:02d}{}{:02d}:{:02d}{}{}".format,
+            st.sampled_from(["2024", "1969", "0000", "0001", "0002", "9998", "9999"]),
+            st.integers(0, 13),
+            st.integers(0, 32),
+            st.sampled_from(["T", " ", "t", "  "]),
+            st.integers(0, 25),
+            st.integers(0, 60),
+            st.sampled_from(["", ":00", ":59", ":60", ":07.5", ":59.999999", ":01.1234567"]),
+            st.sampled_from(["", "Z", "z", "+02:00", "-14:00", "+23:59", "+24:00", "+01:60"]),
+        ),
+        st.builds(
+            "{}-{:02d}-{:02d}".format, st.sampled_from(["2024", "2023", "1900"]),
+            st.integers(0, 13), st.integers(0, 32),
+        ),
+        st.text(st.sampled_from(list("0123456789-:T .Z+")), max_size=32),
+    )
+)  # fmt: skip
+def test_instant_key_is_the_row_time_python_reads(pg: Any, stamp: str) -> None:
+    """`instant_key` (issue 22) is NULL or exactly cpersona.timerange.row_time of the stamp;
+    the forms cpersona writes (utc_now_iso) and the common ISO forms are never NULL."""
+    (got,) = pg.execute("SELECT cpersona_instant_key(%s)", (stamp,)).fetchone()
+    want = row_time(stamp, None)
+    if got is not None:
+        assert got == want, stamp
+    common = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d{6})?(\+00:00)?"
+    if re.fullmatch(common, stamp) and 2 <= int(stamp[:4]) <= 9998 and want != NO_TIME:
+        assert got == want, stamp
+
+
+def test_instant_key_of_the_servers_own_stamps(pg: Any) -> None:
+    for stamp in (utc_now_iso(), "2026-01-15T10:00:00+00:00", "2024-03-10T23:30:00-02:00"):
+        (got,) = pg.execute("SELECT cpersona_instant_key(%s)", (stamp,)).fetchone()
+        assert got == row_time(stamp, None), stamp
 
 
 # -- the source id -------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cpersona.models import ProjectFilter
-from cpersona.timerange import TimeRange, first_in_span
+from cpersona.timerange import NO_TIME, TimeRange, row_time
 
 if TYPE_CHECKING:
     from cpersona.storage.pg.db import PgDatabase
@@ -130,6 +130,47 @@ $fn$
 """
 
 
+# A row's instant (cpersona.timerange.row_time) where SQL can know it exactly: the stamp forms
+# `YYYY-MM-DD` and `YYYY-MM-DD[T ]HH:MM[:SS[.f{1,6}]]` with `Z`, `+HH:MM`, `-HH:MM` or no offset
+# (UTC), a valid calendar date, hour < 24, years 2-9998 (no offset can leave datetime's
+# range), in microseconds since the Unix epoch: exactly what Python's fromisoformat reads from
+# them. Anything else is NULL, and a time-scoped scan reads that row's instant in Python (its
+# other stamp forms, then created_at): NULL is never wrong, only slower. Kept in a stored
+# generated column, so every write path (2.5.x's too) keeps it current.
+INSTANT_KEY_FUNCTION = r"""
+CREATE OR REPLACE FUNCTION cpersona_instant_key(t text) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+DECLARE
+  m text[];
+  y int; mo int; d int; h int := 0; mi int := 0; s int := 0; us bigint := 0; tz int := 0;
+  last int;
+BEGIN
+  IF t IS NULL OR length(t) < 10 OR length(t) > 32 THEN RETURN NULL; END IF;
+  m := regexp_match(t, '^([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[T ]([0-9]{2}):([0-9]{2})'
+    '(?::([0-9]{2})(?:\.([0-9]{1,6}))?)?(Z|[+-][0-9]{2}:[0-9]{2})?)?$');
+  IF m IS NULL THEN RETURN NULL; END IF;
+  y := m[1]::int; mo := m[2]::int; d := m[3]::int;
+  IF y < 2 OR y > 9998 OR mo < 1 OR mo > 12 OR d < 1 THEN RETURN NULL; END IF;
+  last := extract(day FROM make_date(y, mo, 1) + interval '1 month' - interval '1 day')::int;
+  IF d > last THEN RETURN NULL; END IF;
+  IF m[4] IS NOT NULL THEN
+    h := m[4]::int; mi := m[5]::int;
+    IF m[6] IS NOT NULL THEN s := m[6]::int; END IF;
+    IF m[7] IS NOT NULL THEN us := rpad(m[7], 6, '0')::bigint; END IF;
+    IF h > 23 OR mi > 59 OR s > 59 THEN RETURN NULL; END IF;
+    IF m[8] IS NOT NULL AND m[8] <> 'Z' THEN
+      IF substr(m[8], 2, 2)::int > 23 OR substr(m[8], 5, 2)::int > 59 THEN RETURN NULL; END IF;
+      tz := (substr(m[8], 2, 2)::int * 60 + substr(m[8], 5, 2)::int)
+            * CASE WHEN substr(m[8], 1, 1) = '-' THEN -1 ELSE 1 END;
+    END IF;
+  END IF;
+  RETURN ((make_date(y, mo, d) - date '1970-01-01')::bigint * 86400
+          + h * 3600 + mi * 60 + s - tz * 60) * 1000000 + us;
+END
+$fn$
+"""
+
+
 def schema_statements() -> list[str]:
     """DDL the PostgreSQL schema runs after creating `memories` and `episodes` (idempotent).
 
@@ -137,11 +178,16 @@ def schema_statements() -> list[str]:
     positions, so the scan walks the agent's embedded rows newest first and stops at the reach.
     No HNSW/IVFFlat index: an approximate index could change which rows a recall returns.
     """
-    out = [TIME_KEY_FUNCTION, SOURCE_ID_FUNCTION]
+    out = [TIME_KEY_FUNCTION, SOURCE_ID_FUNCTION, INSTANT_KEY_FUNCTION]
     for table in TABLES:
         out.append(
             f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS created_key bigint "
             "GENERATED ALWAYS AS (cpersona_time_key(created_at)) STORED"
+        )
+    for table, stamp in (("memories", "timestamp"), ("episodes", "start_time")):
+        out.append(
+            f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS instant_key bigint "
+            f"GENERATED ALWAYS AS (cpersona_instant_key({stamp})) STORED"
         )
     # A column, not an expression in the query: its statistics let the planner see how many
     # rows a source prefix keeps (its guess for an expression, 0.5 %, made it sort the whole
@@ -263,10 +309,11 @@ def span_scan(
     k: int,
     far_k: int,
 ) -> WindowHits:
-    """`window_scan` of a time-scoped recall: positions go to the rows whose instant `span`
-    admits, in the same order. The instant is parsed in Python (cpersona.timerange), so the
-    window's ids are read first (id and stamps only, down the window index, until `span` rows
-    are found) and only those rows are scored."""
+    """`window_scan` of a time-scoped scan: positions go to the rows whose instant `span`
+    admits, in the same order. The window's ids are read first, down the window index, the
+    stored `instant_key` testing the range in SQL (a row whose key is NULL is read and its
+    instant tested in Python, cpersona.timerange), a page of `limit` rows at a time until
+    `limit` are found; then only those rows are scored, in one statement."""
     if table not in TABLES:
         raise ValueError(f"no vector scan for table {table!r}")
     vector = db.vector_param(query)
@@ -276,25 +323,16 @@ def span_scan(
     limit = max(window, reach) if far else window
     if limit <= 0 or (k <= 0 and (not far or far_k <= 0)):
         return WindowHits([], [])
-    where, params = _where(table, agent_id, project, channel, source_prefix)
-    stamp = "timestamp" if table == "memories" else "start_time"
-    ordered = db.reader().execute(
-        f"SELECT id, {stamp}, created_at FROM {table} WHERE {where} "
-        "ORDER BY created_key DESC, id DESC",
-        params,
-    )
-    ids = [int(r[0]) for r in first_in_span(ordered, span, 1, 2, limit)]
+    ids = _span_window(db, table, agent_id, project, channel, source_prefix, span, limit)
     scores: dict[int, float] = {}
-    for start in range(0, len(ids), 500):
-        batch = ids[start : start + 500]
-        marks = ",".join("?" * len(batch))
+    if ids:
         for r in (
             db.reader()
             .execute(
                 f"SELECT id, CASE WHEN vector_dims(embedding) = ? "
                 f"THEN -(embedding <#> (SELECT CAST(? AS vector))) END FROM {table} "
-                f"WHERE id IN ({marks})",
-                [len(vector.floats), vector, *batch],
+                "WHERE id = ANY(?)",
+                [len(vector.floats), vector, ids],
             )
             .fetchall()
         ):
@@ -312,3 +350,46 @@ def span_scan(
     near_end = min(window, len(ids))
     far_hits = best(range(near_end, len(ids)), far_k) if far else []
     return WindowHits(best(range(near_end), k), far_hits)
+
+
+def _span_window(
+    db: PgDatabase,
+    table: str,
+    agent_id: str,
+    project: ProjectFilter,
+    channel: str,
+    source_prefix: str,
+    span: TimeRange,
+    limit: int,
+) -> list[int]:
+    """Ids of the first `limit` in-scope embedded rows in window order whose instant `span`
+    admits."""
+    where, params = _where(table, agent_id, project, channel, source_prefix)
+    stamp = "timestamp" if table == "memories" else "start_time"
+    lo = NO_TIME + 1 if span.since is None else span.since
+    hi = 2**63 - 1 if span.until is None else span.until
+    sql = (
+        f"SELECT id, {stamp}, created_at, instant_key, created_key FROM {table} "
+        f"WHERE {where} AND (instant_key IS NULL OR (instant_key >= ? AND instant_key < ?))"
+    )
+    ids: list[int] = []
+    after: list[object] = []
+    while True:
+        page = (
+            db.reader()
+            .execute(
+                sql
+                + (" AND (created_key, id) < (?, ?)" if after else "")
+                + " ORDER BY created_key DESC, id DESC LIMIT ?",
+                [*params, lo, hi, *after, limit],
+            )
+            .fetchall()
+        )
+        for r in page:
+            if r[3] is not None or span.admits(row_time(r[1], r[2])):
+                ids.append(int(r[0]))
+                if len(ids) >= limit:
+                    return ids
+        if len(page) < limit:
+            return ids
+        after = [page[-1][4], page[-1][0]]
