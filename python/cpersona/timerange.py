@@ -19,6 +19,7 @@ from cpersona.memory.text import parse_utc
 
 #: The key of a row without an instant (i64::MIN in the index files): inside no range.
 NO_TIME = -(2**63)
+_I64_MAX = 2**63 - 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
 
@@ -52,6 +53,11 @@ class TimeRange:
         if self.since is not None and key < self.since:
             return False
         return self.until is None or key < self.until
+
+    def bounds(self) -> tuple[int, int]:
+        """`[lo, hi)` with the open ends filled: lo above NO_TIME, hi the largest i64."""
+        lo = NO_TIME + 1 if self.since is None else self.since
+        return lo, _I64_MAX if self.until is None else self.until
 
     def kernel_args(self) -> dict[str, int]:
         """The `since`/`until` keywords of the kernels' scan and search."""

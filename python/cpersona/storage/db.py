@@ -286,6 +286,11 @@ def newest(
     if agent_id is not None:
         sql += " AND agent_id = ?"
         args.append(agent_id)
+    if span is not None and db.dialect == "postgresql":
+        # The stored instant_key (storage/pg/vectors.py) tests the range in SQL; NULL keys
+        # are left to the Python test below.
+        sql += " AND (instant_key IS NULL OR (instant_key >= ? AND instant_key < ?))"
+        args += span.bounds()
     sql += " ORDER BY created_at DESC, id DESC"
     if span is None:
         return db.query(sql + " LIMIT ? OFFSET ?", [*args, limit, offset])

@@ -92,6 +92,15 @@ def _ep(r: sqlite3.Row, bm25: float | None) -> EpisodeHit:
 _MEM_CREATED = ", m.created_at"
 
 
+def _span_filter(db: Database, span: TimeRange | None) -> tuple[str, list[object]]:
+    """On PostgreSQL the stored `instant_key` (storage/pg/vectors.py) tests the range in SQL;
+    a row whose key is NULL is left to the Python test that follows. SQLite has no such
+    column: every row read is tested in Python."""
+    if span is None or db.dialect != "postgresql":
+        return "1", []
+    return "(m.instant_key IS NULL OR (m.instant_key >= ? AND m.instant_key < ?))", [*span.bounds()]
+
+
 def _need_fts5(db: Database) -> None:
     if db.dialect == "postgresql":
         raise FullTextUnavailable("PostgreSQL has no FTS5; the full-text index could not answer")
@@ -140,13 +149,15 @@ def memory_like(
         test, arg = "m.content LIKE ? ESCAPE '\\'", pattern
     else:
         test, arg = "instr(lower(m.content), lower(?)) > 0", text
+    tw, tp = _span_filter(db, scope.span)
     sql = f"""SELECT {_MEM_COLS}{_MEM_CREATED} FROM memories m
-            WHERE {test} AND {where} AND {sw}
+            WHERE {test} AND {where} AND {sw} AND {tw}
             ORDER BY m.created_at DESC, m.id DESC"""
     if scope.span is None:
         rows = conn.execute(sql + " LIMIT ?", [arg, *params, *sp, read]).fetchall()
     else:
-        rows = first_in_span(conn.execute(sql, [arg, *params, *sp]), scope.span, 4, 8, read)
+        cur = conn.execute(sql, [arg, *params, *sp, *tp])
+        rows = first_in_span(cur, scope.span, 4, 8, read)
     return [_mem(r, None) for r in rows]
 
 
@@ -177,12 +188,13 @@ def _like_postgresql(pattern: str, text: str) -> tuple[str | None, str]:
 def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int) -> list[MemoryHit]:
     where, params = scope.where("m")
     sw, sp = _source_filter("m", source_prefix)
-    sql = f"""SELECT {_MEM_COLS}{_MEM_CREATED} FROM memories m WHERE {where} AND {sw}
+    tw, tp = _span_filter(db, scope.span)
+    sql = f"""SELECT {_MEM_COLS}{_MEM_CREATED} FROM memories m WHERE {where} AND {sw} AND {tw}
             ORDER BY m.created_at DESC, m.id DESC"""
     if scope.span is None:
         rows = db.query(sql + " LIMIT ?", [*params, *sp, limit])
     else:
-        cur = db.reader().execute(sql, [*params, *sp])
+        cur = db.reader().execute(sql, [*params, *sp, *tp])
         rows = first_in_span(cur, scope.span, 4, 8, limit)
     return [_mem(r, None) for r in rows]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cpersona.models import ProjectFilter
-from cpersona.timerange import NO_TIME, TimeRange, row_time
+from cpersona.timerange import TimeRange, row_time
 
 if TYPE_CHECKING:
     from cpersona.storage.pg.db import PgDatabase
@@ -201,6 +201,17 @@ def schema_statements() -> list[str]:
             f"CREATE INDEX IF NOT EXISTS {table}_vector_window ON {table} "
             "(agent_id, created_key DESC, id DESC) WHERE embedding IS NOT NULL"
         )
+        # A time-scoped window (span_scan): the range's rows by their instant, and the rows
+        # whose instant SQL cannot read, in window order.
+        out.append(
+            f"CREATE INDEX IF NOT EXISTS {table}_vector_instant ON {table} "
+            "(agent_id, instant_key) INCLUDE (created_key, id) WHERE embedding IS NOT NULL"
+        )
+        out.append(
+            f"CREATE INDEX IF NOT EXISTS {table}_vector_no_instant ON {table} "
+            "(agent_id, created_key DESC, id DESC) "
+            "WHERE embedding IS NOT NULL AND instant_key IS NULL"
+        )
     return out
 
 
@@ -310,10 +321,13 @@ def span_scan(
     far_k: int,
 ) -> WindowHits:
     """`window_scan` of a time-scoped scan: positions go to the rows whose instant `span`
-    admits, in the same order. The window's ids are read first, down the window index, the
-    stored `instant_key` testing the range in SQL (a row whose key is NULL is read and its
-    instant tested in Python, cpersona.timerange), a page of `limit` rows at a time until
-    `limit` are found; then only those rows are scored, in one statement."""
+    admits, in the same order (created_key DESC, id DESC).
+
+    The rows whose stored `instant_key` is in the range come from its index (a past week is
+    read as that week, not by walking every newer row), the newest `limit` of them; rows whose
+    key is NULL (a stamp SQL cannot read exactly; rare) are read from their own partial index
+    and their instant tested in Python (cpersona.timerange). The two are merged in window
+    order, and only the first `limit` rows are scored."""
     if table not in TABLES:
         raise ValueError(f"no vector scan for table {table!r}")
     vector = db.vector_param(query)
@@ -323,73 +337,71 @@ def span_scan(
     limit = max(window, reach) if far else window
     if limit <= 0 or (k <= 0 and (not far or far_k <= 0)):
         return WindowHits([], [])
-    ids = _span_window(db, table, agent_id, project, channel, source_prefix, span, limit)
-    scores: dict[int, float] = {}
-    if ids:
-        for r in (
-            db.reader()
-            .execute(
-                f"SELECT id, CASE WHEN vector_dims(embedding) = ? "
-                f"THEN -(embedding <#> (SELECT CAST(? AS vector))) END FROM {table} "
-                "WHERE id = ANY(?)",
-                [len(vector.floats), vector, ids],
-            )
-            .fetchall()
-        ):
-            if r[1] is not None:
-                scores[int(r[0])] = float(r[1])
+    where, params = _where(table, agent_id, project, channel, source_prefix)
+    stamp = "timestamp" if table == "memories" else "start_time"
+    lo, hi = span.bounds()
+    score = (
+        "CASE WHEN vector_dims(t.embedding) = ? "
+        "THEN -(t.embedding <#> (SELECT CAST(? AS vector))) END"
+    )
+    dims = [len(vector.floats), vector]
+    reader = db.reader()
+    unkeyed = reader.execute(
+        f"SELECT id, created_key, {stamp}, created_at FROM {table} "
+        f"WHERE {where} AND instant_key IS NULL ORDER BY created_key DESC, id DESC",
+        params,
+    ).fetchall()
+    admitted = [int(r[0]) for r in unkeyed if span.admits(row_time(r[2], r[3]))][:limit]
+    # The range's newest `limit` rows by the instant index; each scored by one lookup (a join
+    # let the planner hash the whole table).
+    keyed = f"""w AS MATERIALIZED (
+                SELECT id, created_key FROM {table}
+                WHERE {where} AND instant_key >= ? AND instant_key < ?
+                ORDER BY created_key DESC, id DESC LIMIT ?),
+            s AS MATERIALIZED (
+                SELECT w.id, w.created_key,
+                    row_number() OVER (ORDER BY w.created_key DESC, w.id DESC) - 1 AS pos,
+                    (SELECT {score} FROM {table} t WHERE t.id = w.id) AS score
+                FROM w)"""
+    keyed_params = [*params, lo, hi, limit, *dims]
+    if not admitted:  # the usual case: positions and the top k in SQL, as window_scan does
+        cuts = [window, float(threshold), max(k, 0), window, float(threshold)]
+        cuts.append(max(far_k, 0) if far else 0)
+        found: tuple[list[tuple[float, int, int]], list[tuple[float, int, int]]] = ([], [])
+        for row in reader.execute(
+            f"""WITH {keyed}
+                (SELECT 0 AS far, id, score, pos FROM s
+                 WHERE pos < ? AND score >= CAST(? AS double precision)
+                 ORDER BY score DESC, pos ASC LIMIT ?)
+                UNION ALL
+                (SELECT 1 AS far, id, score, pos FROM s
+                 WHERE pos >= ? AND score >= CAST(? AS double precision)
+                 ORDER BY score DESC, pos ASC LIMIT ?)""",
+            [*keyed_params, *cuts],
+        ).fetchall():
+            found[int(row[0])].append((-float(row[2]), int(row[3]), int(row[1])))
+        near, far_list = (sorted(f) for f in found)
+        return WindowHits([(i, -s) for s, _, i in near], [(i, -s) for s, _, i in far_list])
+    candidates = [
+        (int(r[1]), int(r[0]), r[3])
+        for r in reader.execute(f"WITH {keyed} SELECT * FROM s", keyed_params).fetchall()
+    ]
+    for r in reader.execute(
+        f"SELECT t.id, t.created_key, {score} FROM {table} t WHERE t.id = ANY(?)",
+        [*dims, admitted],
+    ).fetchall():
+        candidates.append((int(r[1]), int(r[0]), r[2]))
+    candidates.sort(reverse=True)
+    ordered = candidates[:limit]  # window order: (created_key DESC, id DESC)
 
     def best(positions: range, keep: int) -> list[tuple[int, float]]:
         hits = [
-            (-scores[ids[p]], p, ids[p])
+            (-float(ordered[p][2]), p, ordered[p][1])
             for p in positions
-            if ids[p] in scores and scores[ids[p]] >= threshold
+            if ordered[p][2] is not None and float(ordered[p][2]) >= threshold
         ]
         return [(i, -s) for s, _, i in sorted(hits)[: max(keep, 0)]]
 
-    near_end = min(window, len(ids))
-    far_hits = best(range(near_end, len(ids)), far_k) if far else []
+    near_end = min(window, len(ordered))
+    far_hits = best(range(near_end, len(ordered)), far_k) if far else []
     return WindowHits(best(range(near_end), k), far_hits)
-
-
-def _span_window(
-    db: PgDatabase,
-    table: str,
-    agent_id: str,
-    project: ProjectFilter,
-    channel: str,
-    source_prefix: str,
-    span: TimeRange,
-    limit: int,
-) -> list[int]:
-    """Ids of the first `limit` in-scope embedded rows in window order whose instant `span`
-    admits."""
-    where, params = _where(table, agent_id, project, channel, source_prefix)
-    stamp = "timestamp" if table == "memories" else "start_time"
-    lo = NO_TIME + 1 if span.since is None else span.since
-    hi = 2**63 - 1 if span.until is None else span.until
-    sql = (
-        f"SELECT id, {stamp}, created_at, instant_key, created_key FROM {table} "
-        f"WHERE {where} AND (instant_key IS NULL OR (instant_key >= ? AND instant_key < ?))"
-    )
-    ids: list[int] = []
-    after: list[object] = []
-    while True:
-        page = (
-            db.reader()
-            .execute(
-                sql
-                + (" AND (created_key, id) < (?, ?)" if after else "")
-                + " ORDER BY created_key DESC, id DESC LIMIT ?",
-                [*params, lo, hi, *after, limit],
-            )
-            .fetchall()
-        )
-        for r in page:
-            if r[3] is not None or span.admits(row_time(r[1], r[2])):
-                ids.append(int(r[0]))
-                if len(ids) >= limit:
-                    return ids
-        if len(page) < limit:
-            return ids
-        after = [page[-1][4], page[-1][0]]
