@@ -119,7 +119,9 @@ def test_range_recall(benchmark, engine, corpus, spec, where, request) -> None:
         stamps = [parse_utc(r.timestamp) for r in first.rows if not r.is_profile]
         assert all(lo <= t < hi for t in stamps if t is not None), stamps  # type: ignore[operator]
     benchmark.group = f"range recall {spec[2]} {corpus.rows}x{corpus.dim}"
-    benchmark.pedantic(engine.recaller.recall, args=(req,), rounds=20, iterations=1)
+    benchmark.pedantic(
+        engine.recaller.recall, args=(req,), rounds=50, iterations=1, warmup_rounds=2
+    )
     benchmark.extra_info.update(
         backend=KERNEL,
         path="Recaller.recall",
