@@ -12,10 +12,11 @@ differ from theirs in the last float32 bits (docs/compatibility.md); positions, 
 threshold rule and the (score DESC, position ASC) cut are the same.
 
 The source filter reads a stored generated column `source_id` (`cpersona_source_id`, SQLite's
-`json_extract(source, '$.id')` as text). A time-scoped scan (`span_scan`, issue 22) reads a third,
-`instant_key` (`cpersona_instant_key`: the row's instant where SQL reads its stamp exactly as
-Python does, else NULL and the row is timed in Python). Statements use SQLite's `?` placeholders, as every
-storage statement does: the PostgreSQL database translates them (PG-DESIGN.md "Backends").
+`json_extract(source, '$.id')` as text). A time-scoped scan (`span_scan`, issue 22) reads a
+third, `instant_key` (`cpersona_instant_key`: the row's instant where SQL reads its stamp
+exactly as Python does, else NULL and the row is timed in Python). Statements use SQLite's `?`
+placeholders, as every storage statement does: the PostgreSQL database translates them
+(PG-DESIGN.md "Backends").
 """
 
 from __future__ import annotations
