@@ -24,7 +24,7 @@ use pyo3::types::PyBytes;
 use crate::error::CoreError;
 use crate::fts::{self, FtsIndex};
 use crate::fusion::{self, Fused};
-use crate::scan::{self, HashSet64, ScanParams, Scope, DEFAULT_CHUNK_ROWS};
+use crate::scan::{self, HashSet64, ScanParams, Scope, TimeRange, DEFAULT_CHUNK_ROWS};
 use crate::store::Store;
 use crate::topk::{self, Hit};
 use crate::unigram;
@@ -111,6 +111,21 @@ fn rows_and_query<'a>(
         .into());
     }
     Ok((rows, query))
+}
+
+/// The rows a time-scoped call admits: instants (microseconds since the Unix epoch) in
+/// `[since, until)`; neither bound given admits every row, also those without an instant.
+fn time_range(since: Option<i64>, until: Option<i64>) -> PyResult<TimeRange> {
+    if since.is_none() && until.is_none() {
+        return Ok(TimeRange::ALL);
+    }
+    // i64::MIN is NO_TIME: a bounded range never admits a row without an instant.
+    let lo = since.unwrap_or(i64::MIN + 1).max(i64::MIN + 1);
+    let hi = until.unwrap_or(i64::MAX);
+    if hi < lo {
+        return Err(invalid(format!("until ({hi}) is before since ({lo})")));
+    }
+    Ok(TimeRange { lo, hi })
 }
 
 fn count(value: i64, name: &str) -> PyResult<usize> {
@@ -318,7 +333,7 @@ impl VectorIndex {
     // The default is spelled as a literal so that it shows in the text signature.
     #[pyo3(signature = (
         query, agent, projects, channels, sources, window, reach, threshold, k, far_k,
-        chunk_rows=4096, threads=1, sums=None,
+        chunk_rows=4096, threads=1, sums=None, *, since=None, until=None,
     ))]
     fn scan<'py>(
         &self,
@@ -336,6 +351,8 @@ impl VectorIndex {
         chunk_rows: i64,
         threads: i64,
         sums: Option<PyReadonlyArrayDyn<'py, u32>>,
+        since: Option<i64>,
+        until: Option<i64>,
     ) -> PyResult<ScanArrays<'py>> {
         let params = ScanParams {
             window: count(window, "window")?,
@@ -353,6 +370,7 @@ impl VectorIndex {
             projects: HashSet64::new(vector(&projects, "projects")?),
             channels: HashSet64::new(vector(&channels, "channels")?),
             sources: HashSet64::new(vector(&sources, "sources")?),
+            times: time_range(since, until)?,
         };
         let store = &self.store;
         // Borrowed, not copied, with the GIL released: the checksums are a read-only mapping of
@@ -387,7 +405,7 @@ struct FtsIndexPy {
     inner: RwLock<FtsIndex>,
 }
 
-type FtsRow = (u64, u64, u64, u64, i64, Vec<String>);
+type FtsRow = (u64, u64, u64, u64, i64, i64, Vec<String>);
 
 impl FtsIndexPy {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, FtsIndex> {
@@ -422,6 +440,9 @@ impl FtsIndexPy {
     /// The top `limit` rows of the scope matching any of `terms` (query phrases, in query
     /// order) -> (ids int64, bm25 float64), by bm25 ascending then id ascending.
     #[allow(clippy::too_many_arguments)] // the scope's parts are the documented API
+    #[pyo3(signature = (
+        terms, agent, projects, channels, sources, limit, *, since=None, until=None,
+    ))]
     fn search<'py>(
         &self,
         py: Python<'py>,
@@ -431,6 +452,8 @@ impl FtsIndexPy {
         channels: PyReadonlyArrayDyn<'py, u64>,
         sources: PyReadonlyArrayDyn<'py, u64>,
         limit: i64,
+        since: Option<i64>,
+        until: Option<i64>,
     ) -> PyResult<Ranked<'py, f64>> {
         let limit = count(limit, "limit")?;
         let scope = Scope {
@@ -438,6 +461,7 @@ impl FtsIndexPy {
             projects: HashSet64::new(vector(&projects, "projects")?),
             channels: HashSet64::new(vector(&channels, "channels")?),
             sources: HashSet64::new(vector(&sources, "sources")?),
+            times: time_range(since, until)?,
         };
         let hits = py.detach(|| {
             let folded: Vec<String> = terms.iter().map(|t| fts::fold::fold_text(t).0).collect();
@@ -475,7 +499,7 @@ impl FtsIndexPy {
         PyArray1::from_vec(py, self.read().ids())
     }
 
-    /// (agent, project, channel, source, key, folded columns) of a live row, else None.
+    /// (agent, project, channel, source, key, time, folded columns) of a live row, else None.
     fn row(&self, id: i64) -> Option<FtsRow> {
         self.read().row(id).map(|r| {
             (
@@ -484,6 +508,7 @@ impl FtsIndexPy {
                 r.channel,
                 r.source,
                 r.key,
+                r.time,
                 r.columns.iter().map(ToString::to_string).collect(),
             )
         })

@@ -331,13 +331,51 @@ impl HashSet64 {
     }
 }
 
-/// Which slots a scan may see: agent exact; project, channel and source in their sets.
+/// A half-open range of row instants `[lo, hi)` in microseconds since the Unix epoch.
+///
+/// The default, `[i64::MIN, i64::MAX)` with `hi` read as unbounded, admits every row, the
+/// ones without an instant (`NO_TIME` = `i64::MIN`) included: an unscoped call sees what it
+/// saw before ranges existed. A caller's range always has `lo > i64::MIN`, so it never admits
+/// a row without an instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeRange {
+    pub lo: i64,
+    pub hi: i64,
+}
+
+impl TimeRange {
+    pub const ALL: Self = Self {
+        lo: i64::MIN,
+        hi: i64::MAX,
+    };
+
+    #[must_use]
+    pub fn is_all(&self) -> bool {
+        *self == Self::ALL
+    }
+
+    #[inline]
+    #[must_use]
+    pub fn admits(&self, time: i64) -> bool {
+        self.is_all() || (self.lo <= time && time < self.hi)
+    }
+}
+
+impl Default for TimeRange {
+    fn default() -> Self {
+        Self::ALL
+    }
+}
+
+/// Which slots a scan may see: agent exact; project, channel and source in their sets; the
+/// row's instant in `times`.
 #[derive(Clone, Debug, Default)]
 pub struct Scope {
     pub agent: u64,
     pub projects: HashSet64,
     pub channels: HashSet64,
     pub sources: HashSet64,
+    pub times: TimeRange,
 }
 
 /// The knobs of one index scan (`docs/vector-index.md`, "The scan").
@@ -384,8 +422,8 @@ pub fn scan_index(
 }
 
 /// The content checksum of `slot` (`docs/vector-index.md`, "Content checksums"): the wrapping
-/// `u32` sum of the little-endian 32-bit words of its vector and of its `ids`, `keys`, `agent`,
-/// `project`, `channel` and `source` values (two words each). Order-free and exact, so the
+/// `u32` sum of the little-endian 32-bit words of its vector and of its `ids`, `keys`, `times`,
+/// `agent`, `project`, `channel` and `source` values (two words each). Order-free and exact, so the
 /// writer (numpy) and every kernel compute the same value; any change of one word changes it.
 #[must_use]
 pub fn slot_checksum(store: &Store, slot: usize) -> u32 {
@@ -393,6 +431,7 @@ pub fn slot_checksum(store: &Store, slot: usize) -> u32 {
     let meta = [
         store.ids()[slot] as u64,
         store.keys()[slot] as u64,
+        store.times()[slot] as u64,
         store.agent()[slot],
         store.project()[slot],
         store.channel()[slot],
@@ -516,12 +555,13 @@ pub fn scan_index_checked(
 /// The first `span` in-scope slots in scan order; index = scan position.
 fn in_scope_slots(store: &Store, scope: &Scope, span: usize) -> Result<Vec<u32>, CoreError> {
     let count = store.count()?;
-    let (flags, agent, project, channel, source) = (
+    let (flags, agent, project, channel, source, times) = (
         store.flags(),
         store.agent(),
         store.project(),
         store.channel(),
         store.source(),
+        store.times(),
     );
     let mut slots = Vec::with_capacity(span.min(count));
     if span == 0 {
@@ -539,6 +579,7 @@ fn in_scope_slots(store: &Store, scope: &Scope, span: usize) -> Result<Vec<u32>,
             || !scope.projects.admits(project[s])
             || !scope.channels.admits(channel[s])
             || !scope.sources.admits(source[s])
+            || !scope.times.admits(times[s])
         {
             continue;
         }
@@ -834,6 +875,7 @@ mod tests {
         prop::collection::vec(
             (
                 0i64..20,
+                prop::option::of(0i64..20),
                 0u64..2,
                 0u64..3,
                 0u64..3,
@@ -847,9 +889,10 @@ mod tests {
             raw.into_iter()
                 .enumerate()
                 .map(
-                    |(i, (key, agent, project, channel, source, kind, v))| Slot {
+                    |(i, (key, time, agent, project, channel, source, kind, v))| Slot {
                         id: i as i64 + 1,
                         key,
+                        time: time.unwrap_or(crate::store::NO_TIME),
                         scope: [agent, project, channel, source],
                         flags: u8::from(kind == 0),
                         vector: (kind != 1).then(|| v.into_iter().map(f32::from).collect()),
@@ -869,6 +912,8 @@ mod tests {
                     && scope.projects.admits(s.scope[1])
                     && scope.channels.admits(s.scope[2])
                     && scope.sources.admits(s.scope[3])
+                    && (scope.times.is_all()
+                        || (scope.times.lo <= s.time && s.time < scope.times.hi))
             })
             .collect();
         visible.sort_by_key(|s| std::cmp::Reverse((s.key, s.id)));
@@ -911,6 +956,7 @@ mod tests {
             threshold in -3i8..3,
             projects in prop::collection::vec(0u64..3, 0..3),
             sources in prop::collection::vec(0u64..3, 0..2),
+            times in prop::option::of((1i64..20, 0i64..20)),
         ) {
             let bytes = build(3, slots.len() + 2, &slots);
             let path = write_temp(&format!("scan-{}.vec", std::thread::current().name().unwrap_or("t").replace("::", "-")), &bytes);
@@ -921,6 +967,7 @@ mod tests {
                 projects: HashSet64::new(&projects),
                 channels: HashSet64::new(&[]),
                 sources: HashSet64::new(&sources),
+                times: times.map_or(TimeRange::ALL, |(lo, len)| TimeRange { lo, hi: lo + len }),
             };
             let base = ScanParams {
                 window, reach: window + extra, threshold: f64::from(threshold), k, far_k,
@@ -942,6 +989,7 @@ mod tests {
         let slot = |id: i64, vector: Vec<f32>| Slot {
             id,
             key: id,
+            time: 0,
             scope: [1, 0, 0, 0],
             flags: 0,
             vector: Some(vector),
@@ -949,7 +997,8 @@ mod tests {
         let slots = [slot(1, vec![1.0, 2.0]), slot(2, vec![0.5, -1.0])];
         let good = build(2, 2, &slots);
         let store = Store::open(&write_temp("sums-good.vec", &good)).unwrap();
-        // The documented formula, by hand: vector words, then id, key and agent (low words).
+        // The documented formula, by hand: vector words, then id, key, time (0) and agent (low
+        // words).
         let want = 1.0f32
             .to_bits()
             .wrapping_add(2.0f32.to_bits())
@@ -994,6 +1043,7 @@ mod tests {
         let slots = [Slot {
             id: 1,
             key: 1,
+            time: 1,
             scope: [1, 0, 0, 0],
             flags: 0,
             vector: Some(vec![1.0, 2.0]),

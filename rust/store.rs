@@ -3,7 +3,8 @@
 //! The layout is written down once, in `docs/vector-index.md`; the writer is
 //! `python/cpersona/vectors/format.py`. In short (all little-endian): a 128-byte header
 //! (magic `CPVECIX1`, version, dim, count, capacity, `applied_seq`, `db_uid`, table, dirty, live),
-//! then the sections `ids` i64, `keys` i64, `agent`/`project`/`channel`/`source` u64, `flags` u8,
+//! then the sections `ids` i64, `keys` i64, `times` i64, `agent`/`project`/`channel`/`source` u64,
+//! `flags` u8,
 //! `order` u32 and `vectors` f32 × dim, each sized by `capacity` and starting at a 64-byte-aligned
 //! offset. The file size is exactly `vectors_offset + capacity * dim * 4`.
 //!
@@ -26,7 +27,10 @@ compile_error!(
 );
 
 pub const MAGIC: &[u8; 8] = b"CPVECIX1";
-pub const VERSION: u32 = 1;
+/// 2: the `times` section (each row's instant, for time-scoped recall) after `keys`.
+pub const VERSION: u32 = 2;
+/// A `times` entry of a row with no readable instant: inside no bounded range.
+pub const NO_TIME: i64 = i64::MIN;
 pub const HEADER_LEN: usize = 128;
 /// Every section starts at a multiple of this, so typed views of the mapping are aligned.
 pub const SECTION_ALIGN: usize = 64;
@@ -51,6 +55,7 @@ const OFF_LIVE: usize = 64;
 pub struct Layout {
     pub ids: usize,
     pub keys: usize,
+    pub times: usize,
     pub agent: usize,
     pub project: usize,
     pub channel: usize,
@@ -76,6 +81,7 @@ impl Layout {
         };
         let ids = section(8)?;
         let keys = section(8)?;
+        let times = section(8)?;
         let agent = section(8)?;
         let project = section(8)?;
         let channel = section(8)?;
@@ -86,6 +92,7 @@ impl Layout {
         Some(Self {
             ids,
             keys,
+            times,
             agent,
             project,
             channel,
@@ -268,6 +275,12 @@ impl Store {
         self.section(self.layout.keys, self.capacity)
     }
 
+    /// Each row's instant in microseconds since the Unix epoch (UTC), `NO_TIME` when none.
+    #[must_use]
+    pub fn times(&self) -> &[i64] {
+        self.section(self.layout.times, self.capacity)
+    }
+
     #[must_use]
     pub fn agent(&self) -> &[u64] {
         self.section(self.layout.agent, self.capacity)
@@ -374,6 +387,7 @@ pub(crate) mod testfile {
     pub struct Slot {
         pub id: i64,
         pub key: i64,
+        pub time: i64,
         pub scope: [u64; 4],
         pub flags: u8,
         pub vector: Option<Vec<f32>>,
@@ -393,6 +407,7 @@ pub(crate) mod testfile {
         for (i, s) in slots.iter().enumerate() {
             put(&mut buf, layout.ids + 8 * i, &s.id.to_le_bytes());
             put(&mut buf, layout.keys + 8 * i, &s.key.to_le_bytes());
+            put(&mut buf, layout.times + 8 * i, &s.time.to_le_bytes());
             for (j, off) in [layout.agent, layout.project, layout.channel, layout.source]
                 .iter()
                 .enumerate()
@@ -447,6 +462,7 @@ mod tests {
         Slot {
             id,
             key: id,
+            time: id,
             scope: [1, 1, 1, 0],
             flags: 0,
             vector: Some(vector),
@@ -466,6 +482,7 @@ mod tests {
         let offsets = [
             layout.ids,
             layout.keys,
+            layout.times,
             layout.agent,
             layout.project,
             layout.channel,
@@ -511,7 +528,7 @@ mod tests {
         magic[0] = b'X';
         assert!(expect_corrupt("magic.vec", &magic).contains("magic"));
         let mut version = good.clone();
-        put(&mut version, 8, &2u32.to_le_bytes());
+        put(&mut version, 8, &1u32.to_le_bytes());
         assert!(expect_corrupt("version.vec", &version).contains("version"));
         let mut dim0 = good.clone();
         put(&mut dim0, 12, &0u32.to_le_bytes());

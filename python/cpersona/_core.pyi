@@ -99,8 +99,12 @@ class VectorIndex:
         chunk_rows: int = 4096,
         threads: int = 1,
         sums: npt.NDArray[np.uint32] | None = None,
+        *,
+        since: int | None = None,
+        until: int | None = None,
     ) -> tuple[_I64, _F32, _I64, _F32]:
-        """-> (near_ids, near_scores, far_ids, far_scores), each best first."""
+        """-> (near_ids, near_scores, far_ids, far_scores), each best first; `since`/`until`
+        (microseconds) keep the rows whose instant is in [since, until)."""
 
 class FtsIndex:
     """The in-memory full-text index of one table (docs/fts-index.md)."""
@@ -116,8 +120,11 @@ class FtsIndex:
         channels: _U64,
         sources: _U64,
         limit: int,
+        *,
+        since: int | None = None,
+        until: int | None = None,
     ) -> tuple[_I64, _F64]:
-        """-> (ids, bm25), by bm25 ascending then id ascending."""
+        """-> (ids, bm25), by bm25 ascending then id ascending; `since`/`until` as in scan."""
     @property
     def live(self) -> int: ...
     @property
@@ -126,7 +133,7 @@ class FtsIndex:
     def slots(self) -> int: ...
     def clear_cache(self) -> None: ...
     def ids(self) -> _I64: ...
-    def row(self, id: int) -> tuple[int, int, int, int, int, list[str]] | None: ...
+    def row(self, id: int) -> tuple[int, int, int, int, int, int, list[str]] | None: ...
 
 def fts_fold(text: str) -> str:
     """`text` as the FTS5 trigram tokenizer sees it: folded, cut at its first NUL."""

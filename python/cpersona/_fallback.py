@@ -388,6 +388,7 @@ _HEADER_LEN = 128
 _SECTIONS = (
     ("ids", "<i8"),
     ("keys", "<i8"),
+    ("times", "<i8"),
     ("agent", "<u8"),
     ("project", "<u8"),
     ("channel", "<u8"),
@@ -409,6 +410,18 @@ def _layout(dim: int, capacity: int) -> tuple[dict[str, int], int]:
         offsets[name] = start
         end = start + capacity * np.dtype(dtype).itemsize * (dim if name == "vectors" else 1)
     return offsets, end
+
+
+def _time_range(since: object, until: object) -> tuple[int, int] | None:
+    """``[lo, hi)`` of a time-scoped scan, None when neither bound is given (rust/py.rs)."""
+    if since is None and until is None:
+        return None
+    # i64::MIN marks a row without an instant: a bounded range never admits it.
+    lo = -_I64_MAX if since is None else max(_int(since, "since"), -_I64_MAX)
+    hi = _I64_MAX if until is None else _int(until, "until")
+    if hi < lo:
+        raise ValueError(f"until ({hi}) is before since ({lo})")
+    return lo, hi
 
 
 def _u(buf: Array, offset: int, size: int, *, signed: bool = False) -> int:
@@ -451,7 +464,7 @@ class VectorIndex:
         if mm[:8].tobytes() != _MAGIC:
             raise StoreCorrupt("corrupt vector file: wrong magic")
         version, dim = _u(mm, 8, 4), _u(mm, 12, 4)
-        if version != 1:
+        if version != 2:
             raise StoreCorrupt(f"corrupt vector file: unsupported version {version}")
         if dim == 0:
             raise StoreCorrupt("corrupt vector file: dim is 0")
@@ -545,6 +558,9 @@ class VectorIndex:
         chunk_rows: int = 4096,
         threads: int = 1,
         sums: np.ndarray | None = None,
+        *,
+        since: int | None = None,
+        until: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The scoped window / far scan of docs/vector-index.md, "The scan".
 
@@ -560,6 +576,8 @@ class VectorIndex:
             threads: accepted for parity with the Rust core; numpy scores on one thread.
             sums: (>= count,) uint32 content checksums (vectors/checksums.py); each slot
                 scored is checked against its own first, StoreCorrupt when one differs.
+            since, until: a time range ``[since, until)`` of row instants (microseconds);
+                either given, rows without an instant (``i64::MIN``) are out of scope.
 
         Returns:
             (near_ids int64, near_scores float32, far_ids int64, far_scores float32), each
@@ -584,6 +602,7 @@ class VectorIndex:
         window, reach, k, far_k, chunk_rows, _ = (
             _count(v, n) for v, n in zip(counts, names, strict=True)
         )
+        times = _time_range(since, until)
         query = _shaped(query, "query", 1)
         sets = [_shaped(s, name, 1) for s, (name, _) in zip(sets, named_sets, strict=True)]
         if query.shape[0] != self._dim:
@@ -592,7 +611,7 @@ class VectorIndex:
         if chunk_rows == 0:
             raise ValueError("chunk_rows must be at least 1")
         has_far = reach > window
-        slots = self._in_scope(agent, sets, reach if has_far else window)
+        slots = self._in_scope(agent, sets, reach if has_far else window, times)
         if sums is not None:
             sums = _shaped(_typed(sums, np.dtype(np.uint32), "sums"), "sums", 1)
             if sums.shape[0] < self.count:
@@ -611,7 +630,9 @@ class VectorIndex:
             far[1],
         )
 
-    def _in_scope(self, agent: int, sets: list[Array], span: int) -> Array:
+    def _in_scope(
+        self, agent: int, sets: list[Array], span: int, times: tuple[int, int] | None
+    ) -> Array:
         """The first ``span`` in-scope slots in scan order (int64); index = scan position."""
         count = self.count
         v = self._views
@@ -628,6 +649,9 @@ class VectorIndex:
             for name, allowed in zip(("project", "channel", "source"), sets, strict=True):
                 if allowed.shape[0]:
                     mask &= np.isin(v[name][walked], allowed)
+            if times is not None:
+                at = v["times"][walked]
+                mask &= (at >= times[0]) & (at < times[1])
             chosen = walked[mask]
             found.append(chosen[:need])
             need -= min(need, chosen.shape[0])

@@ -38,6 +38,9 @@ pub struct Doc {
     pub source: u64,
     /// `created_at` as Unix seconds (kept for the scope-ordered keyword reads).
     pub key: i64,
+    /// The row's instant in microseconds since the Unix epoch, `NO_TIME` when it has none
+    /// (docs/fts-index.md): what a time-scoped search admits.
+    pub time: i64,
     pub columns: Vec<String>,
 }
 
@@ -55,6 +58,7 @@ struct Slot {
     channel: u64,
     source: u64,
     key: i64,
+    time: i64,
     tokens: u64,
     columns: Box<[Box<str>]>,
 }
@@ -103,6 +107,7 @@ pub struct RowView<'a> {
     pub channel: u64,
     pub source: u64,
     pub key: i64,
+    pub time: i64,
     pub columns: &'a [Box<str>],
 }
 
@@ -160,6 +165,7 @@ impl FtsIndex {
                 channel: slot.channel,
                 source: slot.source,
                 key: slot.key,
+                time: slot.time,
                 columns: &slot.columns,
             }
         })
@@ -220,6 +226,7 @@ impl FtsIndex {
             channel: doc.channel,
             source: doc.source,
             key: doc.key,
+            time: doc.time,
             tokens,
             columns: columns.into_boxed_slice(),
         });
@@ -266,6 +273,7 @@ impl FtsIndex {
                     channel: slot.channel,
                     source: slot.source,
                     key: slot.key,
+                    time: slot.time,
                     columns: slot.columns.iter().map(ToString::to_string).collect(),
                 };
                 self.insert(&doc, &mut none);
@@ -470,6 +478,7 @@ impl FtsIndex {
         scope.projects.admits(row.project)
             && scope.channels.admits(row.channel)
             && scope.sources.admits(row.source)
+            && scope.times.admits(row.time)
     }
 }
 
@@ -545,6 +554,7 @@ pub fn parse_records(bytes: &[u8]) -> Result<Vec<Record>, CoreError> {
                 let channel = r.u64()?;
                 let source = r.u64()?;
                 let key = r.u64()? as i64;
+                let time = r.u64()? as i64;
                 let ncols = r.u8()?;
                 let mut columns = Vec::with_capacity(usize::from(ncols));
                 for _ in 0..ncols {
@@ -561,6 +571,7 @@ pub fn parse_records(bytes: &[u8]) -> Result<Vec<Record>, CoreError> {
                     channel,
                     source,
                     key,
+                    time,
                     columns,
                 })
             }
@@ -620,6 +631,7 @@ mod tests {
             channel: 0,
             source: 0,
             key: 0,
+            time: id,
             columns: vec![text.to_string()],
         })
     }
@@ -630,6 +642,7 @@ mod tests {
             projects: HashSet64::new(&[]),
             channels: HashSet64::new(&[]),
             sources: HashSet64::new(&[]),
+            times: crate::scan::TimeRange::ALL,
         }
     }
 
@@ -662,12 +675,20 @@ mod tests {
 
     /// Every matching row scored in full, phrase by phrase in query order: the search
     /// without MaxScore, for the property below.
-    fn brute_force(ix: &FtsIndex, terms: &[String], limit: usize) -> Vec<(i64, f64)> {
+    fn brute_force(
+        ix: &FtsIndex,
+        terms: &[String],
+        scope: &Scope,
+        limit: usize,
+    ) -> Vec<(i64, f64)> {
         let n_row = ix.live() as i64;
         let avgdl = ix.total_tokens() as f64 / n_row as f64;
         let phrases: Vec<Phrase> = terms.iter().map(|t| ix.compute_phrase(t)).collect();
         let mut out = Vec::new();
         for (&id, &slot) in &ix.by_id {
+            if !scope.times.admits(ix.slots[slot as usize].time) {
+                continue;
+            }
             let mut score = 0.0;
             let mut any = false;
             for p in &phrases {
@@ -692,6 +713,7 @@ mod tests {
             deletes in proptest::collection::vec(0i64..120, 0..20),
             query in proptest::collection::vec(0usize..12, 1..6),
             limit in 1usize..12,
+            times in proptest::option::of((0i64..120, 0i64..120)),
         ) {
             const WORDS: [&str; 12] = [
                 "the", "then", "hen", "maybe", "aaa", "aaaa", "rare", "zebra", "when", "xyz",
@@ -705,8 +727,12 @@ mod tests {
             ix.apply(records);
             ix.apply(deletes.into_iter().map(Record::Delete).collect());
             let terms: Vec<String> = query.iter().map(|&w| WORDS[w].to_string()).collect();
+            let mut scope = scope();
+            if let Some((lo, len)) = times {
+                scope.times = crate::scan::TimeRange { lo, hi: lo + len };
+            }
             if ix.live() > 0 {
-                proptest::prop_assert_eq!(ix.search(&terms, &scope(), limit), brute_force(&ix, &terms, limit));
+                proptest::prop_assert_eq!(ix.search(&terms, &scope, limit), brute_force(&ix, &terms, &scope, limit));
             }
         }
     }

@@ -395,3 +395,24 @@ async def test_health_embedding_model_label_of_sidecar(tools: Any) -> None:
     # The stored vectors are the configured model's: the label alone is only stale.
     issue = of(report, "embedding_model")[0]
     assert issue["type"] == "embedding_model_label_stale" and issue["severity"] == "info"
+
+
+async def test_health_future_timestamp_repair_moves_the_row_in_time_scoped_recall(
+    tools: Any, backend: str
+) -> None:
+    # The repair rewrites `timestamp`, which no log trigger watches: the index files, which
+    # key each row by its instant, must still learn the row's new time (docs/vector-index.md).
+    stored = await tools(
+        "store",
+        {"agent_id": "a", "message": {"content": "zebra crossing", "timestamp": "2999-01-01"}},
+    )
+    assert stored["result"] == "stored"
+    future = {"agent_id": "a", "query": "zebra crossing", "since": "2998-12-31"}
+    assert [m["content"] for m in (await tools("recall", future))["messages"]] == ["zebra crossing"]
+    # Only this repair: the index checks, which would rebuild a differing file, do not run.
+    fixed = await tools("check_health", {"fix": True, "checks": ["future_timestamp"]})
+    assert of(fixed, "future_timestamp"), fixed["issues"]
+    (created,) = rows(tools.engine, "SELECT created_at FROM memories")
+    today = {"agent_id": "a", "query": "zebra crossing", "since": created[0][:10]}
+    assert [m["content"] for m in (await tools("recall", today))["messages"]] == ["zebra crossing"]
+    assert (await tools("recall", future))["messages"] == []

@@ -3,8 +3,6 @@ answers compared (the index's and FTS5's, the oracle)."""
 
 from __future__ import annotations
 
-import sqlite3
-
 from cpersona._backend import kernels
 from cpersona.fts.index import FtsIndex
 from cpersona.fts.search import ranked
@@ -12,6 +10,7 @@ from cpersona.models import ProjectFilter
 from cpersona.retrieval.query import match_expression, match_terms
 from cpersona.storage import Database
 from cpersona.storage import retrieval as sql
+from cpersona.storage.errors import OperationalError
 from cpersona.storage.retrieval import ScopeSql
 
 HAS_CORE = hasattr(kernels, "FtsIndex")
@@ -82,7 +81,7 @@ def oracle(
             hits = sql.memory_fts(db, scope, source, match, limit)
         else:
             hits = sql.episode_fts(db, scope, match, limit)  # type: ignore[assignment]
-    except sqlite3.OperationalError:
+    except OperationalError:  # the storage layer's kind of FTS5's refusal (storage/errors.py)
         return None
     return [(h.id, h.bm25) for h in hits]  # type: ignore[misc]
 

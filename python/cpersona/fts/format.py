@@ -18,12 +18,13 @@ from cpersona.vectors import format as vector_format
 _scope_hash = functools.lru_cache(maxsize=65536)(vector_format.scope_hash)
 
 MAGIC = b"CPFTSIX1"
-VERSION = 1
+#: 2 added each put's `time` (the row's instant key); a file of another version is rebuilt.
+VERSION = 2
 HEADER_LEN = 128
 TABLE_CODES = {"memories": 0, "episodes": 1}
 # magic, version, table, applied_seq, db_uid, dirty, generation, end, records, live
 _HEADER = struct.Struct("<8sIIq16sIIQQQ")
-_PUT = struct.Struct("<BqQQQQqB")
+_PUT = struct.Struct("<BqQQQQqqB")
 _DELETE = struct.Struct("<Bq")
 _U32 = struct.Struct("<I")
 OFF_DIRTY = 40
@@ -80,6 +81,7 @@ def put_record(row: FtsRow) -> bytes:
         _scope_hash(row.channel),
         0 if row.source_id is None else _scope_hash(row.source_id),
         row.key,
+        row.time,
         len(texts),
     ) + b"".join(_U32.pack(len(t)) + t for t in texts)
     return _U32.pack(len(body)) + body

@@ -541,6 +541,7 @@ class FtsIndex:
                         scope_hash(row.channel),
                         0 if row.source_id is None else scope_hash(row.source_id),
                         row.key,
+                        row.time,
                         [kernels.fts_fold(c) for c in row.columns],
                     )
                     if tuple(got) != want:

@@ -26,7 +26,8 @@ def _hashes(values: list[str]) -> np.ndarray:
 def ranked(
     index: FtsIndex, terms: list[str], scope: ScopeSql, source_prefix: str, limit: int
 ) -> list[tuple[int, float]] | None:
-    """(row id, bm25) of the top `limit` rows in scope matching any of `terms`, best first."""
+    """(row id, bm25) of the top `limit` rows in scope (and in `scope.span`, when a range is
+    given) matching any of `terms`, best first."""
     if any("\x00" in t for t in terms):
         # FTS5 rejects a NUL inside a phrase ("unterminated string"); its error path is the
         # behaviour to keep, so that query goes to FTS5.
@@ -48,8 +49,9 @@ def ranked(
         core = index.current()
         if core is None:
             return None
+        span = {} if scope.span is None else scope.span.kernel_args()
         ids_out, scores = core.search(
-            terms, scope_hash(scope.agent_id), projects, channels, sources, limit
+            terms, scope_hash(scope.agent_id), projects, channels, sources, limit, **span
         )
     except (OSError, StoreCorrupt) as exc:
         # On SQLite FTS5 gives the same answer; on PostgreSQL the arm's error path answers.

@@ -11,6 +11,7 @@ from cpersona.storage import Database
 from cpersona.storage import episodes as episode_sql
 from cpersona.storage import memories as memory_sql
 from cpersona.storage import profiles as profile_sql
+from cpersona.timerange import TimeRange
 
 #: Content characters list_memories returns whole before degrading rows (surface.md §4.4).
 MEMORY_LIST_BUDGET = 1_000_000
@@ -43,10 +44,15 @@ def _memory_row(m: Memory) -> dict[str, Any]:
 
 
 def list_memories(
-    db: Database, settings: Settings, agent_id: str, project: ProjectFilter, limit: int
+    db: Database,
+    settings: Settings,
+    agent_id: str,
+    project: ProjectFilter,
+    limit: int,
+    span: TimeRange | None = None,
 ) -> dict[str, Any]:
     limit = max(0, min(limit, MEMORY_LIST_MAX))
-    rows = memory_sql.list_newest(db, agent_id or None, project, limit)
+    rows = memory_sql.list_newest(db, agent_id or None, project, limit, span=span)
     out = [_memory_row(m) for m in rows]
     degraded = _over_budget(
         out, ("content",), MEMORY_LIST_BUDGET, settings.recall_preview_chars, "mem"
@@ -71,10 +77,15 @@ def _episode_row(e: Episode) -> dict[str, Any]:
 
 
 def list_episodes(
-    db: Database, settings: Settings, agent_id: str, project: ProjectFilter, limit: int
+    db: Database,
+    settings: Settings,
+    agent_id: str,
+    project: ProjectFilter,
+    limit: int,
+    span: TimeRange | None = None,
 ) -> dict[str, Any]:
     limit = max(0, min(limit, EPISODE_LIST_MAX))
-    rows = episode_sql.list_newest(db, agent_id or None, project, limit)
+    rows = episode_sql.list_newest(db, agent_id or None, project, limit, span=span)
     out = [_episode_row(e) for e in rows]
     degraded = _over_budget(
         out, ("summary", "keywords"), EPISODE_LIST_BUDGET, settings.recall_preview_chars, "ep"

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from cpersona.portability import records
@@ -18,6 +19,7 @@ from cpersona.portability import vectors as kept
 from cpersona.portability.paths import confine, names_directory, os_reason, refusal
 from cpersona.storage import portability as sql
 from cpersona.storage.errors import StorageError
+from cpersona.timerange import TimeRange, row_time
 
 if TYPE_CHECKING:
     from cpersona.portability.host import Host
@@ -32,11 +34,14 @@ def export_memories(
     include_embeddings: bool = False,
     *,
     confined: bool = True,
+    span: TimeRange | None = None,
 ) -> dict[str, Any]:
     """Write the JSONL export; the tool's response object.
 
     `confined=False` (the operator's command line) skips the `CPERSONA_EXPORT_DIR` check,
-    which guards MCP callers, not the operator who runs the process.
+    which guards MCP callers, not the operator who runs the process. `span` keeps only the
+    memories and episodes whose instant it admits (cpersona.timerange); profiles, which have
+    no instant, are written as without it.
     """
     if not output_path:
         return {"ok": False, "error": "output_path is required"}
@@ -48,7 +53,7 @@ def export_memories(
         # Refused before anything is created: the temp file would go beside the directory.
         return {"ok": False, "error": f"output_path names a directory, not a file: {output_path}"}
     try:
-        counts = _write(engine, agent_id, path, include_embeddings)
+        counts = _write(engine, agent_id, path, include_embeddings, span)
     except OSError as exc:
         # 2.5.x lets these escape as a bare {"error"}; the response-shape rule wants ok:false.
         return {"ok": False, "error": f"could not write {output_path}: {os_reason(exc)}"}
@@ -65,7 +70,7 @@ def export_memories(
 
 
 def _write(
-    engine: Host, agent_id: str, path: str, include_embeddings: bool
+    engine: Host, agent_id: str, path: str, include_embeddings: bool, span: TimeRange | None
 ) -> tuple[int, int, int]:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -76,15 +81,19 @@ def _write(
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
             with sql.snapshot(engine.db) as rows:
                 totals = rows.count_rows(scope)
-                head = records.header(agent_id, totals.memories, totals.episodes, totals.profiles)
+                n_mem, n_ep = totals.memories, totals.episodes
+                if span is not None:  # the header counts what the body holds
+                    n_mem = sum(1 for _ in _mems(rows, scope, False, span))
+                    n_ep = sum(1 for _ in _eps(rows, scope, False, span))
+                head = records.header(agent_id, n_mem, n_ep, totals.profiles)
                 if include_embeddings:
                     # Which model made the vectors: an import keeps only its own model's.
                     head["embedding_models"] = kept.export_models(rows.vector_models())
                 out.write(records.dumps(head) + "\n")
-                for mem in rows.iter_memories(scope, with_embeddings=include_embeddings):
+                for mem in _mems(rows, scope, include_embeddings, span):
                     out.write(records.dumps(records.memory_json(mem, include_embeddings)) + "\n")
                     written[0] += 1
-                for ep in rows.iter_episodes(scope, with_embeddings=include_embeddings):
+                for ep in _eps(rows, scope, include_embeddings, span):
                     out.write(records.dumps(records.episode_json(ep, include_embeddings)) + "\n")
                     written[1] += 1
                 for prof in rows.iter_profiles(scope):
@@ -99,6 +108,22 @@ def _write(
         raise
     _fsync_dir(directory)
     return written[0], written[1], written[2]
+
+
+def _mems(
+    rows: sql.Rows, scope: str | None, embeddings: bool, span: TimeRange | None
+) -> Iterator[sql.MemoryRecord]:
+    for mem in rows.iter_memories(scope, with_embeddings=embeddings):
+        if span is None or span.admits(row_time(mem.timestamp, mem.created_at)):
+            yield mem
+
+
+def _eps(
+    rows: sql.Rows, scope: str | None, embeddings: bool, span: TimeRange | None
+) -> Iterator[sql.EpisodeRecord]:
+    for ep in rows.iter_episodes(scope, with_embeddings=embeddings):
+        if span is None or span.admits(row_time(ep.start_time, ep.created_at)):
+            yield ep
 
 
 def _fsync_dir(directory: str) -> None:

@@ -44,6 +44,7 @@ from cpersona.storage import profiles as profile_sql
 from cpersona.storage import retrieval as sql
 from cpersona.storage.errors import OperationalError, StorageError, UnreachableError
 from cpersona.storage.retrieval import EpisodeHit, MemoryHit, ScopeSql
+from cpersona.timerange import TimeRange
 from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.remote import RemoteVectors
@@ -83,6 +84,8 @@ class RecallRequest:
     source_id: str = ""
     session_key: str = ""
     paused: bool = False
+    #: since/until (issue 22): every retriever keeps only rows whose instant is in it.
+    span: TimeRange | None = None
 
 
 @dataclass
@@ -136,10 +139,11 @@ class Recaller:
         exclusions = normalise_exclusions(list(req.exclude_contents))
         blank = not req.query.strip()
         mode = s.recall_mode if (not blank and s.recall_mode in ("rrf", "rsf")) else "cascade"
-        scope = ScopeSql(req.agent_id, req.project, req.channel)
+        scope = ScopeSql(req.agent_id, req.project, req.channel, req.span)
         episodes_ok = not (req.source_id and not req.channel)
         remote = None
-        if self.remote is not None and not blank and limit > 0:
+        # The remote service knows no instants: a time-scoped recall scans locally.
+        if self.remote is not None and not blank and limit > 0 and req.span is None:
             remote = self._remote_vector(req, scope, limit, episodes_ok, mode != "cascade")
         # A remote list is authoritative: no local scan, no far list, no query embedding.
         qvec = self._embed_query(req.query) if not blank and remote is None else None
@@ -239,7 +243,7 @@ class Recaller:
                     table,
                     self.indexes.get(table),
                     qvec.vector,
-                    Scope(req.agent_id, req.project, req.channel, prefix),
+                    Scope(req.agent_id, req.project, req.channel, prefix, req.span),
                     window=s.max_memories,
                     reach=reach,
                     threshold=threshold,

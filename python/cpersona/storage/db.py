@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cpersona.storage.errors import DISK_FULL, is_disk_full
+from cpersona.timerange import TimeRange, first_in_span
 
 if TYPE_CHECKING:
     from cpersona.models import ProjectFilter
@@ -346,15 +347,25 @@ def newest(
     project: ProjectFilter,
     limit: int,
     offset: int = 0,
+    span: TimeRange | None = None,
 ) -> list[sqlite3.Row]:
     """Rows of `table` newest first by (created_at DESC, id DESC), one agent's or all agents';
-    `offset` rows of that order skipped (a page of a listing)."""
+    `offset` rows of that order skipped (a page of a listing). With `span`, only rows whose
+    instant it admits (cpersona.timerange; `columns` must name the stamp and `created_at`)."""
     where, params = project.sql()
     sql = f"SELECT {columns} FROM {quote_identifier(table)} WHERE {where}"
     args: list[object] = list(params)
     if agent_id is not None:
         sql += " AND agent_id = ?"
         args.append(agent_id)
-    sql += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
-    args += [limit, offset]
-    return db.query(sql, args)
+    if span is not None and db.dialect == "postgresql":
+        # The stored instant_key (storage/pg/vectors.py) tests the range in SQL; NULL keys
+        # are left to the Python test below.
+        sql += " AND (instant_key IS NULL OR (instant_key >= ? AND instant_key < ?))"
+        args += span.bounds()
+    sql += " ORDER BY created_at DESC, id DESC"
+    if span is None:
+        return db.query(sql + " LIMIT ? OFFSET ?", [*args, limit, offset])
+    stamp = "timestamp" if table == "memories" else "start_time"
+    rows = first_in_span(db.reader().execute(sql, args), span, stamp, "created_at", limit + offset)
+    return rows[offset:]

@@ -7,6 +7,7 @@ import sqlite3
 from cpersona.models import Episode, NewEpisode, ProjectFilter
 from cpersona.storage.db import Database, embedding_param, is_row_id, newest
 from cpersona.storage.errors import translating
+from cpersona.timerange import TimeRange
 
 _COLUMNS = (
     "id, agent_id, project_id, summary, keywords, start_time, end_time, resolved, channel, "
@@ -77,8 +78,14 @@ def delete(conn: sqlite3.Connection, episode_id: int, agent_id: str | None) -> i
 
 
 def list_newest(
-    db: Database, agent_id: str | None, project: ProjectFilter, limit: int, offset: int = 0
+    db: Database,
+    agent_id: str | None,
+    project: ProjectFilter,
+    limit: int,
+    offset: int = 0,
+    span: TimeRange | None = None,
 ) -> list[Episode]:
-    """Newest first by created_at (ties: higher id first); agent None = all agents."""
-    rows = newest(db, "episodes", _COLUMNS, agent_id, project, limit, offset)
+    """Newest first by created_at (ties: higher id first); agent None = all agents; with
+    `span`, only rows whose instant it admits (cpersona.timerange)."""
+    rows = newest(db, "episodes", _COLUMNS, agent_id, project, limit, offset, span)
     return [_episode(row) for row in rows]

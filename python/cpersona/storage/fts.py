@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from cpersona.storage.change_log import ChangeLog, Changes
 from cpersona.storage.db import Database
 from cpersona.storage.vectors import db_uid
+from cpersona.timerange import row_time
 
 TABLES = ("memories", "episodes")
 # created_at as Unix seconds, as the vector index keys it (storage/vectors.py).
@@ -39,9 +40,12 @@ def _select(db: Database, table: str) -> str:
         return (
             f"SELECT id, {key}, agent_id, project_id, channel, "
             "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END, "
-            "content FROM memories"
+            "timestamp, created_at, content FROM memories"
         )
-    return f"SELECT id, {key}, agent_id, project_id, channel, NULL, summary, keywords FROM episodes"
+    return (
+        f"SELECT id, {key}, agent_id, project_id, channel, NULL, start_time, created_at, "
+        "summary, keywords FROM episodes"
+    )
 
 
 #: The columns each table's FTS5 table indexes, in its column order (storage/schema.py).
@@ -60,6 +64,8 @@ class FtsRow:
     channel: str
     source_id: str | None
     columns: tuple[str, ...]
+    #: The row's instant key (cpersona.timerange.row_time).
+    time: int
 
 
 def _check(table: str) -> str:
@@ -70,7 +76,8 @@ def _check(table: str) -> str:
 
 def _row(r: sqlite3.Row | tuple[object, ...]) -> FtsRow:
     # A NULL column is indexed as no text, as FTS5 indexes it.
-    cols = tuple("" if c is None else str(c) for c in tuple(r)[6:])
+    values = tuple(r)
+    cols = tuple("" if c is None else str(c) for c in values[8:])
     return FtsRow(
         int(r[0]),  # type: ignore[arg-type]
         int(r[1]),  # type: ignore[arg-type]
@@ -79,6 +86,7 @@ def _row(r: sqlite3.Row | tuple[object, ...]) -> FtsRow:
         str(r[4]),
         None if r[5] is None else str(r[5]),
         cols,
+        row_time(values[6], values[7]),
     )
 
 

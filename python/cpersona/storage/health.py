@@ -649,6 +649,17 @@ def reset_json(conn: Conn, ids: Sequence[int]) -> int:
 _CANON = "strftime('%Y-%m-%dT%H:%M:%S+00:00', created_at)"
 
 
+def _instants_moved(conn: Conn, table: str, ids: Sequence[int]) -> None:
+    """Log rows whose `timestamp`/`start_time` a repair rewrote: the index files key each row
+    by its instant (cpersona.timerange), and the log triggers do not watch those columns."""
+    for row_id in ids:
+        conn.execute("INSERT INTO fts_log(tbl, row_id) VALUES (?, ?)", (table, row_id))
+        if dialect_of(conn) == "sqlite":  # PostgreSQL has no vector index file
+            conn.execute(
+                "INSERT INTO vector_log(tbl, row_id, op) VALUES (?, ?, 'u')", (table, row_id)
+            )
+
+
 def unparseable_timestamps(conn: Conn, agent_id: str) -> list[StampFlag]:
     where, params = _scope(agent_id)
     rows = conn.execute(
@@ -678,6 +689,7 @@ def timestamps_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
             f"AND julianday(created_at) IS NOT NULL AND id IN ({_ids_clause(chunk)})",
             chunk,
         ).rowcount
+        _instants_moved(conn, "memories", chunk)
     return changed
 
 
@@ -698,6 +710,7 @@ def start_times_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
             f"AND id IN ({_ids_clause(chunk)})",
             chunk,
         ).rowcount
+        _instants_moved(conn, "episodes", chunk)
     return changed
 
 
@@ -715,6 +728,7 @@ def set_timestamps(conn: Conn, rows: Sequence[tuple[int, str]]) -> int:
         changed += conn.execute(
             "UPDATE memories SET timestamp = ? WHERE id = ? AND locked = 0", (stamp, row_id)
         ).rowcount
+    _instants_moved(conn, "memories", [row_id for row_id, _ in rows])
     return changed
 
 
@@ -734,6 +748,7 @@ def set_episode_times(conn: Conn, rows: Sequence[tuple[int, str | None, str | No
         changed += conn.execute(
             "UPDATE episodes SET start_time = ?, end_time = ? WHERE id = ?", (start, end, row_id)
         ).rowcount
+    _instants_moved(conn, "episodes", [row_id for row_id, _, _ in rows])
     return changed
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from cpersona.models import Memory, NewMemory, ProjectFilter
 from cpersona.storage.db import Database, embedding_param, is_row_id, newest
 from cpersona.storage.errors import translating
+from cpersona.timerange import TimeRange
 
 _COLUMNS = (
     "id, agent_id, project_id, msg_id, content, source, timestamp, metadata, channel, "
@@ -158,10 +159,16 @@ def set_locked(conn: sqlite3.Connection, memory_id: int, locked: bool) -> int:
 
 
 def list_newest(
-    db: Database, agent_id: str | None, project: ProjectFilter, limit: int, offset: int = 0
+    db: Database,
+    agent_id: str | None,
+    project: ProjectFilter,
+    limit: int,
+    offset: int = 0,
+    span: TimeRange | None = None,
 ) -> list[Memory]:
-    """Newest first by created_at (ties: higher id first); agent None = all agents."""
-    rows = newest(db, "memories", _COLUMNS, agent_id, project, limit, offset)
+    """Newest first by created_at (ties: higher id first); agent None = all agents; with
+    `span`, only rows whose instant it admits (cpersona.timerange)."""
+    rows = newest(db, "memories", _COLUMNS, agent_id, project, limit, offset, span)
     return [_memory(row) for row in rows]
 
 

@@ -10,6 +10,7 @@ from cpersona.errors import FullTextUnavailable
 from cpersona.models import ProjectFilter
 from cpersona.storage.db import Database
 from cpersona.storage.errors import translating
+from cpersona.timerange import TimeRange, first_in_span
 
 _SOURCE_ID = "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END"
 
@@ -21,6 +22,10 @@ class ScopeSql:
     agent_id: str
     project: ProjectFilter
     channel: str
+    #: A time-scoped recall's range: the retrievers keep only rows whose instant it admits
+    #: (cpersona.timerange); it is no part of `where` (the instant is parsed in Python), and
+    #: pool counts, spans and hydration ignore it.
+    span: TimeRange | None = None
 
     def where(self, alias: str = "") -> tuple[str, list[object]]:
         p = f"{alias}." if alias else ""
@@ -83,6 +88,19 @@ def _ep(r: sqlite3.Row, bm25: float | None) -> EpisodeHit:
     return EpisodeHit(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7], bm25)
 
 
+#: Appended to `_MEM_COLS` when a range must be tested: the fallback for an unparseable stamp.
+_MEM_CREATED = ", m.created_at"
+
+
+def _span_filter(db: Database, span: TimeRange | None) -> tuple[str, list[object]]:
+    """On PostgreSQL the stored `instant_key` (storage/pg/vectors.py) tests the range in SQL;
+    a row whose key is NULL is left to the Python test that follows. SQLite has no such
+    column: every row read is tested in Python."""
+    if span is None or db.dialect != "postgresql":
+        return "1", []
+    return "(m.instant_key IS NULL OR (m.instant_key >= ? AND m.instant_key < ?))", [*span.bounds()]
+
+
 def _need_fts5(db: Database) -> None:
     if db.dialect == "postgresql":
         raise FullTextUnavailable("PostgreSQL has no FTS5; the full-text index could not answer")
@@ -95,14 +113,16 @@ def memory_fts(
     _need_fts5(db)
     where, params = scope.where("m")
     sw, sp = _source_filter("m", source_prefix)
-    rows = db.query(
-        f"""SELECT {_MEM_COLS}, bm25(memories_fts) AS score
+    sql = f"""SELECT {_MEM_COLS}, bm25(memories_fts) AS score{_MEM_CREATED}
             FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
             WHERE memories_fts MATCH ? AND {where} AND {sw}
-            ORDER BY score, m.id LIMIT ?""",
-        [match, *params, *sp, limit],
-    )
-    return [_mem(r, float(r["score"])) for r in rows]
+            ORDER BY score, m.id"""
+    if scope.span is None:
+        rows = db.query(sql + " LIMIT ?", [match, *params, *sp, limit])
+    else:
+        cur = db.reader().execute(sql, [match, *params, *sp])
+        rows = first_in_span(cur, scope.span, 4, 9, limit)
+    return [_mem(r, float(r[8])) for r in rows]
 
 
 @translating
@@ -129,12 +149,15 @@ def memory_like(
         test, arg = "m.content LIKE ? ESCAPE '\\'", pattern
     else:
         test, arg = "instr(lower(m.content), lower(?)) > 0", text
-    rows = conn.execute(
-        f"""SELECT {_MEM_COLS} FROM memories m
-            WHERE {test} AND {where} AND {sw}
-            ORDER BY m.created_at DESC, m.id DESC LIMIT ?""",
-        [arg, *params, *sp, read],
-    ).fetchall()
+    tw, tp = _span_filter(db, scope.span)
+    sql = f"""SELECT {_MEM_COLS}{_MEM_CREATED} FROM memories m
+            WHERE {test} AND {where} AND {sw} AND {tw}
+            ORDER BY m.created_at DESC, m.id DESC"""
+    if scope.span is None:
+        rows = conn.execute(sql + " LIMIT ?", [arg, *params, *sp, read]).fetchall()
+    else:
+        cur = conn.execute(sql, [arg, *params, *sp, *tp])
+        rows = first_in_span(cur, scope.span, 4, 8, read)
     return [_mem(r, None) for r in rows]
 
 
@@ -165,11 +188,14 @@ def _like_postgresql(pattern: str, text: str) -> tuple[str | None, str]:
 def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int) -> list[MemoryHit]:
     where, params = scope.where("m")
     sw, sp = _source_filter("m", source_prefix)
-    rows = db.query(
-        f"""SELECT {_MEM_COLS} FROM memories m WHERE {where} AND {sw}
-            ORDER BY m.created_at DESC, m.id DESC LIMIT ?""",
-        [*params, *sp, limit],
-    )
+    tw, tp = _span_filter(db, scope.span)
+    sql = f"""SELECT {_MEM_COLS}{_MEM_CREATED} FROM memories m WHERE {where} AND {sw} AND {tw}
+            ORDER BY m.created_at DESC, m.id DESC"""
+    if scope.span is None:
+        rows = db.query(sql + " LIMIT ?", [*params, *sp, limit])
+    else:
+        cur = db.reader().execute(sql, [*params, *sp, *tp])
+        rows = first_in_span(cur, scope.span, 4, 8, limit)
     return [_mem(r, None) for r in rows]
 
 
@@ -177,14 +203,15 @@ def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int)
 def episode_fts(db: Database, scope: ScopeSql, match: str, limit: int) -> list[EpisodeHit]:
     _need_fts5(db)
     where, params = scope.where("e")
-    rows = db.query(
-        f"""SELECT {_EP_COLS}, bm25(episodes_fts) AS score
+    sql = f"""SELECT {_EP_COLS}, bm25(episodes_fts) AS score
             FROM episodes_fts JOIN episodes e ON e.id = episodes_fts.rowid
             WHERE episodes_fts MATCH ? AND {where}
-            ORDER BY score, e.id LIMIT ?""",
-        [match, *params, limit],
-    )
-    return [_ep(r, float(r["score"])) for r in rows]
+            ORDER BY score, e.id"""
+    if scope.span is None:
+        rows = db.query(sql + " LIMIT ?", [match, *params, limit])
+    else:
+        rows = first_in_span(db.reader().execute(sql, [match, *params]), scope.span, 2, 3, limit)
+    return [_ep(r, float(r[8])) for r in rows]
 
 
 @translating

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from cpersona.models import ProjectFilter
 from cpersona.storage.change_log import ChangeLog, Changes
 from cpersona.storage.db import Database
+from cpersona.timerange import TimeRange, first_in_span, row_time
 
 _TABLES = ("memories", "episodes")
 # created_at as Unix seconds; a non-canonical stamp sorts as the oldest (cpersona writes
@@ -19,6 +20,8 @@ _SOURCE_ID = {
     "memories": "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END",
     "episodes": "NULL",
 }
+#: The stamp naming a row's instant (cpersona.timerange), before its created_at.
+STAMP = {"memories": "timestamp", "episodes": "start_time"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,8 @@ class IndexRow:
     channel: str
     source_id: str | None
     embedding: bytes
+    #: The row's instant key (cpersona.timerange.row_time).
+    time: int
 
 
 def _check(table: str) -> str:
@@ -43,7 +48,8 @@ def _check(table: str) -> str:
 def _select(table: str) -> str:
     return (
         f"SELECT id, {_KEY} AS key, agent_id, project_id, channel, "
-        f"{_SOURCE_ID[table]} AS source_id, embedding FROM {table}"
+        f"{_SOURCE_ID[table]} AS source_id, embedding, {STAMP[table]} AS stamp, created_at "
+        f"FROM {table}"
     )
 
 
@@ -56,6 +62,7 @@ def _row(r: sqlite3.Row) -> IndexRow:
         r["channel"],
         r["source_id"],
         bytes(r["embedding"]),
+        row_time(r["stamp"], r["created_at"]),
     )
 
 
@@ -133,9 +140,11 @@ def window_ids(
     channel: str,
     source_prefix: str,
     limit: int,
+    span: TimeRange | None = None,
 ) -> list[int]:
     """The spec's window as plain SQL (retrieval.md §4.2): ids of the in-scope embedded rows,
-    newest first by (created_at DESC, id DESC), positions [0, limit).
+    newest first by (created_at DESC, id DESC), positions [0, limit). With `span`, only rows
+    whose instant it admits take positions (read in that order until `limit` are found).
 
     The order of the no-index path, read without touching a BLOB (`blobs` fetches them): sorting
     `(id, embedding)` pairs made SQLite carry every in-scope BLOB through its sorter, and
@@ -153,11 +162,11 @@ def window_ids(
     if source_prefix:
         where.append(f"substr({_SOURCE_ID[table]}, 1, ?) = ?")
         params.extend([len(source_prefix), source_prefix])
-    sql = (
-        f"SELECT id FROM {table} WHERE {' AND '.join(where)} ORDER BY {_KEY} DESC, id DESC LIMIT ?"
-    )
-    params.append(limit)
-    return [int(r[0]) for r in db.reader().execute(sql, params)]
+    cols = "id" if span is None else f"id, {STAMP[table]}, created_at"
+    sql = f"SELECT {cols} FROM {table} WHERE {' AND '.join(where)} ORDER BY {_KEY} DESC, id DESC"
+    if span is None:
+        return [int(r[0]) for r in db.reader().execute(sql + " LIMIT ?", [*params, limit])]
+    return [int(r[0]) for r in first_in_span(db.reader().execute(sql, params), span, 1, 2, limit)]
 
 
 def blobs(db: Database, table: str, ids: Sequence[int]) -> dict[int, bytes]:

@@ -7,7 +7,8 @@ slot has a checksum, written by the writer when it writes the slot, and the scan
 slot it scores against it before the score counts (`rust/scan.rs`, `_fallback.VectorIndex`).
 
 The checksum of a slot is the wrapping u32 sum of the little-endian 32-bit words of its vector
-and of its `ids`, `keys`, `agent`, `project`, `channel` and `source` values (two words each):
+and of its `ids`, `keys`, `times`, `agent`, `project`, `channel` and `source` values (two words
+each; `times` since version 2, the row instants of time-scoped recall):
 exact and order-free, so numpy here and every Rust kernel compute the same value, and a change
 of any one word changes it. The `flags` and `order` sections change in place (a delete sets a
 flag) and are checked by structure instead (`order_problem`).
@@ -34,7 +35,7 @@ import numpy as np
 from cpersona.vectors.format import VectorFileWriter
 
 MAGIC = b"CPVECSM1"
-VERSION = 1
+VERSION = 2
 HEADER_LEN = 64
 _HEADER = np.dtype(
     [
@@ -45,7 +46,7 @@ _HEADER = np.dtype(
         ("db_uid", "V16"),
     ]
 )
-_META = ("ids", "keys", "agent", "project", "channel", "source")
+_META = ("ids", "keys", "times", "agent", "project", "channel", "source")
 
 
 def sums_path(vector_path: str | os.PathLike[str]) -> Path:

@@ -6,14 +6,15 @@ The format is defined in ``docs/vector-index.md``; ``rust/store.rs`` (reader) an
 Header, 128 bytes::
 
     0   8  magic b"CPVECIX1"        40  16  db_uid (16 raw bytes)
-    8   4  version u32 = 1          56   4  table u32 (0 memories, 1 episodes)
+    8   4  version u32 = 2          56   4  table u32 (0 memories, 1 episodes)
     12  4  dim u32 (>= 1)           60   4  dirty u32 (non-zero while a writer mutates)
     16  8  count u64 (slots used)   64   8  live u64 (slots not deleted)
     24  8  capacity u64 (>= count)  72  56  zero
     32  8  applied_seq i64
 
 Then, each at a 64-byte-aligned offset and sized by ``capacity``: ``ids`` i64, ``keys`` i64
-(``created_at`` in Unix seconds), ``agent``/``project``/``channel``/``source`` u64 scope hashes,
+(``created_at`` in Unix seconds), ``times`` i64 (the row's instant in microseconds,
+``cpersona.timerange.row_time``), ``agent``/``project``/``channel``/``source`` u64 scope hashes,
 ``flags`` u8 (bit 0 deleted, bit 1 foreign width), ``order`` u32 (``order[:count]`` lists slots
 by ``(key DESC, id DESC)``, newest first) and ``vectors`` f32 x dim, row-major. The file is
 exactly ``vectors_offset + capacity * dim * 4`` bytes.
@@ -37,8 +38,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from cpersona.timerange import NO_TIME
+
 MAGIC = b"CPVECIX1"
-VERSION = 1
+#: 2 added the ``times`` section; a file of another version is rebuilt.
+VERSION = 2
 HEADER_LEN = 128
 SECTION_ALIGN = 64
 FLAG_DELETED = 1
@@ -50,6 +54,7 @@ TABLE_EPISODES = 1
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("ids", "<i8"),
     ("keys", "<i8"),
+    ("times", "<i8"),
     ("agent", "<u8"),
     ("project", "<u8"),
     ("channel", "<u8"),
@@ -269,6 +274,7 @@ class VectorFileWriter:
         row_id: int,
         key: int,
         *,
+        time: int = NO_TIME,
         agent: int,
         project: int,
         channel: int,
@@ -280,6 +286,8 @@ class VectorFileWriter:
         Args:
             row_id: the SQLite row id.
             key: ``created_at`` as Unix seconds.
+            time: the row's instant key (``cpersona.timerange.row_time``); ``NO_TIME`` (in
+                no time range) when not given.
             agent, project, channel, source: scope hashes (``scope_hash``; source 0 = absent).
             vector: the row's embedding as float32. If its length is not ``dim`` the slot is
                 foreign-width: it keeps a zero vector and takes a scan position unscored.
@@ -293,6 +301,7 @@ class VectorFileWriter:
         v = self._views
         v["ids"][count] = row_id
         v["keys"][count] = key
+        v["times"][count] = time
         v["agent"][count] = agent
         v["project"][count] = project
         v["channel"][count] = channel
@@ -332,6 +341,7 @@ class VectorFileWriter:
         row_ids: npt.NDArray[np.int64],
         keys: npt.NDArray[np.int64],
         *,
+        times: npt.NDArray[np.int64] | None = None,
         agent: npt.NDArray[np.uint64],
         project: npt.NDArray[np.uint64],
         channel: npt.NDArray[np.uint64],
@@ -341,7 +351,8 @@ class VectorFileWriter:
         """Appends many full-width slots at once, then re-sorts ``order`` (for bulk loads).
 
         Args:
-            row_ids, keys, agent, project, channel, source: (m,) arrays, as in ``append``.
+            row_ids, keys, times, agent, project, channel, source: (m,) arrays, as in
+                ``append``.
             vectors: (m, dim) float32.
 
         Raises:
@@ -353,7 +364,10 @@ class VectorFileWriter:
             raise ValueError(f"vectors must be ({m}, {self.dim}), got {np.shape(vectors)}")
         if count + m > self.capacity:
             raise ValueError(f"{m} rows do not fit: {count} of {self.capacity} slots used")
-        columns: dict[str, npt.NDArray[Any]] = {"ids": row_ids, "keys": keys, "agent": agent}
+        if times is None:
+            times = np.full(m, NO_TIME, dtype=np.int64)
+        columns: dict[str, npt.NDArray[Any]] = {"ids": row_ids, "keys": keys, "times": times}
+        columns["agent"] = agent
         columns |= {"project": project, "channel": channel, "source": source, "vectors": vectors}
         for name, values in columns.items():
             self._views[name][count : count + m] = values

@@ -4,13 +4,16 @@ PostgreSQL one statement in the database (storage/pg/vectors.py), with no local 
 Every path computes the same thing (retrieval.md §4.2-4.3): the in-scope embedded rows
 ordered by (created_at DESC, id DESC), positions [0, window) scored into the near list and
 [window, reach) into the far list, each thresholded and cut to its k by (score DESC, position
-ASC). The result never depends on which path ran.
+ASC). A time-scoped scan (`Scope.span`) gives positions only to rows whose instant is in the
+range (cpersona.timerange), so a range in the past has a whole window of its own. The result
+never depends on which path ran.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +23,7 @@ from cpersona.models import ProjectFilter
 from cpersona.storage import Database
 from cpersona.storage import vectors as vector_sql
 from cpersona.storage.pg import vectors as pg_vector_sql
+from cpersona.timerange import TimeRange
 from cpersona.vectors.format import scope_hash
 from cpersona.vectors.index import VectorIndex
 
@@ -38,6 +42,7 @@ class Scope:
     project: ProjectFilter
     channel: str = ""
     source_prefix: str = ""
+    span: TimeRange | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,20 +101,13 @@ def scan_postgresql(
 ) -> Hits:
     """The window scan as one PostgreSQL statement (pgvector's inner product, exact)."""
     query = np.ascontiguousarray(query, dtype="<f4").reshape(-1)
-    found = pg_vector_sql.window_scan(
-        db,  # type: ignore[arg-type]  # dialect "postgresql" is a PgDatabase
-        table,
-        query.tobytes(),
-        scope.agent_id,
-        scope.project,
-        scope.channel,
-        scope.source_prefix,
-        window=window,
-        reach=reach,
-        threshold=threshold,
-        k=k,
-        far_k=far_k,
-    )
+    kw = {"window": window, "reach": reach, "threshold": threshold, "k": k, "far_k": far_k}
+    where = (scope.agent_id, scope.project, scope.channel, scope.source_prefix)
+    pg_db: Any = db  # dialect "postgresql" is a PgDatabase
+    if scope.span is None:
+        found = pg_vector_sql.window_scan(pg_db, table, query.tobytes(), *where, **kw)
+    else:
+        found = pg_vector_sql.span_scan(pg_db, table, query.tobytes(), *where, scope.span, **kw)
 
     def arrays(hits: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
         return (
@@ -201,6 +199,7 @@ def _scan_file(
                 far_k,
                 chunk_rows,
                 sums=sums,
+                **({} if scope.span is None else scope.span.kernel_args()),
             )
             return Hits(near_ids, near_scores, far_ids, far_scores)
     except StoreCorrupt as exc:
@@ -237,7 +236,14 @@ def scan_sqlite(
     span = max(window, reach)
     with vector_sql.snapshot(db):
         ids = vector_sql.window_ids(
-            db, table, scope.agent_id, scope.project, scope.channel, scope.source_prefix, span
+            db,
+            table,
+            scope.agent_id,
+            scope.project,
+            scope.channel,
+            scope.source_prefix,
+            span,
+            scope.span,
         )
         near = _score_region(db, table, ids[:window], 0, query, threshold, k, chunk_rows)
         far = (

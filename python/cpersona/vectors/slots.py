@@ -33,6 +33,7 @@ def append_row(
     slot = writer.append(
         row.id,
         row.key,
+        time=row.time,
         agent=scope_hash(row.agent_id),
         project=scope_hash(row.project_id),
         channel=scope_hash(row.channel),
@@ -70,6 +71,7 @@ def compare_slot(writer: VectorFileWriter, slot: int, row: IndexRow, table: str)
     out: list[str] = []
     expect = {
         "keys": row.key,
+        "times": row.time,
         "agent": scope_hash(row.agent_id),
         "project": scope_hash(row.project_id),
         "channel": scope_hash(row.channel),

@@ -9,25 +9,43 @@ from cpersona.credentials import tool_note
 from cpersona.memory import listing
 from cpersona.models import ProjectFilter
 from cpersona.server.registry import Annotations, ToolSpec
-from cpersona.server.tools.memory import SESSION_KEY, STR
+from cpersona.server.tools.memory import (
+    RANGE_DEFAULTS,
+    SESSION_KEY,
+    SINCE,
+    STR,
+    UNTIL,
+    span_of,
+)
+from cpersona.timerange import RangeError
 
 if TYPE_CHECKING:
     from cpersona.engine import Engine
 
 
 def _list_memories(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    try:
+        span = span_of(a)
+    except RangeError as exc:
+        return _memories_failure(str(exc))
     # Reads never refuse at the OC gate (surface.md §6.6); they only resolve and warn.
     gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=False)
+    project = ProjectFilter(gate.project_id)
     out = listing.list_memories(
-        engine.db, engine.settings, a["agent_id"], ProjectFilter(gate.project_id), a["limit"]
+        engine.db, engine.settings, a["agent_id"], project, a["limit"], span
     )
     return {**out, **gate.extra}
 
 
 def _list_episodes(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    try:
+        span = span_of(a)
+    except RangeError as exc:
+        return _episodes_failure(str(exc))
     gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=False)
+    project = ProjectFilter(gate.project_id)
     out = listing.list_episodes(
-        engine.db, engine.settings, a["agent_id"], ProjectFilter(gate.project_id), a["limit"]
+        engine.db, engine.settings, a["agent_id"], project, a["limit"], span
     )
     return {**out, **gate.extra}
 
@@ -94,11 +112,17 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 f"{preview} characters with `content_truncated`, `content_len` and a `ref` to "
                 "expand with get_contents. A successful read carries no `ok` key."
             ),
-            properties={"agent_id": STR, "limit": {"type": "integer"}, "project_id": STR},
+            properties={
+                "agent_id": STR,
+                "limit": {"type": "integer"},
+                "project_id": STR,
+                "since": SINCE,
+                "until": UNTIL,
+            },
             required=(),
             handler=_list_memories,
             annotations=Annotations(read_only=True),
-            defaults={"limit": 100, "project_id": None},
+            defaults={"limit": 100, "project_id": None, **RANGE_DEFAULTS},
             failure=_memories_failure,
         ),
         ToolSpec(
@@ -110,11 +134,17 @@ def tools(settings: Settings) -> list[ToolSpec]:
                 f"fields are cut to {preview} characters with a `ref`. A successful read carries "
                 "no `ok` key."
             ),
-            properties={"agent_id": STR, "limit": {"type": "integer"}, "project_id": STR},
+            properties={
+                "agent_id": STR,
+                "limit": {"type": "integer"},
+                "project_id": STR,
+                "since": SINCE,
+                "until": UNTIL,
+            },
             required=(),
             handler=_list_episodes,
             annotations=Annotations(read_only=True),
-            defaults={"limit": 50, "project_id": None},
+            defaults={"limit": 50, "project_id": None, **RANGE_DEFAULTS},
             failure=_episodes_failure,
         ),
     ]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from cpersona.config import Settings
 from cpersona.credentials import tool_note
 from cpersona.server.registry import Annotations, ToolSpec
+from cpersona.timerange import TimeRange, parse_range
 
 if TYPE_CHECKING:
     from cpersona.engine import Engine
@@ -16,6 +17,27 @@ SESSION_KEY = {
     "type": "string",
     "description": "Selects which persistence pause applies; never stored, never filters data.",
 }
+#: The time-scoped reads' arguments (issue 22; cpersona.timerange says what a row's time is).
+SINCE = {
+    "type": "string",
+    "description": "Only rows whose time is at or after this ISO-8601 instant or date "
+    "(any offset; none = UTC; a date = its 00:00 UTC).",
+}
+UNTIL = {
+    "type": "string",
+    "description": "Only rows whose time is before this ISO-8601 instant or date "
+    "(exclusive; read as since is).",
+}
+RANGE_DEFAULTS: dict[str, Any] = {"since": None, "until": None}
+
+
+def span_of(a: dict[str, Any]) -> TimeRange | None:
+    """The range a call's `since`/`until` name, None without either.
+
+    Raises:
+        RangeError: naming the argument that is no instant, or the reversed pair.
+    """
+    return parse_range(a.get("since"), a.get("until"))
 
 
 def _store(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:

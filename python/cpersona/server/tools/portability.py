@@ -10,8 +10,9 @@ from cpersona.config import Settings
 from cpersona.credentials import tool_note
 from cpersona.portability.import_ import failure_shape as import_failure
 from cpersona.server.registry import Annotations, ToolSpec
-from cpersona.server.tools.memory import SESSION_KEY, STR
+from cpersona.server.tools.memory import RANGE_DEFAULTS, SESSION_KEY, SINCE, STR, UNTIL, span_of
 from cpersona.session import marked
+from cpersona.timerange import RangeError
 
 if TYPE_CHECKING:
     from cpersona.engine import Engine
@@ -27,9 +28,13 @@ def _pause_state(engine: Engine, a: dict[str, Any]) -> str | None:
 
 
 def _export(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    try:
+        span = span_of(a)
+    except RangeError as exc:
+        return {"ok": False, "error": str(exc)}
     # Not gated by the pause: it writes a file, not rows (surface.md §8.1).
     return portability.export_memories(
-        engine, a["agent_id"], a["output_path"], a["include_embeddings"]
+        engine, a["agent_id"], a["output_path"], a["include_embeddings"], span=span
     )
 
 
@@ -161,10 +166,13 @@ def tools(settings: Settings) -> list[ToolSpec]:
                     "default": False,
                     "description": "Also write each row's vector (base64 float32).",
                 },
+                "since": SINCE,
+                "until": UNTIL,
             },
             required=("agent_id", "output_path"),
             handler=_export,
             annotations=Annotations(read_only=False, destructive=True),
+            defaults=RANGE_DEFAULTS,
         ),
         ToolSpec(
             name="import_memories",

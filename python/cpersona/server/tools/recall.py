@@ -10,8 +10,9 @@ from cpersona.operating_context import Gate
 from cpersona.retrieval import context as ctx
 from cpersona.retrieval import messages as msgs
 from cpersona.server.registry import Annotations, ToolSpec
-from cpersona.server.tools.memory import SESSION_KEY, STR
+from cpersona.server.tools.memory import RANGE_DEFAULTS, SESSION_KEY, SINCE, STR, UNTIL, span_of
 from cpersona.session import bucket
+from cpersona.timerange import RangeError, TimeRange
 
 if TYPE_CHECKING:
     from cpersona.engine import Engine
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
 LIMIT = {"type": "integer", "minimum": 0, "maximum": 100, "default": 10}
 
 
-def _request(engine: Engine, a: dict[str, Any], gate: Gate, exclude: list[str]) -> RecallRequest:
+def _request(
+    engine: Engine, a: dict[str, Any], gate: Gate, exclude: list[str], span: TimeRange | None
+) -> RecallRequest:
     # The pipeline (and numpy) loads with the first recall, not with tools/list.
     from cpersona.retrieval.pipeline import RecallRequest
 
@@ -36,7 +39,13 @@ def _request(engine: Engine, a: dict[str, Any], gate: Gate, exclude: list[str]) 
         session_key=a["session_key"],
         # While the caller's bucket is paused, recall-count bookkeeping is skipped (§10.3).
         paused=engine.pause.active(a["session_key"]) is not None,
+        span=span,
     )
+
+
+def _range_failure(exc: RangeError) -> dict[str, Any]:
+    # Refusals keep the documented collection key present (surface.md §1.3).
+    return {"ok": False, "messages": [], "error": str(exc)}
 
 
 def _gate(engine: Engine, a: dict[str, Any]) -> Gate:
@@ -71,8 +80,12 @@ def _envelope(
 
 
 def _recall(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+    try:
+        span = span_of(a)
+    except RangeError as exc:
+        return _range_failure(exc)
     gate = _gate(engine, a)
-    result = engine.recaller.recall(_request(engine, a, gate, list(a["exclude_contents"])))
+    result = engine.recaller.recall(_request(engine, a, gate, list(a["exclude_contents"]), span))
     messages = [msgs.message(r) for r in reversed(result.rows)]
     return _envelope(engine, a, gate, result, messages)
 
@@ -88,8 +101,12 @@ def _recall_with_context(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
             "messages": [],
             "error": f"external_context entries have fields that are not strings: {listed}",
         }
+    try:
+        span = span_of(a)
+    except RangeError as exc:
+        return _range_failure(exc)
     gate = _gate(engine, a)
-    result = engine.recaller.recall(_request(engine, a, gate, ctx.exclusions(entries)))
+    result = engine.recaller.recall(_request(engine, a, gate, ctx.exclusions(entries), span))
     recalled = [msgs.message(r) for r in reversed(result.rows)]
     conversation, other_roles = ctx.conversation(entries)
     merged = ctx.chronological(recalled + conversation)
@@ -121,12 +138,14 @@ def _recall_properties() -> dict[str, dict[str, Any]]:
         "source_id": STR,
         "full_content": {"type": "boolean"},
         "session_key": SESSION_KEY,
+        "since": SINCE,
+        "until": UNTIL,
     }
 
 
 def tools(settings: Settings) -> list[ToolSpec]:
     preview = settings.recall_preview_chars
-    defaults = {"limit": 10, "project_id": None}
+    defaults = {"limit": 10, "project_id": None, **RANGE_DEFAULTS}
     context_props = _recall_properties()
     del context_props["exclude_contents"]
     context_props["external_context"] = {
