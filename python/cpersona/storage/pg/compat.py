@@ -74,7 +74,11 @@ BEGIN
         END IF;
     END IF;
     ts := timestamp '1970-01-01 00:00:00' + (jd - 210866760000000) * interval '1 millisecond';
-    RETURN ARRAY[jd, extract(year FROM ts), extract(month FROM ts), extract(day FROM ts),
+    -- PostgreSQL numbers years BC without a year 0 (4714 BC is -4714); SQLite counts
+    -- astronomically (-4713).
+    RETURN ARRAY[jd, CASE WHEN extract(year FROM ts) < 0 THEN extract(year FROM ts) + 1
+                          ELSE extract(year FROM ts) END,
+                 extract(month FROM ts), extract(day FROM ts),
                  extract(hour FROM ts), extract(minute FROM ts),
                  (jd % 60000) / 1000.0];
 END
@@ -114,7 +118,10 @@ BEGIN
             WHEN 's' THEN (jd / 1000 - 210866760000)::text
             WHEN 'S' THEN lpad(trunc(f[7])::int::text, 2, '0')
             WHEN 'w' THEN (((jd + 129600000) / 86400000) % 7)::text
-            WHEN 'Y' THEN lpad(f[2]::int::text, 4, '0')
+            -- printf's %04d: four digits at least, never cut (lpad cuts), the sign counted
+            WHEN 'Y' THEN CASE WHEN f[2]::int < 0
+                THEN '-' || lpad((-f[2]::int)::text, greatest(3, length((-f[2]::int)::text)), '0')
+                ELSE lpad(f[2]::int::text, greatest(4, length(f[2]::int::text)), '0') END
             WHEN '%' THEN '%'
             ELSE NULL
         END;
