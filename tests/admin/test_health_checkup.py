@@ -16,14 +16,6 @@ import pytest
 from cpersona.engine import Engine
 from cpersona.health.checkup import main
 from health_support import plant
-from pg_support import pending_on_postgresql
-
-
-@pytest.fixture(autouse=True)
-def _health_on_postgresql(backend: str) -> None:
-    # The checkup CLI's report-only path opens the SQLite file read-only (health/checkup.py
-    # _read_only_context); its PostgreSQL path is not written yet (seam's report).
-    pending_on_postgresql(backend, "seam", "the checkup CLI's report-only run")
 
 
 @pytest.fixture(autouse=True)
@@ -45,19 +37,42 @@ def _database(make_engine: Callable[..., Engine], *damage: str) -> str:
     engine.writer.update_profile("a", "likes notes")
     plant(engine, "UPDATE memories SET embedding = NULL")
     plant(engine, *damage) if damage else None
-    path = engine.settings.db_path
+    target = _target(engine)
     engine.close()
-    return path
+    return target
+
+
+def _target(engine: Engine) -> str:
+    """What `--db` names: the SQLite file, or the PostgreSQL database's URL."""
+    return engine.settings.database_url or engine.settings.db_path
 
 
 def _digest(path: str) -> dict[str, str]:
     """Hashes of the database and of a non-empty WAL (SQLite itself may leave an empty WAL and
-    a shared-memory index behind a read-only WAL reader: they carry no data)."""
+    a shared-memory index behind a read-only WAL reader: they carry no data); on PostgreSQL,
+    of every row of every table of the database's schema."""
+    if path.startswith("postgresql://"):
+        return _pg_digest(path)
     out = {}
     for suffix in ("", "-wal"):
         file = Path(path + suffix)
         if file.exists() and file.stat().st_size:
             out[suffix] = hashlib.sha256(file.read_bytes()).hexdigest()
+    return out
+
+
+def _pg_digest(url: str) -> dict[str, str]:
+    import psycopg
+
+    out = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = "
+            "current_schema() AND table_type = 'BASE TABLE' ORDER BY 1"
+        ).fetchall()
+        for (table,) in tables:
+            rows = conn.execute(f'SELECT t::text FROM "{table}" t ORDER BY 1').fetchall()
+            out[table] = hashlib.sha256(repr(rows).encode()).hexdigest()
     return out
 
 
@@ -103,6 +118,9 @@ def test_checkup_degraded_is_one_and_json(
 
 
 def test_checkup_could_not_run_is_three(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Nothing listens on port 1: PostgreSQL cannot be reached.
+    assert main(["--db", "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"]) == 3
+    assert "could not run on postgresql://nobody@127.0.0.1:1/none" in capsys.readouterr().err
     missing = tmp_path / "nowhere.db"
     assert main(["--db", str(missing)]) == 3
     assert not missing.exists()  # report-only never creates a database
@@ -112,7 +130,9 @@ def test_checkup_could_not_run_is_three(tmp_path: Path, capsys: pytest.CaptureFi
     assert "could not run" in capsys.readouterr().err
 
 
-def test_checkup_opens_a_2_5_12_database_read_only(tmp_path: Path) -> None:
+def test_checkup_opens_a_2_5_12_database_read_only(tmp_path: Path, backend: str) -> None:
+    if backend == "postgresql":
+        pytest.skip("a CPersona 2.5.12 database is an SQLite file (migrate's tests move it)")
     fixture = Path("/work/shared/fixtures/cpersona-2.5.12-sample.db")
     if not fixture.exists():
         pytest.skip("the 2.5.12 fixture is not available")
@@ -129,8 +149,9 @@ def test_checkup_opens_a_2_5_12_database_read_only(tmp_path: Path) -> None:
 
 
 def test_checkup_as_a_module(make_engine: Callable[..., Engine]) -> None:
-    path = _database(make_engine)
-    env: dict[str, Any] = {**os.environ, "CPERSONA_DB_PATH": path}
+    target = _database(make_engine)
+    variable = "CPERSONA_DATABASE_URL" if target.startswith("postgresql://") else "CPERSONA_DB_PATH"
+    env: dict[str, Any] = {**os.environ, variable: target}
     done = subprocess.run(
         [sys.executable, "-m", "cpersona.checkup"],
         env=env,
@@ -151,19 +172,23 @@ def test_checkup_fix_redacts_stored_credentials_and_rewrites_the_index_files(
     token = "xoxb-" + "1234567890-" * 2 + "Ab3dEf6hIj9kLm2nOp5qRs8t"
     engine = make_engine(secrets="allow")
     engine.writer.store("a", {"content": f"slack bot {token}"}, "", "")
-    engine.warm_indexes()  # both index files exist and hold the row
-    path = engine.settings.db_path
+    engine.warm_indexes()  # the index files exist and hold the row
+    target = _target(engine)
+    # The full-text file first; PostgreSQL has no vector file (its full-text one is in this
+    # host's cache directory).
+    files = [
+        engine.fts["memories"].path,
+        *(i.path for t, i in engine.indexes.items() if t == "memories"),
+    ]
     engine.close()
-    assert main(["--db", path, "--json"]) == 1
+    assert main(["--db", target, "--json"]) == 1
     out = capsys.readouterr().out
     assert token not in out
     (found,) = [i for i in json.loads(out)["issues"] if i["check"] == "stored_credentials"]
     assert found["kinds"] == {"slack_token": 1} and found["sample_ids"] == [1]
-    fts = Path(f"{path}.memories.fts")
-    assert token.encode() in fts.read_bytes()  # what the fix must remove
-    assert main(["--db", path, "--fix", "--json"]) == 0
+    assert token.encode() in files[0].read_bytes()  # the full-text file: what the fix must remove
+    assert main(["--db", target, "--fix", "--json"]) == 0
     assert token not in capsys.readouterr().out
-    files = [fts, Path(f"{path}.memories.vec")]
     assert all(f.exists() for f in files)
     assert [f.name for f in files if token.encode() in f.read_bytes()] == []
     engine = make_engine()

@@ -31,7 +31,9 @@ def _parser() -> argparse.ArgumentParser:
         "1 degraded, 2 unhealthy, 3 could not run.",
     )
     p.add_argument(
-        "--db", help="database file (default: $CPERSONA_DB_PATH, else data/cpersona.db); must exist"
+        "--db",
+        help="database file, or a postgresql:// URL (default: $CPERSONA_DATABASE_URL, else "
+        "$CPERSONA_DB_PATH, else data/cpersona.db); must exist",
     )
     p.add_argument("--agent", default="", help="restrict agent-scoped checks to this agent")
     p.add_argument("--fix", action="store_true", help="apply repairs (default: report only)")
@@ -56,23 +58,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"cpersona checkup: {exc}", file=sys.stderr)
         return COULD_NOT_RUN
-    path = args.db or settings.db_path
-    if not args.db and "CPERSONA_DB_PATH" not in settings.explicit:
-        print(
-            f"cpersona checkup: using the default database {os.path.abspath(path)}", file=sys.stderr
-        )
-    if path == ":memory:" or not os.path.isfile(path):
-        print(f"cpersona checkup: no database file at {path}", file=sys.stderr)
-        return COULD_NOT_RUN
-    settings = dataclasses.replace(settings, db_path=path)
+    url = _database_url(args.db, settings)
+    if url is not None:  # PostgreSQL: CPERSONA_DATABASE_URL, or --db postgresql://...
+        from cpersona.storage import database_label
+
+        where = database_label(settings.db_path, url)
+        settings = dataclasses.replace(settings, database_url=url)
+    else:
+        path = args.db or settings.db_path
+        if not args.db and "CPERSONA_DB_PATH" not in settings.explicit:
+            print(
+                f"cpersona checkup: using the default database {os.path.abspath(path)}",
+                file=sys.stderr,
+            )
+        if path == ":memory:" or not os.path.isfile(path):
+            print(f"cpersona checkup: no database file at {path}", file=sys.stderr)
+            return COULD_NOT_RUN
+        where = path
+        settings = dataclasses.replace(settings, db_path=path, database_url=None)
     try:
         report = _run(settings, args)
     except Exception as exc:
-        from cpersona.storage.db import open_failure
+        from cpersona.storage import open_failure_reason
 
+        reason = open_failure_reason(settings.db_path, settings.database_url, exc)
         print(
-            f"cpersona checkup: the check could not run: {type(exc).__name__}: "
-            f"{open_failure(path, exc)}",
+            f"cpersona checkup: the check could not run on {where}: {type(exc).__name__}: {reason}",
             file=sys.stderr,
         )
         return COULD_NOT_RUN
@@ -82,6 +93,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         _print_human(report, code)
     return code
+
+
+def _database_url(given: str | None, settings: Settings) -> str | None:
+    """The PostgreSQL database to check: `--db` when it is a URL; without `--db`,
+    CPERSONA_DATABASE_URL. A `--db` file path wins over the environment's URL."""
+    if given:
+        return given if given.startswith(("postgresql://", "postgres://")) else None
+    return settings.database_url or None
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
@@ -135,23 +154,30 @@ def _read_only_context(settings: Settings, agent: str) -> Any:
     from cpersona.embedding import make_provider
     from cpersona.health.context import HealthContext
     from cpersona.operating_context import OperatingContext
-    from cpersona.retrieval.sidecar import Sidecar, sidecar_path
-    from cpersona.storage import Database
+    from cpersona.retrieval.sidecar import DatabaseSidecar, Sidecar, sidecar_path
     from cpersona.storage import health as sql
+    from cpersona.storage import open_read_only
     from cpersona.vectors.index import VectorIndex
 
-    db = Database(settings.db_path, read_only=True)
+    db = open_read_only(
+        settings.db_path, settings.database_url, connect_timeout=settings.pg_connect_timeout_seconds
+    )
     try:
         embedder = make_provider(settings)
         indexes = None
-        if sql.table_exists(sql.reading(db), "cpersona_meta"):
-            indexes = {t: VectorIndex(db, t) for t in ("memories", "episodes")}
+        sidecar: Sidecar
+        if settings.database_url:  # no vector files on PostgreSQL; calibration in the database
+            sidecar = DatabaseSidecar(db)
+        else:
+            sidecar = Sidecar(sidecar_path(settings.db_path))
+            if sql.table_exists(sql.reading(db), "cpersona_meta"):
+                indexes = {t: VectorIndex(db, t) for t in ("memories", "episodes")}
         return HealthContext(
             db=db,
             settings=settings,
             embedder=embedder if embedder.available else None,
             oc=OperatingContext(settings),
-            sidecar=Sidecar(sidecar_path(settings.db_path)),
+            sidecar=sidecar,
             indexes=indexes,
             read_only=True,
             agent_id=agent,

@@ -56,6 +56,30 @@ def _open_pg(
     return db
 
 
+def open_read_only(
+    path: str, database_url: str | None, *, connect_timeout: float | None = None
+) -> Database:
+    """The database for a report-only run (the checkup CLI): nothing is migrated, created or
+    written. SQLite opens the file read-only; PostgreSQL sessions are read-only
+    (`default_transaction_read_only`) and the cpersona schema must already be there."""
+    if not database_url:
+        return Database(path, read_only=True)
+    from cpersona.storage.pg.db import CONNECT_TIMEOUT, ConnectionFailed, PgDatabase
+
+    timeout = CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
+    db = PgDatabase(database_url, pool_size=2, read_only=True, connect_timeout=timeout)
+    try:
+        found = db.query("SELECT to_regclass('memories') IS NOT NULL")
+        if not found or not found[0][0]:
+            raise ConnectionFailed(
+                "it holds no cpersona tables (start a server on it once, or migrate into it)"
+            )
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
 def open_failure_reason(db_path: str, database_url: str | None, exc: BaseException) -> str:
     """Why the configured database could not be opened, in words an operator can act on (on
     SQLite, a full disk is named as such: SQLite itself says "disk I/O error")."""
