@@ -13,6 +13,8 @@ pub enum CoreError {
     InvalidArgument(String),
     /// A vector file that cannot be trusted, with the reason.
     Corrupt(String),
+    /// A full-text index (its records or a change record) that cannot be trusted.
+    CorruptFullText(String),
     Io(std::io::Error),
 }
 
@@ -24,6 +26,7 @@ impl fmt::Display for CoreError {
             }
             Self::InvalidArgument(msg) => write!(f, "{msg}"),
             Self::Corrupt(msg) => write!(f, "corrupt vector file: {msg}"),
+            Self::CorruptFullText(msg) => write!(f, "corrupt full-text index: {msg}"),
             Self::Io(err) => write!(f, "{err}"),
         }
     }

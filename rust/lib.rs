@@ -1,4 +1,5 @@
-//! The numeric core of cpersona: memory-mapped vector scans, top-k selection and rank fusion.
+//! The core of cpersona: memory-mapped vector scans, top-k selection, rank fusion, the
+//! full-text index and the e5 tokenizer.
 //!
 //! The pure modules hold all the logic and never import pyo3, so `cargo test` runs without
 //! Python: `error` (the one error type), `store` (the mmap'd index file), `scan` (dot kernels and
@@ -6,7 +7,9 @@
 //! (the full-text index: FTS5's trigram matching and bm25 over owned postings) and `unigram`
 //! (the e5 model's tokenizer). `py` is the only module that knows about Python, and it is built
 //! only under the `python` feature.
-//! Nothing here knows about `SQLite`, memory ids or users: it sees slots, scope hashes and scores.
+//! No database is opened here and nothing knows about users: the core sees slots, row ids,
+//! scope hashes, instants and scores. The full-text index reproduces `SQLite` FTS5's trigram
+//! matching and bm25 exactly (the tests compare it with FTS5), from postings it owns.
 
 pub mod error;
 pub mod fts;

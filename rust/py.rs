@@ -39,7 +39,9 @@ const _: () = assert!(
 impl From<CoreError> for PyErr {
     fn from(err: CoreError) -> PyErr {
         match err {
-            CoreError::Corrupt(_) => StoreCorrupt::new_err(err.to_string()),
+            CoreError::Corrupt(_) | CoreError::CorruptFullText(_) => {
+                StoreCorrupt::new_err(err.to_string())
+            }
             // pyo3 picks FileNotFoundError, PermissionError, ... from the error kind.
             CoreError::Io(io) => PyErr::from(io),
             CoreError::DimensionMismatch { .. } | CoreError::InvalidArgument(_) => {

@@ -162,14 +162,29 @@ mod x86 {
         std::array::from_fn(|r| finish(_mm256_add_ps(lo[r], hi[r]), rows[r], query, whole, dim))
     }
 
-    pub(super) fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-        // SAFETY: `kernel()` hands this out only after `is_x86_feature_detected!("avx2")`.
-        unsafe { dot_rows_avx2([a], b)[0] }
-    }
+    /// Proof that this CPU runs AVX2: `detect` is the only way to get one, so the kernels
+    /// that take it cannot be called where the instructions would fault.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Avx2(());
 
-    pub(super) fn dot4_avx2(rows: [&[f32]; BATCH], query: &[f32]) -> [f32; BATCH] {
-        // SAFETY: as `dot_avx2`.
-        unsafe { dot_rows_avx2(rows, query) }
+    impl Avx2 {
+        /// The proof, when the CPU has AVX2.
+        #[must_use]
+        pub fn detect() -> Option<Self> {
+            std::is_x86_feature_detected!("avx2").then_some(Self(()))
+        }
+
+        #[allow(clippy::unused_self, reason = "the proof is used by being passed")]
+        pub(super) fn dot(self, a: &[f32], b: &[f32]) -> f32 {
+            // SAFETY: `self` exists only where `detect` found AVX2.
+            unsafe { dot_rows_avx2([a], b)[0] }
+        }
+
+        #[allow(clippy::unused_self, reason = "the proof is used by being passed")]
+        pub(super) fn dot4(self, rows: [&[f32]; BATCH], query: &[f32]) -> [f32; BATCH] {
+            // SAFETY: as `dot`.
+            unsafe { dot_rows_avx2(rows, query) }
+        }
     }
 }
 
@@ -177,36 +192,73 @@ mod x86 {
 #[derive(Clone, Copy, Debug)]
 pub struct Kernel {
     pub name: &'static str,
-    pub dot: fn(&[f32], &[f32]) -> f32,
+    imp: Imp,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Imp {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2(x86::Avx2),
+}
+
+impl Kernel {
+    /// The kernel every CPU runs.
+    #[must_use]
+    pub const fn portable() -> Self {
+        Self {
+            name: "portable-f32x16",
+            imp: Imp::Portable,
+        }
+    }
+
+    /// The AVX2 kernel, when this CPU has AVX2.
+    #[must_use]
+    pub fn avx2() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(proof) = x86::Avx2::detect() {
+            return Some(Self {
+                name: "avx2-f32x16",
+                imp: Imp::Avx2(proof),
+            });
+        }
+        None
+    }
+
+    /// Dot product; slices of unequal length are cut to the shorter.
+    #[inline]
+    #[must_use]
+    pub fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+        match self.imp {
+            Imp::Portable => dot_portable(a, b),
+            #[cfg(target_arch = "x86_64")]
+            Imp::Avx2(proof) => proof.dot(a, b),
+        }
+    }
+
     /// `BATCH` rows against one query; each score bit for bit `dot`'s.
-    pub dot4: fn([&[f32]; BATCH], &[f32]) -> [f32; BATCH],
+    #[inline]
+    #[must_use]
+    pub fn dot4(&self, rows: [&[f32]; BATCH], query: &[f32]) -> [f32; BATCH] {
+        match self.imp {
+            Imp::Portable => dot4_portable(rows, query),
+            #[cfg(target_arch = "x86_64")]
+            Imp::Avx2(proof) => proof.dot4(rows, query),
+        }
+    }
 }
 
 /// Detects the CPU once and returns the kernel every scan uses.
 #[must_use]
 pub fn kernel() -> Kernel {
     static KERNEL: OnceLock<Kernel> = OnceLock::new();
-    *KERNEL.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") {
-            return Kernel {
-                name: "avx2-f32x16",
-                dot: x86::dot_avx2,
-                dot4: x86::dot4_avx2,
-            };
-        }
-        Kernel {
-            name: "portable-f32x16",
-            dot: dot_portable,
-            dot4: dot4_portable,
-        }
-    })
+    *KERNEL.get_or_init(|| Kernel::avx2().unwrap_or(Kernel::portable()))
 }
 
 /// Dot product with the fast kernel. Slices of unequal length are cut to the shorter.
 #[must_use]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    (kernel().dot)(a, b)
+    kernel().dot(a, b)
 }
 
 /// Scores every row of `rows` (row-major, `query.len()` wide) against `query`.
@@ -216,10 +268,10 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// of rows.
 pub fn scan_dot(rows: &[f32], query: &[f32]) -> Result<Vec<f32>, CoreError> {
     check_rows(rows, query)?;
-    let dot = kernel().dot;
+    let kernel = kernel();
     Ok(rows
         .chunks_exact(query.len())
-        .map(|row| dot(row, query))
+        .map(|row| kernel.dot(row, query))
         .collect())
 }
 
@@ -270,14 +322,14 @@ fn score_block(kernel: &Kernel, rows: &[f32], query: &[f32], mut keep: impl FnMu
         let (r0, rest) = batch.split_at(dim);
         let (r1, rest) = rest.split_at(dim);
         let (r2, r3) = rest.split_at(dim);
-        let scores = (kernel.dot4)([r0, r1, r2, r3], query);
+        let scores = kernel.dot4([r0, r1, r2, r3], query);
         for (j, score) in scores.into_iter().enumerate() {
             keep(i + j, score);
         }
         i += BATCH;
     }
     for row in batches.remainder().chunks_exact(dim) {
-        keep(i, (kernel.dot)(row, query));
+        keep(i, kernel.dot(row, query));
         i += 1;
     }
 }
@@ -703,7 +755,7 @@ fn score_positions(
         pending[held] = (position, slot);
         held += 1;
         if held == BATCH {
-            let scores = (kernel.dot4)(pending.map(|(_, slot)| row(slot)), ctx.query);
+            let scores = kernel.dot4(pending.map(|(_, slot)| row(slot)), ctx.query);
             for ((position, _), score) in pending.into_iter().zip(scores) {
                 keep(position, score);
             }
@@ -711,7 +763,7 @@ fn score_positions(
         }
     }
     for &(position, slot) in &pending[..held] {
-        keep(position, (kernel.dot)(row(slot), ctx.query));
+        keep(position, kernel.dot(row(slot), ctx.query));
     }
     None
 }
@@ -743,22 +795,9 @@ mod tests {
 
     /// Every kernel this CPU can run, the portable one first.
     fn kernels() -> Vec<Kernel> {
-        let mut all = vec![Kernel {
-            name: "portable-f32x16",
-            dot: dot_portable,
-            dot4: dot4_portable,
-        }];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx2") {
-                all.push(Kernel {
-                    name: "avx2-f32x16",
-                    dot: x86::dot_avx2,
-                    dot4: x86::dot4_avx2,
-                });
-            }
-        }
-        all
+        std::iter::once(Kernel::portable())
+            .chain(Kernel::avx2())
+            .collect()
     }
 
     #[test]
@@ -811,8 +850,8 @@ mod tests {
             let canon = |x: f32| if x.is_nan() { f32::NAN.to_bits() } else { x.to_bits() };
             let expected: Vec<u32> = rows.iter().map(|r| canon(dot_portable(r, query))).collect();
             for k in kernels() {
-                let four: Vec<u32> = (k.dot4)(rows, query).iter().map(|&s| canon(s)).collect();
-                let one: Vec<u32> = rows.iter().map(|r| canon((k.dot)(r, query))).collect();
+                let four: Vec<u32> = k.dot4(rows, query).iter().map(|&s| canon(s)).collect();
+                let one: Vec<u32> = rows.iter().map(|r| canon(k.dot(r, query))).collect();
                 prop_assert_eq!(&four, &expected, "{} dot4, dim {}", k.name, dim);
                 prop_assert_eq!(&one, &expected, "{} dot, dim {}", k.name, dim);
             }

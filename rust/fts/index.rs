@@ -587,7 +587,7 @@ pub fn parse_records(bytes: &[u8]) -> Result<Vec<Record>, CoreError> {
 }
 
 fn corrupt(msg: &str) -> CoreError {
-    CoreError::Corrupt(format!("full-text index: {msg}"))
+    CoreError::CorruptFullText(msg.to_owned())
 }
 
 struct Reader<'a> {
@@ -674,7 +674,7 @@ mod tests {
     }
 
     /// Every matching row scored in full, phrase by phrase in query order: the search
-    /// without MaxScore, for the property below.
+    /// without `MaxScore`, for the property below.
     fn brute_force(
         ix: &FtsIndex,
         terms: &[String],
@@ -689,16 +689,16 @@ mod tests {
             if !scope.times.admits(ix.slots[slot as usize].time) {
                 continue;
             }
-            let mut score = 0.0;
+            let mut total = 0.0;
             let mut any = false;
             for p in &phrases {
                 if let Some(tf) = p.tf_of(slot) {
                     any = true;
-                    score += contribution(idf(n_row, p.hits), tf, ix.sizes[slot as usize], avgdl);
+                    total += contribution(idf(n_row, p.hits), tf, ix.sizes[slot as usize], avgdl);
                 }
             }
             if any {
-                out.push((id, -score));
+                out.push((id, -total));
             }
         }
         out.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
