@@ -62,7 +62,13 @@ class Writer:
     def wait_for(self, more: int) -> None:
         """Block until `more` further acknowledgements arrive."""
         for _ in range(more):
-            ack = self.acks.get(timeout=WAIT)
+            try:
+                ack = self.acks.get(timeout=WAIT)
+            except queue.Empty:
+                stderr = self.stderr_path.read_text(errors="replace")[-3000:]
+                raise AssertionError(
+                    f"no acknowledgement for {WAIT} s (exit code {self.proc.poll()}): {stderr}"
+                ) from None
             self.seen[str(ack["acked"])] = str(ack["content"])
 
     def stop(self) -> None:
