@@ -158,7 +158,7 @@ def test_server_memory(benchmark, served_corpus, kernel, tmp_path, request) -> N
     index_bytes = sum(
         p.stat().st_size for p in corpus.files()[1:] if p.exists()
     )  # both tables' index files
-    base = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
+    base = {k: os.environ[k] for k in ("PATH", "HOME", "XDG_CACHE_HOME") if k in os.environ}
     latencies: list[float] = []
     samples: dict[str, dict[str, int]] = {}
     with embedding_stub(corpus.query()) as url:

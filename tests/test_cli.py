@@ -3,12 +3,12 @@ start-up with one line on stderr and no traceback."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from child_env import inherited
 from cpersona import __version__
 from cpersona.cli import main
 
@@ -18,7 +18,7 @@ TIMEOUT = 60
 def run(
     args: list[str], env: dict[str, str], tmp_path: Path, stdin: str = ""
 ) -> subprocess.CompletedProcess:
-    base = {k: os.environ[k] for k in ("PATH", "HOME", "SYSTEMROOT") if k in os.environ}
+    base = inherited("SYSTEMROOT")
     base.setdefault("CPERSONA_DB_PATH", str(tmp_path / "cli.db"))
     base["CPERSONA_EMBEDDING_MODE"] = "hashing"
     return subprocess.run(

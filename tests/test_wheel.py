@@ -72,8 +72,10 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """No PYTHONPATH, no source tree: what a user's shell has."""
-    keep = ("PATH", "HOME", "LANG", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CACHE_DIR")
+    """No PYTHONPATH, no source tree: what a user's shell has (and the run's own cache
+    directory, where the installed server records its handshake)."""
+    keep = ("PATH", "HOME", "LANG", "XDG_CACHE_HOME")
+    keep += ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CACHE_DIR")
     return {**{k: os.environ[k] for k in keep if k in os.environ}, **extra}
 
 

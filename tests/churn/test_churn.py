@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import anyio._backends._asyncio as anyio_asyncio
 import pytest
+from child_env import inherited
 from churn_support import (
     BURSTS,
     GAP,
@@ -89,7 +90,7 @@ class _PipedServer:
     """`cpersona` on stdio pipes with short-lived worker threads: pipelined JSON-RPC lines."""
 
     def __init__(self, db: Path) -> None:
-        env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+        env = inherited()
         env |= {"CPERSONA_DB_PATH": str(db), "CPERSONA_EMBEDDING_MODE": "hashing"}
         self.proc = subprocess.Popen(
             short_idle_argv(),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from child_env import inherited
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -33,11 +33,7 @@ class HttpServer:
     def __init__(self, workdir: Path, env: dict[str, str] | None = None, name: str = "server"):
         self.workdir = workdir
         self.db = workdir / f"{name}.db"
-        base = {
-            k: os.environ[k]
-            for k in ("PATH", "HOME", "SYSTEMROOT", "PYTHONPATH", "XDG_CACHE_HOME")
-            if k in os.environ
-        }
+        base = inherited("SYSTEMROOT")
         self.env = {
             **base,
             "CPERSONA_DB_PATH": str(self.db),

@@ -8,13 +8,13 @@ file refuses start-up; stdio runs as the principal `local`.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
+from child_env import inherited
 from cpersona.storage import open_database
 from http_support import WAIT, HttpServer, connect, initialize_body, post
 from mcp import Client, StdioServerParameters
@@ -216,7 +216,7 @@ async def test_http_acl_stdio_runs_as_local(tmp_path):
     path = acl_file(tmp_path / "acl.json", [
         {"client_id": "local", "token": None, "grants": {"alpha": "read-write"}}
     ])  # fmt: skip
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "XDG_CACHE_HOME") if k in os.environ}
+    env = inherited()
     env.update(
         {
             "CPERSONA_DB_PATH": str(tmp_path / "stdio.db"),

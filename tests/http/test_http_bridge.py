@@ -11,7 +11,6 @@ never exceed the bound; stdin EOF answers what is in flight, then exits 0. Every
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 
 import anyio
 import pytest
+from child_env import inherited
 from cpersona.server.tools import REGISTRATION_ORDER
 from http_support import WAIT, HttpServer
 from mcp import Client, StdioServerParameters
@@ -33,7 +33,7 @@ TOKEN = "bridge-token-0123"
 
 
 def bridge_env(url: str, token: str | None = TOKEN, **extra: str) -> dict[str, str]:
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+    env = inherited()
     env["CPERSONA_REMOTE_URL"] = url
     if token is not None:
         env["CPERSONA_AUTH_TOKEN"] = token

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from child_env import inherited
 from http_support import HttpServer, connect, post
 from oauth_support import RESOURCE, TestIssuer
 
@@ -339,7 +340,6 @@ def test_http_subjects_unparseable_ledger_refuses_start(tmp_path, issuer, text):
 
 @pytest.mark.anyio
 async def test_http_subjects_stdio_local_cannot_use_reserved_ids(tmp_path, issuer):
-    import os
     import sys
 
     from http_support import WAIT
@@ -348,7 +348,7 @@ async def test_http_subjects_stdio_local_cannot_use_reserved_ids(tmp_path, issue
     acl = tmp_path / "acl.json"
     rows = [*acl_rows(issuer), {"client_id": "local", "token": None, "grants": {"*": "read-write"}}]
     acl.write_text(json.dumps({"clients": rows}), encoding="utf-8")
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+    env = inherited()
     env.update({
         "CPERSONA_DB_PATH": str(tmp_path / "stdio.db"),
         "CPERSONA_EMBEDDING_MODE": "hashing",

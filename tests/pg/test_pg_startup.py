@@ -9,17 +9,14 @@ import sys
 from pathlib import Path
 
 import psycopg
+from child_env import inherited
 from pg_support import _server_uri, database_url
 
 TIMEOUT = 60.0
 
 
 def serve(url: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {
-        k: os.environ[k]
-        for k in ("PATH", "HOME", "PYTHONPATH", "XDG_CACHE_HOME")
-        if k in os.environ
-    }
+    env = inherited()
     env.update(
         CPERSONA_DB_PATH=str(tmp_path / "unused.db"),
         CPERSONA_EMBEDDING_MODE="hashing",

@@ -4,18 +4,18 @@ summary on stdout, progress of a long import on stderr, exit code 1 on a refusal
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+from child_env import inherited
 from portability_support import read_jsonl
 
 TIMEOUT = 120
 
 
 def run(args: list[str], db: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "SYSTEMROOT") if k in os.environ}
+    env = inherited("SYSTEMROOT")
     env.update(
         CPERSONA_DB_PATH=str(db),
         CPERSONA_EMBEDDING_MODE="hashing",

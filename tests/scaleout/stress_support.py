@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import re
 import signal
@@ -44,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from child_env import inherited
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -69,8 +69,7 @@ _REF = re.compile(r"^(mem|ep):(\d+)$")
 def base_env(target: str, cache: Path) -> dict[str, str]:
     """The environment every server gets: one database `target` (a PostgreSQL URL or a file
     path), its own cache directory, the hashing embedder (no model load), one BLAS thread."""
-    keep = ("PATH", "HOME", "PYTHONPATH", "LANG")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env = inherited("LANG")
     env.update({
         "CPERSONA_EMBEDDING_MODE": "hashing", "CPERSONA_CACHE_DIR": str(cache),
         "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "CPERSONA_LOG_LEVEL": "WARNING",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import signal
 import subprocess
@@ -13,6 +12,8 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+from child_env import inherited
 
 WAIT = 30.0  # seconds any single answer may take before the test fails (never a timing claim)
 PROTOCOL = "2025-06-18"
@@ -26,7 +27,7 @@ class RawServer:
     """`python -m cpersona` on pipes: write any line, read answers by JSON-RPC id."""
 
     def __init__(self, db: Path, extra_env: dict[str, str] | None = None) -> None:
-        env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+        env = inherited()
         env.update(extra_env or {})
         self.stderr_path = db.with_name(db.name + f".{id(self)}.stderr")
         self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()

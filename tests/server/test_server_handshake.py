@@ -10,13 +10,13 @@ answer came from the record is read from the server's debug log (never from a cl
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from child_env import inherited
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
 WAIT = 60.0  # seconds one exchange may take before the test fails (never a timing claim)
@@ -54,7 +54,7 @@ class Spawn:
     """One server process on `root`'s database and cache, spoken to line by line."""
 
     def __init__(self, root: Path, **env: str) -> None:
-        base = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+        base = inherited()
         base.update(
             CPERSONA_DB_PATH=str(root / "mem.db"),
             CPERSONA_EMBEDDING_MODE="hashing",

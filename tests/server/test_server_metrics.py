@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from child_env import inherited
 from cpersona.server.app import build_server
 from cpersona.server.metrics import Metrics
 from mcp import Client, StdioServerParameters
@@ -53,7 +53,7 @@ def wait_for(pattern: re.Pattern[str], path: Path) -> re.Match[str]:
 async def test_stdio_metrics_port_and_debug_timing_lines(tmp_path: Path):
     db = tmp_path / "mem.db"
     env = {
-        **{k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ},
+        **inherited(),
         "CPERSONA_DB_PATH": str(db),
         "CPERSONA_EMBEDDING_MODE": "hashing",
         "CPERSONA_METRICS_PORT": "0",

@@ -11,11 +11,12 @@ process ever imported. The same server given one tool call imports them (the con
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from child_env import inherited
 
 WAIT = 60.0  # seconds the whole exchange may take before the test fails (never a timing claim)
 
@@ -57,8 +58,7 @@ def serve(db: Path, messages: list[dict[str, Any]]) -> tuple[dict[int, Any], set
     """Sends `messages`, waits for every request's answer, then closes stdin.
 
     Returns the answers by id and every module the process imported."""
-    keep = ("PATH", "HOME", "PYTHONPATH", "XDG_CACHE_HOME")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env = inherited()
     env.update(CPERSONA_DB_PATH=str(db), CPERSONA_EMBEDDING_MODE="hashing")
     stderr = db.with_name("server.stderr")
     with open(stderr, "wb") as err:

@@ -8,7 +8,6 @@ open view refuses to listen beyond loopback."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from child_env import inherited
 from web_support import NOTES, WAIT, WebServer, fill, fingerprint
 
 TOKEN = "web-token-9d2f"
@@ -195,7 +195,7 @@ def test_an_acl_client_sees_only_the_agents_it_may_read(db: Path, tmp_path: Path
 
 
 def test_an_open_view_refuses_to_listen_beyond_loopback(db: Path):
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+    env = inherited()
     env.update({"CPERSONA_DB_PATH": str(db), "CPERSONA_EMBEDDING_MODE": "hashing"})
     out = subprocess.run(
         [sys.executable, "-m", "cpersona", "web", "--host", "0.0.0.0", "--port", "0"],
@@ -215,7 +215,7 @@ def test_an_open_view_refuses_to_listen_beyond_loopback(db: Path):
 
 @pytest.mark.parametrize("port", ["70000", "-1", "http"])
 def test_a_port_outside_the_tcp_range_is_a_usage_error(db: Path, port: str):
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+    env = inherited()
     env.update({"CPERSONA_DB_PATH": str(db), "CPERSONA_EMBEDDING_MODE": "hashing"})
     out = subprocess.run(
         [sys.executable, "-m", "cpersona", "web", "--port", port],

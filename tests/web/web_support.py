@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import sqlite3
@@ -12,6 +11,7 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+from child_env import inherited
 from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
@@ -51,7 +51,7 @@ def fingerprint(db: Path) -> list[tuple[object, ...]]:
 
 class WebServer:
     def __init__(self, db: Path, env: dict[str, str] | None = None) -> None:
-        base = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+        base = inherited()
         self.env = {
             **base,
             "CPERSONA_DB_PATH": str(db),
