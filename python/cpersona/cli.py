@@ -5,25 +5,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from cpersona import __version__
 from cpersona.config import Settings
-from cpersona.credentials import describe
 from cpersona.errors import ConfigError
 
 if TYPE_CHECKING:
     from cpersona.server.acl import AclConfig
 
 log = logging.getLogger("cpersona")
-
-REGISTER_HINT = (
-    'register with an MCP client: {"mcpServers": {"cpersona": {"command": "cpersona", '
-    '"env": {"CPERSONA_DB_PATH": "%s"}}}}'
-)
 
 
 def _port(text: str) -> int:
@@ -269,16 +262,3 @@ def _serve(settings: Settings, transport: str) -> int:
     # stdio calls run as the reserved principal `local` (surface.md §11.4).
     guard = Guard(acl, lambda: LOCAL, export_dir_set=bool(settings.export_dir))
     return serve_stdio(settings, authorize=guard, ledger=ledger)
-
-
-def banner(settings: Settings, embedder_name: str) -> str:
-    db = settings.db_path if settings.db_path == ":memory:" else os.path.abspath(settings.db_path)
-    return "\n".join(
-        [
-            f"cpersona {__version__}: MCP memory server on stdio (pid {os.getpid()})",
-            f"  database: {db}",
-            f"  embedder: {embedder_name} (loads on first use)",
-            f"  credentials: {describe(settings.secrets)}",
-            "  " + REGISTER_HINT % db,
-        ]
-    )

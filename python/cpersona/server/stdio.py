@@ -38,7 +38,7 @@ def serve_stdio(
 ) -> int:
     """Serve one client on stdin/stdout; `authorize` is the ACL guard in ACL mode, `ledger` the
     alias ledger when the ACL file has per-subject clients (their ids stay reserved here too)."""
-    from cpersona.cli import banner
+    from cpersona.server.banner import stdio_banner
 
     try:
         engine = Engine(settings)
@@ -62,7 +62,7 @@ def serve_stdio(
     # first answer (docs/performance.md, "Start-up").
     provider = settings.embedding_provider
     label = LOCAL_MODEL_NAMES.get(provider, provider)
-    print(banner(settings, label), file=sys.stderr, flush=True)
+    print(stdio_banner(settings, label), file=sys.stderr, flush=True)
     metrics = None
     if settings.metrics_port is not None:
         metrics = _serve_metrics(engine, settings.metrics_port)

@@ -25,7 +25,7 @@ from cpersona.errors import IndexObstructed, StoreCorrupt
 from cpersona.storage import vectors as vector_sql
 from cpersona.vectors import checksums
 from cpersona.vectors.format import SECTIONS, Layout, VectorFileWriter
-from cpersona.vectors.slots import append_row, release
+from cpersona.vectors.slots import HEADROOM, TABLE_CODES, append_row, release
 
 if TYPE_CHECKING:
     from cpersona.vectors.index import VectorIndex
@@ -85,7 +85,6 @@ def rebuild_online(index: VectorIndex) -> int:
     written into `<file>.heal<pid>` without it, from the log position read first; then,
     under the lock, what was logged meanwhile is applied to that file and it is renamed
     in. Returns the rows written."""
-    from cpersona.vectors.index import HEADROOM, TABLE_CODES  # the index imports this module
 
     db, table = index.db, index.table
     log_seq = vector_sql.max_seq(db)

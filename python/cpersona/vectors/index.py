@@ -39,21 +39,23 @@ from cpersona.vectors.format import (
     HEADER_DTYPE,
     HEADER_LEN,
     MAGIC,
-    TABLE_EPISODES,
-    TABLE_MEMORIES,
     VERSION,
     Layout,
     VectorFileWriter,
 )
-from cpersona.vectors.slots import append_row, compare_slot, live_slots, release
+from cpersona.vectors.slots import (
+    HEADROOM,
+    TABLE_CODES,
+    append_row,
+    compare_slot,
+    live_slots,
+    release,
+)
 
 log = logging.getLogger("cpersona.vectors")
 
 _T = TypeVar("_T")
 
-TABLE_CODES = {"memories": TABLE_MEMORIES, "episodes": TABLE_EPISODES}
-#: Slots allocated by a rebuild beyond the rows it writes, so the next writes need no growth.
-HEADROOM = 1024
 #: Rebuild instead of growing when at least this share of slots is deleted.
 COMPACT_RATIO = 0.5
 #: Applied log entries of a table kept before they are deleted.

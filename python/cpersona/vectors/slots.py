@@ -7,7 +7,18 @@ import numpy as np
 
 from cpersona.storage.vectors import IndexRow
 from cpersona.vectors import checksums
-from cpersona.vectors.format import FLAG_DELETED, VectorFileWriter, scope_hash
+from cpersona.vectors.format import (
+    FLAG_DELETED,
+    TABLE_EPISODES,
+    TABLE_MEMORIES,
+    VectorFileWriter,
+    scope_hash,
+)
+
+#: The header's table code of each table an index file may hold.
+TABLE_CODES = {"memories": TABLE_MEMORIES, "episodes": TABLE_EPISODES}
+#: Slots allocated by a rebuild beyond the rows it writes, so the next writes need no growth.
+HEADROOM = 1024
 
 
 def _vector(embedding: bytes) -> np.ndarray:
