@@ -1,4 +1,4 @@
-//! The one error type of the core. No pyo3 here: `py.rs` maps it to Python exceptions.
+//! The one error type of the core. No pyo3 here: `py/mod.rs` maps it to Python exceptions.
 
 use std::fmt;
 

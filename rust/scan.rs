@@ -473,6 +473,12 @@ pub fn scan_index(
     scan_index_checked(store, query, scope, params, None)
 }
 
+/// The sections a slot's content checksum covers: every 32-bit word of the vector, and both
+/// words of each other section's value (`slot_checksum`; `vectors/checksums.py` declares the same).
+pub const CHECKSUMMED: [&str; 8] = [
+    "vectors", "ids", "keys", "times", "agent", "project", "channel", "source",
+];
+
 /// The content checksum of `slot` (`docs/vector-index.md`, "Content checksums"): the wrapping
 /// `u32` sum of the little-endian 32-bit words of its vector and of its `ids`, `keys`, `times`,
 /// `agent`, `project`, `channel` and `source` values (two words each). Order-free and exact, so the

@@ -1,7 +1,9 @@
 //! The memory-mapped vector index file: open, validate, and hand out typed views.
 //!
-//! The layout is written down once, in `docs/vector-index.md`; the writer is
-//! `python/cpersona/vectors/format.py`. In short (all little-endian): a 128-byte header
+//! The layout is written down in `docs/vector-index.md`, and declared here as the tables
+//! `HEADER` and `SECTIONS` that this reader is written against; the writer and the numpy reader
+//! work from `python/cpersona/vectors/format.py`, whose declaration a test holds equal to these
+//! tables (`_core.layout()`, `tests/kernels/test_kernels_layout.py`). In short (all little-endian): a 128-byte header
 //! (magic `CPVECIX1`, version, dim, count, capacity, `applied_seq`, `db_uid`, table, dirty, live),
 //! then the sections `ids` i64, `keys` i64, `times` i64, `agent`/`project`/`channel`/`source` u64,
 //! `flags` u8,
@@ -20,6 +22,7 @@ use std::path::Path;
 use memmap2::Mmap;
 
 use crate::error::CoreError;
+use crate::layout::{Elem, Field};
 
 #[cfg(not(target_endian = "little"))]
 compile_error!(
@@ -49,6 +52,43 @@ const OFF_DB_UID: usize = 40;
 const OFF_TABLE: usize = 56;
 const OFF_DIRTY: usize = 60;
 const OFF_LIVE: usize = 64;
+const OFF_RESERVED: usize = 72;
+
+/// The header, field by field: it tiles `HEADER_LEN` (the reserved run is zero).
+pub const HEADER: [Field; 11] = [
+    Field::new("magic", 0, Elem::Text(8)),
+    Field::new("version", OFF_VERSION, Elem::U32),
+    Field::new("dim", OFF_DIM, Elem::U32),
+    Field::new("count", OFF_COUNT, Elem::U64),
+    Field::new("capacity", OFF_CAPACITY, Elem::U64),
+    Field::new("applied_seq", OFF_APPLIED_SEQ, Elem::I64),
+    Field::new("db_uid", OFF_DB_UID, Elem::Raw(16)),
+    Field::new("table", OFF_TABLE, Elem::U32),
+    Field::new("dirty", OFF_DIRTY, Elem::U32),
+    Field::new("live", OFF_LIVE, Elem::U64),
+    Field::new(
+        "reserved",
+        OFF_RESERVED,
+        Elem::Raw(HEADER_LEN - OFF_RESERVED),
+    ),
+];
+
+/// The sections in file order, each `capacity` entries of its element (`DIM_SECTION`'s entries
+/// are `dim` elements each), starting at the next multiple of `SECTION_ALIGN`.
+pub const SECTIONS: [(&str, Elem); 10] = [
+    ("ids", Elem::I64),
+    ("keys", Elem::I64),
+    ("times", Elem::I64),
+    ("agent", Elem::U64),
+    ("project", Elem::U64),
+    ("channel", Elem::U64),
+    ("source", Elem::U64),
+    ("flags", Elem::U8),
+    ("order", Elem::U32),
+    ("vectors", Elem::F32),
+];
+/// The section that holds `dim` elements per slot.
+pub const DIM_SECTION: &str = "vectors";
 
 /// Byte offsets of the sections for one `(dim, capacity)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,21 +114,19 @@ impl Layout {
         let dim = usize::try_from(dim).ok()?;
         let capacity = usize::try_from(capacity).ok()?;
         let mut end = HEADER_LEN;
-        let mut section = |elem_size: usize| -> Option<usize> {
+        let mut offsets = [0usize; SECTIONS.len()];
+        for (offset, &(name, elem)) in offsets.iter_mut().zip(&SECTIONS) {
+            let per_slot = if name == DIM_SECTION {
+                dim.checked_mul(elem.size())?
+            } else {
+                elem.size()
+            };
             let start = end.checked_next_multiple_of(SECTION_ALIGN)?;
-            end = start.checked_add(capacity.checked_mul(elem_size)?)?;
-            Some(start)
-        };
-        let ids = section(8)?;
-        let keys = section(8)?;
-        let times = section(8)?;
-        let agent = section(8)?;
-        let project = section(8)?;
-        let channel = section(8)?;
-        let source = section(8)?;
-        let flags = section(1)?;
-        let order = section(4)?;
-        let vectors = section(dim.checked_mul(4)?)?;
+            end = start.checked_add(capacity.checked_mul(per_slot)?)?;
+            *offset = start;
+        }
+        // In `SECTIONS` order (`sections_are_declared_in_file_order` checks the names).
+        let [ids, keys, times, agent, project, channel, source, flags, order, vectors] = offsets;
         Some(Self {
             ids,
             keys,
@@ -496,6 +534,33 @@ mod tests {
         assert!(offsets.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(layout.file_len, layout.vectors + 3 * 7 * 4);
         assert!(Layout::new(u64::MAX, u64::MAX).is_none());
+    }
+
+    #[test]
+    fn header_fields_tile_the_header() {
+        assert!(crate::layout::tiles(&HEADER, HEADER_LEN));
+        assert_eq!(HEADER[0].elem.size(), MAGIC.len());
+    }
+
+    #[test]
+    fn sections_are_declared_in_file_order() {
+        // The names `Layout::new` destructures its offsets into, and the element each typed
+        // view of `Store` reads, in the order the declaration lists them.
+        let read = [
+            ("ids", size_of::<i64>()),
+            ("keys", size_of::<i64>()),
+            ("times", size_of::<i64>()),
+            ("agent", size_of::<u64>()),
+            ("project", size_of::<u64>()),
+            ("channel", size_of::<u64>()),
+            ("source", size_of::<u64>()),
+            ("flags", size_of::<u8>()),
+            ("order", size_of::<u32>()),
+            ("vectors", size_of::<f32>()),
+        ];
+        let declared = SECTIONS.map(|(name, elem)| (name, elem.size()));
+        assert_eq!(declared, read);
+        assert_eq!(SECTIONS[SECTIONS.len() - 1].0, DIM_SECTION);
     }
 
     #[test]

@@ -1,8 +1,8 @@
-"""Stubs for the Rust extension `cpersona._core` (rust/py.rs); `_fallback` is its numpy twin."""
+"""Stubs for the Rust extension `cpersona._core` (rust/py/); `_fallback` is its numpy twin."""
 
 import os
 from collections.abc import Sequence
-from typing import final
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,7 @@ __all__ = [
     "VectorIndex",
     "__version__",
     "fts_fold",
+    "layout",
     "merge_top_k",
     "rrf",
     "rsf",
@@ -156,3 +157,7 @@ class Unigram:
         """The normalised text the split runs over (spaces as U+2581)."""
     def encode(self, text: str) -> list[int]:
         """Piece ids of text, without start and end tokens."""
+
+def layout() -> dict[str, dict[str, Any]]:
+    """The file layouts this core reads (the vector file, the full-text change records), dtypes
+    as numpy names them; `_fallback.layout()` gives the Python declarations in the same shape."""

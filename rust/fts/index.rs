@@ -19,6 +19,7 @@ use memchr::memmem::Finder;
 
 use super::fold::{fold_text, occurrences, token_count, trigrams};
 use crate::error::CoreError;
+use crate::layout::Elem;
 use crate::scan::Scope;
 
 const K1: f64 = 1.2;
@@ -532,7 +533,27 @@ fn gallop(list: &[u32], pos: &mut usize, target: u32) -> bool {
     lo < list.len() && list[lo] == target
 }
 
-/// Parse change records (the file format of docs/fts-index.md).
+/// Each change record is its body's length, then the body: a put's or a delete's fields.
+pub const RECORD_LENGTH: Elem = Elem::U32;
+/// The `op` of a put (the row as it is now) and of a delete (the row is gone).
+pub const OP_PUT: u8 = 1;
+pub const OP_DELETE: u8 = 2;
+/// A put's fixed fields in order; `columns` texts follow, each `COLUMN_LENGTH` bytes then UTF-8.
+pub const PUT_FIELDS: [(&str, Elem); 9] = [
+    ("op", Elem::U8),
+    ("id", Elem::I64),
+    ("agent", Elem::U64),
+    ("project", Elem::U64),
+    ("channel", Elem::U64),
+    ("source", Elem::U64),
+    ("key", Elem::I64),
+    ("time", Elem::I64),
+    ("columns", Elem::U8),
+];
+pub const COLUMN_LENGTH: Elem = Elem::U32;
+pub const DELETE_FIELDS: [(&str, Elem); 2] = [("op", Elem::U8), ("id", Elem::I64)];
+
+/// Parse change records (the file format of docs/fts-index.md; `PUT_FIELDS`, `DELETE_FIELDS`).
 ///
 /// # Errors
 /// `Corrupt` when a record is cut short or malformed.
@@ -548,7 +569,7 @@ pub fn parse_records(bytes: &[u8]) -> Result<Vec<Record>, CoreError> {
         let op = r.u8()?;
         let id = r.u64()? as i64;
         let record = match op {
-            1 => {
+            OP_PUT => {
                 let agent = r.u64()?;
                 let project = r.u64()?;
                 let channel = r.u64()?;
@@ -575,7 +596,7 @@ pub fn parse_records(bytes: &[u8]) -> Result<Vec<Record>, CoreError> {
                     columns,
                 })
             }
-            2 => Record::Delete(id),
+            OP_DELETE => Record::Delete(id),
             _ => return Err(corrupt("unknown record type")),
         };
         if r.pos != end {
@@ -671,6 +692,66 @@ mod tests {
         bytes.extend(&body);
         assert_eq!(parse_records(&bytes).unwrap(), vec![Record::Delete(5)]);
         assert!(parse_records(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    /// A record written field by field from a declaration, each field's value looked up by name.
+    fn declared_record(
+        fields: &[(&str, Elem)],
+        value: impl Fn(&str) -> u64,
+        tail: &[u8],
+    ) -> Vec<u8> {
+        let mut body: Vec<u8> = Vec::new();
+        for &(name, elem) in fields {
+            body.extend(&value(name).to_le_bytes()[..elem.size()]);
+        }
+        body.extend(tail);
+        let mut out = (body.len() as u32).to_le_bytes()[..RECORD_LENGTH.size()].to_vec();
+        out.extend(body);
+        out
+    }
+
+    #[test]
+    fn the_parser_reads_the_declared_fields() {
+        let put = |name: &str| match name {
+            "op" => u64::from(OP_PUT),
+            "id" => 3,
+            "agent" => 11,
+            "project" => 12,
+            "channel" => 13,
+            "source" => 14,
+            "key" => 15,
+            "time" => (-16i64) as u64,
+            "columns" => 2,
+            other => panic!("a put field the test does not know: {other}"),
+        };
+        let mut tail = Vec::new();
+        for text in ["ab", "cde"] {
+            tail.extend(&(text.len() as u32).to_le_bytes()[..COLUMN_LENGTH.size()]);
+            tail.extend(text.as_bytes());
+        }
+        let mut bytes = declared_record(&PUT_FIELDS, put, &tail);
+        let delete = |name: &str| {
+            if name == "op" {
+                u64::from(OP_DELETE)
+            } else {
+                9
+            }
+        };
+        bytes.extend(declared_record(&DELETE_FIELDS, delete, &[]));
+        let want = Doc {
+            id: 3,
+            agent: 11,
+            project: 12,
+            channel: 13,
+            source: 14,
+            key: 15,
+            time: -16,
+            columns: vec!["ab".into(), "cde".into()],
+        };
+        assert_eq!(
+            parse_records(&bytes).unwrap(),
+            vec![Record::Put(want), Record::Delete(9)]
+        );
     }
 
     /// Every matching row scored in full, phrase by phrase in query order: the search

@@ -11,7 +11,16 @@ from cpersona import _backend, _fallback
 
 F32, I64, U64 = np.float32, np.int64, np.uint64
 
-KERNEL_API = ["scan_dot", "top_k", "scan_chunk", "merge_top_k", "rrf", "rsf", "VectorIndex"]
+KERNEL_API = [
+    "scan_dot",
+    "top_k",
+    "scan_chunk",
+    "merge_top_k",
+    "rrf",
+    "rsf",
+    "VectorIndex",
+    "layout",
+]
 CONSTANTS = ["__version__", "DEBUG_BUILD", "KERNEL", "DEFAULT_CHUNK_ROWS"]
 INDEX_PROPERTIES = ["dim", "capacity", "count", "live", "applied_seq", "dirty", "table", "db_uid"]
 
@@ -34,7 +43,9 @@ def test_surface_names_match(rust: ModuleType) -> None:
     assert isinstance(rust.KERNEL, str) and isinstance(rust.DEBUG_BUILD, bool)
 
 
-@pytest.mark.parametrize("name", ["scan_dot", "top_k", "scan_chunk", "merge_top_k", "rrf", "rsf"])
+@pytest.mark.parametrize(
+    "name", ["scan_dot", "top_k", "scan_chunk", "merge_top_k", "rrf", "rsf", "layout"]
+)
 def test_function_signatures_match(rust: ModuleType, name: str) -> None:
     assert params(getattr(rust, name)) == params(getattr(_fallback, name))
 

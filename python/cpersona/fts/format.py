@@ -1,6 +1,10 @@
 """The full-text index file: a header and an append-only area of change records.
 
-The layout is docs/fts-index.md; `rust/fts/index.rs` parses the records.
+The layout is docs/fts-index.md. The change records are declared here once for Python
+(`RECORD_LENGTH`, `OP_PUT`, `OP_DELETE`, `PUT_FIELDS`, `COLUMN_LENGTH`, `DELETE_FIELDS`; the
+writer's structs are built from them) and once for Rust, as the tables `rust/fts/index.rs`
+parses them by; `tests/kernels/test_kernels_layout.py` holds the two equal through
+`_core.layout()`. The header is read and written by Python only.
 """
 
 from __future__ import annotations
@@ -24,9 +28,38 @@ HEADER_LEN = 128
 TABLE_CODES = {"memories": 0, "episodes": 1}
 # magic, version, table, applied_seq, db_uid, dirty, generation, end, records, live
 _HEADER = struct.Struct("<8sIIq16sIIQQQ")
-_PUT = struct.Struct("<BqQQQQqqB")
-_DELETE = struct.Struct("<Bq")
-_U32 = struct.Struct("<I")
+
+#: Each record is its body's length, then the body: a put's or a delete's fields in order.
+RECORD_LENGTH = "<u4"
+OP_PUT = 1
+OP_DELETE = 2
+#: A put's fixed fields; `columns` texts follow, each a `COLUMN_LENGTH` byte count, then UTF-8.
+PUT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("op", "|u1"),
+    ("id", "<i8"),
+    ("agent", "<u8"),
+    ("project", "<u8"),
+    ("channel", "<u8"),
+    ("source", "<u8"),
+    ("key", "<i8"),
+    ("time", "<i8"),
+    ("columns", "|u1"),
+)
+COLUMN_LENGTH = "<u4"
+DELETE_FIELDS: tuple[tuple[str, str], ...] = (("op", "|u1"), ("id", "<i8"))
+
+#: struct's letter for each little-endian dtype the declarations use.
+_STRUCT_CODES = {"|u1": "B", "<u4": "I", "<i8": "q", "<u8": "Q"}
+
+
+def _struct(*dtypes: str) -> struct.Struct:
+    return struct.Struct("<" + "".join(_STRUCT_CODES[d] for d in dtypes))
+
+
+_PUT = _struct(*(dtype for _, dtype in PUT_FIELDS))
+_DELETE = _struct(*(dtype for _, dtype in DELETE_FIELDS))
+_LENGTH = _struct(RECORD_LENGTH)
+_COLUMN_LENGTH = _struct(COLUMN_LENGTH)
 OFF_DIRTY = 40
 
 
@@ -74,7 +107,7 @@ class Header:
 def put_record(row: FtsRow) -> bytes:
     texts = [c.encode("utf-8") for c in row.columns]
     body = _PUT.pack(
-        1,
+        OP_PUT,
         row.id,
         _scope_hash(row.agent_id),
         _scope_hash(row.project_id),
@@ -83,13 +116,13 @@ def put_record(row: FtsRow) -> bytes:
         row.key,
         row.time,
         len(texts),
-    ) + b"".join(_U32.pack(len(t)) + t for t in texts)
-    return _U32.pack(len(body)) + body
+    ) + b"".join(_COLUMN_LENGTH.pack(len(t)) + t for t in texts)
+    return _LENGTH.pack(len(body)) + body
 
 
 def delete_record(row_id: int) -> bytes:
-    body = _DELETE.pack(2, row_id)
-    return _U32.pack(len(body)) + body
+    body = _DELETE.pack(OP_DELETE, row_id)
+    return _LENGTH.pack(len(body)) + body
 
 
 def records_for(row_ids: Iterable[int], rows: dict[int, FtsRow]) -> bytes:

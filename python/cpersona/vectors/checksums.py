@@ -4,7 +4,7 @@ The header of a vector file says whether its structure can be trusted; nothing i
 whether the bytes of a slot are still the bytes its writer put there (issue 21: a vector body
 overwritten in place changed answers while `cpersona index verify` saw the damage). So every
 slot has a checksum, written by the writer when it writes the slot, and the scan checks each
-slot it scores against it before the score counts (`rust/scan.rs`, `_fallback.VectorIndex`).
+slot it scores against it before the score counts (`rust/scan.rs`, `_fallback.vectors.VectorIndex`).
 
 The checksum of a slot is the wrapping u32 sum of the little-endian 32-bit words of its vector
 and of its `ids`, `keys`, `times`, `agent`, `project`, `channel` and `source` values (two words
@@ -46,7 +46,9 @@ _HEADER = np.dtype(
         ("db_uid", "V16"),
     ]
 )
-_META = ("ids", "keys", "times", "agent", "project", "channel", "source")
+#: The sections a slot's checksum covers: every word of its vector, then both words of each
+#: other value (`rust/scan.rs` declares the same as `CHECKSUMMED`; a test holds them equal).
+CHECKSUMMED = ("vectors", "ids", "keys", "times", "agent", "project", "channel", "source")
 
 
 def sums_path(vector_path: str | os.PathLike[str]) -> Path:
@@ -56,12 +58,13 @@ def sums_path(vector_path: str | os.PathLike[str]) -> Path:
 
 def slot_sums(views: dict[str, Any], slots: np.ndarray | slice) -> np.ndarray:
     """The checksums (uint32) of `slots` of a file whose sections are `views` (capacity-long
-    arrays, as `VectorFileWriter._views` or `_fallback.VectorIndex._views` hold them). A slice
-    reads the mapping in place; an index array gathers."""
+    arrays, as `VectorFileWriter._views` or `_fallback.vectors.VectorIndex._views` hold them).
+    A slice reads the mapping in place; an index array gathers."""
     # uint32 arithmetic wraps, and wrapping addition is associative: numpy's pairwise sums
     # give the same value as the kernels' running sum.
-    total = views["vectors"][slots].view("<u4").sum(axis=1, dtype=np.uint32)
-    for name in _META:
+    vectors, *values = CHECKSUMMED
+    total = views[vectors][slots].view("<u4").sum(axis=1, dtype=np.uint32)
+    for name in values:
         words = views[name][slots].view("<u4")
         total += words[0::2]
         total += words[1::2]

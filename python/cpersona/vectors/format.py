@@ -1,7 +1,11 @@
 """The vector index file: layout constants, scope hashing and the writer.
 
-The format is defined in ``docs/vector-index.md``; ``rust/store.rs`` (reader) and this module
-(writer) mirror it. All integers are little-endian.
+The format is described in ``docs/vector-index.md`` and declared here, once for Python: the
+writer below, the numpy reader (``cpersona._fallback.vectors``), the checksums and the health
+checks all work from these constants. The Rust reader declares the same as tables
+(``rust/store.rs``: ``HEADER``, ``SECTIONS``); ``_core.layout()`` exports them and
+``tests/kernels/test_kernels_layout.py`` holds them equal to this declaration, so a change made
+on one side only fails a test. All integers are little-endian.
 
 Header, 128 bytes::
 
@@ -63,6 +67,8 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("order", "<u4"),
     ("vectors", "<f4"),
 )
+#: The section that holds `dim` elements per slot.
+DIM_SECTION = "vectors"
 
 HEADER_DTYPE = np.dtype(
     [
@@ -107,7 +113,7 @@ class Layout:
         end = HEADER_LEN
         for name, dtype in SECTIONS:
             start = -(-end // SECTION_ALIGN) * SECTION_ALIGN
-            per_slot = np.dtype(dtype).itemsize * (dim if name == "vectors" else 1)
+            per_slot = np.dtype(dtype).itemsize * (dim if name == DIM_SECTION else 1)
             offsets[name] = start
             end = start + capacity * per_slot
         return cls(dim=dim, capacity=capacity, offsets=offsets, file_len=end)
@@ -128,11 +134,12 @@ class Header:
     live: int
 
 
-def _section_views(mm: np.memmap[Any, Any], layout: Layout) -> dict[str, np.ndarray[Any, Any]]:
+def section_views(mm: np.memmap[Any, Any], layout: Layout) -> dict[str, np.ndarray[Any, Any]]:
+    """Every section of the mapping `mm` as a capacity-long array (`dim` wide for vectors)."""
     views: dict[str, np.ndarray[Any, Any]] = {}
     for name, dtype in SECTIONS:
         shape: tuple[int, ...] = (layout.capacity,)
-        if name == "vectors":
+        if name == DIM_SECTION:
             shape = (layout.capacity, layout.dim)
         views[name] = np.ndarray(shape, dtype=dtype, buffer=mm, offset=layout.offsets[name])
     return views
@@ -178,7 +185,7 @@ class VectorFileWriter:
         if bytes(self._hdr["magic"]) != MAGIC:
             raise ValueError(f"{self.path} is not a cpersona vector file")
         self.layout = Layout.of(int(self._hdr["dim"]), int(self._hdr["capacity"]))
-        self._views = _section_views(self._mm, self.layout)
+        self._views = section_views(self._mm, self.layout)
 
     @classmethod
     def create(
