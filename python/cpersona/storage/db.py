@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cpersona.storage.errors import DISK_FULL, is_disk_full
+from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Capabilities, Params, Row, Store
 from cpersona.timerange import TimeRange, first_in_span
 
@@ -362,7 +363,7 @@ def newest(
     """Rows of `table` newest first by (created_at DESC, id DESC), one agent's or all agents';
     `offset` rows of that order skipped (a page of a listing). With `span`, only rows whose
     instant it admits (cpersona.timerange; `columns` must name the stamp and `created_at`)."""
-    where, params = project.sql()
+    where, params = project_where(project)
     sql = f"SELECT {columns} FROM {quote_identifier(table)} WHERE {where}"
     args: list[object] = list(params)
     if agent_id is not None:

@@ -10,6 +10,7 @@ from typing import cast
 from cpersona.errors import FullTextUnavailable
 from cpersona.models import ProjectFilter
 from cpersona.storage.errors import translating
+from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Connection, Row, Store
 from cpersona.timerange import TimeRange, first_in_span
 
@@ -32,7 +33,7 @@ class ScopeSql:
         p = f"{alias}." if alias else ""
         parts = [f"{p}agent_id = ?"]
         params: list[object] = [self.agent_id]
-        pw, pp = self.project.sql(f"{p}project_id")
+        pw, pp = project_where(self.project, f"{p}project_id")
         parts.append(pw)
         params.extend(pp)
         if self.channel:

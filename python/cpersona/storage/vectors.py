@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from cpersona.models import ProjectFilter
 from cpersona.storage.change_log import ChangeLog, Changes
+from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Row, Store
 from cpersona.timerange import TimeRange, first_in_span, row_time
 
@@ -152,7 +153,7 @@ def window_ids(
     """
     where = ["agent_id = ?", f"id NOT IN (SELECT id FROM {_check(table)} WHERE embedding IS NULL)"]
     params: list[object] = [agent_id]
-    pw, pp = project.sql()
+    pw, pp = project_where(project)
     where.append(pw)
     params.extend(pp)
     if channel:
