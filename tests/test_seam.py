@@ -1,7 +1,9 @@
 """The storage seam (issue 12 item 1, docs/architecture.md "Storage seam") holds: nothing
 above python/cpersona/storage/ imports the SQLite driver, runs SQL, opens a connection or a
-transaction, or writes SQL text; tool handlers take the typed Engine; portability/ does not
-import the Engine it is wired by."""
+transaction, or writes SQL text; nor does it import a backend's package (storage.pg) or ask
+which backend runs (`.dialect`): it asks the store's capabilities (issue 18 item 1,
+docs/architecture.md "Storage interface"); tool handlers take the typed Engine; portability/
+does not import the Engine it is wired by."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ DRIVER_CALLS = {
     "write_connection",
     "query_one",
 }
+#: The backends' own packages under storage/: only storage/ may import them.
+BACKEND_PACKAGES = ("cpersona.storage.pg",)
 #: `.query(` is also the model router's (`router.query()`): only a database's is refused.
 DB_NAMES = {"db", "_db", "database"}
 SQL_TEXT = re.compile(
@@ -44,14 +48,26 @@ def _receiver(node: ast.expr) -> str:
     return ""
 
 
+def _backend_module(name: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in BACKEND_PACKAGES)
+
+
 def violations(source: str) -> list[str]:
     """What in `source` (a module above storage/) crosses the seam, one line each."""
     out = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             out += [f"import {a.name}" for a in node.names if a.name.split(".")[0] == "sqlite3"]
+            out += [f"import {a.name}" for a in node.names if _backend_module(a.name)]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlite3":
             out.append(f"from {node.module} import")
+        elif isinstance(node, ast.ImportFrom) and (
+            _backend_module(node.module or "")
+            or any(_backend_module(f"{node.module}.{a.name}") for a in node.names)
+        ):
+            out.append(f"from {node.module} import {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Attribute) and node.attr == "dialect":
+            out.append(".dialect")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             name = node.func.attr
             if name in DRIVER_CALLS or (name == "query" and _receiver(node.func.value) in DB_NAMES):
@@ -87,6 +103,29 @@ def test_the_checker_sees_each_kind_of_crossing() -> None:
     assert ".in_transaction" in found and ".reader(" in found
     assert any(v.startswith("SQL text") for v in found)
     assert violations("router.query()\nx = 'Select the best rows'\n") == []
+
+
+def test_the_checker_sees_a_backend_asked_for() -> None:
+    bad = (
+        "import cpersona.storage.pg.db\n"
+        "from cpersona.storage.pg import vectors\n"
+        "from cpersona.storage.pg.db import redact\n"
+        "from cpersona.storage import pg\n"
+        "local = engine.db.dialect == 'sqlite'\n"
+    )
+    assert violations(bad) == [
+        "import cpersona.storage.pg.db",
+        "from cpersona.storage.pg import vectors",
+        "from cpersona.storage.pg.db import redact",
+        "from cpersona.storage import pg",
+        ".dialect",
+    ]
+    fine = (
+        "from cpersona.storage import database_scan, vectors\n"
+        "from cpersona.storage.pgx import y\n"
+        "local = engine.db.capabilities.vector_arm == 'index_file'\n"
+    )
+    assert violations(fine) == []
 
 
 @pytest.mark.parametrize("path", _above_storage(), ids=lambda p: str(p.relative_to(PACKAGE)))

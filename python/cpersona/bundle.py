@@ -30,8 +30,8 @@ from cpersona import __version__
 from cpersona.config import Settings
 from cpersona.retrieval.sidecar import sidecar_path
 from cpersona.storage import backup as sqlite_backup
+from cpersona.storage import database_label
 from cpersona.storage.errors import StorageError
-from cpersona.storage.pg.db import redact
 from cpersona.vectors.index import TABLE_CODES, index_file
 
 MANIFEST = "manifest.json"
@@ -127,7 +127,8 @@ def create(
     """
     if db_path is None and settings.database_url:
         raise BundleError(
-            f"the database is PostgreSQL ({redact(settings.database_url)}): back it up "
+            "the database is PostgreSQL "
+            f"({database_label(settings.db_path, settings.database_url)}): back it up "
             "with pg_dump, pg_basebackup or your provider's snapshots (docs/scale-out.md)"
         )
     source = db_path or settings.db_path

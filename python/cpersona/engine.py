@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from cpersona.config import Settings
 from cpersona.operating_context import OperatingContext
 from cpersona.session import Pauses
-from cpersona.storage import Database, open_database
+from cpersona.storage import Store, open_database
 from cpersona.yielding import CallActivity
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class Engine:
         tracer = None
         if settings.sql_trace:
             tracer = _sql_tracer if settings.secrets == "allow" else _redacted_sql_tracer
-        self.db: Database = open_database(
+        self.db: Store = open_database(
             settings.db_path,
             fts_enabled=settings.fts_enabled,
             tracer=tracer,
@@ -130,12 +130,12 @@ class Engine:
             embedder = CachedProvider(
                 embedder, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
             )
-        local = self.db.dialect == "sqlite"
-        # PostgreSQL: no vector index files (the vector arm reads the window from the database);
-        # the full-text index is the arm there, in this host's cache directory (full_text_indexes).
+        caps = self.db.capabilities
+        # A database that scans vectors itself (PostgreSQL) has no vector index files; its
+        # full-text index is the arm, in this host's cache directory (full_text_indexes).
         indexes = (
             {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
-            if local
+            if caps.vector_arm == "index_file"
             else {}
         )
         fts = full_text_indexes(self.db, settings)
@@ -146,7 +146,7 @@ class Engine:
                 "while %s is down, recall has full-text and keyword search only",
                 remote.base,
             )
-        if self.db.dialect == "postgresql":
+        if caps.shared:
             # Servers on many hosts share the database: the calibration lives in it, so each
             # starts from the same one and a backup of the database holds it.
             sidecar: Sidecar = DatabaseSidecar(self.db)
@@ -362,27 +362,30 @@ class Engine:
             self.db.close()
 
 
-def full_text_indexes(db: Database, settings: Settings) -> dict[str, FtsIndex]:
+def full_text_indexes(db: Store, settings: Settings) -> dict[str, FtsIndex]:
     """The full-text indexes this process serves the FTS arms from (docs/fts-index.md).
 
     SQLite: the files next to the database, or none (FTS5 answers: CPERSONA_FTS_INDEX=false,
     no Rust core). PostgreSQL has no FTS5: the index is the arm, its files in this host's cache
-    directory, and settings that leave it out are refused (`Settings.full_text_problem`).
+    directory, and settings that leave it out are refused (`Settings.full_text_problem`). The
+    store's capabilities say which case this is (storage/interface.py).
     """
     from cpersona.errors import ConfigError
     from cpersona.fts.cache import SHARED_KEEP_LOG, cache_base
     from cpersona.fts.index import open_fts_indexes
 
-    if db.dialect != "postgresql":
-        return open_fts_indexes(db, enabled=settings.fts_enabled and settings.fts_index)
+    caps = db.capabilities
+    base = cache_base(settings.cache_dir, db.path) if caps.derived_files == "host_cache" else None
+    keep_log = SHARED_KEEP_LOG if caps.shared else 0
+    if caps.full_text_in_database:
+        enabled = settings.fts_enabled and settings.fts_index
+        return open_fts_indexes(db, enabled=enabled, base=base, keep_log=keep_log)
     if not settings.fts_enabled:
         return {}
     problem = settings.full_text_problem()
     if problem:
         raise ConfigError(problem)
-    fts = open_fts_indexes(
-        db, enabled=True, base=cache_base(settings.cache_dir, db.path), keep_log=SHARED_KEEP_LOG
-    )
+    fts = open_fts_indexes(db, enabled=True, base=base, keep_log=keep_log)
     if not fts:
         raise ConfigError(settings.full_text_problem("numpy"))
     return fts

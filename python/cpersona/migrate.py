@@ -26,7 +26,7 @@ from typing import TextIO
 
 from cpersona.config import Settings
 from cpersona.retrieval.sidecar import sidecar_path
-from cpersona.storage import Database
+from cpersona.storage import Store
 from cpersona.storage import transfer as sql
 from cpersona.storage.counts import DATA_TABLES
 from cpersona.storage.errors import StorageError, translate, translated
@@ -57,7 +57,7 @@ def _redact(location: str) -> str:
 # -- opening both ends -----------------------------------------------------------------------
 
 
-def open_source(location: str) -> Database:
+def open_source(location: str) -> Store:
     """The source, read-only, once it is found to be a database this cpersona can copy.
 
     Raises:
@@ -79,7 +79,7 @@ def open_source(location: str) -> Database:
     return db
 
 
-def _check_source(db: Database, location: str) -> None:
+def _check_source(db: Store, location: str) -> None:
     try:
         with translated():
             has_memories = bool(sql.columns(db, "memories"))
@@ -95,7 +95,7 @@ def _check_source(db: Database, location: str) -> None:
         )
 
 
-def open_target(location: str, *, fts_enabled: bool = True) -> Database:
+def open_target(location: str, *, fts_enabled: bool = True) -> Store:
     """The target, created or brought to the current schema.
 
     Raises:
@@ -171,12 +171,12 @@ class Summary:
         return sum(t.nulled for t in self.tables)
 
 
-def _source_identity(source: Database, location: str) -> str:
+def _source_identity(source: Store, location: str) -> str:
     uid = sql.database_uid(source)
     return _redact(location) + (f" uid={uid.hex()}" if uid else "")
 
 
-def _layout(source: Database, target: Database) -> list[tuple[Copied, list[str]]]:
+def _layout(source: Store, target: Store) -> list[tuple[Copied, list[str]]]:
     """Each copied table the source has, with the non-key columns both ends have.
 
     Raises:
@@ -198,13 +198,13 @@ def _layout(source: Database, target: Database) -> list[tuple[Copied, list[str]]
     return out
 
 
-def _data_rows(db: Database) -> int:
+def _data_rows(db: Store) -> int:
     return sum(sql.count(db, t) for t in sql.TABLES if t.name in DATA_TABLES)
 
 
 def migrate(
-    source: Database,
-    target: Database,
+    source: Store,
+    target: Store,
     *,
     source_location: str,
     force: bool = False,
@@ -238,8 +238,8 @@ def migrate(
 
 
 def _prepare(
-    source: Database,
-    target: Database,
+    source: Store,
+    target: Store,
     identity: str,
     layout: list[tuple[Copied, list[str]]],
     force: bool,
@@ -278,8 +278,8 @@ def _prepare(
 
 
 def _copy_table(
-    source: Database,
-    target: Database,
+    source: Store,
+    target: Store,
     table: Copied,
     cols: list[str],
     batch: int,
@@ -311,8 +311,8 @@ def _copy_table(
 
 
 def _verify(
-    source: Database,
-    target: Database,
+    source: Store,
+    target: Store,
     layout: list[tuple[Copied, list[str]]],
     sample: int,
     results: list[TableResult],
@@ -351,7 +351,7 @@ def _norm(value: object) -> object:
 
 
 def _compare(
-    table: Copied, cols: list[str], key: Key, want: tuple, have: tuple | None, target: Database
+    table: Copied, cols: list[str], key: Key, want: tuple, have: tuple | None, target: Store
 ) -> None:
     where = f"{table.name} {'/'.join(table.key)}={'/'.join(str(k) for k in key)}"
     if have is None:

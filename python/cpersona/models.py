@@ -77,10 +77,3 @@ class ProjectFilter:
     """The project axis of a read (surface.md §6.1): None = any, '' = global, X = X or global."""
 
     value: str | None
-
-    def sql(self, column: str = "project_id") -> tuple[str, tuple[str, ...]]:
-        if self.value is None:
-            return "1", ()
-        if self.value == "":
-            return f"{column} = ''", ()
-        return f"{column} IN (?, '')", (self.value,)

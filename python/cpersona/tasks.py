@@ -24,7 +24,7 @@ from typing import Any
 from cpersona.config import Settings
 from cpersona.memory.writes import Writer
 from cpersona.session import Pauses
-from cpersona.storage import Database
+from cpersona.storage import Store
 from cpersona.storage import tasks as task_sql
 
 log = logging.getLogger("cpersona.tasks")
@@ -33,7 +33,7 @@ log = logging.getLogger("cpersona.tasks")
 class TaskQueue:
     """Status and the one-shot drain of `pending_memory_tasks`."""
 
-    def __init__(self, db: Database, settings: Settings, writer: Writer, pause: Pauses) -> None:
+    def __init__(self, db: Store, settings: Settings, writer: Writer, pause: Pauses) -> None:
         self.db = db
         self.settings = settings
         self.writer = writer

@@ -24,7 +24,7 @@ import numpy as np
 from cpersona.embedding.base import EmbeddingProvider, Kind
 from cpersona.embedding.cache import CachedProvider
 from cpersona.errors import EmbeddingUnavailable
-from cpersona.storage import Database
+from cpersona.storage import Store
 from cpersona.storage import vector_models as vm
 
 log = logging.getLogger("cpersona.embedding")
@@ -100,7 +100,7 @@ class ModelRouter:
 
     def __init__(
         self,
-        db: Database,
+        db: Store,
         configured: CachedProvider,
         *,
         cache_size: int = 256,

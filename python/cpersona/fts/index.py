@@ -37,7 +37,7 @@ from cpersona.fts.format import (
     read_header,
     records_for,
 )
-from cpersona.storage import Database
+from cpersona.storage import Store
 from cpersona.storage import fts as fts_sql
 from cpersona.storage import vectors as vector_sql
 from cpersona.vectors.format import scope_hash
@@ -88,7 +88,7 @@ class FtsIndex:
 
     def __init__(
         self,
-        db: Database,
+        db: Store,
         table: str,
         core: Callable[[], Any],
         base: Path | None = None,
@@ -563,7 +563,7 @@ class FtsIndex:
 
 
 def open_fts_indexes(
-    db: Database, *, enabled: bool, base: Path | None = None, keep_log: int = 0
+    db: Store, *, enabled: bool, base: Path | None = None, keep_log: int = 0
 ) -> dict[str, FtsIndex]:
     """Both tables' full-text indexes, or none: without the Rust core, with FTS disabled, or
     with `CPERSONA_FTS_INDEX=false`, the FTS arms run the FTS5 statements."""

@@ -822,7 +822,7 @@ def operating_context_size(ctx: HealthContext) -> list[Issue]:
 def _guarded_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
     """The files and directories of cpersona's that exist (a path that is not there is not
     loose: it was never a reason to fail the check, issue 21)."""
-    files, dirs = _postgresql_paths(ctx) if ctx.db.dialect == "postgresql" else _sqlite_paths(ctx)
+    files, dirs = _sqlite_paths(ctx) if ctx.db.capabilities.local_files else _postgresql_paths(ctx)
     return [f for f in files if f.is_file()], [d for d in dirs if d.is_dir()]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from cpersona.config import Settings
 from cpersona.models import Episode, Memory, ProjectFilter
-from cpersona.storage import Database
+from cpersona.storage import Store
 from cpersona.storage import episodes as episode_sql
 from cpersona.storage import memories as memory_sql
 from cpersona.storage import profiles as profile_sql
@@ -44,7 +44,7 @@ def _memory_row(m: Memory) -> dict[str, Any]:
 
 
 def list_memories(
-    db: Database,
+    db: Store,
     settings: Settings,
     agent_id: str,
     project: ProjectFilter,
@@ -77,7 +77,7 @@ def _episode_row(e: Episode) -> dict[str, Any]:
 
 
 def list_episodes(
-    db: Database,
+    db: Store,
     settings: Settings,
     agent_id: str,
     project: ProjectFilter,
@@ -124,5 +124,5 @@ def _over_budget(
     return degraded
 
 
-def get_profile(db: Database, agent_id: str) -> dict[str, Any]:
+def get_profile(db: Store, agent_id: str) -> dict[str, Any]:
     return {"profile": profile_sql.get(db, agent_id) or ""}

@@ -27,7 +27,7 @@ from cpersona.memory.text import (
     utc_now_iso,
 )
 from cpersona.models import Memory, NewEpisode, NewMemory
-from cpersona.storage import Database
+from cpersona.storage import Store
 from cpersona.storage import memories as memory_sql
 from cpersona.storage import writes as sql
 from cpersona.storage.errors import ConstraintError, unreachable_in
@@ -47,7 +47,7 @@ class Writer:
 
     def __init__(
         self,
-        db: Database,
+        db: Store,
         settings: Settings,
         router: ModelRouter,
         after_write: AfterWrite | None = None,

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from cpersona.embedding.cache import CachedProvider
     from cpersona.embedding.routing import ModelRouter
     from cpersona.retrieval.calibration import Calibrator
-    from cpersona.storage import Database
+    from cpersona.storage import Store
     from cpersona.vectors.remote import RemoteVectors
 
 
@@ -21,7 +21,7 @@ class Host(Protocol):
     """The database, settings and services an export, import, merge or deletion uses."""
 
     @property
-    def db(self) -> Database: ...
+    def db(self) -> Store: ...
 
     @property
     def settings(self) -> Settings: ...

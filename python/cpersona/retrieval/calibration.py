@@ -45,7 +45,7 @@ from cpersona.retrieval.sidecar import (
     backup_label,
 )
 from cpersona.retrieval.thresholds import MIN_EMBEDDINGS, Thresholds
-from cpersona.storage import Database
+from cpersona.storage import Store
 from cpersona.storage import calibration as cal_sql
 from cpersona.yielding import CallActivity, GiveWay
 
@@ -98,7 +98,7 @@ class Calibrator:
 
     def __init__(
         self,
-        db: Database,
+        db: Store,
         settings: Settings,
         embedder: Any,
         thresholds: Thresholds,

@@ -6,7 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from cpersona.retrieval.scoring import signal_of
-from cpersona.storage import Database
+from cpersona.storage import Store
 from cpersona.storage import episodes as episode_sql
 from cpersona.storage import memories as memory_sql
 
@@ -88,7 +88,7 @@ def apply_full_content_budget(messages: list[dict[str, Any]], cap: int) -> bool:
     return over
 
 
-def get_contents(db: Database, agent_id: str, refs: list[Any]) -> dict[str, Any]:
+def get_contents(db: Store, agent_id: str, refs: list[Any]) -> dict[str, Any]:
     """Expand `mem:<id>` / `ep:<id>` refs of one agent under the 40,000-character budget."""
     if not agent_id:
         return {"ok": False, "error": "agent_id is required"}
@@ -124,7 +124,7 @@ def get_contents(db: Database, agent_id: str, refs: list[Any]) -> dict[str, Any]
     return {"items": items, "missing": missing, "count": len(items)}
 
 
-def _resolve(db: Database, agent_id: str, ref: Any) -> dict[str, Any] | None:
+def _resolve(db: Store, agent_id: str, ref: Any) -> dict[str, Any] | None:
     if not isinstance(ref, str) or ":" not in ref:
         return None
     kind, raw = ref.split(":", 1)

@@ -39,7 +39,7 @@ from cpersona.retrieval.query import (
     normalise_exclusions,
 )
 from cpersona.retrieval.thresholds import Thresholds
-from cpersona.storage import Database
+from cpersona.storage import Store
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage import retrieval as sql
 from cpersona.storage.errors import OperationalError, StorageError, UnreachableError
@@ -100,7 +100,7 @@ class Recaller:
 
     def __init__(
         self,
-        db: Database,
+        db: Store,
         settings: Settings,
         router: ModelRouter,
         indexes: dict[str, VectorIndex],

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from cpersona.storage import Database
+from cpersona.storage import Store
 from cpersona.storage import meta as meta_sql
 
 log = logging.getLogger("cpersona.calibration")
@@ -273,7 +273,7 @@ class DatabaseSidecar(Sidecar):
 
     KEY = "calibration"
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Store) -> None:
         super().__init__(f"{db.path} (cpersona_meta {self.KEY!r})")
         self.db = db
 

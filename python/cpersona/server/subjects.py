@@ -32,7 +32,7 @@ from cpersona.server.oauth import Subject
 
 if TYPE_CHECKING:
     from cpersona.config import Settings
-    from cpersona.storage import Database
+    from cpersona.storage import Store
 
 ME = "@me"
 ALIAS_PREFIX = "u-"
@@ -146,7 +146,7 @@ def _fresh(taken: set[str]) -> str:
             return alias
 
 
-def per_subject_guard(guard: Guard, ledger: AliasLedger, db: Database) -> SubjectGuard:
+def per_subject_guard(guard: Guard, ledger: AliasLedger, db: Store) -> SubjectGuard:
     """`guard` with per-subject rewriting in front, once the database holds no reserved id.
 
     Raises:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cpersona.storage.db import Database, Tracer
+from cpersona.storage.interface import Capabilities, Store
 from cpersona.storage.schema import migrate
 
 if TYPE_CHECKING:
     from cpersona.storage.pg.db import PgDatabase
 
-__all__ = ["Database", "database_label", "open_database"]
+__all__ = ["Capabilities", "Database", "Store", "database_label", "open_database"]
 
 
 def open_database(
@@ -21,14 +22,14 @@ def open_database(
     database_url: str | None = None,
     pool_size: int = 8,
     connect_timeout: float | None = None,
-) -> Database:
+) -> Store:
     """Open (creating if needed) and migrate the database: PostgreSQL at `database_url` when
     given (CPERSONA_DATABASE_URL), else SQLite at `path` (`:memory:` allowed).
 
     psycopg is imported only on the PostgreSQL path (an SQLite start never loads it).
     """
     if database_url:
-        return _open_pg(  # type: ignore[return-value]
+        return _open_pg(
             database_url, tracer=tracer, pool_size=pool_size, connect_timeout=connect_timeout
         )
     db = Database(path, tracer=tracer)
@@ -58,7 +59,7 @@ def _open_pg(
 
 def open_read_only(
     path: str, database_url: str | None, *, connect_timeout: float | None = None
-) -> Database:
+) -> Store:
     """The database for a report-only run (the checkup CLI): nothing is migrated, created or
     written. SQLite opens the file read-only; PostgreSQL sessions are read-only
     (`default_transaction_read_only`) and the cpersona schema must already be there."""

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from cpersona.storage.db import Database
+from cpersona.storage.interface import Store
 
 _AGENT_TABLES = ("memories", "episodes", "profiles", "pending_memory_tasks")
 
 
-def agent_ids_with_prefix(db: Database, exact: str, prefix: str) -> list[str]:
+def agent_ids_with_prefix(db: Store, exact: str, prefix: str) -> list[str]:
     """Distinct agent ids equal to `exact` or starting with `prefix`, over every table.
 
     `prefix` is matched with GLOB on its literal characters (it must hold no GLOB wildcard), so

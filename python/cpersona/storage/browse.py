@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpersona.storage.db import Database
+from cpersona.storage.interface import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,7 +15,7 @@ class AgentCounts:
     profiles: int
 
 
-def agents(db: Database) -> list[AgentCounts]:
+def agents(db: Store) -> list[AgentCounts]:
     """Every agent that owns a row of any kind, by id, with its row counts."""
     rows = db.query(
         """SELECT agent_id, SUM(m), SUM(e), SUM(p) FROM (

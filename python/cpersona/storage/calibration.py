@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cpersona.storage.db import Database
+from cpersona.storage.interface import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ def _agent_filter(agent_id: str) -> tuple[str, list[object]]:
     return ("agent_id = ?", [agent_id]) if agent_id else ("1", [])
 
 
-def sample_embeddings(db: Database, agent_id: str, n: int) -> list[bytes]:
+def sample_embeddings(db: Store, agent_id: str, n: int) -> list[bytes]:
     """Up to `n` random embedded memories' BLOBs (all agents when `agent_id` is empty)."""
     where, params = _agent_filter(agent_id)
     ids = [
@@ -48,7 +48,7 @@ def sample_embeddings(db: Database, agent_id: str, n: int) -> list[bytes]:
     return list(_blobs(db, ids).values())
 
 
-def _blobs(db: Database, ids: Sequence[int]) -> dict[int, bytes]:
+def _blobs(db: Store, ids: Sequence[int]) -> dict[int, bytes]:
     out: dict[int, bytes] = {}
     for start in range(0, len(ids), 500):
         batch = list(ids[start : start + 500])
@@ -61,7 +61,7 @@ def _blobs(db: Database, ids: Sequence[int]) -> dict[int, bytes]:
     return {i: out[i] for i in ids if i in out}
 
 
-def newest_timed_embeddings(db: Database, agent_id: str, n: int) -> list[TimedEmbedding]:
+def newest_timed_embeddings(db: Store, agent_id: str, n: int) -> list[TimedEmbedding]:
     """Up to `n` embedded memories with a timestamp, newest first by the instant it names.
 
     Stamps SQLite cannot read sort last; the caller parses (and drops) them with §0.1.
@@ -77,7 +77,7 @@ def newest_timed_embeddings(db: Database, agent_id: str, n: int) -> list[TimedEm
     return [TimedEmbedding(str(r[0]), bytes(r[1])) for r in rows]
 
 
-def embedding_widths(db: Database) -> dict[int, int]:
+def embedding_widths(db: Store) -> dict[int, int]:
     """{BLOB length in bytes: number of memories} over every embedded memory."""
     rows = db.query(
         "SELECT length(embedding), COUNT(*) FROM memories WHERE embedding IS NOT NULL GROUP BY 1"
@@ -85,7 +85,7 @@ def embedding_widths(db: Database) -> dict[int, int]:
     return {int(r[0]): int(r[1]) for r in rows}
 
 
-def embedded_agents(db: Database) -> list[str]:
+def embedded_agents(db: Store) -> list[str]:
     """Every agent with at least one embedded memory, in agent order."""
     rows = db.query(
         "SELECT DISTINCT agent_id FROM memories WHERE embedding IS NOT NULL ORDER BY agent_id"
@@ -93,7 +93,7 @@ def embedded_agents(db: Database) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def pseudo_queries(db: Database, agent_id: str, n: int) -> list[PseudoQuery]:
+def pseudo_queries(db: Store, agent_id: str, n: int) -> list[PseudoQuery]:
     """Up to `n` random memories of one agent with an embedding, content and a timestamp."""
     rows = db.query(
         """SELECT id, content, timestamp FROM memories

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpersona.storage.db import Database
+from cpersona.storage.interface import Store
 
 LOGS = ("vector_log", "fts_log")
 
@@ -37,7 +37,7 @@ class ChangeLog:
         # point of the database's history (a restored backup).
         return f"SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = '{self.name}'), 0)"
 
-    def _high_water_of(self, db: Database) -> str:
+    def _high_water_of(self, db: Store) -> str:
         if db.dialect == "sqlite":
             return self._high_water
         # PostgreSQL: every writer holds the global write lock until it commits, so seqs
@@ -49,12 +49,12 @@ class ChangeLog:
             f"WHERE key LIKE '{self.name}_trimmed_%'), 0))"
         )
 
-    def max_seq(self, db: Database) -> int:
+    def max_seq(self, db: Store) -> int:
         """The largest seq ever written (trimmed entries included)."""
         row = db.query_one(self._high_water_of(db))
         return int(row[0]) if row else 0
 
-    def changes_since(self, db: Database, table: str, seq: int) -> Changes:
+    def changes_since(self, db: Store, table: str, seq: int) -> Changes:
         """Distinct row ids of `table` logged after `seq`, oldest change first, and the max."""
         conn = db.reader()
         # One snapshot for both statements, so no change slips between them (the caller's,
@@ -79,7 +79,7 @@ class ChangeLog:
         lost = mark is not None and int(mark[0]) > seq
         return Changes([int(r[0]) for r in rows], int(top), lost)
 
-    def trim(self, db: Database, table: str, upto: int) -> int:
+    def trim(self, db: Store, table: str, upto: int) -> int:
         """Forget applied entries of `table` (the index file remembers `applied_seq`), and
         remember how far: a file that has applied less can no longer be brought current."""
         key = f"{self.name}_trimmed_{table}"
@@ -102,7 +102,7 @@ class ChangeLog:
                 f"DELETE FROM {self.name} WHERE tbl = ? AND seq <= ?", (table, upto)
             ).rowcount
 
-    def trimmed_upto(self, db: Database, table: str) -> int:
+    def trimmed_upto(self, db: Store, table: str) -> int:
         """The seq up to which `table`'s entries were trimmed (0 = never)."""
         row = db.query_one(
             "SELECT value FROM cpersona_meta WHERE key = ?", (f"{self.name}_trimmed_{table}",)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from cpersona.storage.db import Database, quote_identifier
+from cpersona.storage.db import quote_identifier
+from cpersona.storage.interface import Store
 
 #: The tables whose rows are the user's data: a database holding any is not empty.
 DATA_TABLES = ("memories", "episodes", "profiles", "pending_memory_tasks")
@@ -10,7 +11,7 @@ DATA_TABLES = ("memories", "episodes", "profiles", "pending_memory_tasks")
 COUNTED_TABLES = (*DATA_TABLES, "vector_log")
 
 
-def table_rows(db: Database) -> dict[str, int]:
+def table_rows(db: Store) -> dict[str, int]:
     """`COUNT(*)` of each counted table, read in one snapshot."""
     conn = db.reader()
     # One snapshot for all of them (unless this thread's reader is already inside one).

@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cpersona.storage.errors import DISK_FULL, is_disk_full
+from cpersona.storage.filters import project_where
+from cpersona.storage.interface import Capabilities, Params, Row, Store
 from cpersona.timerange import TimeRange, first_in_span
 
 if TYPE_CHECKING:
@@ -70,6 +72,15 @@ class Database:
     dialect: Literal["sqlite", "postgresql"] = "sqlite"
     #: Whether text may hold U+0000 (PostgreSQL's text cannot; tools refuse it there).
     stores_nul = True
+    #: One file on this host: the index files beside it are the vector arm and (or FTS5) the
+    #: full-text arm.
+    capabilities = Capabilities(
+        vector_arm="index_file",
+        full_text_in_database=True,
+        derived_files="beside_database",
+        local_files=True,
+        shared=False,
+    )
 
     def __init__(self, path: str, *, tracer: Tracer | None = None, read_only: bool = False) -> None:
         """Open `path`. `read_only` (report-only maintenance, surface.md §7.7) sets only
@@ -206,10 +217,10 @@ class Database:
         with self._all_lock:
             return len(self._all)
 
-    def query(self, sql: str, params: Any = ()) -> list[sqlite3.Row]:
+    def query(self, sql: str, params: Params = ()) -> list[Row]:
         return self.reader().execute(sql, params).fetchall()
 
-    def query_one(self, sql: str, params: Any = ()) -> sqlite3.Row | None:
+    def query_one(self, sql: str, params: Params = ()) -> Row | None:
         rows = self.query(sql, params)
         return rows[0] if rows else None
 
@@ -320,13 +331,13 @@ def _prepare_file(path: Path) -> None:
         log.warning("database %s is readable by group or others; consider chmod 600", path)
 
 
-def dialect_of(conn: Any) -> str:
+def dialect_of(conn: object) -> str:
     """The backend of a connection of either Database ("sqlite" or "postgresql"), for the
     storage functions that take a connection and must branch (few)."""
     return str(getattr(conn, "dialect", "sqlite"))
 
 
-def embedding_param(conn: Any, blob: bytes | None) -> object:
+def embedding_param(conn: object, blob: bytes | None) -> object:
     """The parameter that stores `blob` in an embedding column through `conn` (a connection of
     either backend): the bytes on SQLite, a pgvector `vector` (or NULL when the BLOB cannot be
     one) on PostgreSQL (`PgDatabase.vector_param`)."""
@@ -340,7 +351,7 @@ def quote_identifier(name: str) -> str:
 
 
 def newest(
-    db: Database,
+    db: Store,
     table: str,
     columns: str,
     agent_id: str | None,
@@ -348,11 +359,11 @@ def newest(
     limit: int,
     offset: int = 0,
     span: TimeRange | None = None,
-) -> list[sqlite3.Row]:
+) -> list[Row]:
     """Rows of `table` newest first by (created_at DESC, id DESC), one agent's or all agents';
     `offset` rows of that order skipped (a page of a listing). With `span`, only rows whose
     instant it admits (cpersona.timerange; `columns` must name the stamp and `created_at`)."""
-    where, params = project.sql()
+    where, params = project_where(project)
     sql = f"SELECT {columns} FROM {quote_identifier(table)} WHERE {where}"
     args: list[object] = list(params)
     if agent_id is not None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 from cpersona.models import Episode, NewEpisode, ProjectFilter
-from cpersona.storage.db import Database, embedding_param, is_row_id, newest
+from cpersona.storage.db import embedding_param, is_row_id, newest
 from cpersona.storage.errors import translating
+from cpersona.storage.interface import Connection, Row, Store
 from cpersona.timerange import TimeRange
 
 _COLUMNS = (
@@ -15,7 +14,7 @@ _COLUMNS = (
 )
 
 
-def _episode(row: sqlite3.Row) -> Episode:
+def _episode(row: Row) -> Episode:
     return Episode(
         id=row["id"],
         agent_id=row["agent_id"],
@@ -31,7 +30,7 @@ def _episode(row: sqlite3.Row) -> Episode:
     )
 
 
-def insert(conn: sqlite3.Connection, new: NewEpisode) -> int:
+def insert(conn: Connection, new: NewEpisode) -> int:
     cur = conn.execute(
         """INSERT INTO episodes (agent_id, project_id, summary, keywords, embedding,
                                  start_time, end_time, resolved, channel)
@@ -52,7 +51,7 @@ def insert(conn: sqlite3.Connection, new: NewEpisode) -> int:
     return int(cur.lastrowid)
 
 
-def get(conn: sqlite3.Connection, episode_id: int) -> Episode | None:
+def get(conn: Connection, episode_id: int) -> Episode | None:
     if not is_row_id(episode_id):
         return None
     row = conn.execute(f"SELECT {_COLUMNS} FROM episodes WHERE id = ?", (episode_id,)).fetchone()
@@ -60,12 +59,12 @@ def get(conn: sqlite3.Connection, episode_id: int) -> Episode | None:
 
 
 @translating
-def fetch(db: Database, episode_id: int) -> Episode | None:
+def fetch(db: Store, episode_id: int) -> Episode | None:
     """One row by id, read outside any transaction."""
     return get(db.reader(), episode_id)
 
 
-def delete(conn: sqlite3.Connection, episode_id: int, agent_id: str | None) -> int:
+def delete(conn: Connection, episode_id: int, agent_id: str | None) -> int:
     if not is_row_id(episode_id):
         return 0
     if agent_id is None:
@@ -78,7 +77,7 @@ def delete(conn: sqlite3.Connection, episode_id: int, agent_id: str | None) -> i
 
 
 def list_newest(
-    db: Database,
+    db: Store,
     agent_id: str | None,
     project: ProjectFilter,
     limit: int,

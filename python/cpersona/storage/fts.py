@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from cpersona.storage.change_log import ChangeLog, Changes
-from cpersona.storage.db import Database
+from cpersona.storage.interface import Row, Store
 from cpersona.storage.vectors import db_uid
 from cpersona.timerange import row_time
 
@@ -34,7 +33,7 @@ _KEY_POSTGRESQL = (  # PostgreSQL's own syntax (`::int`): only ever run there
 )
 
 
-def _select(db: Database, table: str) -> str:
+def _select(db: Store, table: str) -> str:
     key = _KEY_POSTGRESQL if db.dialect == "postgresql" else _KEY
     if _check(table) == "memories":
         return (
@@ -74,7 +73,7 @@ def _check(table: str) -> str:
     return table
 
 
-def _row(r: sqlite3.Row | tuple[object, ...]) -> FtsRow:
+def _row(r: Row | tuple[object, ...]) -> FtsRow:
     # A NULL column is indexed as no text, as FTS5 indexes it.
     values = tuple(r)
     cols = tuple("" if c is None else str(c) for c in values[8:])
@@ -90,7 +89,7 @@ def _row(r: sqlite3.Row | tuple[object, ...]) -> FtsRow:
     )
 
 
-def index_identity(db: Database) -> bytes:
+def index_identity(db: Store) -> bytes:
     """The 16 bytes an index file records as its database's identity (`db_uid`).
 
     On SQLite, `cpersona_meta.db_uid`: a copied file is the same database. On PostgreSQL also
@@ -106,17 +105,17 @@ def index_identity(db: Database) -> bytes:
     return hashlib.sha256(uid + b":" + str(oid).encode("ascii")).digest()[:16]
 
 
-def max_seq(db: Database) -> int:
+def max_seq(db: Store) -> int:
     """The largest `fts_log.seq` ever written (trimmed entries included)."""
     return _LOG.max_seq(db)
 
 
-def changes_since(db: Database, table: str, seq: int) -> Changes:
+def changes_since(db: Store, table: str, seq: int) -> Changes:
     """Distinct row ids of `table` logged after `seq`, oldest change first, and the log's max."""
     return _LOG.changes_since(db, _check(table), seq)
 
 
-def rows_by_id(db: Database, table: str, ids: Sequence[int]) -> dict[int, FtsRow]:
+def rows_by_id(db: Store, table: str, ids: Sequence[int]) -> dict[int, FtsRow]:
     """The current rows among `ids` (a row that is gone is absent)."""
     found: dict[int, FtsRow] = {}
     for start in range(0, len(ids), 500):
@@ -128,12 +127,12 @@ def rows_by_id(db: Database, table: str, ids: Sequence[int]) -> dict[int, FtsRow
     return found
 
 
-def row_count(db: Database, table: str) -> int:
+def row_count(db: Store, table: str) -> int:
     row = db.query_one(f"SELECT COUNT(*) FROM {_check(table)}")
     return int(row[0]) if row else 0
 
 
-def iter_rows(db: Database, table: str) -> Iterator[FtsRow]:
+def iter_rows(db: Store, table: str) -> Iterator[FtsRow]:
     """Every row of `table`, by id."""
     cur = db.reader().execute(f"{_select(db, table)} ORDER BY id")
     while batch := cur.fetchmany(4096):
@@ -141,17 +140,17 @@ def iter_rows(db: Database, table: str) -> Iterator[FtsRow]:
             yield _row(r)
 
 
-def trim_log(db: Database, table: str, upto: int) -> int:
+def trim_log(db: Store, table: str, upto: int) -> int:
     """Forget applied log entries of `table`, remembering how far (storage/change_log.py)."""
     return _LOG.trim(db, _check(table), upto)
 
 
-def trimmed_upto(db: Database, table: str) -> int:
+def trimmed_upto(db: Store, table: str) -> int:
     """The seq up to which `table`'s log entries were trimmed (0 = never)."""
     return _LOG.trimmed_upto(db, _check(table))
 
 
-def has_fts5_tables(db: Database) -> bool:
+def has_fts5_tables(db: Store) -> bool:
     """Whether the FTS5 tables exist (the index answers only where FTS5 would)."""
     row = db.query_one(
         "SELECT COUNT(*) FROM sqlite_master WHERE name IN ('memories_fts', 'episodes_fts')"

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cpersona.storage import schema, vector_models
-from cpersona.storage.db import Database, dialect_of, embedding_param, quote_identifier
+from cpersona.storage.db import dialect_of, embedding_param, quote_identifier
 from cpersona.storage.errors import ConstraintError, StorageError, translated
+from cpersona.storage.interface import Connection, Cursor, Store
 
 Params = list[Any]
 
@@ -27,7 +28,7 @@ class Handle:
 
     __slots__ = ("_conn", "_db")
 
-    def __init__(self, db: Database, conn: Any) -> None:
+    def __init__(self, db: Store, conn: Connection) -> None:
         self._db = db
         self._conn = conn
 
@@ -41,7 +42,7 @@ class Handle:
         convert = getattr(self._db, "vector_param", None)
         return blob if convert is None else convert(blob)
 
-    def execute(self, sql: str, params: Any = ()) -> Any:
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         """Run one statement (storage/ only); driver errors leave translated."""
         with translated():
             return self._conn.execute(sql, params)
@@ -56,13 +57,13 @@ class Handle:
 Conn = Handle
 
 
-def reading(db: Database) -> Handle:
+def reading(db: Store) -> Handle:
     """A handle on this thread's reader (autocommit: each statement sees the newest commit)."""
     return Handle(db, db.reader())
 
 
 @contextmanager
-def fixing(db: Database) -> Iterator[Handle]:
+def fixing(db: Store) -> Iterator[Handle]:
     """One write transaction for a whole fix run: committed when the block ends, rolled back
     when it raises."""
     with translated(), db.atomic() as conn:
@@ -70,7 +71,7 @@ def fixing(db: Database) -> Iterator[Handle]:
 
 
 @contextmanager
-def writing(db: Database) -> Iterator[Handle]:
+def writing(db: Store) -> Iterator[Handle]:
     """A short write transaction (a deep-check repair, a batch of re-embedded vectors)."""
     with fixing(db) as handle:
         yield handle
@@ -104,7 +105,7 @@ SQLITE_ONLY: dict[str, str] = {
 }
 
 
-def not_applicable(db: Database) -> dict[str, str]:
+def not_applicable(db: Store) -> dict[str, str]:
     """{check name: reason} of the registry checks that cannot apply to `db`'s backend."""
     return {} if db.dialect == "sqlite" else dict(SQLITE_ONLY)
 

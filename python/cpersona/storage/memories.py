@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 
 from cpersona.models import Memory, NewMemory, ProjectFilter
-from cpersona.storage.db import Database, embedding_param, is_row_id, newest
+from cpersona.storage.db import embedding_param, is_row_id, newest
 from cpersona.storage.errors import translating
+from cpersona.storage.interface import Connection, Row, Store
 from cpersona.timerange import TimeRange
 
 _COLUMNS = (
@@ -16,7 +16,7 @@ _COLUMNS = (
 )
 
 
-def _memory(row: sqlite3.Row) -> Memory:
+def _memory(row: Row) -> Memory:
     return Memory(
         id=row["id"],
         agent_id=row["agent_id"],
@@ -43,7 +43,7 @@ def _probe_project(project_id: str) -> tuple[str, tuple[str, ...]]:
 
 
 def find_msg_id_duplicate(
-    conn: sqlite3.Connection, agent_id: str, project_id: str, msg_id: str
+    conn: Connection, agent_id: str, project_id: str, msg_id: str
 ) -> int | None:
     """Id of a row with this msg_id in the probe scope (channel ignored), or None."""
     where, params = _probe_project(project_id)
@@ -56,10 +56,11 @@ def find_msg_id_duplicate(
 
 
 def find_content_duplicate(
-    conn: sqlite3.Connection, agent_id: str, project_id: str, channel: str, content: str
+    conn: Connection, agent_id: str, project_id: str, channel: str, content: str
 ) -> int | None:
     """Id of a row with this exact content in the probe scope, or None."""
     where, params = _probe_project(project_id)
+    cparams: tuple[str, ...]
     if channel:
         chan, cparams = "channel IN (?, '')", (channel,)
     else:
@@ -72,7 +73,7 @@ def find_content_duplicate(
     return None if row is None else int(row[0])
 
 
-def insert(conn: sqlite3.Connection, new: NewMemory) -> int | None:
+def insert(conn: Connection, new: NewMemory) -> int | None:
     """INSERT OR IGNORE; the new row id, or None when a UNIQUE index absorbed it."""
     cur = conn.execute(
         """INSERT OR IGNORE INTO memories
@@ -93,7 +94,7 @@ def insert(conn: sqlite3.Connection, new: NewMemory) -> int | None:
     return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid is not None else None
 
 
-def get(conn: sqlite3.Connection, memory_id: int) -> Memory | None:
+def get(conn: Connection, memory_id: int) -> Memory | None:
     if not is_row_id(memory_id):
         return None
     row = conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)).fetchone()
@@ -101,12 +102,12 @@ def get(conn: sqlite3.Connection, memory_id: int) -> Memory | None:
 
 
 @translating
-def fetch(db: Database, memory_id: int) -> Memory | None:
+def fetch(db: Store, memory_id: int) -> Memory | None:
     """One row by id, read outside any transaction."""
     return get(db.reader(), memory_id)
 
 
-def get_many(db: Database, ids: Sequence[int], agent_id: str | None = None) -> dict[int, Memory]:
+def get_many(db: Store, ids: Sequence[int], agent_id: str | None = None) -> dict[int, Memory]:
     """Rows by id (batches of 500), optionally only those of one agent."""
     found: dict[int, Memory] = {}
     ids = [i for i in ids if is_row_id(i)]
@@ -123,9 +124,7 @@ def get_many(db: Database, ids: Sequence[int], agent_id: str | None = None) -> d
     return found
 
 
-def update_content(
-    conn: sqlite3.Connection, memory_id: int, content: str, embedding: bytes | None
-) -> int:
+def update_content(conn: Connection, memory_id: int, content: str, embedding: bytes | None) -> int:
     """Replace content and embedding of an unlocked row; the number of rows changed."""
     if not is_row_id(memory_id):
         return 0
@@ -136,7 +135,7 @@ def update_content(
     return cur.rowcount
 
 
-def delete(conn: sqlite3.Connection, memory_id: int, agent_id: str | None) -> int:
+def delete(conn: Connection, memory_id: int, agent_id: str | None) -> int:
     if not is_row_id(memory_id):
         return 0
     if agent_id is None:
@@ -149,7 +148,7 @@ def delete(conn: sqlite3.Connection, memory_id: int, agent_id: str | None) -> in
     return cur.rowcount
 
 
-def set_locked(conn: sqlite3.Connection, memory_id: int, locked: bool) -> int:
+def set_locked(conn: Connection, memory_id: int, locked: bool) -> int:
     if not is_row_id(memory_id):
         return 0
     cur = conn.execute(
@@ -159,7 +158,7 @@ def set_locked(conn: sqlite3.Connection, memory_id: int, locked: bool) -> int:
 
 
 def list_newest(
-    db: Database,
+    db: Store,
     agent_id: str | None,
     project: ProjectFilter,
     limit: int,
@@ -172,7 +171,7 @@ def list_newest(
     return [_memory(row) for row in rows]
 
 
-def search_fts(db: Database, match: str, agent_id: str, limit: int) -> list[Memory]:
+def search_fts(db: Store, match: str, agent_id: str, limit: int) -> list[Memory]:
     """Rows of one agent whose content matches an FTS5 expression, best bm25 first."""
     if db.dialect != "sqlite":
         return []  # no FTS5 on PostgreSQL

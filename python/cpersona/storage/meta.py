@@ -7,17 +7,16 @@ PostgreSQL), so a read-merge-write is atomic across every process on the databas
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from cpersona.storage.db import Database
+from cpersona.storage.interface import Connection, Store
 
 
 class Entries:
     """The `cpersona_meta` entries seen through one connection."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self._conn = conn
 
     def get(self, key: str) -> bytes | None:
@@ -43,12 +42,12 @@ class Entries:
         self._conn.execute("DELETE FROM cpersona_meta WHERE key = ?", (key,))
 
 
-def read(db: Database) -> Entries:
+def read(db: Store) -> Entries:
     return Entries(db.reader())
 
 
 @contextmanager
-def edit(db: Database) -> Iterator[Entries]:
+def edit(db: Store) -> Iterator[Entries]:
     """The entries inside one write transaction, committed when the block ends."""
     with db.atomic() as conn:
         yield Entries(conn)

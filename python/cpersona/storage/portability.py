@@ -7,14 +7,14 @@ the wider γ-visible probe of `store` (storage/memories.py).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cpersona.storage import vector_models
-from cpersona.storage.db import Database, dialect_of, embedding_param
+from cpersona.storage.db import dialect_of, embedding_param
 from cpersona.storage.errors import translated, translating
+from cpersona.storage.interface import Connection, Row, Store
 
 #: Rows fetched per round trip when streaming a table, and ids bound per DELETE.
 PAGE = 500
@@ -83,7 +83,7 @@ class AgentRows:
 
 
 @contextmanager
-def read_snapshot(db: Database) -> Iterator[sqlite3.Connection]:
+def read_snapshot(db: Store) -> Iterator[Connection]:
     """This thread's reader inside one read transaction: every statement sees one snapshot."""
     conn = db.reader()
     conn.execute("BEGIN")
@@ -97,7 +97,7 @@ def _agent(agent_id: str | None, column: str = "agent_id") -> tuple[str, tuple[s
     return (f"{column} = ?", (agent_id,)) if agent_id is not None else ("1", ())
 
 
-def count_rows(conn: sqlite3.Connection, agent_id: str | None) -> AgentRows:
+def count_rows(conn: Connection, agent_id: str | None) -> AgentRows:
     """Memories, episodes and profiles of one agent (None = all agents)."""
     where, params = _agent(agent_id)
     counts = [
@@ -119,7 +119,7 @@ _EPISODE_COLUMNS = (
 )
 
 
-def _memory(row: sqlite3.Row, with_embedding: bool) -> MemoryRecord:
+def _memory(row: Row, with_embedding: bool) -> MemoryRecord:
     blob = row["embedding"] if with_embedding else None
     return MemoryRecord(
         id=row["id"],
@@ -139,7 +139,7 @@ def _memory(row: sqlite3.Row, with_embedding: bool) -> MemoryRecord:
     )
 
 
-def _episode(row: sqlite3.Row, with_embedding: bool) -> EpisodeRecord:
+def _episode(row: Row, with_embedding: bool) -> EpisodeRecord:
     blob = row["embedding"] if with_embedding else None
     return EpisodeRecord(
         id=row["id"],
@@ -156,7 +156,7 @@ def _episode(row: sqlite3.Row, with_embedding: bool) -> EpisodeRecord:
     )
 
 
-def _profile(row: sqlite3.Row) -> ProfileRecord:
+def _profile(row: Row) -> ProfileRecord:
     return ProfileRecord(
         id=row["id"],
         agent_id=row["agent_id"],
@@ -167,9 +167,7 @@ def _profile(row: sqlite3.Row) -> ProfileRecord:
     )
 
 
-def _pages(
-    conn: sqlite3.Connection, table: str, columns: str, agent_id: str | None
-) -> Iterator[sqlite3.Row]:
+def _pages(conn: Connection, table: str, columns: str, agent_id: str | None) -> Iterator[Row]:
     # Keyset pages by id: a page never re-reads or skips rows however the table is written in
     # between (merge inserts the target's rows while it reads the source's).
     where, params = _agent(agent_id)
@@ -186,7 +184,7 @@ def _pages(
 
 
 def iter_memories(
-    conn: sqlite3.Connection, agent_id: str | None, *, with_embeddings: bool
+    conn: Connection, agent_id: str | None, *, with_embeddings: bool
 ) -> Iterator[MemoryRecord]:
     """Memories of one agent (None = all) by id; embeddings only when asked for."""
     columns = _MEMORY_COLUMNS + (", embedding" if with_embeddings else "")
@@ -195,14 +193,14 @@ def iter_memories(
 
 
 def iter_episodes(
-    conn: sqlite3.Connection, agent_id: str | None, *, with_embeddings: bool
+    conn: Connection, agent_id: str | None, *, with_embeddings: bool
 ) -> Iterator[EpisodeRecord]:
     columns = _EPISODE_COLUMNS + (", embedding" if with_embeddings else "")
     for row in _pages(conn, "episodes", columns, agent_id):
         yield _episode(row, with_embeddings)
 
 
-def iter_profiles(conn: sqlite3.Connection, agent_id: str | None) -> Iterator[ProfileRecord]:
+def iter_profiles(conn: Connection, agent_id: str | None) -> Iterator[ProfileRecord]:
     """Profiles by agent_id (then user_id): the export order of surface.md §8.1."""
     where, params = _agent(agent_id)
     cur = conn.execute(
@@ -218,7 +216,7 @@ def iter_profiles(conn: sqlite3.Connection, agent_id: str | None) -> Iterator[Pr
 
 
 def memory_exists(
-    conn: sqlite3.Connection,
+    conn: Connection,
     agent_id: str,
     project_id: str,
     channel: str,
@@ -243,7 +241,7 @@ def memory_exists(
 
 
 def episode_exists(
-    conn: sqlite3.Connection, agent_id: str, project_id: str, channel: str, summary: str
+    conn: Connection, agent_id: str, project_id: str, channel: str, summary: str
 ) -> bool:
     row = conn.execute(
         "SELECT 1 FROM episodes WHERE agent_id = ? AND project_id = ? AND channel = ? "
@@ -253,7 +251,7 @@ def episode_exists(
     return row is not None
 
 
-def profile_exists(conn: sqlite3.Connection, agent_id: str, user_id: str) -> bool:
+def profile_exists(conn: Connection, agent_id: str, user_id: str) -> bool:
     row = conn.execute(
         "SELECT 1 FROM profiles WHERE agent_id = ? AND user_id = ? LIMIT 1", (agent_id, user_id)
     ).fetchone()
@@ -263,7 +261,7 @@ def profile_exists(conn: sqlite3.Connection, agent_id: str, user_id: str) -> boo
 # -- writes --------------------------------------------------------------------------------------
 
 
-def insert_memory(conn: sqlite3.Connection, rec: MemoryRecord) -> int | None:
+def insert_memory(conn: Connection, rec: MemoryRecord) -> int | None:
     """INSERT OR IGNORE every column; the new id, or None when a UNIQUE index absorbed it."""
     cur = conn.execute(
         """INSERT OR IGNORE INTO memories
@@ -289,7 +287,7 @@ def insert_memory(conn: sqlite3.Connection, rec: MemoryRecord) -> int | None:
     return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid is not None else None
 
 
-def insert_episode(conn: sqlite3.Connection, rec: EpisodeRecord) -> int:
+def insert_episode(conn: Connection, rec: EpisodeRecord) -> int:
     cur = conn.execute(
         """INSERT INTO episodes
            (agent_id, project_id, channel, summary, keywords, start_time, end_time, resolved,
@@ -312,7 +310,7 @@ def insert_episode(conn: sqlite3.Connection, rec: EpisodeRecord) -> int:
     return int(cur.lastrowid)
 
 
-def upsert_profile(conn: sqlite3.Connection, rec: ProfileRecord) -> None:
+def upsert_profile(conn: Connection, rec: ProfileRecord) -> None:
     """Import's profile write: insert, or overwrite the one of the same (agent_id, user_id)."""
     conn.execute(
         """INSERT INTO profiles (agent_id, project_id, user_id, content, updated_at)
@@ -325,7 +323,7 @@ def upsert_profile(conn: sqlite3.Connection, rec: ProfileRecord) -> None:
     )
 
 
-def insert_profile(conn: sqlite3.Connection, rec: ProfileRecord) -> None:
+def insert_profile(conn: Connection, rec: ProfileRecord) -> None:
     """Merge's profile write: a new row stamped now (the caller checked it does not exist)."""
     conn.execute(
         "INSERT INTO profiles (agent_id, project_id, user_id, content, updated_at) "
@@ -337,7 +335,7 @@ def insert_profile(conn: sqlite3.Connection, rec: ProfileRecord) -> None:
 _TABLES = {"memories": "memories", "episodes": "episodes", "profiles": "profiles"}
 
 
-def delete_ids(conn: sqlite3.Connection, table: str, agent_id: str, ids: Sequence[int]) -> int:
+def delete_ids(conn: Connection, table: str, agent_id: str, ids: Sequence[int]) -> int:
     """Delete these rows of one agent (locked ones too); the number removed."""
     name = _TABLES[table]
     removed = 0
@@ -351,11 +349,11 @@ def delete_ids(conn: sqlite3.Connection, table: str, agent_id: str, ids: Sequenc
     return removed
 
 
-def delete_pending_tasks(conn: sqlite3.Connection, agent_id: str) -> int:
+def delete_pending_tasks(conn: Connection, agent_id: str) -> int:
     return conn.execute("DELETE FROM pending_memory_tasks WHERE agent_id = ?", (agent_id,)).rowcount
 
 
-def delete_agent(conn: sqlite3.Connection, agent_id: str) -> AgentRows:
+def delete_agent(conn: Connection, agent_id: str) -> AgentRows:
     """Every row of one agent in every project and channel, locked memories included."""
     memories = conn.execute("DELETE FROM memories WHERE agent_id = ?", (agent_id,)).rowcount
     episodes = conn.execute("DELETE FROM episodes WHERE agent_id = ?", (agent_id,)).rowcount
@@ -392,7 +390,7 @@ class ChannelReport:
 
 
 def channel_report(
-    conn: sqlite3.Connection, agent_id: str | None, *, sample: int = 5, invalid_ids: int = 10
+    conn: Connection, agent_id: str | None, *, sample: int = 5, invalid_ids: int = 10
 ) -> ChannelReport:
     where, params = _agent(agent_id)
     glob = (SNOWFLAKE_SESSION_GLOB, *params)
@@ -432,7 +430,7 @@ def channel_report(
     return ChannelReport(by_channel, total, invalid_total, invalid, samples)
 
 
-def rechannel_recoverable(conn: sqlite3.Connection, agent_id: str | None) -> int:
+def rechannel_recoverable(conn: Connection, agent_id: str | None) -> int:
     """Move recoverable `discord` rows to their channel; a row whose new identity collides
     with the content UNIQUE index stays unchanged. The number of rows moved."""
     where, params = _agent(agent_id)
@@ -441,7 +439,7 @@ def rechannel_recoverable(conn: sqlite3.Connection, agent_id: str | None) -> int
     )
 
 
-def globalize_unrecoverable(conn: sqlite3.Connection, agent_id: str | None) -> int:
+def globalize_unrecoverable(conn: Connection, agent_id: str | None) -> int:
     """Move the unrecoverable `discord` rows to channel '' (collisions stay); rows moved."""
     where, params = _agent(agent_id)
     return _rechannel(
@@ -449,9 +447,7 @@ def globalize_unrecoverable(conn: sqlite3.Connection, agent_id: str | None) -> i
     )
 
 
-def _rechannel(
-    conn: sqlite3.Connection, channel: str, where: str, params: tuple[object, ...]
-) -> int:
+def _rechannel(conn: Connection, channel: str, where: str, params: tuple[object, ...]) -> int:
     """`UPDATE OR IGNORE memories SET channel = <channel> WHERE <where>`: rows whose new
     identity collides with the content UNIQUE index stay; the number of rows moved."""
     if dialect_of(conn) == "sqlite":
@@ -484,7 +480,7 @@ class Rows:
 
     __slots__ = ("_conn",)
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self._conn = conn
 
     def count_rows(self, agent_id: str | None) -> AgentRows:
@@ -554,14 +550,14 @@ class Rows:
 
 
 @contextmanager
-def snapshot(db: Database) -> Iterator[Rows]:
+def snapshot(db: Store) -> Iterator[Rows]:
     """Read-only `Rows` over one snapshot; driver errors in the block leave it translated."""
     with translated(), read_snapshot(db) as conn:
         yield Rows(conn)
 
 
 @contextmanager
-def transaction(db: Database) -> Iterator[Rows]:
+def transaction(db: Store) -> Iterator[Rows]:
     """`Rows` in one write transaction: committed when the block ends, rolled back (and the
     error re-raised, translated when it is the driver's) when it raises."""
     with translated(), db.atomic() as conn:
@@ -569,7 +565,7 @@ def transaction(db: Database) -> Iterator[Rows]:
 
 
 @translating
-def delete_agent_rows(db: Database, agent_id: str) -> AgentRows:
+def delete_agent_rows(db: Store, agent_id: str) -> AgentRows:
     """Delete every row of one agent in one write transaction."""
     with db.atomic() as conn:
         return delete_agent(conn, agent_id)

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import sqlite3
-
-from cpersona.storage.db import Database
+from cpersona.storage.interface import Connection, Store
 
 
-def get(db: Database, agent_id: str) -> str | None:
+def get(db: Store, agent_id: str) -> str | None:
     row = db.query_one(
         "SELECT content FROM profiles WHERE agent_id = ? AND user_id = ''", (agent_id,)
     )
     return None if row is None else str(row[0])
 
 
-def upsert(conn: sqlite3.Connection, agent_id: str, content: str) -> None:
+def upsert(conn: Connection, agent_id: str, content: str) -> None:
     """Replace the agent's profile (never append); a new row keeps project_id ''."""
     conn.execute(
         """INSERT INTO profiles (agent_id, user_id, content) VALUES (?, '', ?)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from cpersona.errors import FullTextUnavailable
 from cpersona.models import ProjectFilter
-from cpersona.storage.db import Database
 from cpersona.storage.errors import translating
+from cpersona.storage.filters import project_where
+from cpersona.storage.interface import Connection, Row, Store
 from cpersona.timerange import TimeRange, first_in_span
 
 _SOURCE_ID = "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END"
@@ -31,7 +33,7 @@ class ScopeSql:
         p = f"{alias}." if alias else ""
         parts = [f"{p}agent_id = ?"]
         params: list[object] = [self.agent_id]
-        pw, pp = self.project.sql(f"{p}project_id")
+        pw, pp = project_where(self.project, f"{p}project_id")
         parts.append(pw)
         params.extend(pp)
         if self.channel:
@@ -80,11 +82,11 @@ _EP_COLS = (
 )
 
 
-def _mem(r: sqlite3.Row, bm25: float | None) -> MemoryHit:
+def _mem(r: Row, bm25: float | None) -> MemoryHit:
     return MemoryHit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bm25)
 
 
-def _ep(r: sqlite3.Row, bm25: float | None) -> EpisodeHit:
+def _ep(r: Row, bm25: float | None) -> EpisodeHit:
     return EpisodeHit(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7], bm25)
 
 
@@ -92,7 +94,12 @@ def _ep(r: sqlite3.Row, bm25: float | None) -> EpisodeHit:
 _MEM_CREATED = ", m.created_at"
 
 
-def _span_filter(db: Database, span: TimeRange | None) -> tuple[str, list[object]]:
+def _like_limit(conn: Connection) -> int:
+    """SQLite's limit on a LIKE pattern's length in bytes (an SQLite reader only)."""
+    return cast(sqlite3.Connection, conn).getlimit(_LIKE_LIMIT)
+
+
+def _span_filter(db: Store, span: TimeRange | None) -> tuple[str, list[object]]:
     """On PostgreSQL the stored `instant_key` (storage/pg/vectors.py) tests the range in SQL;
     a row whose key is NULL is left to the Python test that follows. SQLite has no such
     column: every row read is tested in Python."""
@@ -101,14 +108,14 @@ def _span_filter(db: Database, span: TimeRange | None) -> tuple[str, list[object
     return "(m.instant_key IS NULL OR (m.instant_key >= ? AND m.instant_key < ?))", [*span.bounds()]
 
 
-def _need_fts5(db: Database) -> None:
+def _need_fts5(db: Store) -> None:
     if db.dialect == "postgresql":
         raise FullTextUnavailable("PostgreSQL has no FTS5; the full-text index could not answer")
 
 
 @translating
 def memory_fts(
-    db: Database, scope: ScopeSql, source_prefix: str, match: str, limit: int
+    db: Store, scope: ScopeSql, source_prefix: str, match: str, limit: int
 ) -> list[MemoryHit]:
     _need_fts5(db)
     where, params = scope.where("m")
@@ -127,7 +134,7 @@ def memory_fts(
 
 @translating
 def memory_like(
-    db: Database, scope: ScopeSql, source_prefix: str, text: str, read: int
+    db: Store, scope: ScopeSql, source_prefix: str, text: str, read: int
 ) -> list[MemoryHit]:
     """Newest rows whose content contains `text`, ASCII case folded (the LIKE fallback, §4.7).
 
@@ -145,7 +152,7 @@ def memory_like(
         test, arg = _like_postgresql(pattern, text)
         if test is None:
             return []
-    elif len(pattern.encode("utf-8", "surrogatepass")) <= conn.getlimit(_LIKE_LIMIT):
+    elif len(pattern.encode("utf-8", "surrogatepass")) <= _like_limit(conn):
         test, arg = "m.content LIKE ? ESCAPE '\\'", pattern
     else:
         test, arg = "instr(lower(m.content), lower(?)) > 0", text
@@ -185,7 +192,7 @@ def _like_postgresql(pattern: str, text: str) -> tuple[str | None, str]:
 
 
 @translating
-def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int) -> list[MemoryHit]:
+def memory_recent(db: Store, scope: ScopeSql, source_prefix: str, limit: int) -> list[MemoryHit]:
     where, params = scope.where("m")
     sw, sp = _source_filter("m", source_prefix)
     tw, tp = _span_filter(db, scope.span)
@@ -200,7 +207,7 @@ def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int)
 
 
 @translating
-def episode_fts(db: Database, scope: ScopeSql, match: str, limit: int) -> list[EpisodeHit]:
+def episode_fts(db: Store, scope: ScopeSql, match: str, limit: int) -> list[EpisodeHit]:
     _need_fts5(db)
     where, params = scope.where("e")
     sql = f"""SELECT {_EP_COLS}, bm25(episodes_fts) AS score
@@ -216,7 +223,7 @@ def episode_fts(db: Database, scope: ScopeSql, match: str, limit: int) -> list[E
 
 @translating
 def memories_by_id(
-    db: Database, ids: Sequence[int], scope: ScopeSql, source_prefix: str
+    db: Store, ids: Sequence[int], scope: ScopeSql, source_prefix: str
 ) -> dict[int, MemoryHit]:
     """Hydrate survivors, re-applying the scope and the source filter (batches of 500).
 
@@ -241,7 +248,7 @@ def memories_by_id(
 
 
 @translating
-def episodes_by_id(db: Database, ids: Sequence[int], scope: ScopeSql) -> dict[int, EpisodeHit]:
+def episodes_by_id(db: Store, ids: Sequence[int], scope: ScopeSql) -> dict[int, EpisodeHit]:
     """As `memories_by_id` (rowid lookups, `NOT INDEXED`), for episodes."""
     out: dict[int, EpisodeHit] = {}
     where, params = scope.where("e")
@@ -257,7 +264,7 @@ def episodes_by_id(db: Database, ids: Sequence[int], scope: ScopeSql) -> dict[in
 
 
 @translating
-def embeddings(db: Database, table: str, ids: Sequence[int]) -> dict[int, bytes]:
+def embeddings(db: Store, table: str, ids: Sequence[int]) -> dict[int, bytes]:
     """Stored BLOBs by id (for the cosine backfill)."""
     if table not in ("memories", "episodes"):
         raise ValueError(table)
@@ -274,7 +281,7 @@ def embeddings(db: Database, table: str, ids: Sequence[int]) -> dict[int, bytes]
 
 
 @translating
-def pool_count(db: Database, scope: ScopeSql) -> int:
+def pool_count(db: Store, scope: ScopeSql) -> int:
     where, params = scope.where()
     m = db.query_one(f"SELECT COUNT(*) FROM memories WHERE {where}", params)
     e = db.query_one(f"SELECT COUNT(*) FROM episodes WHERE {where}", params)
@@ -282,7 +289,7 @@ def pool_count(db: Database, scope: ScopeSql) -> int:
 
 
 @translating
-def timestamp_span(db: Database, scope: ScopeSql) -> tuple[str | None, str | None]:
+def timestamp_span(db: Store, scope: ScopeSql) -> tuple[str | None, str | None]:
     """MIN and MAX (text order) of memory timestamps that are non-empty and SQL-parseable.
 
     Read as the first and the last such timestamp in the order of `idx_memories_span`
@@ -304,7 +311,7 @@ def timestamp_span(db: Database, scope: ScopeSql) -> tuple[str | None, str | Non
 
 
 @translating
-def latest_episode_created(db: Database, scope: ScopeSql) -> str | None:
+def latest_episode_created(db: Store, scope: ScopeSql) -> str | None:
     """created_at of the newest episode in scope by parsed instant (unparseable last)."""
     where, params = scope.where()
     row = db.query_one(
@@ -317,7 +324,7 @@ def latest_episode_created(db: Database, scope: ScopeSql) -> str | None:
 
 
 @translating
-def recall_history(db: Database, ids: Sequence[int]) -> dict[int, tuple[int, str | None]]:
+def recall_history(db: Store, ids: Sequence[int]) -> dict[int, tuple[int, str | None]]:
     out: dict[int, tuple[int, str | None]] = {}
     for start in range(0, len(ids), 500):
         batch = list(ids[start : start + 500])
@@ -331,7 +338,7 @@ def recall_history(db: Database, ids: Sequence[int]) -> dict[int, tuple[int, str
 
 
 @translating
-def bump_recall_counts(db: Database, ids: Sequence[int]) -> None:
+def bump_recall_counts(db: Store, ids: Sequence[int]) -> None:
     if not ids:
         return
     with db.atomic() as conn:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, cast
 
 from cpersona.storage import open_database
 from cpersona.storage.db import Database, quote_identifier
+from cpersona.storage.interface import Connection, Store
 
 if TYPE_CHECKING:
     from cpersona.storage.pg.db import PgConnection
@@ -86,7 +87,7 @@ class OpenFailed(Exception):
     """A database that cannot be opened for a migration (the message is one line)."""
 
 
-def open_read_only(location: str) -> Database:
+def open_read_only(location: str) -> Store:
     """The database at `location` (a path or a PostgreSQL URL), opened for reading only and
     left at whatever schema it has.
 
@@ -101,12 +102,12 @@ def open_read_only(location: str) -> Database:
     from cpersona.storage.pg.db import ConnectionFailed, PgDatabase
 
     try:
-        return cast(Database, PgDatabase(location, pool_size=PG_POOL, read_only=True))
+        return PgDatabase(location, pool_size=PG_POOL, read_only=True)
     except ConnectionFailed as exc:
         raise OpenFailed(f"{label(location)}: {exc}") from None
 
 
-def open_target(location: str, *, fts_enabled: bool) -> Database:
+def open_target(location: str, *, fts_enabled: bool) -> Store:
     """The database at `location`, created if needed and migrated to the current schema.
 
     Raises:
@@ -133,7 +134,7 @@ def open_target(location: str, *, fts_enabled: bool) -> Database:
 # -- what a database holds -------------------------------------------------------------------
 
 
-def columns(db: Database, table: str) -> list[str]:
+def columns(db: Store, table: str) -> list[str]:
     """The stored columns of `table` in declaration order; empty when there is no such table.
 
     PostgreSQL's generated columns (`created_key`, `source_id`: storage/pg/vectors.py) are
@@ -154,7 +155,7 @@ def _sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def schema_version(db: Database) -> int:
+def schema_version(db: Store) -> int:
     """MAX(schema_version.version): 13 for CPersona 2.5.12 and cpersona; 0 when absent."""
     if not columns(db, "schema_version"):
         return 0
@@ -162,7 +163,7 @@ def schema_version(db: Database) -> int:
     return int(row[0]) if row else 0
 
 
-def database_uid(db: Database) -> bytes | None:
+def database_uid(db: Store) -> bytes | None:
     """cpersona's identity of the database (`cpersona_meta.db_uid`); None for a 2.5.x file."""
     if not columns(db, "cpersona_meta"):
         return None
@@ -170,7 +171,7 @@ def database_uid(db: Database) -> bytes | None:
     return bytes(row[0]) if row else None
 
 
-def count(db: Database, table: Copied, upto: Key | None = None) -> int:
+def count(db: Store, table: Copied, upto: Key | None = None) -> int:
     """Rows of `table` (0 when it does not exist), only those with key <= `upto` if given."""
     if not columns(db, table.name):
         return 0
@@ -194,7 +195,7 @@ def _key_params(table: Copied) -> str:
 
 
 @contextlib.contextmanager
-def snapshot(db: Database) -> Iterator[None]:
+def snapshot(db: Store) -> Iterator[None]:
     """Every read of this thread through `db` inside sees one snapshot of `db`."""
     conn = db.reader()
     if conn.in_transaction:
@@ -211,7 +212,7 @@ def snapshot(db: Database) -> Iterator[None]:
 
 
 def read_batch(
-    db: Database, table: Copied, cols: Sequence[str], after: Key | None, limit: int
+    db: Store, table: Copied, cols: Sequence[str], after: Key | None, limit: int
 ) -> list[Row]:
     """Up to `limit` rows of `table` with key > `after` (all when None), in key order; each row
     is the key's values followed by `cols`."""
@@ -227,7 +228,7 @@ def read_batch(
 
 
 def write_batch(
-    db: Database, table: Copied, cols: Sequence[str], rows: Sequence[Row], progress: str
+    db: Store, table: Copied, cols: Sequence[str], rows: Sequence[Row], progress: str
 ) -> int:
     """Insert `rows` (as `read_batch` returned them) and record `progress` for the table, in
     one transaction. Returns how many non-empty vectors the target could not hold (stored as
@@ -252,7 +253,7 @@ def write_batch(
             if db.dialect == "postgresql":
                 _insert_many_pg(cast("PgConnection", conn), sql, params)
             else:
-                conn.executemany(sql, params)
+                cast(sqlite3.Connection, conn).executemany(sql, params)
             _put_progress(conn, f"table:{table.name}", progress)
     except sqlite3.DatabaseError:
         _name_refused_row(db, table, sql, params)
@@ -269,7 +270,7 @@ class _Probed(Exception):
     pass
 
 
-def _name_refused_row(db: Database, table: Copied, sql: str, rows: Sequence[Row]) -> None:
+def _name_refused_row(db: Store, table: Copied, sql: str, rows: Sequence[Row]) -> None:
     """After a batch failed: insert its rows one by one (each in a savepoint, all rolled back)
     and raise RowRefused for the first the target refuses; return when none is (the failure
     was not the rows': a lost connection, a full disk)."""
@@ -289,11 +290,11 @@ def _name_refused_row(db: Database, table: Copied, sql: str, rows: Sequence[Row]
     except sqlite3.DatabaseError:
         return
     if refused is not None:
-        row, exc = refused
+        row, error = refused
         key = "/".join(str(v) for v in row[: len(table.key)])
         raise RowRefused(
-            f"the target refuses {table.name} {'/'.join(table.key)}={key}: {exc}"
-        ) from exc
+            f"the target refuses {table.name} {'/'.join(table.key)}={key}: {error}"
+        ) from error
 
 
 def _insert_many_pg(conn: PgConnection, sql: str, rows: Sequence[Row]) -> None:
@@ -311,7 +312,7 @@ def _insert_many_pg(conn: PgConnection, sql: str, rows: Sequence[Row]) -> None:
         raise sqlite3.DatabaseError(text.splitlines()[0] if text else type(exc).__name__) from exc
 
 
-def null_vector_rows(db: Database, table: Copied) -> int:
+def null_vector_rows(db: Store, table: Copied) -> int:
     """Rows of `table` whose vector column is NULL in `db` (0 for a table without vectors)."""
     if table.vector is None or not columns(db, table.name):
         return 0
@@ -322,19 +323,19 @@ def null_vector_rows(db: Database, table: Copied) -> int:
 # -- the progress record ---------------------------------------------------------------------
 
 
-def _put_progress(conn: sqlite3.Connection, name: str, value: str) -> None:
+def _put_progress(conn: Connection, name: str, value: str) -> None:
     # (On PostgreSQL a PgConnection, which answers the same calls.)
     conn.execute(f"UPDATE {PROGRESS_TABLE} SET value = ? WHERE name = ?", (value, name))
 
 
-def read_progress(db: Database) -> dict[str, str] | None:
+def read_progress(db: Store) -> dict[str, str] | None:
     """The target's progress record; None when no migration is under way in it."""
     if not columns(db, PROGRESS_TABLE):
         return None
     return {str(r[0]): str(r[1]) for r in db.query(f"SELECT name, value FROM {PROGRESS_TABLE}")}
 
 
-def start_progress(db: Database, record: dict[str, str], clear: Sequence[str]) -> None:
+def start_progress(db: Store, record: dict[str, str], clear: Sequence[str]) -> None:
     """Empty the `clear` tables of the target and write a new progress record, atomically."""
     with db.atomic() as conn:
         for table in clear:
@@ -345,12 +346,12 @@ def start_progress(db: Database, record: dict[str, str], clear: Sequence[str]) -
             conn.execute(f"INSERT INTO {PROGRESS_TABLE}(name, value) VALUES (?, ?)", (name, value))
 
 
-def put_progress(db: Database, name: str, value: str) -> None:
+def put_progress(db: Store, name: str, value: str) -> None:
     with db.atomic() as conn:
         _put_progress(conn, name, value)
 
 
-def finish_progress(db: Database) -> None:
+def finish_progress(db: Store) -> None:
     """Drop the progress record: the target is now an ordinary database."""
     with db.atomic() as conn:
         conn.execute(f"DROP TABLE IF EXISTS {PROGRESS_TABLE}")
@@ -368,7 +369,7 @@ def decode_key(text: str) -> Key | None:
 # -- identities ------------------------------------------------------------------------------
 
 
-def identity_mark(db: Database, table: Copied) -> int:
+def identity_mark(db: Store, table: Copied) -> int:
     """The largest id `table` has handed out (deleted rows' ids included), 0 for none."""
     if not columns(db, table.name):
         return 0
@@ -389,7 +390,7 @@ def identity_mark(db: Database, table: Copied) -> int:
     return max(top, int(row[0]) if row else 0)
 
 
-def raise_identity(db: Database, table: Copied, mark: int) -> None:
+def raise_identity(db: Store, table: Copied, mark: int) -> None:
     """Make the next id `table` hands out greater than `mark` (and than every id it holds): an
     id a client saw deleted in the source is never given to another row in the target."""
     mark = max(mark, identity_mark(db, table))
@@ -410,7 +411,7 @@ def raise_identity(db: Database, table: Copied, mark: int) -> None:
 # -- verification ----------------------------------------------------------------------------
 
 
-def sample_keys(db: Database, table: Copied, stride: int) -> list[Key]:
+def sample_keys(db: Store, table: Copied, stride: int) -> list[Key]:
     """The keys of every `stride`-th row in key order, starting with the first, and the last."""
     if not columns(db, table.name):
         return []
@@ -436,7 +437,7 @@ LOOKUP_CHUNK = 200
 
 
 def rows_by_keys(
-    db: Database, table: Copied, cols: Sequence[str], keys: Sequence[Key]
+    db: Store, table: Copied, cols: Sequence[str], keys: Sequence[Key]
 ) -> dict[Key, Row]:
     """{key: the row's `cols`} of the rows of `table` with these keys (absent keys omitted)."""
     n = len(table.key)

@@ -12,18 +12,18 @@ staged vector always belongs to the row's current text, whoever wrote (a 2.5.x s
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from cpersona.storage.db import Database, embedding_param
+from cpersona.storage.db import embedding_param
 from cpersona.storage.errors import translating
+from cpersona.storage.interface import Connection, Store
 
 TABLES = ("memories", "episodes")
 #: The embedded text of each table.
 TEXT_COLUMN = {"memories": "content", "episodes": "summary"}
 
-Conn = sqlite3.Connection
+Conn = Connection
 
 DDL = (
     """CREATE TABLE IF NOT EXISTS cpersona_vector_model (
@@ -258,7 +258,7 @@ def cut_over(conn: Conn, table: str, model: str, dim: int | None) -> int:
     return int(swapped)
 
 
-def read(db: Database) -> tuple[dict[str, Recorded], dict[str, Conversion]]:
+def read(db: Store) -> tuple[dict[str, Recorded], dict[str, Conversion]]:
     """The record and the open conversions, read in one snapshot."""
     conn = db.reader()
     own = not conn.in_transaction
@@ -287,17 +287,17 @@ Embed = Callable[[str, list[tuple[int, str]]], Sequence[tuple[int, str, bytes]]]
 
 
 @translating
-def table_has_vectors(db: Database, table: str) -> bool:
+def table_has_vectors(db: Store, table: str) -> bool:
     return has_vectors(db.reader(), table)
 
 
 @translating
-def sample(db: Database, table: str, n: int) -> list[tuple[str, bytes]]:
+def sample(db: Store, table: str, n: int) -> list[tuple[str, bytes]]:
     return sample_texts(db.reader(), table, n)
 
 
 @translating
-def record_if_absent(db: Database, table: str, found: Recorded) -> bool:
+def record_if_absent(db: Store, table: str, found: Recorded) -> bool:
     """Record `found` for `table` unless another process recorded one first; whether it did."""
     with db.atomic() as conn:
         if table in recorded(conn):
@@ -307,22 +307,22 @@ def record_if_absent(db: Database, table: str, found: Recorded) -> bool:
 
 
 @translating
-def table_progress(db: Database, table: str) -> tuple[int, int]:
+def table_progress(db: Store, table: str) -> tuple[int, int]:
     return progress(db.reader(), table)
 
 
 @translating
-def unstaged_rows(db: Database, table: str, limit: int) -> list[tuple[int, str]]:
+def unstaged_rows(db: Store, table: str, limit: int) -> list[tuple[int, str]]:
     return unstaged(db.reader(), table, limit)
 
 
 @translating
-def open_conversions(db: Database) -> dict[str, Conversion]:
+def open_conversions(db: Store) -> dict[str, Conversion]:
     return conversions(db.reader())
 
 
 @translating
-def begin_all(db: Database, tables: Sequence[str], model: str) -> None:
+def begin_all(db: Store, tables: Sequence[str], model: str) -> None:
     """Begin (or resume) the conversion of every table in `tables`, in one transaction."""
     with db.atomic() as conn:
         for table in tables:
@@ -330,7 +330,7 @@ def begin_all(db: Database, tables: Sequence[str], model: str) -> None:
 
 
 @translating
-def drop_stale(db: Database, model: str) -> list[Conversion]:
+def drop_stale(db: Store, model: str) -> list[Conversion]:
     """Drop every conversion still staging towards another model than `model`; those dropped."""
     with db.atomic() as conn:
         stale = [
@@ -344,14 +344,14 @@ def drop_stale(db: Database, model: str) -> list[Conversion]:
 
 
 @translating
-def stage_rows(db: Database, table: str, rows: Sequence[tuple[int, str, bytes]]) -> int:
+def stage_rows(db: Store, table: str, rows: Sequence[tuple[int, str, bytes]]) -> int:
     with db.atomic() as conn:
         return stage(conn, table, rows)
 
 
 @translating
 def cut_over_all(
-    db: Database,
+    db: Store,
     tables: Sequence[str],
     model: str,
     dim: int | None,
@@ -379,7 +379,7 @@ def cut_over_all(
 
 
 @translating
-def finish_all(db: Database, tables: Sequence[str]) -> None:
+def finish_all(db: Store, tables: Sequence[str]) -> None:
     with db.atomic() as conn:
         for table in tables:
             finish(conn, table)

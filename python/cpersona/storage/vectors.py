@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cpersona.models import ProjectFilter
 from cpersona.storage.change_log import ChangeLog, Changes
-from cpersona.storage.db import Database
+from cpersona.storage.filters import project_where
+from cpersona.storage.interface import Row, Store
 from cpersona.timerange import TimeRange, first_in_span, row_time
 
 _TABLES = ("memories", "episodes")
@@ -53,7 +53,7 @@ def _select(table: str) -> str:
     )
 
 
-def _row(r: sqlite3.Row) -> IndexRow:
+def _row(r: Row) -> IndexRow:
     return IndexRow(
         r["id"],
         r["key"],
@@ -66,7 +66,7 @@ def _row(r: sqlite3.Row) -> IndexRow:
     )
 
 
-def db_uid(db: Database) -> bytes:
+def db_uid(db: Store) -> bytes:
     row = db.query_one("SELECT value FROM cpersona_meta WHERE key = 'db_uid'")
     if row is None:
         raise RuntimeError("database has no cpersona_meta.db_uid; was it migrated?")
@@ -76,17 +76,17 @@ def db_uid(db: Database) -> bytes:
 _LOG = ChangeLog("vector_log")
 
 
-def max_seq(db: Database) -> int:
+def max_seq(db: Store) -> int:
     """The largest `vector_log.seq` ever written (trimmed entries included)."""
     return _LOG.max_seq(db)
 
 
-def changes_since(db: Database, table: str, seq: int) -> Changes:
+def changes_since(db: Store, table: str, seq: int) -> Changes:
     """Distinct row ids of `table` logged after `seq`, oldest change first, and the log's max."""
     return _LOG.changes_since(db, _check(table), seq)
 
 
-def rows_by_id(db: Database, table: str, ids: Sequence[int]) -> dict[int, IndexRow]:
+def rows_by_id(db: Store, table: str, ids: Sequence[int]) -> dict[int, IndexRow]:
     """Current embedded rows among `ids` (a row that is gone or unembedded is absent)."""
     found: dict[int, IndexRow] = {}
     for start in range(0, len(ids), 500):
@@ -99,7 +99,7 @@ def rows_by_id(db: Database, table: str, ids: Sequence[int]) -> dict[int, IndexR
     return found
 
 
-def embedded_shape(db: Database, table: str) -> tuple[int, int | None]:
+def embedded_shape(db: Store, table: str) -> tuple[int, int | None]:
     """(embedded rows, modal width in floats) of a table; width None when no BLOB is a vector
     (a BLOB that is empty or not whole floats is counted but never sets the width)."""
     rows = db.query(
@@ -111,7 +111,7 @@ def embedded_shape(db: Database, table: str) -> tuple[int, int | None]:
     return total, (-max(widths)[1] // 4 if widths else None)
 
 
-def iter_rows(db: Database, table: str) -> Iterator[IndexRow]:
+def iter_rows(db: Store, table: str) -> Iterator[IndexRow]:
     """Every embedded row, newest first by (created_at, id)."""
     conn = db.reader()
     cur = conn.execute(
@@ -122,18 +122,18 @@ def iter_rows(db: Database, table: str) -> Iterator[IndexRow]:
             yield _row(r)
 
 
-def trim_log(db: Database, table: str, upto: int) -> int:
+def trim_log(db: Store, table: str, upto: int) -> int:
     """Forget applied log entries of `table`, remembering how far (storage/change_log.py)."""
     return _LOG.trim(db, _check(table), upto)
 
 
-def trimmed_upto(db: Database, table: str) -> int:
+def trimmed_upto(db: Store, table: str) -> int:
     """The seq up to which `table`'s log entries were trimmed (0 = never)."""
     return _LOG.trimmed_upto(db, _check(table))
 
 
 def window_ids(
-    db: Database,
+    db: Store,
     table: str,
     agent_id: str,
     project: ProjectFilter,
@@ -153,7 +153,7 @@ def window_ids(
     """
     where = ["agent_id = ?", f"id NOT IN (SELECT id FROM {_check(table)} WHERE embedding IS NULL)"]
     params: list[object] = [agent_id]
-    pw, pp = project.sql()
+    pw, pp = project_where(project)
     where.append(pw)
     params.extend(pp)
     if channel:
@@ -169,7 +169,7 @@ def window_ids(
     return [int(r[0]) for r in first_in_span(db.reader().execute(sql, params), span, 1, 2, limit)]
 
 
-def blobs(db: Database, table: str, ids: Sequence[int]) -> dict[int, bytes]:
+def blobs(db: Store, table: str, ids: Sequence[int]) -> dict[int, bytes]:
     """The embedding BLOB of each of `ids` that has one (batches of 500)."""
     found: dict[int, bytes] = {}
     for start in range(0, len(ids), 500):
@@ -185,7 +185,7 @@ def blobs(db: Database, table: str, ids: Sequence[int]) -> dict[int, bytes]:
 
 
 @contextmanager
-def snapshot(db: Database) -> Iterator[None]:
+def snapshot(db: Store) -> Iterator[None]:
     """One read transaction on this thread's reader connection, so that several statements
     see one state of the database (the caller's transaction when one is already open)."""
     conn = db.reader()
@@ -199,7 +199,7 @@ def snapshot(db: Database) -> Iterator[None]:
             conn.execute("COMMIT")
 
 
-def source_ids_with_prefix(db: Database, table: str, agent_id: str, prefix: str) -> list[str]:
+def source_ids_with_prefix(db: Store, table: str, agent_id: str, prefix: str) -> list[str]:
     """Distinct `source.id` texts of one agent's rows that start with `prefix` (case-sensitive)."""
     if _check(table) != "memories":
         return []

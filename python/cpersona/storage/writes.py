@@ -17,8 +17,8 @@ from cpersona.storage import episodes as episode_sql
 from cpersona.storage import memories as memory_sql
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage import vector_models
-from cpersona.storage.db import Database
 from cpersona.storage.errors import translating
+from cpersona.storage.interface import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +76,13 @@ def _probe(
 
 
 @translating
-def find_duplicate(db: Database, new: NewMemory) -> Duplicate | None:
+def find_duplicate(db: Store, new: NewMemory) -> Duplicate | None:
     """The store dedup probe outside any transaction (a duplicate then costs no embedding)."""
     return _probe(db.reader(), new.agent_id, new.project_id, new.channel, new.msg_id, new.content)
 
 
 @translating
-def store_memory(db: Database, new: NewMemory, vec: Vector | None) -> Stored:
+def store_memory(db: Store, new: NewMemory, vec: Vector | None) -> Stored:
     """Probe for a duplicate and insert in one write transaction."""
     with db.atomic() as conn:
         dup = _probe(conn, new.agent_id, new.project_id, new.channel, new.msg_id, new.content)
@@ -94,7 +94,7 @@ def store_memory(db: Database, new: NewMemory, vec: Vector | None) -> Stored:
 
 
 @translating
-def fill_late_vector(db: Database, table: str, row_id: int, text: str, vec: Vector) -> bool:
+def fill_late_vector(db: Store, table: str, row_id: int, text: str, vec: Vector) -> bool:
     """Give a row committed without its vector `vec`, if the table takes that model and the
     row's text is still `text`; whether it did."""
     with db.atomic() as conn:
@@ -104,7 +104,7 @@ def fill_late_vector(db: Database, table: str, row_id: int, text: str, vec: Vect
 
 
 @translating
-def update_memory(db: Database, memory_id: int, text: str, vec: Vector | None) -> tuple[int, bool]:
+def update_memory(db: Store, memory_id: int, text: str, vec: Vector | None) -> tuple[int, bool]:
     """Replace an unlocked row's content (and vector): (rows changed, vector written).
     Raises ConstraintError when another row of the scope already has exactly this text."""
     with db.atomic() as conn:
@@ -114,14 +114,14 @@ def update_memory(db: Database, memory_id: int, text: str, vec: Vector | None) -
 
 
 @translating
-def delete_memory(db: Database, memory_id: int, agent_id: str | None) -> int:
+def delete_memory(db: Store, memory_id: int, agent_id: str | None) -> int:
     """Delete an unlocked row (of `agent_id` when given); rows deleted."""
     with db.atomic() as conn:
         return memory_sql.delete(conn, memory_id, agent_id)
 
 
 @translating
-def lock_memory(db: Database, memory_id: int, agent_id: str, locked: bool) -> Memory | None:
+def lock_memory(db: Store, memory_id: int, agent_id: str, locked: bool) -> Memory | None:
     """Set the lock of a row owned by `agent_id` (any row when it is ''), reading and
     writing in one transaction; the row as it was, or None when it does not exist (a row of
     another agent is returned unchanged)."""
@@ -133,7 +133,7 @@ def lock_memory(db: Database, memory_id: int, agent_id: str, locked: bool) -> Me
 
 
 @translating
-def insert_episode(db: Database, new: NewEpisode, vec: Vector | None) -> tuple[int, bool]:
+def insert_episode(db: Store, new: NewEpisode, vec: Vector | None) -> tuple[int, bool]:
     """Insert an episode: (its id, vector written)."""
     with db.atomic() as conn:
         embedding = _admit(conn, "episodes", vec)
@@ -143,7 +143,7 @@ def insert_episode(db: Database, new: NewEpisode, vec: Vector | None) -> tuple[i
 
 @translating
 def delete_episode(
-    db: Database, episode_id: int, agent_id: str | None, *, read_owner: bool
+    db: Store, episode_id: int, agent_id: str | None, *, read_owner: bool
 ) -> tuple[int, Episode | None]:
     """Delete an episode (of `agent_id` when given): (rows deleted, the row as read in the
     deleting transaction when `read_owner`, else None)."""
@@ -153,6 +153,6 @@ def delete_episode(
 
 
 @translating
-def upsert_profile(db: Database, agent_id: str, text: str) -> None:
+def upsert_profile(db: Store, agent_id: str, text: str) -> None:
     with db.atomic() as conn:
         profile_sql.upsert(conn, agent_id, text)

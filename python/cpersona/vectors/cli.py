@@ -52,7 +52,7 @@ def run_index_command(settings: Settings, action: str, table: str | None, kind: 
     try:
         tables = (table,) if table else TABLES
         targets: list[VectorIndex | FtsIndex] = []
-        if kind != "fulltext" and db.dialect == "sqlite":
+        if kind != "fulltext" and db.capabilities.vector_arm == "index_file":
             targets += [VectorIndex(db, name) for name in tables]
         elif kind == "vector":
             print("no vector index files on PostgreSQL: recall reads the vectors from the database")

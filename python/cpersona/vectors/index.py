@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from cpersona.errors import IndexObstructed, StoreCorrupt
-from cpersona.storage import Database
+from cpersona.storage import Store
 from cpersona.storage import vectors as vector_sql
 from cpersona.storage.vectors import IndexRow
 from cpersona.vectors import checksums, healing
@@ -88,7 +88,7 @@ class IndexStatus:
 class VectorIndex:
     """The index of one table (`memories` or `episodes`) of one database."""
 
-    def __init__(self, db: Database, table: str, directory: str | None = None) -> None:
+    def __init__(self, db: Store, table: str, directory: str | None = None) -> None:
         if table not in TABLE_CODES:
             raise ValueError(f"no vector index for table {table!r}")
         self.db = db

@@ -1,5 +1,6 @@
-"""The scoped vector scan of one table: the index fast path, else the chunked SQLite scan; on
-PostgreSQL one statement in the database (storage/pg/vectors.py), with no local index.
+"""The scoped vector scan of one table: the index fast path, else the chunked SQLite scan; in a
+store whose vector arm runs in the database (PostgreSQL), one statement there
+(storage/database_scan.py), with no local index.
 
 Every path computes the same thing (retrieval.md §4.2-4.3): the in-scope embedded rows
 ordered by (created_at DESC, id DESC), positions [0, window) scored into the near list and
@@ -13,16 +14,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from cpersona._backend import kernels
 from cpersona.errors import StoreCorrupt
 from cpersona.models import ProjectFilter
-from cpersona.storage import Database
+from cpersona.storage import Store, database_scan
 from cpersona.storage import vectors as vector_sql
-from cpersona.storage.pg import vectors as pg_vector_sql
 from cpersona.timerange import TimeRange
 from cpersona.vectors.format import scope_hash
 from cpersona.vectors.index import VectorIndex
@@ -64,7 +63,7 @@ def _hashes(values: list[str]) -> np.ndarray:
 
 
 def scan_table(
-    db: Database,
+    db: Store,
     table: str,
     index: VectorIndex | None,
     query: np.ndarray,
@@ -77,18 +76,18 @@ def scan_table(
     far_k: int,
     chunk_rows: int = 512,
 ) -> Hits:
-    """Scan `table` the way this database can: in PostgreSQL, else through `index` (None: the
-    SQLite window without an index)."""
+    """Scan `table` the way this database can: in the database when its capabilities say so,
+    else through `index` (None: the SQLite window without an index)."""
     kw = {"window": window, "reach": reach, "threshold": threshold, "k": k, "far_k": far_k}
-    if db.dialect == "postgresql":
-        return scan_postgresql(db, table, query, scope, **kw)
+    if db.capabilities.vector_arm == "database":
+        return scan_database(db, table, query, scope, **kw)
     if index is None:
         return scan_sqlite(db, table, query, scope, chunk_rows=chunk_rows, **kw)
     return scan(index, query, scope, chunk_rows=chunk_rows, **kw)
 
 
-def scan_postgresql(
-    db: Database,
+def scan_database(
+    db: Store,
     table: str,
     query: np.ndarray,
     scope: Scope,
@@ -99,15 +98,24 @@ def scan_postgresql(
     k: int,
     far_k: int,
 ) -> Hits:
-    """The window scan as one PostgreSQL statement (pgvector's inner product, exact)."""
+    """The window scan as one statement in the database (on PostgreSQL pgvector's inner
+    product, exact)."""
     query = np.ascontiguousarray(query, dtype="<f4").reshape(-1)
-    kw = {"window": window, "reach": reach, "threshold": threshold, "k": k, "far_k": far_k}
-    where = (scope.agent_id, scope.project, scope.channel, scope.source_prefix)
-    pg_db: Any = db  # dialect "postgresql" is a PgDatabase
-    if scope.span is None:
-        found = pg_vector_sql.window_scan(pg_db, table, query.tobytes(), *where, **kw)
-    else:
-        found = pg_vector_sql.span_scan(pg_db, table, query.tobytes(), *where, scope.span, **kw)
+    found = database_scan.window_scan(
+        db,
+        table,
+        query.tobytes(),
+        scope.agent_id,
+        scope.project,
+        scope.channel,
+        scope.source_prefix,
+        scope.span,
+        window=window,
+        reach=reach,
+        threshold=threshold,
+        k=k,
+        far_k=far_k,
+    )
 
     def arrays(hits: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
         return (
@@ -214,7 +222,7 @@ def _scan_file(
 
 
 def scan_sqlite(
-    db: Database,
+    db: Store,
     table: str,
     query: np.ndarray,
     scope: Scope,
@@ -255,7 +263,7 @@ def scan_sqlite(
 
 
 def _score_region(
-    db: Database,
+    db: Store,
     table: str,
     ids: list[int],
     base: int,

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from cpersona.storage.errors import InDoubtError, UnreachableError
+from cpersona.storage.interface import Capabilities, Params
+from cpersona.storage.interface import Row as AnyRow
 from cpersona.storage.pg.adapters import register_vector, str_dumper
 from cpersona.storage.pg.dialect import translate
 from cpersona.storage.pg.reach import (
@@ -99,7 +101,7 @@ class Row(tuple):  # type: ignore[type-arg]
 
     _index: dict[str, int]
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
             try:
                 return tuple.__getitem__(self, self._index[key.lower()])
@@ -127,30 +129,30 @@ def _row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], Row]:
 class PgCursor:
     """The results of one statement, already fetched."""
 
-    def __init__(self, rows: list[Row], rowcount: int, lastrowid: int | None) -> None:
+    def __init__(self, rows: list[AnyRow], rowcount: int, lastrowid: int | None) -> None:
         self._rows = rows
         self._pos = 0
         self.rowcount = rowcount
         self.lastrowid = lastrowid
 
-    def fetchone(self) -> Row | None:
+    def fetchone(self) -> AnyRow | None:
         if self._pos >= len(self._rows):
             return None
         row = self._rows[self._pos]
         self._pos += 1
         return row
 
-    def fetchmany(self, size: int = 1) -> list[Row]:
+    def fetchmany(self, size: int = 1) -> list[AnyRow]:
         out = self._rows[self._pos : self._pos + size]
         self._pos += len(out)
         return out
 
-    def fetchall(self) -> list[Row]:
+    def fetchall(self) -> list[AnyRow]:
         out = self._rows[self._pos :]
         self._pos = len(self._rows)
         return out
 
-    def __iter__(self) -> Iterator[Row]:
+    def __iter__(self) -> Iterator[AnyRow]:
         while (row := self.fetchone()) is not None:
             yield row
 
@@ -190,8 +192,8 @@ class PgConnection:
         if self._tracer is not None:
             self._tracer(sql, params)
         try:
-            cur = self.raw.execute(sql, params, binary=True)  # type: ignore[arg-type]
-            rows: list[Row] = []
+            cur = self.raw.execute(sql, params, binary=True)
+            rows: list[AnyRow] = []
             if cur.description is not None:
                 make = _row_maker([c.name for c in cur.description])
                 rows = [make(r) for r in cur.fetchall()]
@@ -307,6 +309,15 @@ class PgDatabase:
     dialect: Literal["sqlite", "postgresql"] = "postgresql"
     #: Whether text may hold U+0000 (PostgreSQL's text cannot; tools refuse it there).
     stores_nul = False
+    #: A server that many hosts may share: vectors are scanned in it, and each host keeps its
+    #: own full-text index files (there is no FTS5) in its cache directory.
+    capabilities = Capabilities(
+        vector_arm="database",
+        full_text_in_database=False,
+        derived_files="host_cache",
+        local_files=False,
+        shared=True,
+    )
 
     def __init__(
         self,
@@ -470,10 +481,10 @@ class PgDatabase:
         """How many connections the pool holds open."""
         return self._reach.open_connections()
 
-    def query(self, sql: str, params: Any = ()) -> list[Row]:
+    def query(self, sql: str, params: Params = ()) -> list[AnyRow]:
         return self.reader().execute(sql, params).fetchall()
 
-    def query_one(self, sql: str, params: Any = ()) -> Row | None:
+    def query_one(self, sql: str, params: Params = ()) -> AnyRow | None:
         rows = self.query(sql, params)
         return rows[0] if rows else None
 
@@ -532,7 +543,7 @@ class PgDatabase:
     def write_connection(self) -> PgConnection:
         """A connection for statements outside a transaction: this thread's writer when inside
         `atomic()`; otherwise use `session()` (a pooled connection must go back)."""
-        writer = getattr(self._local, "writer", None)
+        writer: PgConnection | None = getattr(self._local, "writer", None)
         if writer is None:
             raise RuntimeError("PgDatabase.write_connection() outside atomic(): use session()")
         return writer

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cpersona.models import ProjectFilter
+from cpersona.storage.filters import project_where
 from cpersona.timerange import TimeRange, row_time
 
 if TYPE_CHECKING:
@@ -231,7 +232,7 @@ def _where(
 ) -> tuple[str, list[object]]:
     parts = ["agent_id = ?", "embedding IS NOT NULL"]
     params: list[object] = [agent_id]
-    pw, pp = project.sql()
+    pw, pp = project_where(project)
     parts.append(pw if pw != "1" else "TRUE")
     params.extend(pp)
     if channel:

@@ -1,0 +1,77 @@
+"""The vector arm's scan run inside the database, for a store whose capabilities say so
+(`Capabilities.vector_arm == "database"`): callers above storage/ ask the capability and call
+this, never a backend's module (tests/test_seam.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from cpersona.models import ProjectFilter
+from cpersona.storage.interface import Store
+from cpersona.timerange import TimeRange
+
+if TYPE_CHECKING:
+    from cpersona.storage.pg.db import PgDatabase
+    from cpersona.storage.pg.vectors import WindowHits
+
+__all__ = ["window_scan"]
+
+
+def window_scan(
+    db: Store,
+    table: str,
+    query: bytes,
+    agent_id: str,
+    project: ProjectFilter,
+    channel: str,
+    source_prefix: str,
+    span: TimeRange | None,
+    *,
+    window: int,
+    reach: int,
+    threshold: float,
+    k: int,
+    far_k: int,
+) -> WindowHits:
+    """The near list and the far list of `table` scored in the database by one statement
+    (retrieval.md §4.2-4.3; `query` as little-endian float32 bytes); with `span`, positions go
+    only to rows whose instant it admits.
+
+    Raises:
+        ValueError: the store scans vectors through index files, not in the database.
+    """
+    if db.capabilities.vector_arm != "database" or db.dialect != "postgresql":
+        raise ValueError(f"the {db.dialect} store does not scan vectors in the database")
+    from cpersona.storage.pg import vectors as pg_vectors
+
+    pg_db = cast("PgDatabase", db)
+    if span is None:
+        return pg_vectors.window_scan(
+            pg_db,
+            table,
+            query,
+            agent_id,
+            project,
+            channel,
+            source_prefix,
+            window=window,
+            reach=reach,
+            threshold=threshold,
+            k=k,
+            far_k=far_k,
+        )
+    return pg_vectors.span_scan(
+        pg_db,
+        table,
+        query,
+        agent_id,
+        project,
+        channel,
+        source_prefix,
+        span,
+        window=window,
+        reach=reach,
+        threshold=threshold,
+        k=k,
+        far_k=far_k,
+    )

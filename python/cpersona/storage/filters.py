@@ -1,0 +1,21 @@
+"""SQL conditions rendered from the plain filter values of cpersona.models, which say what a
+read admits and know nothing of SQL (tests/test_seam.py: no SQL above storage/)."""
+
+from __future__ import annotations
+
+from cpersona.models import ProjectFilter
+
+__all__ = ["project_where"]
+
+
+def project_where(
+    project: ProjectFilter, column: str = "project_id"
+) -> tuple[str, tuple[str, ...]]:
+    """The condition on `column` that admits the rows `project` admits (surface.md §6.1: any
+    project, the global rows only, or one project's rows and the global ones), and its
+    parameters."""
+    if project.value is None:
+        return "1", ()
+    if project.value == "":
+        return f"{column} = ''", ()
+    return f"{column} IN (?, '')", (project.value,)
