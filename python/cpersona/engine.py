@@ -81,8 +81,12 @@ class Engine:
         self._closed = threading.Event()
         self._warmup: threading.Thread | None = None
         self._background_started = False
-        #: The no-persist pauses of this process (surface.md §10) and the operating context.
-        self.pause = Pauses()
+        #: The no-persist pauses (surface.md §10), in the database when servers share it, and
+        #: the operating context.
+        self.pause = Pauses(
+            db=self.db if self.db.capabilities.shared else None,
+            share_transport=settings.transport == "streamable-http",
+        )
         #: The tool calls in flight, which background work gives way to (yielding.py).
         self.activity = CallActivity()
         self.operating_context = OperatingContext(settings)

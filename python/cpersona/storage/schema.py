@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cpersona.storage import vector_models
+from cpersona.storage import shared, vector_models
 from cpersona.storage.db import Database
 
 log = logging.getLogger("cpersona.storage")
@@ -353,12 +353,18 @@ def _vector_models(conn: sqlite3.Connection, fts: bool) -> None:
         conn.execute(ddl)
 
 
+def _shared_state(conn: sqlite3.Connection, fts: bool) -> None:
+    for ddl in shared.SQLITE_DDL:
+        conn.execute(ddl)
+
+
 OWN_STEPS: tuple[Step, ...] = (
     Step("cpersona_0001_meta", _meta),
     Step("cpersona_0002_vector_log", _vector_log),
     Step("cpersona_0003_vector_log_watches_ids", _vector_log_watches_ids),
     Step("cpersona_0004_fts_log", _fts_log),
     Step("cpersona_0005_vector_models", _vector_models),
+    Step("cpersona_0006_shared_state", _shared_state),
 )
 
 

@@ -230,6 +230,26 @@ def _base(conn: PgConnection) -> None:
     )
 
 
+#: The state servers on one database share (storage/shared.py): the pauses, the alias ledger.
+SHARED_TABLES: tuple[str, ...] = (
+    f"""CREATE TABLE IF NOT EXISTS cpersona_pauses (
+    bucket   {_T} PRIMARY KEY,
+    deadline DOUBLE PRECISION NOT NULL
+)""",
+    f"""CREATE TABLE IF NOT EXISTS cpersona_subject_aliases (
+    issuer  {_T} NOT NULL,
+    subject {_T} NOT NULL,
+    alias   {_T} NOT NULL UNIQUE,
+    PRIMARY KEY (issuer, subject)
+)""",
+)
+
+
+def _shared_state(conn: PgConnection) -> None:
+    for ddl in SHARED_TABLES:
+        conn.execute_raw(ddl)
+
+
 def _vector_window(conn: PgConnection) -> None:
     for ddl in pg_vectors.schema_statements():
         conn.execute_raw(ddl)
@@ -246,6 +266,7 @@ STEPS: tuple[Step, ...] = (
         + hashlib.sha256("\n".join(pg_vectors.schema_statements()).encode()).hexdigest()[:12],
         _vector_window,
     ),
+    Step("pg_0002_shared_state", _shared_state),
 )
 
 
