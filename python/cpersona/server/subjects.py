@@ -2,8 +2,10 @@
 
 An ACL row `{"client_id": "oauth:<issuer>:<client>", "token": null, "per_subject": true}` gives
 every end user (each verified `(iss, sub)`) of that client an agent of their own: an opaque alias
-`u-<12 hex>`, issued on the subject's first call and recorded in the alias ledger
-(`CPERSONA_ALIAS_LEDGER_FILE`, else `alias_ledger.json` beside the database). The sentinel `@me`
+`u-<12 hex>`, issued on the subject's first call and recorded in the alias ledger: on a
+database servers on several hosts share (PostgreSQL), the database (storage/shared.py), which
+imports the ledger file at start; otherwise the file (`CPERSONA_ALIAS_LEDGER_FILE`, else
+`alias_ledger.json` beside the database). The sentinel `@me`
 in `agent_id`, `source_agent_id` or `target_agent_id` becomes that alias before the ACL check,
 and such a caller reaches its own alias only, whatever the row grants (and never the export
 directory, which all subjects would share); answers gain `resolved_agent_id` (and
@@ -29,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 from cpersona.errors import ConfigError
 from cpersona.server.acl import READ_WRITE, STAR, AclConfig, Admitted, Guard, demands, denial
 from cpersona.server.oauth import Subject
+from cpersona.storage import shared
+from cpersona.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from cpersona.config import Settings
@@ -53,13 +57,43 @@ def ledger_path(settings: Settings) -> Path:
 
 
 class AliasLedger:
-    """`{"version": 1, "aliases": {issuer: {subject: "u-<hex>"}}}`, written atomically."""
+    """`{"version": 1, "aliases": {issuer: {subject: "u-<hex>"}}}`, written atomically, until
+    `attach` finds a shared store: from then on the database is the ledger (the file is read
+    once, never written), so every server issues one alias per subject."""
 
     def __init__(self, path: Path, aliases: dict[str, dict[str, str]]) -> None:
         self.path = path
         self._aliases = aliases
         self._issued = {alias for subjects in aliases.values() for alias in subjects.values()}
         self._lock = threading.Lock()
+        self._db: Store | None = None
+
+    @property
+    def where(self) -> str:
+        """What names the ledger in messages."""
+        if self._db is None:
+            return str(self.path)
+        return f"in the database (imported from {self.path})"
+
+    def attach(self, db: Store) -> None:
+        """Keep the ledger in `db` when servers on several hosts may share it: the file's
+        aliases are imported with their ids (rows already there kept), nothing else changes.
+
+        Raises:
+            ConfigError: the file gives a subject another alias than the database, or an alias
+                the database gives another subject; nothing was imported.
+        """
+        if not db.capabilities.shared:
+            return
+        rows = [(i, sub, a) for i, subs in self._aliases.items() for sub, a in subs.items()]
+        conflicts = shared.import_aliases(db, rows)
+        if conflicts:
+            shown = ", ".join(conflicts[:5]) + (" ..." if len(conflicts) > 5 else "")
+            raise ConfigError(
+                f"CPERSONA_ALIAS_LEDGER_FILE={self.path}: the alias ledger disagrees with the "
+                f"one in the database ({shown}); nothing was imported (keep one of them)"
+            )
+        self._db = db
 
     @classmethod
     def load(cls, path: Path) -> AliasLedger:
@@ -98,14 +132,24 @@ class AliasLedger:
         return cls(path, aliases)
 
     def issued(self, alias: str) -> bool:
-        return alias in self._issued
+        if alias in self._issued:
+            return True
+        if self._db is None or not shared.alias_issued(self._db, alias):
+            return False
+        with self._lock:  # an alias, once issued, is never withdrawn: remember it
+            self._issued.add(alias)
+        return True
 
     def alias(self, subject: Subject) -> tuple[str, bool]:
-        """(the subject's alias, whether this call issued it). The ledger is on disk first.
+        """(the subject's alias, whether this call issued it). The ledger is on disk (or in
+        the database) first.
 
         Raises:
-            OSError: the ledger could not be written; no alias was issued.
+            OSError: the ledger file could not be written; no alias was issued.
+            StorageError: the database could not be read or written; no alias was issued.
         """
+        if self._db is not None:
+            return self._shared_alias(self._db, subject)
         with self._lock:
             known = self._aliases.get(subject.issuer, {}).get(subject.subject)
             if known is not None:
@@ -117,6 +161,22 @@ class AliasLedger:
             self._aliases = updated
             self._issued.add(alias)
             return alias, True
+
+    def _shared_alias(self, db: Store, subject: Subject) -> tuple[str, bool]:
+        with self._lock:
+            known = self._aliases.get(subject.issuer, {}).get(subject.subject)
+        if known is not None:
+            return known, False
+        while True:  # insert-or-read: a racing server's insert wins and is read back
+            alias, issued = shared.issue_alias(
+                db, subject.issuer, subject.subject, _fresh(self._issued)
+            )
+            if alias is not None:
+                break
+        with self._lock:
+            self._aliases.setdefault(subject.issuer, {})[subject.subject] = alias
+            self._issued.add(alias)
+        return alias, issued
 
     def _write(self, aliases: dict[str, dict[str, str]]) -> None:
         # Temp file + fsync + rename: a crash leaves the old ledger or the new one, never half.
@@ -155,6 +215,7 @@ def per_subject_guard(guard: Guard, ledger: AliasLedger, db: Store) -> SubjectGu
     from cpersona.server.oauth import current_subject
     from cpersona.storage.agents import agent_ids_with_prefix
 
+    ledger.attach(db)
     reserved = [
         agent
         for agent in agent_ids_with_prefix(db, ME, ALIAS_PREFIX)
@@ -164,7 +225,7 @@ def per_subject_guard(guard: Guard, ledger: AliasLedger, db: Store) -> SubjectGu
         shown = ", ".join(map(repr, reserved[:5])) + (" ..." if len(reserved) > 5 else "")
         raise ConfigError(
             f"refusing to start in per-subject mode: the database holds agent id(s) {shown} "
-            f"that the alias ledger {ledger.path} did not issue; a subject given such an alias "
+            f"that the alias ledger {ledger.where} did not issue; a subject given such an alias "
             "would inherit those rows (move them to another agent id, or restore the ledger)"
         )
     return SubjectGuard(guard, ledger, current_subject)
@@ -195,7 +256,7 @@ class SubjectGuard:
             return self._reserved(tool, client_id, arguments) or self.guard(tool, arguments)
         try:
             alias, issued = self.ledger.alias(subject)
-        except OSError as exc:
+        except (OSError, StorageError) as exc:
             return {"ok": False, "error": f"could not record the caller's alias: {exc}"}
         rewritten = {
             key: (alias if key in AGENT_KEYS and value == ME else value)
