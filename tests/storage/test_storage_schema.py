@@ -60,6 +60,8 @@ CPERSONA_TABLES = {
     "cpersona_vector_model",
     "cpersona_reembed",
     "cpersona_reembed_vectors",
+    "cpersona_pauses",
+    "cpersona_subject_aliases",
 }
 CPERSONA_TRIGGERS = {
     f"cpersona_{log}_{table}_{op}"
@@ -72,6 +74,9 @@ CPERSONA_INDEXES = {
     "sqlite_autoindex_cpersona_migrations_1",
     "sqlite_autoindex_cpersona_vector_model_1",
     "sqlite_autoindex_cpersona_reembed_1",
+    "sqlite_autoindex_cpersona_pauses_1",
+    "sqlite_autoindex_cpersona_subject_aliases_1",
+    "sqlite_autoindex_cpersona_subject_aliases_2",
 }
 
 
