@@ -124,3 +124,30 @@ async def test_pause_is_not_persisted_across_restart(connect: Any) -> None:
         await first("pause_persistence", {"ttl_seconds": 600})
     async with connect() as second:
         assert (await second("persistence_status"))["paused"] is False
+
+
+async def test_pause_of_a_declared_key_is_every_servers_on_a_shared_database(
+    connect: Any, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two servers on one database, the second host's clock an hour off either way: on
+    PostgreSQL the pause lives in the database and is measured by its clock, so the second
+    server answers the first's deadline, whatever its own clock says; on SQLite a pause stays
+    the process's own (surface.md §10.2)."""
+    import cpersona.session
+
+    shared = backend == "postgresql"
+    async with connect() as a, connect() as b:
+        taken = await a("pause_persistence", {"session_key": "k", "ttl_seconds": 600})
+        real = cpersona.session.time.time
+        for skew in (3600.0, -3600.0):
+            monkeypatch.setattr(cpersona.session.time, "time", lambda s=skew: real() + s)
+            seen = await b("persistence_status", {"session_key": "k"})
+            monkeypatch.undo()
+            assert seen["paused"] is shared
+            if shared:
+                assert seen["expires_at"] == taken["expires_at"]
+                assert 0 < seen["ttl_remaining_seconds"] <= 600
+        stored = await b("store", _store("k", "written on the second server"))
+        assert stored["result"] == ("skipped" if shared else "stored")
+        assert (await b("resume_persistence", {"session_key": "k"}))["was_active"] is shared
+        assert (await a("persistence_status", {"session_key": "k"}))["paused"] is not shared
