@@ -86,7 +86,8 @@ class Capabilities:
     #: permissions, the WAL beside them, the sidecar and index files named after them).
     local_files: bool
     #: Whether servers on several hosts may share this database: state they must agree on
-    #: (the calibration) lives in the database, and change logs are kept for other hosts.
+    #: (the calibration, the no-persist pauses, the alias ledger: storage/shared.py) lives in
+    #: the database, and change logs are kept for other hosts.
     shared: bool
 
 
