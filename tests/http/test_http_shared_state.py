@@ -176,12 +176,23 @@ async def test_new_subjects_at_two_servers_at_once_get_one_alias_each(subject_pa
         assert again["resolved_agent_id"] == aliases["new-0"] and "alias_issued" not in again
 
 
-async def test_a_ledger_file_is_imported_with_its_ids(subject_pair, issuer):
-    _, _, urls = subject_pair
-    for url in urls:
-        async with connect(url, issuer.token(sub="old-user", client_id="chat")) as tools:
+async def test_a_ledger_file_is_imported_with_its_ids(subject_pair, issuer, tmp_path_factory):
+    _, url, urls = subject_pair
+    for url_ in urls:
+        async with connect(url_, issuer.token(sub="old-user", client_id="chat")) as tools:
             got = await tools("list_memories", {"agent_id": "@me"})
         assert got["resolved_agent_id"] == OLD_ALIAS and "alias_issued" not in got
+    # A third server with no ledger file of its own knows the imported alias: the database has it.
+    elsewhere = tmp_path_factory.mktemp("no-file")
+    third = two_servers(elsewhere, url, subject_env(elsewhere, issuer))[0]
+    third.start()
+    try:
+        async with connect(third.url, issuer.token(sub="old-user", client_id="chat")) as tools:
+            got = await tools("list_memories", {"agent_id": "@me"})
+        assert got["resolved_agent_id"] == OLD_ALIAS and "alias_issued" not in got
+    finally:
+        assert third.stop() == 0, third.stderr
+    assert not (elsewhere / "alias_ledger.json").exists()  # the database is the ledger
 
 
 async def test_a_ledger_file_that_disagrees_with_the_database_refuses_start(
@@ -195,7 +206,10 @@ async def test_a_ledger_file_that_disagrees_with_the_database_refuses_start(
     write_ledger(ledger, {issuer.url: {"fresh": "u-ffffffffffff"}})
     late = two_servers(elsewhere, url, subject_env(elsewhere, issuer))[0]
     late.launch()
-    assert late.wait_exit() == 2
+    try:
+        assert late.wait_exit() == 2
+    finally:
+        late.stop()
     assert "the alias ledger disagrees with the one in the database" in late.stderr
     assert "u-ffffffffffff" in late.stderr and issued != "u-ffffffffffff"
     # Nothing of the refused file was imported: the subject keeps its alias.
