@@ -97,13 +97,13 @@ class Access:
         sweeping: bool = False,
         writes_when: Predicate | None = None,
     ) -> Access:
-        return cls((Reach(READ, agent, sweeping, writes_when),))
+        return cls((Reach(READ, agent, sweeping=sweeping, writes_when=writes_when),))
 
     @classmethod
     def write(
         cls, agent: str = "agent_id", *, sweeping: bool = False, files: bool = False
     ) -> Access:
-        return cls((Reach(READ_WRITE, agent, sweeping, files=files),))
+        return cls((Reach(READ_WRITE, agent, sweeping=sweeping, files=files),))
 
     @classmethod
     def every_agent(
@@ -114,7 +114,10 @@ class Access:
         applies_when: Predicate | None = None,
         because: str | None = None,
     ) -> Access:
-        return cls((Reach(need, None, False, writes_when, applies_when, because),))
+        reach = Reach(
+            need, None, writes_when=writes_when, applies_when=applies_when, because=because
+        )
+        return cls((reach,))
 
     def __add__(self, other: Access) -> Access:
         return Access(self.reaches + other.reaches)

@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cpersona.errors import ConfigError
-from cpersona.server.access import NONE, READ, READ_WRITE, STAR, Demand
+
+# Re-exported: callers of the guard name grants and demands from here.
+from cpersona.server.access import NONE as NONE
+from cpersona.server.access import READ as READ
+from cpersona.server.access import READ_WRITE as READ_WRITE
+from cpersona.server.access import STAR as STAR
+from cpersona.server.access import Demand as Demand
 
 if TYPE_CHECKING:
     from cpersona.server.registry import ToolSpec

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -59,10 +58,13 @@ def arg(schema: Mapping[str, Any], default: Any = _FROM_SCHEMA, *, required: boo
     return field(default=default, metadata=metadata)
 
 
-@functools.cache
+def _fields(model: Any) -> tuple[dataclasses.Field[Any], ...]:
+    return dataclasses.fields(model)
+
+
 def input_schema(model: type[Any]) -> dict[str, Any]:
     """The JSON schema `tools/list` publishes for `model` (fields in declaration order)."""
-    fields = dataclasses.fields(model)
+    fields = _fields(model)
     schema: dict[str, Any] = {
         "type": "object",
         "properties": {f.name: f.metadata[_SCHEMA] for f in fields},
@@ -101,13 +103,15 @@ class ToolSpec(Generic[A]):
     annotations: Annotations = Annotations()
     #: Shape of this tool's failure (keys added to `{ok: false, error}`), e.g. store's `result`.
     failure: Callable[[str], dict[str, Any]] | None = None
+    _schema: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not dataclasses.is_dataclass(self.args):
             raise TypeError(f"{self.name}: the argument model must be a dataclass")
-        for f in dataclasses.fields(self.args):
+        for f in _fields(self.args):
             if _SCHEMA not in f.metadata:
                 raise TypeError(f"{self.name}: argument {f.name} is not declared with arg()")
+        object.__setattr__(self, "_schema", input_schema(self.args))  # built once, listed often
 
     def describe(self, settings: Settings) -> str:
         if isinstance(self.description, str):
@@ -116,7 +120,7 @@ class ToolSpec(Generic[A]):
 
     @property
     def input_schema(self) -> dict[str, Any]:
-        return input_schema(self.args)
+        return self._schema
 
     def validator(self) -> Draft202012Validator:
         # Imported on the first tool call: jsonschema (with attrs, referencing, rpds) costs as
@@ -149,7 +153,7 @@ def coerce(spec: ToolSpec[A], arguments: Mapping[str, Any]) -> A:
     schema's integer check) reads as the default, as in CPersona 2.5.x.
     """
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(spec.args):  # type: ignore[arg-type]
+    for f in _fields(spec.args):
         value = arguments.get(f.name, _MISSING)
         if _fits(f.metadata[_SCHEMA], value):
             values[f.name] = value
@@ -159,12 +163,12 @@ def coerce(spec: ToolSpec[A], arguments: Mapping[str, Any]) -> A:
 _MISSING = object()
 
 
-def _first_type(prop: dict[str, Any]) -> str:
+def _first_type(prop: Mapping[str, Any]) -> str:
     kind = prop.get("type", "")
     return kind[0] if isinstance(kind, list) else str(kind)
 
 
-def _fits(prop: dict[str, Any], value: Any) -> bool:
+def _fits(prop: Mapping[str, Any], value: Any) -> bool:
     if value is _MISSING:
         return False
     kinds = prop.get("type")

@@ -3,6 +3,8 @@
 A group module lists its declarations in `TOOLS`; this package gathers them and orders them
 by their declared `position` (CPersona 2.5.x's registration order, surface.md §2), which is
 the `tools/list` order. Adding a tool to a group touches that group's module only.
+A group's `TOOLS` is left unannotated, so that a type checker infers each `ToolSpec[A]` and
+holds its handler to its argument model.
 """
 
 from __future__ import annotations

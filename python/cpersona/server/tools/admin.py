@@ -51,7 +51,7 @@ def _check_update_description(settings: Settings) -> str:
     )
 
 
-TOOLS: tuple[ToolSpec[Any], ...] = (
+TOOLS = (
     ToolSpec(
         name="get_operating_context",
         position=4,

@@ -130,7 +130,7 @@ def _list_episodes_description(settings: Settings) -> str:
     )
 
 
-TOOLS: tuple[ToolSpec[Any], ...] = (
+TOOLS = (
     ToolSpec(
         name="get_profile",
         position=9,

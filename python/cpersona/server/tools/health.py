@@ -94,7 +94,7 @@ def _health_failure(error: str) -> dict[str, Any]:
     return {"ok": False, "error": error, "checks_run": []}
 
 
-TOOLS: tuple[ToolSpec[Any], ...] = (
+TOOLS = (
     ToolSpec(
         name="check_health",
         position=27,

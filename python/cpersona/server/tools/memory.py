@@ -232,7 +232,7 @@ def _update_description(settings: Settings) -> str:
     )
 
 
-TOOLS: tuple[ToolSpec[Any], ...] = (
+TOOLS = (
     ToolSpec(
         name="store",
         position=5,

@@ -221,7 +221,7 @@ def _import_description(settings: Settings) -> str:
     )
 
 
-TOOLS: tuple[ToolSpec[Any], ...] = (
+TOOLS = (
     ToolSpec(
         name="delete_agent_data",
         position=14,

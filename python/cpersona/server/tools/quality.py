@@ -124,7 +124,7 @@ def _calibrate_description(s: Settings) -> str:
     )
 
 
-TOOLS: tuple[ToolSpec[Any], ...] = (
+TOOLS = (
     ToolSpec(
         name="calibrate_threshold",
         position=15,

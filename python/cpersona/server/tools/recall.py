@@ -202,7 +202,7 @@ def _recall_description(settings: Settings) -> str:
     )
 
 
-TOOLS: tuple[ToolSpec[Any], ...] = (
+TOOLS = (
     ToolSpec(
         name="recall",
         position=6,

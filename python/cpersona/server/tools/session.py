@@ -57,7 +57,7 @@ def _status(engine: Engine, a: SessionArgs) -> dict[str, Any]:
     return result
 
 
-TOOLS: tuple[ToolSpec[Any], ...] = (
+TOOLS = (
     ToolSpec(
         name="pause_persistence",
         position=1,
