@@ -4,7 +4,8 @@ declaration each (server/tools/*: spec, argument model and access demand in one 
 
 Two settings are compared: the defaults, and one where every setting a description quotes
 differs (limits, credential mode, export directory, release checks), so a description that
-stopped following its setting fails too. Every protocol version gives the same bytes.
+stopped following its setting fails too. Every protocol version gives the same bytes, from
+the SDK on a first start and from the recorded handshake (server/handshake.py) on the next.
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ CONFIGURED = {
 }
 
 
-def listed_result(db: Path, version: str, env: dict[str, str]) -> bytes:
-    """The `result` member of the server's `tools/list` answer line, as written on stdout."""
-    server = RawServer(db, env)
+EARLY = "answered tools/list from the recorded handshake"
+
+
+def listed_result(db: Path, version: str, env: dict[str, str]) -> tuple[bytes, str]:
+    """The `result` member of the server's `tools/list` answer line, as written on stdout,
+    and the server's log."""
+    server = RawServer(db, {"CPERSONA_LOG_LEVEL": "debug", **env})
     try:
         server.call(
             "initialize",
@@ -49,9 +54,9 @@ def listed_result(db: Path, version: str, env: dict[str, str]) -> bytes:
         (line,) = [line for line in server.lines if line.startswith(head)]
         body = line[len(head) :].rstrip(b"\n")
         assert body.endswith(b"}")
-        return body[:-1]  # the envelope's closing brace
     finally:
         assert server.close() == 0, server.stderr[-2000:]
+    return body[:-1], server.stderr  # without the envelope's closing brace
 
 
 def configured_env(root: Path) -> dict[str, str]:
@@ -63,13 +68,20 @@ def configured_env(root: Path) -> dict[str, str]:
 @pytest.mark.parametrize("version", HANDSHAKE_PROTOCOL_VERSIONS)
 def test_tools_list_is_the_golden_file_byte_for_byte(tmp_path: Path, version: str) -> None:
     golden = (GOLDEN / "tools_list.default.json").read_bytes()
-    assert listed_result(tmp_path / "mem.db", version, {}) == golden
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}  # no record yet: the SDK answers
+    from_sdk, log = listed_result(tmp_path / "mem.db", version, env)
+    assert EARLY not in log
+    assert from_sdk == golden
+    replayed, log = listed_result(tmp_path / "mem.db", version, env)
+    assert EARLY in log, log[-2000:]
+    assert replayed == golden
 
 
 def test_tools_list_follows_the_settings_its_descriptions_quote(tmp_path: Path) -> None:
     golden = (GOLDEN / "tools_list.configured.json").read_bytes()
     default = (GOLDEN / "tools_list.default.json").read_bytes()
     version = HANDSHAKE_PROTOCOL_VERSIONS[-1]
-    found = listed_result(tmp_path / "mem.db", version, configured_env(tmp_path))
+    env = {**configured_env(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    found, _ = listed_result(tmp_path / "mem.db", version, env)
     assert found == golden
     assert golden != default

@@ -43,14 +43,11 @@ class ListMemoriesArgs:
 
 
 @dataclass(frozen=True)
-class ListEpisodesArgs:
-    """list_episodes: as `ListMemoriesArgs`, with a smaller default page."""
+class ListEpisodesArgs(ListMemoriesArgs):
+    """list_episodes: as `ListMemoriesArgs`, with a smaller default page (an overridden field
+    keeps its place, so the published order is the same)."""
 
-    agent_id: str = arg(STR)
     limit: int = arg({"type": "integer"}, 50)
-    project_id: str | None = arg(STR, None)
-    since: str | None = arg(SINCE, None)
-    until: str | None = arg(UNTIL, None)
 
 
 def _list_memories(engine: Engine, a: ListMemoriesArgs) -> dict[str, Any]:
