@@ -59,6 +59,7 @@ def arg(schema: Mapping[str, Any], default: Any = _FROM_SCHEMA, *, required: boo
 
 
 def _fields(model: Any) -> tuple[dataclasses.Field[Any], ...]:
+    # `type[A]` is no dataclass to a type checker; ToolSpec checks that it is one.
     return dataclasses.fields(model)
 
 
