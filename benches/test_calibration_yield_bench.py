@@ -42,7 +42,7 @@ def call(engine: Engine, specs: dict[str, ToolSpec], name: str, args: dict[str, 
 def build(settings: Settings, rows: int) -> None:
     rng = random.Random(7)
     engine = Engine(settings)
-    specs = {t.name: t for t in all_tools(settings)}
+    specs = {t.name: t for t in all_tools()}
     try:
         for i in range(rows):
             text = " ".join(rng.choice(WORDS) for _ in range(12))
@@ -84,7 +84,7 @@ def test_recall_while_startup_calibration_runs(benchmark, tmp_path: Path, reques
     settings = Settings(db_path=str(db), embedding_mode="hashing")
     if not db.exists():
         build(settings, rows)
-    specs = {t.name: t for t in all_tools(settings)}
+    specs = {t.name: t for t in all_tools()}
     results: dict[str, dict[str, list[float]]] = {
         mode: {"during": [], "after": [], "run_s": []} for mode in ("gives way", "does not")
     }

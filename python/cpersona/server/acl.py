@@ -1,4 +1,4 @@
-"""ACL mode (surface.md §11.4): the client file, the grant lattice and each tool's demand.
+"""ACL mode (surface.md §11.4): the client file, the grant lattice and the guard.
 
 `load_acl` reads and validates `CPERSONA_ACL_FILE` once at start-up; any defect is a
 `ConfigError` whose message is the one line start-up prints. `Guard.authorize` is the hook the
@@ -6,14 +6,15 @@ outer dispatch calls after schema validation and before coercion (§1.5): it ans
 the call through, or the denial payload `{ok: false, error: "permission_denied", tool,
 client_id, ...}`, in which case the handler never runs and no data leaves the server.
 
-The demand of a call is read from its *raw* arguments: an agent-scope argument that is missing,
-empty or not a string means `*` (every agent), so a caller can never widen its reach by leaving
-an argument out. Nothing here touches the network, the database or the environment except
-`load_acl` (the file and its `${VAR}` references).
+What a call demands is its tool's own declaration (`ToolSpec.access`, server/access.py), read
+from the call's *raw* arguments; this module knows no tool by name. Nothing here touches the
+network, the database or the environment except `load_acl` (the file and its `${VAR}`
+references).
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
@@ -22,16 +23,24 @@ import re
 import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpersona.errors import ConfigError
 
+# Re-exported: callers of the guard name grants and demands from here.
+from cpersona.server.access import NONE as NONE
+from cpersona.server.access import READ as READ
+from cpersona.server.access import READ_WRITE as READ_WRITE
+from cpersona.server.access import STAR as STAR
+from cpersona.server.access import Demand as Demand
+
+if TYPE_CHECKING:
+    from cpersona.server.registry import ToolSpec
+
 log = logging.getLogger("cpersona.acl")
 
-STAR = "*"
 #: The principal stdio calls run as; it never presents a token.
 LOCAL = "local"
-NONE, READ, READ_WRITE = "none", "read", "read-write"
 _RANK = {NONE: 0, READ: 1, READ_WRITE: 2}
 _CLIENT_KEYS = frozenset({"client_id", "token", "grants", "per_subject"})
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -243,119 +252,43 @@ def _token(at: str, client_id: str, row: dict[str, Any], env: Mapping[str, str])
 # --------------------------------------------------------------------------- demands
 
 
-@dataclass(frozen=True, slots=True)
-class Demand:
-    """A permission a call needs on one agent (or `*`), and why it is `*` when it is."""
+def _specs() -> Mapping[str, ToolSpec[Any]]:
+    # Imported on the first demand, not with this module: the guard is built at start-up,
+    # before the tools (and what they import) are needed.
+    from cpersona.server.tools import by_name
 
-    agent: str
-    required: str
-    widened: str | None = None  # why the scope is every agent; None for a concrete agent
-
-
-DemandFn = Callable[[Mapping[str, Any], bool], list[Demand]]
-
-#: The three tools any authenticated principal may call.
-ANY_PRINCIPAL = frozenset({"persistence_status", "get_queue_status", "get_operating_context"})
-AGENT_READ = frozenset({
-    "recall", "recall_with_context", "get_contents", "get_profile", "get_recall_precision",
-    "list_memories", "list_episodes",
-})  # fmt: skip
-AGENT_WRITE = frozenset({
-    "store", "update_profile", "archive_episode", "update_memory", "lock_memory",
-    "unlock_memory", "delete_memory", "delete_episode", "delete_agent_data",
-    "calibrate_threshold", "set_recall_precision", "migrate_channel_axis",
-})  # fmt: skip
-#: `agent_id: ""` means every agent in these tools (surface.md §6.3), not the empty bucket.
-_SWEEPING_WHEN_EMPTY = frozenset({
-    "list_memories", "list_episodes", "calibrate_threshold", "migrate_channel_axis",
-    "export_memories", "check_health",
-})  # fmt: skip
-_HEALTH_CROSS_AGENT_CHECK = "dedup_msg_id_index"
-
-
-def _scope(tool: str, args: Mapping[str, Any], key: str, required: str) -> Demand:
-    value = args.get(key)
-    if isinstance(value, str) and value and value != STAR:
-        return Demand(value, required)
-    if value == STAR:
-        why = f"{key} '*' addresses every agent"
-    elif tool in _SWEEPING_WHEN_EMPTY and (value is None or value == ""):
-        why = f"{key} is omitted or empty, which makes {tool} cover every agent; send {key}"
-    else:
-        why = (
-            f"{key} is omitted, empty or not a string, so the call is not confined to one "
-            f"agent; send {key}"
-        )
-    return Demand(STAR, required, why)
-
-
-def _sweep(tool: str, required: str) -> Demand:
-    return Demand(STAR, required, f"{tool} acts on every agent")
-
-
-def _flag(args: Mapping[str, Any], key: str) -> bool:
-    # Mirrors coercion: only a JSON true turns the flag on.
-    return args.get(key) is True
-
-
-def _health_checks(args: Mapping[str, Any]) -> list[Any]:
-    checks = args.get("checks")
-    return checks if isinstance(checks, list) else []
+    return by_name()
 
 
 def demands(tool: str, args: Mapping[str, Any], *, export_dir_set: bool) -> list[Demand] | None:
-    """What `tool` called with `args` needs, or None when the tool is not classified.
+    """What `tool` called with `args` needs (its declaration's `access`), or None when no
+    tool has that name.
 
     `[]` means authentication alone suffices.
     """
-    if tool in ANY_PRINCIPAL:
-        return []
-    if tool in AGENT_READ:
-        return [_scope(tool, args, "agent_id", READ)]
-    if tool in AGENT_WRITE:
-        return [_scope(tool, args, "agent_id", READ_WRITE)]
-    if tool in ("pause_persistence", "resume_persistence"):
-        return [_sweep(tool, READ_WRITE)]
-    if tool in ("export_memories", "import_memories"):
-        key = "agent_id" if tool == "export_memories" else "target_agent_id"
-        if export_dir_set:
-            return [_scope(tool, args, key, READ_WRITE)]
-        return [Demand(STAR, READ_WRITE, f"{tool} reaches any path without CPERSONA_EXPORT_DIR")]
-    if tool == "merge_memories":
-        mode = args.get("mode")
-        copy = not isinstance(mode, str) or mode.strip().lower() == "copy"
-        source = _scope(tool, args, "source_agent_id", READ if copy else READ_WRITE)
-        return [source, _scope(tool, args, "target_agent_id", READ_WRITE)]
-    if tool == "check_health":
-        if not _flag(args, "fix"):
-            return [_scope(tool, args, "agent_id", READ)]
-        out = [_scope(tool, args, "agent_id", READ_WRITE)]
-        checks = _health_checks(args)
-        if not checks or _HEALTH_CROSS_AGENT_CHECK in checks:
-            out.append(
-                Demand(
-                    STAR,
-                    READ_WRITE,
-                    f"check_health fix of {_HEALTH_CROSS_AGENT_CHECK} repairs every agent's rows; "
-                    "name the checks to run without it",
-                )
-            )
-        return out
-    if tool == "deep_check":
-        return [_scope(tool, args, "agent_id", READ_WRITE if _flag(args, "fix") else READ)]
-    if tool == "get_session_findings":
-        return [_sweep(tool, READ)]
-    if tool == "check_update":
-        return [_sweep(tool, READ_WRITE if _flag(args, "apply") else READ)]
-    return None
+    spec = _specs().get(tool)
+    if spec is None:
+        return None
+    return spec.access.demands(tool, args, export_dir_set=export_dir_set)
 
 
-#: Every tool of surface.md §2; `demands` classifies each one (tested).
-CLASSIFIED = frozenset({
-    *ANY_PRINCIPAL, *AGENT_READ, *AGENT_WRITE, "pause_persistence", "resume_persistence",
-    "export_memories", "import_memories", "merge_memories", "check_health", "deep_check",
-    "get_session_findings", "check_update",
-})  # fmt: skip
+def reaches_files(tool: str) -> bool:
+    """Whether `tool` reads or writes a file path (the export directory when one is set)."""
+    spec = _specs().get(tool)
+    return spec is not None and spec.access.reaches_files
+
+
+@functools.cache
+def agent_arguments() -> tuple[str, ...]:
+    """Every argument that names an agent in some tool's access declaration, sorted."""
+    return tuple(sorted({n for spec in _specs().values() for n in spec.access.agent_arguments}))
+
+
+def __getattr__(name: str) -> Any:
+    # `CLASSIFIED` without importing the tools with this module (see `_specs`).
+    if name == "CLASSIFIED":
+        return frozenset(_specs())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- the guard

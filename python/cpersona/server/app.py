@@ -13,6 +13,7 @@ import mcp_types as types
 from mcp.server.lowlevel.server import Server
 
 from cpersona import __version__
+from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.server.acl import Admitted, Authorize
 from cpersona.server.registry import (
@@ -56,11 +57,11 @@ def _text(payload: dict[str, Any], *, ascii_only: bool = False) -> types.CallToo
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], isError=False)
 
 
-def _tool(spec: ToolSpec) -> types.Tool:
+def _tool(spec: ToolSpec[Any], settings: Settings) -> types.Tool:
     a = spec.annotations
     return types.Tool(
         name=spec.name,
-        description=spec.description,
+        description=spec.describe(settings),
         inputSchema=spec.input_schema,
         annotations=types.ToolAnnotations(
             readOnlyHint=a.read_only, destructiveHint=a.destructive, idempotentHint=a.idempotent
@@ -82,7 +83,7 @@ def _released(engine: Engine, work: Callable[[], None]) -> None:
         engine.db.release_reader()
 
 
-def _run_timed(timings: CallTimings, spec: ToolSpec, engine: Engine, args: dict[str, Any]) -> Any:
+def _run_timed(timings: CallTimings, spec: ToolSpec[Any], engine: Engine, args: Any) -> Any:
     # Entered in the worker thread itself, so the pipeline's stages find this call.
     try:
         # Counted as a caller's call: background work (start-up calibration) gives way to it.
@@ -111,8 +112,8 @@ def build_server(
     `on_first_call` runs once, when the first tool call arrives (the stdio server's background
     work).
     """
-    specs = {spec.name: spec for spec in all_tools(engine.settings)}
-    listed = types.ListToolsResult(tools=[_tool(spec) for spec in specs.values()])
+    specs = {spec.name: spec for spec in all_tools()}
+    listed = types.ListToolsResult(tools=[_tool(spec, engine.settings) for spec in specs.values()])
     if instructions is None:
         instructions = engine.instructions
 

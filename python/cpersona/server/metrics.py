@@ -303,6 +303,6 @@ def server_metrics(engine: Engine) -> Metrics:
     (a daemon thread), so start-up does not wait for it."""
     from cpersona.server.tools import all_tools
 
-    metrics = Metrics(engine, [spec.name for spec in all_tools(engine.settings)])
+    metrics = Metrics(engine, [spec.name for spec in all_tools()])
     threading.Thread(target=metrics.warm, name="cpersona-metrics", daemon=True).start()
     return metrics

@@ -1,20 +1,36 @@
-"""Tool specs and the two argument layers: schema validation, then lenient coercion (§1.2)."""
+"""The tool declaration (one `ToolSpec` per MCP tool) and the two argument layers: schema
+validation, then lenient coercion into the tool's typed argument model (§1.2).
+
+A tool is declared once, in its group's module under server/tools/: its name and position in
+`tools/list`, its description, its argument model (a frozen dataclass whose fields, in order,
+are the published properties: each field's `arg(schema)` is that property's JSON schema, its
+default what the handler sees when the argument is absent or of the wrong type), its access
+demand for ACL mode (server/access.py), its handler and its failure shape. The JSON schema on
+the wire, the registration order and the ACL's table are all read from these declarations.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from cpersona.memory.text import first_surrogate
+from cpersona.server.access import Access
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
 
+    from cpersona.config import Settings
     from cpersona.engine import Engine
 
+#: A tool's argument model: a frozen dataclass whose fields are declared with `arg`.
+A = TypeVar("A")
+
 #: A tool's handler: the Engine (the typed service layer) and the coerced arguments.
-Handler = Callable[["Engine", dict[str, Any]], dict[str, Any]]
+Handler = Callable[["Engine", A], dict[str, Any]]
 
 _DEFAULTS: dict[str, Any] = {
     "string": "",
@@ -24,6 +40,45 @@ _DEFAULTS: dict[str, Any] = {
     "object": {},
     "array": [],
 }
+_FROM_SCHEMA: Any = object()
+_SCHEMA = "cpersona.schema"
+_REQUIRED = "cpersona.required"
+
+
+def arg(schema: Mapping[str, Any], default: Any = _FROM_SCHEMA, *, required: bool = False) -> Any:
+    """A field of an argument model: its published JSON schema, whether the schema requires
+    it, and the value the handler sees when it is absent or of the wrong type (by default the
+    zero of the schema's first type: '', 0, 0.0, false, {} or [])."""
+    if default is _FROM_SCHEMA:
+        default = _DEFAULTS.get(_first_type(schema))
+    metadata = {_SCHEMA: schema, _REQUIRED: required}
+    if isinstance(default, dict | list):  # each call gets its own, as handlers may keep it
+        frozen = default
+        return field(default_factory=lambda: copy.deepcopy(frozen), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _fields(model: Any) -> tuple[dataclasses.Field[Any], ...]:
+    # `type[A]` is no dataclass to a type checker; ToolSpec checks that it is one.
+    return dataclasses.fields(model)
+
+
+def input_schema(model: type[Any]) -> dict[str, Any]:
+    """The JSON schema `tools/list` publishes for `model` (fields in declaration order)."""
+    fields = _fields(model)
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {f.name: f.metadata[_SCHEMA] for f in fields},
+    }
+    required = [f.name for f in fields if f.metadata[_REQUIRED]]
+    if required:
+        schema["required"] = required
+    return schema
+
+
+@dataclass(frozen=True)
+class NoArguments:
+    """The argument model of a tool that takes none."""
 
 
 @dataclass(frozen=True)
@@ -34,26 +89,39 @@ class Annotations:
 
 
 @dataclass(frozen=True)
-class ToolSpec:
-    """One MCP tool: its published schema, its description and its handler."""
+class ToolSpec(Generic[A]):
+    """One MCP tool, whole: everything any layer needs to list, guard and call it."""
 
     name: str
-    description: str
-    properties: dict[str, dict[str, Any]]
-    required: tuple[str, ...]
-    handler: Handler
+    #: Its place in `tools/list` (1-based; CPersona 2.5.12's order, surface.md §2's # column).
+    position: int
+    #: The description as listed; a function of the settings when it quotes any.
+    description: str | Callable[[Settings], str]
+    args: type[A]
+    #: What a call needs in ACL mode (server/access.py); `Access.anyone()` for none.
+    access: Access
+    handler: Handler[A]
     annotations: Annotations = Annotations()
-    #: Per-argument values the handler sees when an argument is absent or of the wrong type.
-    defaults: dict[str, Any] = field(default_factory=dict)
     #: Shape of this tool's failure (keys added to `{ok: false, error}`), e.g. store's `result`.
     failure: Callable[[str], dict[str, Any]] | None = None
+    _schema: dict[str, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not dataclasses.is_dataclass(self.args):
+            raise TypeError(f"{self.name}: the argument model must be a dataclass")
+        for f in _fields(self.args):
+            if _SCHEMA not in f.metadata:
+                raise TypeError(f"{self.name}: argument {f.name} is not declared with arg()")
+        object.__setattr__(self, "_schema", input_schema(self.args))  # built once, listed often
+
+    def describe(self, settings: Settings) -> str:
+        if isinstance(self.description, str):
+            return self.description
+        return self.description(settings)
 
     @property
     def input_schema(self) -> dict[str, Any]:
-        schema: dict[str, Any] = {"type": "object", "properties": self.properties}
-        if self.required:
-            schema["required"] = list(self.required)
-        return schema
+        return self._schema
 
     def validator(self) -> Draft202012Validator:
         # Imported on the first tool call: jsonschema (with attrs, referencing, rpds) costs as
@@ -68,7 +136,7 @@ class ToolSpec:
         return {"ok": False, "error": error}
 
 
-def schema_error(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
+def schema_error(spec: ToolSpec[Any], arguments: dict[str, Any]) -> str | None:
     """The first schema violation as one sentence, or None when the arguments conform."""
     errors = sorted(spec.validator().iter_errors(arguments), key=lambda e: list(e.path))
     if not errors:
@@ -78,29 +146,30 @@ def schema_error(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
     return f"{where}: {err.message}" if where else err.message
 
 
-def coerce(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Read each declared argument leniently: absent or wrong type -> its default.
+def coerce(spec: ToolSpec[A], arguments: Mapping[str, Any]) -> A:
+    """The call's argument model, each declared argument read leniently: absent or of the
+    wrong type -> its default.
 
     `bool` is never accepted as a number, and an integral float like 3.0 (which passes the
     schema's integer check) reads as the default, as in CPersona 2.5.x.
     """
-    out: dict[str, Any] = {}
-    for name, prop in spec.properties.items():
-        default = spec.defaults.get(name, _DEFAULTS.get(_first_type(prop)))
-        value = arguments.get(name, _MISSING)
-        out[name] = value if _fits(prop, value) else default
-    return out
+    values: dict[str, Any] = {}
+    for f in _fields(spec.args):
+        value = arguments.get(f.name, _MISSING)
+        if _fits(f.metadata[_SCHEMA], value):
+            values[f.name] = value
+    return spec.args(**values)
 
 
 _MISSING = object()
 
 
-def _first_type(prop: dict[str, Any]) -> str:
+def _first_type(prop: Mapping[str, Any]) -> str:
     kind = prop.get("type", "")
     return kind[0] if isinstance(kind, list) else str(kind)
 
 
-def _fits(prop: dict[str, Any], value: Any) -> bool:
+def _fits(prop: Mapping[str, Any], value: Any) -> bool:
     if value is _MISSING:
         return False
     kinds = prop.get("type")

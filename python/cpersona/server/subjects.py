@@ -29,7 +29,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cpersona.errors import ConfigError
-from cpersona.server.acl import READ_WRITE, STAR, AclConfig, Admitted, Guard, demands, denial
+from cpersona.server.acl import (
+    READ_WRITE,
+    STAR,
+    AclConfig,
+    Admitted,
+    Guard,
+    agent_arguments,
+    demands,
+    denial,
+    reaches_files,
+)
 from cpersona.server.oauth import Subject
 from cpersona.storage import shared
 from cpersona.storage.errors import StorageError
@@ -41,11 +51,7 @@ if TYPE_CHECKING:
 ME = "@me"
 ALIAS_PREFIX = "u-"
 _ALIAS = re.compile(r"u-[0-9a-f]{12}")
-#: The arguments that name an agent and may carry `@me`.
-AGENT_KEYS = ("agent_id", "source_agent_id", "target_agent_id")
 LEDGER_VERSION = 1
-#: One export directory serves every caller: a subject could import what another exported.
-FILE_TOOLS = frozenset({"export_memories", "import_memories"})
 
 
 def ledger_path(settings: Settings) -> Path:
@@ -258,11 +264,15 @@ class SubjectGuard:
             alias, issued = self.ledger.alias(subject)
         except (OSError, StorageError) as exc:
             return {"ok": False, "error": f"could not record the caller's alias: {exc}"}
+        # Any argument that names an agent in some tool may carry `@me`.
+        agent_keys = agent_arguments()
         rewritten = {
-            key: (alias if key in AGENT_KEYS and value == ME else value)
+            key: (alias if key in agent_keys and value == ME else value)
             for key, value in arguments.items()
         }
-        if tool in FILE_TOOLS:
+        # One export directory serves every caller: a subject could import what another
+        # exported.
+        if reaches_files(tool):
             return denial(
                 tool,
                 client_id,
@@ -291,7 +301,7 @@ class SubjectGuard:
     def _reserved(
         self, tool: str, client_id: str | None, arguments: Mapping[str, Any]
     ) -> dict[str, Any] | None:
-        for key in AGENT_KEYS:
+        for key in agent_arguments():
             value = arguments.get(key)
             if not isinstance(value, str) or value == STAR:
                 continue

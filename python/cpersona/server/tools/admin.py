@@ -2,82 +2,94 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
-from cpersona.server.registry import Annotations, ToolSpec
+from cpersona.server.access import Access, flag
+from cpersona.server.registry import Annotations, NoArguments, ToolSpec, arg
 
 if TYPE_CHECKING:
     from cpersona.engine import Engine
 
 
-def _operating_context(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = engine.operating_context.describe(a["section"])
+@dataclass(frozen=True)
+class OperatingContextArgs:
+    section: str = arg({"type": "string", "description": "A doctrine section name; '' = preview."})
+
+
+@dataclass(frozen=True)
+class CheckUpdateArgs:
+    refresh: bool = arg({"type": "boolean", "description": "Look the release index up now."})
+    apply: bool = arg({"type": "boolean", "description": "Install the newer release."})
+
+
+def _operating_context(engine: Engine, a: OperatingContextArgs) -> dict[str, Any]:
+    result: dict[str, Any] = engine.operating_context.describe(a.section)
     return result
 
 
-def _queue_status(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+def _queue_status(engine: Engine, a: NoArguments) -> dict[str, Any]:
     result: dict[str, Any] = engine.tasks.status()
     return result
 
 
-def _check_update(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = engine.updates.report(a["refresh"], a["apply"])
+def _check_update(engine: Engine, a: CheckUpdateArgs) -> dict[str, Any]:
+    result: dict[str, Any] = engine.updates.report(a.refresh, a.apply)
     return result
 
 
-def tools(settings: Settings) -> list[ToolSpec]:
+def _check_update_description(settings: Settings) -> str:
     checks = "on" if settings.update_check else "off"
-    return [
-        ToolSpec(
-            name="get_operating_context",
-            description=(
-                "Read the operator's operating context (a TOML file the operator edits on "
-                "disk; re-read when it changes). Without `section`: the revision, the "
-                "instructions summary, the project registry and its enforcement, the agent -> "
-                "default project map used by project_id '@auto', and the doctrine section "
-                "names. With `section`: that doctrine section's body. `ok: false, enabled: "
-                "false` while no usable file exists."
-            ),
-            properties={
-                "section": {
-                    "type": "string",
-                    "description": "A doctrine section name; '' = preview.",
-                }
-            },
-            required=(),
-            handler=_operating_context,
-            annotations=Annotations(read_only=True),
+    return (
+        "Report this server's version (`running`) and, only when the operator enabled "
+        f"release checks (CPERSONA_UPDATE_CHECK=true; now {checks}), whether a newer "
+        "release exists: `state` is disabled, ok, newer, yanked, unlisted or unknown. "
+        "`refresh=true` looks the index up now. Nothing is ever installed by itself; "
+        "`apply=true` runs the shown install command only while checks are enabled "
+        "and a newer release is known, and the server must be restarted afterwards."
+    )
+
+
+TOOLS = (
+    ToolSpec(
+        name="get_operating_context",
+        position=4,
+        description=(
+            "Read the operator's operating context (a TOML file the operator edits on "
+            "disk; re-read when it changes). Without `section`: the revision, the "
+            "instructions summary, the project registry and its enforcement, the agent -> "
+            "default project map used by project_id '@auto', and the doctrine section "
+            "names. With `section`: that doctrine section's body. `ok: false, enabled: "
+            "false` while no usable file exists."
         ),
-        ToolSpec(
-            name="get_queue_status",
-            description=(
-                "The legacy pending-task queue: `enabled`, `pending` rows, `max_retries`, "
-                "`retry_delay` (seconds). Nothing enqueues any more; the server only drains "
-                "rows an older version left behind, so `pending: 0` is normal. While the queue "
-                "is disabled `pending` reads 0."
-            ),
-            properties={},
-            required=(),
-            handler=_queue_status,
-            annotations=Annotations(read_only=True),
+        args=OperatingContextArgs,
+        access=Access.anyone(),
+        handler=_operating_context,
+        annotations=Annotations(read_only=True),
+    ),
+    ToolSpec(
+        name="get_queue_status",
+        position=23,
+        description=(
+            "The legacy pending-task queue: `enabled`, `pending` rows, `max_retries`, "
+            "`retry_delay` (seconds). Nothing enqueues any more; the server only drains "
+            "rows an older version left behind, so `pending: 0` is normal. While the queue "
+            "is disabled `pending` reads 0."
         ),
-        ToolSpec(
-            name="check_update",
-            description=(
-                "Report this server's version (`running`) and, only when the operator enabled "
-                f"release checks (CPERSONA_UPDATE_CHECK=true; now {checks}), whether a newer "
-                "release exists: `state` is disabled, ok, newer, yanked, unlisted or unknown. "
-                "`refresh=true` looks the index up now. Nothing is ever installed by itself; "
-                "`apply=true` runs the shown install command only while checks are enabled "
-                "and a newer release is known, and the server must be restarted afterwards."
-            ),
-            properties={
-                "refresh": {"type": "boolean", "description": "Look the release index up now."},
-                "apply": {"type": "boolean", "description": "Install the newer release."},
-            },
-            required=(),
-            handler=_check_update,
-            annotations=Annotations(read_only=False),
-        ),
-    ]
+        args=NoArguments,
+        access=Access.anyone(),
+        handler=_queue_status,
+        annotations=Annotations(read_only=True),
+    ),
+    ToolSpec(
+        name="check_update",
+        position=31,
+        description=_check_update_description,
+        args=CheckUpdateArgs,
+        # Reading the version is a read of the whole server; installing changes it for all.
+        access=Access.every_agent(writes_when=flag("apply")),
+        handler=_check_update,
+        annotations=Annotations(read_only=False),
+    ),
+)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cpersona.config import Settings
 from cpersona.credentials import tool_note
-from cpersona.server.registry import Annotations, ToolSpec
+from cpersona.server.access import Access
+from cpersona.server.registry import Annotations, ToolSpec, arg
 from cpersona.timerange import TimeRange, parse_range
 
 if TYPE_CHECKING:
@@ -28,67 +30,136 @@ UNTIL = {
     "description": "Only rows whose time is before this ISO-8601 instant or date "
     "(exclusive; read as since is).",
 }
-RANGE_DEFAULTS: dict[str, Any] = {"since": None, "until": None}
 
 
-def span_of(a: dict[str, Any]) -> TimeRange | None:
+class Ranged(Protocol):
+    """An argument model with the time-scoped reads' `since` / `until` (None: not sent)."""
+
+    @property
+    def since(self) -> str | None: ...
+
+    @property
+    def until(self) -> str | None: ...
+
+
+def span_of(a: Ranged) -> TimeRange | None:
     """The range a call's `since`/`until` name, None without either.
 
     Raises:
         RangeError: naming the argument that is no instant, or the reversed pair.
     """
-    return parse_range(a.get("since"), a.get("until"))
+    return parse_range(a.since, a.until)
 
 
-def _store(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StoreArgs:
+    agent_id: str = arg({"type": "string", "description": "Owner of the memory."}, required=True)
+    message: dict[str, Any] = arg(
+        {
+            "type": "object",
+            "description": "The message: {id?, content, source?, timestamp?, metadata?}.",
+            "properties": {
+                "id": {"type": "string"},
+                "content": {"type": "string"},
+                "source": {"type": ["object", "string", "null"]},
+                "timestamp": {"type": "string"},
+                "metadata": {"type": "object"},
+            },
+        },
+        required=True,
+    )
+    channel: str = arg(STR)
+    project_id: str = arg(STR)
+    session_key: str = arg(SESSION_KEY)
+
+
+@dataclass(frozen=True)
+class ArchiveEpisodeArgs:
+    agent_id: str = arg(STR, required=True)
+    summary: str = arg(STR, required=True)
+    history: list[dict[str, Any]] = arg({"type": "array", "items": {"type": "object"}})
+    keywords: str = arg({"type": "string", "description": "Space-separated keywords."})
+    resolved: bool = arg({"type": "boolean", "description": "Whether the topic concluded."})
+    project_id: str = arg(STR)
+    channel: str = arg(STR)
+    session_key: str = arg(SESSION_KEY)
+
+
+@dataclass(frozen=True)
+class UpdateMemoryArgs:
+    memory_id: int = arg({"type": "integer"}, required=True)
+    content: str = arg(STR, required=True)
+    agent_id: str = arg(STR)
+    session_key: str = arg(SESSION_KEY)
+
+
+@dataclass(frozen=True)
+class MemoryRowArgs:
+    """The tools that act on one memory: its id, the owner check, the pause key."""
+
+    memory_id: int = arg({"type": "integer"}, required=True)
+    agent_id: str = arg(STR)
+    session_key: str = arg(SESSION_KEY)
+
+
+@dataclass(frozen=True)
+class EpisodeRowArgs:
+    """delete_episode's row: as `MemoryRowArgs`, for an episode."""
+
+    episode_id: int = arg({"type": "integer"}, required=True)
+    agent_id: str = arg(STR)
+    session_key: str = arg(SESSION_KEY)
+
+
+def _store(engine: Engine, a: StoreArgs) -> dict[str, Any]:
     # surface.md §1.5: the OC gate, then the pause, then the tool's own validation.
-    gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=True)
+    gate = engine.operating_context.gate(a.project_id, a.agent_id, write=True)
     if gate.refusal is not None:
         return {**gate.refused(), "result": "rejected", "reason": gate.refusal}
     skip = engine.pause.skip(
-        "store", a["session_key"], result="skipped", id="no-persist", embedded=False
+        "store", a.session_key, result="skipped", id="no-persist", embedded=False
     )
     if skip is not None:
         return {**skip, **gate.extra}
-    out = engine.writer.store(a["agent_id"], a["message"], a["channel"], gate.project_id)
+    out = engine.writer.store(a.agent_id, a.message, a.channel, gate.project_id)
     return {**out, **gate.extra}
 
 
-def _update_memory(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    skip = engine.pause.skip("update_memory", a["session_key"], updated_id=None)
+def _update_memory(engine: Engine, a: UpdateMemoryArgs) -> dict[str, Any]:
+    skip = engine.pause.skip("update_memory", a.session_key, updated_id=None)
     if skip is not None:
         return skip
-    return engine.writer.update_memory(a["memory_id"], a["content"], a["agent_id"])
+    return engine.writer.update_memory(a.memory_id, a.content, a.agent_id)
 
 
-def _delete_memory(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    skip = engine.pause.skip("delete_memory", a["session_key"], deleted_id=None)
+def _delete_memory(engine: Engine, a: MemoryRowArgs) -> dict[str, Any]:
+    skip = engine.pause.skip("delete_memory", a.session_key, deleted_id=None)
     if skip is not None:
         return skip
-    return engine.writer.delete_memory(a["memory_id"], a["agent_id"])
+    return engine.writer.delete_memory(a.memory_id, a.agent_id)
 
 
-def _lock(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    skip = engine.pause.skip("lock_memory", a["session_key"], locked_id=None)
+def _lock(engine: Engine, a: MemoryRowArgs) -> dict[str, Any]:
+    skip = engine.pause.skip("lock_memory", a.session_key, locked_id=None)
     if skip is not None:
         return skip
-    return engine.writer.set_lock(a["memory_id"], a["agent_id"], True)
+    return engine.writer.set_lock(a.memory_id, a.agent_id, True)
 
 
-def _unlock(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    skip = engine.pause.skip("unlock_memory", a["session_key"], unlocked_id=None)
+def _unlock(engine: Engine, a: MemoryRowArgs) -> dict[str, Any]:
+    skip = engine.pause.skip("unlock_memory", a.session_key, unlocked_id=None)
     if skip is not None:
         return skip
-    return engine.writer.set_lock(a["memory_id"], a["agent_id"], False)
+    return engine.writer.set_lock(a.memory_id, a.agent_id, False)
 
 
-def _archive_episode(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=True)
+def _archive_episode(engine: Engine, a: ArchiveEpisodeArgs) -> dict[str, Any]:
+    gate = engine.operating_context.gate(a.project_id, a.agent_id, write=True)
     if gate.refusal is not None:
         return gate.refused(episode_id=None)
     skip = engine.pause.skip(
         "archive_episode",
-        a["session_key"],
+        a.session_key,
         episode_id=None,
         id="no-persist",
         queued=False,
@@ -97,27 +168,22 @@ def _archive_episode(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     if skip is not None:
         return {**skip, **gate.extra}
     out = engine.writer.archive_episode(
-        a["agent_id"],
-        a["summary"],
-        a["history"],
-        a["keywords"],
-        a["resolved"],
+        a.agent_id,
+        a.summary,
+        a.history,
+        a.keywords,
+        a.resolved,
         gate.project_id,
-        a["channel"],
+        a.channel,
     )
     return {**out, **gate.extra}
 
 
-def _delete_episode(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    skip = engine.pause.skip("delete_episode", a["session_key"], deleted_id=None)
+def _delete_episode(engine: Engine, a: EpisodeRowArgs) -> dict[str, Any]:
+    skip = engine.pause.skip("delete_episode", a.session_key, deleted_id=None)
     if skip is not None:
         return skip
-    return engine.writer.delete_episode(a["episode_id"], a["agent_id"])
-
-
-def _row_args(id_name: str) -> dict[str, dict[str, Any]]:
-    """Arguments of the tools that act on one row: its id, the owner check, the pause key."""
-    return {id_name: {"type": "integer"}, "agent_id": STR, "session_key": SESSION_KEY}
+    return engine.writer.delete_episode(a.episode_id, a.agent_id)
 
 
 def _store_failure(error: str) -> dict[str, Any]:
@@ -128,129 +194,115 @@ def _archive_failure(error: str) -> dict[str, Any]:
     return {"ok": False, "episode_id": None, "error": error}
 
 
-def tools(settings: Settings) -> list[ToolSpec]:
+def _store_description(settings: Settings) -> str:
     cap = settings.max_content_length
     meta_cap = settings.max_metadata_length
-    return [
-        ToolSpec(
-            name="store",
-            description=(
-                "Remember one message for an agent. Answers `result`: `stored` (a new row; `id`, "
-                "`embedded`), `skipped` (a duplicate: the existing row's `id` is echoed; or "
-                "persistence is paused: `persisted: false`) or `rejected` (with `reason`). "
-                "Never updates an existing row: there is no upsert. A `message.id` already "
-                "stored for this agent and project is skipped whatever the channel; identical "
-                "content is skipped within agent, project and channel. Re-sending unchanged "
-                "content is a safe no-op; to change a memory use update_memory. Content is "
-                f"trimmed and cut to {cap} characters (`truncated: true`); `source` and "
-                f"`metadata` over {meta_cap} serialised characters are rejected. `project_id` "
-                "'' is the global pool; `channel` '' is channel-global. Timestamps: ISO-8601, "
-                "offset-less means UTC; default is now." + tool_note(settings.secrets)
-            ),
-            properties={
-                "agent_id": {"type": "string", "description": "Owner of the memory."},
-                "message": {
-                    "type": "object",
-                    "description": "The message: {id?, content, source?, timestamp?, metadata?}.",
-                    "properties": {
-                        "id": {"type": "string"},
-                        "content": {"type": "string"},
-                        "source": {"type": ["object", "string", "null"]},
-                        "timestamp": {"type": "string"},
-                        "metadata": {"type": "object"},
-                    },
-                },
-                "channel": STR,
-                "project_id": STR,
-                "session_key": SESSION_KEY,
-            },
-            required=("agent_id", "message"),
-            handler=_store,
-            annotations=Annotations(read_only=False, destructive=False, idempotent=True),
-            failure=_store_failure,
+    return (
+        "Remember one message for an agent. Answers `result`: `stored` (a new row; `id`, "
+        "`embedded`), `skipped` (a duplicate: the existing row's `id` is echoed; or "
+        "persistence is paused: `persisted: false`) or `rejected` (with `reason`). "
+        "Never updates an existing row: there is no upsert. A `message.id` already "
+        "stored for this agent and project is skipped whatever the channel; identical "
+        "content is skipped within agent, project and channel. Re-sending unchanged "
+        "content is a safe no-op; to change a memory use update_memory. Content is "
+        f"trimmed and cut to {cap} characters (`truncated: true`); `source` and "
+        f"`metadata` over {meta_cap} serialised characters are rejected. `project_id` "
+        "'' is the global pool; `channel` '' is channel-global. Timestamps: ISO-8601, "
+        "offset-less means UTC; default is now." + tool_note(settings.secrets)
+    )
+
+
+def _archive_description(settings: Settings) -> str:
+    return (
+        "Store a session summary you computed (an episode); the server never "
+        "summarises. Every call appends a new episode (not idempotent). Only each "
+        "history item's `timestamp` is read, to set the episode's start and end. "
+        f"Summary and keywords are trimmed and cut to {settings.max_content_length} characters. "
+        "Archiving moves the episode boundary that recall uses to age older memories."
+        + tool_note(settings.secrets)
+    )
+
+
+def _update_description(settings: Settings) -> str:
+    return (
+        "Replace a memory's content (the only way to change stored text); it is "
+        "re-embedded. Locked memories refuse. With `agent_id`, only that agent's row "
+        f"can change. Content is trimmed and cut to {settings.max_content_length} characters."
+        + tool_note(settings.secrets)
+    )
+
+
+TOOLS = (
+    ToolSpec(
+        name="store",
+        position=5,
+        description=_store_description,
+        args=StoreArgs,
+        access=Access.write(),
+        handler=_store,
+        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+        failure=_store_failure,
+    ),
+    ToolSpec(
+        name="archive_episode",
+        position=11,
+        description=_archive_description,
+        args=ArchiveEpisodeArgs,
+        access=Access.write(),
+        handler=_archive_episode,
+        annotations=Annotations(read_only=False, destructive=False, idempotent=False),
+        failure=_archive_failure,
+    ),
+    ToolSpec(
+        name="update_memory",
+        position=20,
+        description=_update_description,
+        args=UpdateMemoryArgs,
+        access=Access.write(),
+        handler=_update_memory,
+        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+    ),
+    ToolSpec(
+        name="lock_memory",
+        position=21,
+        description=(
+            "Protect a memory from update_memory, delete_memory and maintenance repairs. "
+            "A lock never changes ranking, and does not survive delete_agent_data or a "
+            "merge move."
         ),
-        ToolSpec(
-            name="archive_episode",
-            description=(
-                "Store a session summary you computed (an episode); the server never "
-                "summarises. Every call appends a new episode (not idempotent). Only each "
-                "history item's `timestamp` is read, to set the episode's start and end. "
-                f"Summary and keywords are trimmed and cut to {cap} characters. Archiving moves "
-                "the episode boundary that recall uses to age older memories."
-                + tool_note(settings.secrets)
-            ),
-            properties={
-                "agent_id": STR,
-                "summary": STR,
-                "history": {"type": "array", "items": {"type": "object"}},
-                "keywords": {"type": "string", "description": "Space-separated keywords."},
-                "resolved": {"type": "boolean", "description": "Whether the topic concluded."},
-                "project_id": STR,
-                "channel": STR,
-                "session_key": SESSION_KEY,
-            },
-            required=("agent_id", "summary"),
-            handler=_archive_episode,
-            annotations=Annotations(read_only=False, destructive=False, idempotent=False),
-            failure=_archive_failure,
+        args=MemoryRowArgs,
+        access=Access.write(),
+        handler=_lock,
+        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+    ),
+    ToolSpec(
+        name="unlock_memory",
+        position=22,
+        description="Remove the protection lock_memory set; unlocking an unlocked row succeeds.",
+        args=MemoryRowArgs,
+        access=Access.write(),
+        handler=_unlock,
+        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+    ),
+    ToolSpec(
+        name="delete_memory",
+        position=18,
+        description=(
+            "Delete one memory. A locked memory refuses. With `agent_id`, only that agent's "
+            "row can be deleted; without it the call is unscoped (logged)."
         ),
-        ToolSpec(
-            name="update_memory",
-            description=(
-                "Replace a memory's content (the only way to change stored text); it is "
-                "re-embedded. Locked memories refuse. With `agent_id`, only that agent's row "
-                f"can change. Content is trimmed and cut to {cap} characters."
-                + tool_note(settings.secrets)
-            ),
-            properties={
-                "memory_id": {"type": "integer"},
-                "content": STR,
-                "agent_id": STR,
-                "session_key": SESSION_KEY,
-            },
-            required=("memory_id", "content"),
-            handler=_update_memory,
-            annotations=Annotations(read_only=False, destructive=False, idempotent=True),
-        ),
-        ToolSpec(
-            name="lock_memory",
-            description=(
-                "Protect a memory from update_memory, delete_memory and maintenance repairs. "
-                "A lock never changes ranking, and does not survive delete_agent_data or a "
-                "merge move."
-            ),
-            properties=_row_args("memory_id"),
-            required=("memory_id",),
-            handler=_lock,
-            annotations=Annotations(read_only=False, destructive=False, idempotent=True),
-        ),
-        ToolSpec(
-            name="unlock_memory",
-            description=(
-                "Remove the protection lock_memory set; unlocking an unlocked row succeeds."
-            ),
-            properties=_row_args("memory_id"),
-            required=("memory_id",),
-            handler=_unlock,
-            annotations=Annotations(read_only=False, destructive=False, idempotent=True),
-        ),
-        ToolSpec(
-            name="delete_memory",
-            description=(
-                "Delete one memory. A locked memory refuses. With `agent_id`, only that agent's "
-                "row can be deleted; without it the call is unscoped (logged)."
-            ),
-            properties=_row_args("memory_id"),
-            required=("memory_id",),
-            handler=_delete_memory,
-            annotations=Annotations(read_only=False, destructive=True, idempotent=True),
-        ),
-        ToolSpec(
-            name="delete_episode",
-            description="Delete one episode (episodes have no lock).",
-            properties=_row_args("episode_id"),
-            required=("episode_id",),
-            handler=_delete_episode,
-            annotations=Annotations(read_only=False, destructive=True, idempotent=True),
-        ),
-    ]
+        args=MemoryRowArgs,
+        access=Access.write(),
+        handler=_delete_memory,
+        annotations=Annotations(read_only=False, destructive=True, idempotent=True),
+    ),
+    ToolSpec(
+        name="delete_episode",
+        position=19,
+        description="Delete one episode (episodes have no lock).",
+        args=EpisodeRowArgs,
+        access=Access.write(),
+        handler=_delete_episode,
+        annotations=Annotations(read_only=False, destructive=True, idempotent=True),
+    ),
+)

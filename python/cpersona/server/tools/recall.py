@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
@@ -9,8 +10,9 @@ from cpersona.models import ProjectFilter
 from cpersona.operating_context import Gate
 from cpersona.retrieval import context as ctx
 from cpersona.retrieval import messages as msgs
-from cpersona.server.registry import Annotations, ToolSpec
-from cpersona.server.tools.memory import RANGE_DEFAULTS, SESSION_KEY, SINCE, STR, UNTIL, span_of
+from cpersona.server.access import Access
+from cpersona.server.registry import Annotations, ToolSpec, arg
+from cpersona.server.tools.memory import SESSION_KEY, SINCE, STR, UNTIL, span_of
 from cpersona.session import bucket
 from cpersona.timerange import RangeError, TimeRange
 
@@ -19,26 +21,83 @@ if TYPE_CHECKING:
     from cpersona.retrieval.pipeline import RecallRequest, RecallResult
 
 LIMIT = {"type": "integer", "minimum": 0, "maximum": 100, "default": 10}
+QUERY = {"type": "string", "description": "What to remember; blank lists the newest."}
+DEEP = {"type": "boolean", "description": "Relax the quality gate (halves it)."}
+EXTERNAL_CONTEXT = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"role": {}, "content": {}, "name": {}, "user_id": {}, "timestamp": {}},
+    },
+}
+
+
+# The two recall tools publish their arguments in this order (recall_with_context has
+# external_context last, instead of exclude_contents after channel), so each model lists its
+# own; `_request` reads the attributes both share.
+@dataclass(frozen=True)
+class RecallArgs:
+    agent_id: str = arg(STR, required=True)
+    query: str = arg(QUERY, required=True)
+    limit: int = arg(LIMIT, 10)
+    deep: bool = arg(DEEP)
+    channel: str = arg(STR)
+    exclude_contents: list[str] = arg({"type": "array", "items": {"type": "string"}})
+    #: None (omitted) recalls from every project, unlike '' (the global pool).
+    project_id: str | None = arg(STR, None)
+    source_id: str = arg(STR)
+    full_content: bool = arg({"type": "boolean"})
+    session_key: str = arg(SESSION_KEY)
+    since: str | None = arg(SINCE, None)
+    until: str | None = arg(UNTIL, None)
+
+
+@dataclass(frozen=True)
+class RecallWithContextArgs:
+    agent_id: str = arg(STR, required=True)
+    query: str = arg(QUERY, required=True)
+    limit: int = arg(LIMIT, 10)
+    deep: bool = arg(DEEP)
+    channel: str = arg(STR)
+    project_id: str | None = arg(STR, None)
+    source_id: str = arg(STR)
+    full_content: bool = arg({"type": "boolean"})
+    session_key: str = arg(SESSION_KEY)
+    since: str | None = arg(SINCE, None)
+    until: str | None = arg(UNTIL, None)
+    external_context: list[Any] = arg(EXTERNAL_CONTEXT)
+
+
+@dataclass(frozen=True)
+class GetContentsArgs:
+    agent_id: str = arg(STR, required=True)
+    refs: list[str] = arg(
+        {"type": "array", "items": {"type": "string"}, "maxItems": msgs.CONTENTS_MAX_REFS},
+        required=True,
+    )
+
+
+Recalling = RecallArgs | RecallWithContextArgs
 
 
 def _request(
-    engine: Engine, a: dict[str, Any], gate: Gate, exclude: list[str], span: TimeRange | None
+    engine: Engine, a: Recalling, gate: Gate, exclude: list[str], span: TimeRange | None
 ) -> RecallRequest:
     # The pipeline (and numpy) loads with the first recall, not with tools/list.
     from cpersona.retrieval.pipeline import RecallRequest
 
     return RecallRequest(
-        agent_id=a["agent_id"],
-        query=a["query"],
-        limit=a["limit"],
-        deep=a["deep"],
-        channel=a["channel"],
+        agent_id=a.agent_id,
+        query=a.query,
+        limit=a.limit,
+        deep=a.deep,
+        channel=a.channel,
         exclude_contents=tuple(exclude),
         project=ProjectFilter(gate.project_id),
-        source_id=a["source_id"],
-        session_key=a["session_key"],
+        source_id=a.source_id,
+        session_key=a.session_key,
         # While the caller's bucket is paused, recall-count bookkeeping is skipped (§10.3).
-        paused=engine.pause.active(a["session_key"]) is not None,
+        paused=engine.pause.active(a.session_key) is not None,
         span=span,
     )
 
@@ -48,15 +107,15 @@ def _range_failure(exc: RangeError) -> dict[str, Any]:
     return {"ok": False, "messages": [], "error": str(exc)}
 
 
-def _gate(engine: Engine, a: dict[str, Any]) -> Gate:
+def _gate(engine: Engine, a: Recalling) -> Gate:
     # Reads never refuse at the OC gate (surface.md §6.6); they only resolve and warn.
-    gate: Gate = engine.operating_context.gate(a["project_id"], a["agent_id"], write=False)
+    gate: Gate = engine.operating_context.gate(a.project_id, a.agent_id, write=False)
     return gate
 
 
 def _envelope(
     engine: Engine,
-    a: dict[str, Any],
+    a: Recalling,
     gate: Gate,
     result: RecallResult,
     messages: list[dict[str, Any]],
@@ -66,11 +125,11 @@ def _envelope(
         out["gate_fallback"] = True
     if result.advisory is not None:
         out["advisory"] = result.advisory
-    notice = engine.updates.notice(bucket(a["session_key"]).name)
+    notice = engine.updates.notice(bucket(a.session_key).name)
     if notice is not None:
         out["update"] = notice
     cap = engine.settings.recall_preview_chars
-    if a["full_content"]:
+    if a.full_content:
         if msgs.apply_full_content_budget(messages, cap):
             out["full_content_budget_chars"] = msgs.FULL_CONTENT_BUDGET
     else:
@@ -79,19 +138,19 @@ def _envelope(
     return out
 
 
-def _recall(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
+def _recall(engine: Engine, a: RecallArgs) -> dict[str, Any]:
     try:
         span = span_of(a)
     except RangeError as exc:
         return _range_failure(exc)
     gate = _gate(engine, a)
-    result = engine.recaller.recall(_request(engine, a, gate, list(a["exclude_contents"]), span))
+    result = engine.recaller.recall(_request(engine, a, gate, list(a.exclude_contents), span))
     messages = [msgs.message(r) for r in reversed(result.rows)]
     return _envelope(engine, a, gate, result, messages)
 
 
-def _recall_with_context(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    entries = a["external_context"]
+def _recall_with_context(engine: Engine, a: RecallWithContextArgs) -> dict[str, Any]:
+    entries = a.external_context
     mode = engine.settings.external_context_mode
     issues = ctx.field_issues(entries) if mode != "off" else []
     if issues and mode == "reject":
@@ -122,96 +181,65 @@ def _recall_with_context(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _get_contents(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    return msgs.get_contents(engine.db, a["agent_id"], a["refs"])
+def _get_contents(engine: Engine, a: GetContentsArgs) -> dict[str, Any]:
+    return msgs.get_contents(engine.db, a.agent_id, a.refs)
 
 
-def _recall_properties() -> dict[str, dict[str, Any]]:
-    return {
-        "agent_id": STR,
-        "query": {"type": "string", "description": "What to remember; blank lists the newest."},
-        "limit": LIMIT,
-        "deep": {"type": "boolean", "description": "Relax the quality gate (halves it)."},
-        "channel": STR,
-        "exclude_contents": {"type": "array", "items": {"type": "string"}},
-        "project_id": STR,
-        "source_id": STR,
-        "full_content": {"type": "boolean"},
-        "session_key": SESSION_KEY,
-        "since": SINCE,
-        "until": UNTIL,
-    }
+def _recall_description(settings: Settings) -> str:
+    return (
+        "Find the memories (and episodes) that answer `query` for one agent: hybrid "
+        "vector + full-text + keyword search. `messages` is ordered worst to best: the "
+        "LAST message is the best match. Rows below the quality gate are dropped, so "
+        "the list may be empty. Messages longer than "
+        f"{settings.recall_preview_chars} characters are cut to that preview with "
+        "`content_truncated`, `content_len` and a `ref` to expand with get_contents; "
+        f"`full_content=true` returns whole rows within a {msgs.FULL_CONTENT_BUDGET}-character "
+        "budget spent from the best match back. `project_id`: omitted = all projects, '' = "
+        "global pool, X = X plus global; `channel` X = X plus channel-global rows. "
+        "`match_reason.signal` names the score the gate used. `gate_fallback: true` "
+        "marks low-confidence lexical rescues. `advisory` appears while embeddings "
+        "are degraded."
+    )
 
 
-def tools(settings: Settings) -> list[ToolSpec]:
-    preview = settings.recall_preview_chars
-    defaults = {"limit": 10, "project_id": None, **RANGE_DEFAULTS}
-    context_props = _recall_properties()
-    del context_props["exclude_contents"]
-    context_props["external_context"] = {
-        "type": "array",
-        "items": {
-            "type": "object",
-            "properties": {"role": {}, "content": {}, "name": {}, "user_id": {}, "timestamp": {}},
-        },
-    }
-    return [
-        ToolSpec(
-            name="recall",
-            description=(
-                "Find the memories (and episodes) that answer `query` for one agent: hybrid "
-                "vector + full-text + keyword search. `messages` is ordered worst to best: the "
-                "LAST message is the best match. Rows below the quality gate are dropped, so "
-                "the list may be empty. Messages longer than "
-                f"{preview} characters are cut to that preview with `content_truncated`, "
-                "`content_len` and a `ref` to expand with get_contents; `full_content=true` "
-                f"returns whole rows within a {msgs.FULL_CONTENT_BUDGET}-character budget "
-                "spent from the best match back. `project_id`: omitted = all projects, '' = "
-                "global pool, X = X plus global; `channel` X = X plus channel-global rows. "
-                "`match_reason.signal` names the score the gate used. `gate_fallback: true` "
-                "marks low-confidence lexical rescues. `advisory` appears while embeddings "
-                "are degraded."
-            ),
-            properties=_recall_properties(),
-            required=("agent_id", "query"),
-            handler=_recall,
-            annotations=Annotations(read_only=True),
-            defaults=defaults,
+TOOLS = (
+    ToolSpec(
+        name="recall",
+        position=6,
+        description=_recall_description,
+        args=RecallArgs,
+        access=Access.read(),
+        handler=_recall,
+        annotations=Annotations(read_only=True),
+    ),
+    ToolSpec(
+        name="recall_with_context",
+        position=7,
+        description=(
+            "Recall, then merge your conversation turns (`external_context`: {role, "
+            "content, name?, user_id?, timestamp?}) into one chronological list by the "
+            "instant each timestamp names (any offset; offset-less = UTC); undated "
+            "messages come first, so the last message is the newest. Recalled rows that "
+            "repeat a turn's content are left out. Only user and assistant turns are "
+            "merged."
         ),
-        ToolSpec(
-            name="recall_with_context",
-            description=(
-                "Recall, then merge your conversation turns (`external_context`: {role, "
-                "content, name?, user_id?, timestamp?}) into one chronological list by the "
-                "instant each timestamp names (any offset; offset-less = UTC); undated "
-                "messages come first, so the last message is the newest. Recalled rows that "
-                "repeat a turn's content are left out. Only user and assistant turns are "
-                "merged."
-            ),
-            properties=context_props,
-            required=("agent_id", "query"),
-            handler=_recall_with_context,
-            annotations=Annotations(read_only=True),
-            defaults=defaults,
+        args=RecallWithContextArgs,
+        access=Access.read(),
+        handler=_recall_with_context,
+        annotations=Annotations(read_only=True),
+    ),
+    ToolSpec(
+        name="get_contents",
+        position=8,
+        description=(
+            "Expand preview refs (`mem:<id>`, `ep:<id>`) of one agent to their full text. "
+            f"At most {msgs.CONTENTS_MAX_REFS} refs; items are returned whole until "
+            f"{msgs.CONTENTS_BUDGET} characters, the rest listed in `deferred` to fetch "
+            "next. Unknown or foreign refs are listed in `missing`."
         ),
-        ToolSpec(
-            name="get_contents",
-            description=(
-                "Expand preview refs (`mem:<id>`, `ep:<id>`) of one agent to their full text. "
-                f"At most {msgs.CONTENTS_MAX_REFS} refs; items are returned whole until "
-                f"{msgs.CONTENTS_BUDGET} characters, the rest listed in `deferred` to fetch "
-                "next. Unknown or foreign refs are listed in `missing`."
-            ),
-            properties={
-                "agent_id": STR,
-                "refs": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "maxItems": msgs.CONTENTS_MAX_REFS,
-                },
-            },
-            required=("agent_id", "refs"),
-            handler=_get_contents,
-            annotations=Annotations(read_only=True),
-        ),
-    ]
+        args=GetContentsArgs,
+        access=Access.read(),
+        handler=_get_contents,
+        annotations=Annotations(read_only=True),
+    ),
+)

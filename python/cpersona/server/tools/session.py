@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cpersona.config import Settings
-from cpersona.server.registry import Annotations, ToolSpec
+from cpersona.server.access import READ_WRITE, Access
+from cpersona.server.registry import Annotations, ToolSpec, arg
 from cpersona.server.tools.memory import SESSION_KEY
 from cpersona.session import DEFAULT_TTL, MAX_LIVE, MAX_TTL
 
@@ -19,74 +20,88 @@ _AFFECTED = (
 )
 
 
-def _pause(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = engine.pause.pause(a["session_key"], a["ttl_seconds"])
+@dataclass(frozen=True)
+class PauseArgs:
+    ttl_seconds: int = arg(
+        {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_TTL,
+            "default": DEFAULT_TTL,
+            "description": "Seconds until writes resume by themselves.",
+        },
+        DEFAULT_TTL,
+    )
+    session_key: str = arg(SESSION_KEY)
+
+
+@dataclass(frozen=True)
+class SessionArgs:
+    """resume_persistence and persistence_status: the caller's pause key only."""
+
+    session_key: str = arg(SESSION_KEY)
+
+
+def _pause(engine: Engine, a: PauseArgs) -> dict[str, Any]:
+    result: dict[str, Any] = engine.pause.pause(a.session_key, a.ttl_seconds)
     return result
 
 
-def _resume(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = engine.pause.resume(a["session_key"])
+def _resume(engine: Engine, a: SessionArgs) -> dict[str, Any]:
+    result: dict[str, Any] = engine.pause.resume(a.session_key)
     return result
 
 
-def _status(engine: Engine, a: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = engine.pause.status(a["session_key"])
+def _status(engine: Engine, a: SessionArgs) -> dict[str, Any]:
+    result: dict[str, Any] = engine.pause.status(a.session_key)
     return result
 
 
-def tools(settings: Settings) -> list[ToolSpec]:
-    return [
-        ToolSpec(
-            name="pause_persistence",
-            description=(
-                "Stop writing for a while (no-persist mode): until `ttl_seconds` elapse "
-                f"(default {DEFAULT_TTL}, 1 to {MAX_TTL}) or resume_persistence, these tools "
-                f"write nothing: {_AFFECTED}. They answer their success shape with "
-                "`persisted: false`, `dry_run: true` and a `reason`; branch on `persisted`. "
-                "check_health and deep_check run with fix forced off; recall does not count "
-                "recalls. Reads and export are unaffected. The pause belongs to your "
-                "`session_key` (`scope: session`); callers without a key share one pause "
-                "(`scope: process`). Pausing again replaces the deadline. It lives in this "
-                f"server process only (a restart clears it); at most {MAX_LIVE} live pauses."
-            ),
-            properties={
-                "ttl_seconds": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": MAX_TTL,
-                    "default": DEFAULT_TTL,
-                    "description": "Seconds until writes resume by themselves.",
-                },
-                "session_key": SESSION_KEY,
-            },
-            required=(),
-            handler=_pause,
-            annotations=Annotations(read_only=False, destructive=False, idempotent=True),
-            defaults={"ttl_seconds": DEFAULT_TTL},
+TOOLS = (
+    ToolSpec(
+        name="pause_persistence",
+        position=1,
+        description=(
+            "Stop writing for a while (no-persist mode): until `ttl_seconds` elapse "
+            f"(default {DEFAULT_TTL}, 1 to {MAX_TTL}) or resume_persistence, these tools "
+            f"write nothing: {_AFFECTED}. They answer their success shape with "
+            "`persisted: false`, `dry_run: true` and a `reason`; branch on `persisted`. "
+            "check_health and deep_check run with fix forced off; recall does not count "
+            "recalls. Reads and export are unaffected. The pause belongs to your "
+            "`session_key` (`scope: session`); callers without a key share one pause "
+            "(`scope: process`). Pausing again replaces the deadline. It lives in this "
+            f"server process only (a restart clears it); at most {MAX_LIVE} live pauses."
         ),
-        ToolSpec(
-            name="resume_persistence",
-            description=(
-                "End the no-persist pause of your `session_key` (or of the shared keyless "
-                "pause): writes persist again at once. `was_active` says whether a pause was "
-                "in force."
-            ),
-            properties={"session_key": SESSION_KEY},
-            required=(),
-            handler=_resume,
-            annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+        args=PauseArgs,
+        access=Access.every_agent(READ_WRITE),
+        handler=_pause,
+        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+    ),
+    ToolSpec(
+        name="resume_persistence",
+        position=2,
+        description=(
+            "End the no-persist pause of your `session_key` (or of the shared keyless "
+            "pause): writes persist again at once. `was_active` says whether a pause was "
+            "in force."
         ),
-        ToolSpec(
-            name="persistence_status",
-            description=(
-                "Whether writes are paused for your `session_key`: `paused`, `expires_at` "
-                "(UTC) and `ttl_remaining_seconds` (whole seconds; both null when not "
-                "paused), and `scope` (`session` for a declared key, `process` for the "
-                "shared keyless pause)."
-            ),
-            properties={"session_key": SESSION_KEY},
-            required=(),
-            handler=_status,
-            annotations=Annotations(read_only=True),
+        args=SessionArgs,
+        access=Access.every_agent(READ_WRITE),
+        handler=_resume,
+        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+    ),
+    ToolSpec(
+        name="persistence_status",
+        position=3,
+        description=(
+            "Whether writes are paused for your `session_key`: `paused`, `expires_at` "
+            "(UTC) and `ttl_remaining_seconds` (whole seconds; both null when not "
+            "paused), and `scope` (`session` for a declared key, `process` for the "
+            "shared keyless pause)."
         ),
-    ]
+        args=SessionArgs,
+        access=Access.anyone(),
+        handler=_status,
+        annotations=Annotations(read_only=True),
+    ),
+)
