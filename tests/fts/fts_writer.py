@@ -85,8 +85,7 @@ for step in range(OPS):
     with db.atomic() as conn:
         if kind < 0.6:
             stored = conn.execute(
-                "INSERT INTO memories(agent_id, content, timestamp) VALUES (?, ?, '') "
-                "RETURNING id",
+                "INSERT INTO memories(agent_id, content, timestamp) VALUES (?, ?, '') RETURNING id",
                 (agent, text),
             ).fetchall()[0][0]
         elif kind < 0.75:
