@@ -381,7 +381,7 @@ def test_time_key_is_sqlites_strftime_seconds(pg: Any, stamp: str) -> None:
     ).fetchone()
     sqlite.close()
     got = probe(pg, "created_key", stamp=stamp)
-    canonical = r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]) ([01]\d|2[0-3]):[0-5]\d:[0-5]\d"
+    canonical = r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]) ([01]\d|2[0-4]):[0-5]\d:[0-5]\d"
     if re.fullmatch(canonical, stamp) and not stamp.startswith("0000"):
         assert got == want, stamp
     else:

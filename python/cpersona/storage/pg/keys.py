@@ -7,9 +7,9 @@ window and the time-scoped scans read them from btrees (storage/pg/vectors.py):
   (SQLite: `COALESCE(CAST(strftime('%s', created_at) AS INTEGER), 0)`). Read from the
   canonical stamp `YYYY-MM-DD HH:MM:SS`, the only form any cpersona write path stores (the
   column default, `portability/records.sqlite_stamp`, 2.5.x's `datetime('now')`); the day is
-  counted on from the 1st of its month, as SQLite counts (day 31 of April is May 1st). Other
-  text keys the whole seconds of its `instant_key` (below), else 0 (SQLite reads a few more
-  forms: docs/compatibility.md).
+  counted on from the 1st of its month and hour 24 is allowed, as SQLite counts (day 31 of
+  April is May 1st). Other text keys the whole seconds of its `instant_key` (below), else 0
+  (SQLite reads a few more forms: docs/compatibility.md).
 - `instant_key`: a row's instant in microseconds since the Unix epoch where SQL can know it
   exactly as Python's `fromisoformat` reads it (cpersona.timerange.row_time): `YYYY-MM-DD`
   and `YYYY-MM-DD[T ]HH:MM[:SS[.f{1,6}]]` with `Z`, `+HH:MM`, `-HH:MM` or no offset (UTC), a
@@ -29,7 +29,7 @@ emulating SQLite) exists for them.
 from __future__ import annotations
 
 _CANONICAL = (
-    "'^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]) ([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]$'"
+    "'^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]) ([01][0-9]|2[0-4]):[0-5][0-9]:[0-5][0-9]$'"
 )
 _ISO = (
     r"'^[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
