@@ -254,7 +254,10 @@ def _replace_clause(toks: list[_Tok], code: list[int], k: int, table: str | None
 
 _LEGACY = re.compile(
     r"""\bINSERT\s+OR\b|\bGLOB\b|\bNOT\s+INDEXED\b|==|\bsqlite_master\b
-    |\b(?:json_valid|json_extract|json_type|julianday|strftime|datetime|instr|ifnull|total)\s*\(""",
+    |\b(?:json_valid|json_extract|json_type|julianday|strftime|datetime|instr|ifnull|total)\s*\(
+    # SQLite's integer truth values where a condition stands (portability's "1" scope).
+    |\b(?:WHERE|AND|OR|NOT|WHEN|HAVING|ON)\s+[01]\s*(?:$|\)|;
+        |\b(?:AND|OR|THEN|ORDER|GROUP|LIMIT|HAVING|UNION|ELSE|END)\b)""",
     re.IGNORECASE | re.VERBOSE,
 )
 
