@@ -84,11 +84,10 @@ for step in range(OPS):
     kind = rng.random()
     with db.atomic() as conn:
         if kind < 0.6:
-            cur = conn.execute(
-                "INSERT INTO memories(agent_id, content, timestamp) VALUES (?, ?, '')",
+            stored = conn.execute(
+                "INSERT INTO memories(agent_id, content, timestamp) VALUES (?, ?, '') RETURNING id",
                 (agent, text),
-            )
-            stored = cur.lastrowid
+            ).fetchall()[0][0]
         elif kind < 0.75:
             conn.execute(
                 "INSERT INTO episodes(agent_id, summary, keywords) VALUES (?, ?, ?)",

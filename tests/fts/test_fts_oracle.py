@@ -41,8 +41,8 @@ def _apply(db, ops, table):
             if op == "put" or not ids:
                 if table == "memories":
                     conn.execute(
-                        "INSERT OR IGNORE INTO memories(agent_id, project_id, channel, content, "
-                        "timestamp) VALUES (?, ?, ?, ?, '')",
+                        "INSERT INTO memories(agent_id, project_id, channel, content, "
+                        "timestamp) VALUES (?, ?, ?, ?, '') ON CONFLICT DO NOTHING",
                         (agent, project, channel, text),
                     )
                 else:

@@ -21,12 +21,12 @@ def db(pg_url: str) -> Iterator[PgDatabase]:
 
 
 def insert(conn, content: str, embedding: bytes | None = None) -> int | None:
-    cur = conn.execute(
-        "INSERT OR IGNORE INTO memories (agent_id, content, timestamp, embedding) "
-        "VALUES (?, ?, ?, ?)",
+    rows = conn.execute(
+        "INSERT INTO memories (agent_id, content, timestamp, embedding) "
+        "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
         ("a", content, "2026-01-01T00:00:00+00:00", conn.vector_param(embedding)),
-    )
-    return cur.lastrowid if cur.rowcount == 1 else None
+    ).fetchall()
+    return rows[0][0] if rows else None
 
 
 def test_rows_answer_by_index_name_and_as_tuples(db: PgDatabase) -> None:

@@ -15,7 +15,7 @@ def project_where(
     project, the global rows only, or one project's rows and the global ones), and its
     parameters."""
     if project.value is None:
-        return "1", ()
+        return "TRUE", ()
     if project.value == "":
         return f"{column} = ''", ()
     return f"{column} IN (?, '')", (project.value,)

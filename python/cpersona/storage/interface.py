@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
+
+if TYPE_CHECKING:
+    from cpersona.storage.ops import SqlOps
 
 __all__ = ["Capabilities", "Connection", "Cursor", "Params", "Row", "Store"]
 
@@ -102,6 +105,10 @@ class Store(Protocol):
 
     @property
     def capabilities(self) -> Capabilities: ...
+
+    #: The SQL fragments this backend spells its own way (storage/ops.py).
+    @property
+    def ops(self) -> SqlOps: ...
 
     #: Which SQL dialect the store speaks; only storage/ reads it (tests/test_seam.py).
     @property

@@ -14,8 +14,6 @@ from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Connection, Row, Store
 from cpersona.timerange import TimeRange, first_in_span
 
-_SOURCE_ID = "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END"
-
 
 @dataclass(frozen=True, slots=True)
 class ScopeSql:
@@ -42,11 +40,10 @@ class ScopeSql:
         return " AND ".join(parts), params
 
 
-def _source_filter(alias: str, prefix: str) -> tuple[str, list[object]]:
+def _source_filter(db: Store, alias: str, prefix: str) -> tuple[str, list[object]]:
     if not prefix:
-        return "1", []
-    expr = _SOURCE_ID.replace("source", f"{alias}.source") if alias else _SOURCE_ID
-    return f"substr({expr}, 1, ?) = ?", [len(prefix), prefix]
+        return "TRUE", []
+    return f"substr({db.ops.source_id(alias)}, 1, ?) = ?", [len(prefix), prefix]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +101,7 @@ def _span_filter(db: Store, span: TimeRange | None) -> tuple[str, list[object]]:
     a row whose key is NULL is left to the Python test that follows. SQLite has no such
     column: every row read is tested in Python."""
     if span is None or db.dialect != "postgresql":
-        return "1", []
+        return "TRUE", []
     return "(m.instant_key IS NULL OR (m.instant_key >= ? AND m.instant_key < ?))", [*span.bounds()]
 
 
@@ -119,7 +116,7 @@ def memory_fts(
 ) -> list[MemoryHit]:
     _need_fts5(db)
     where, params = scope.where("m")
-    sw, sp = _source_filter("m", source_prefix)
+    sw, sp = _source_filter(db, "m", source_prefix)
     sql = f"""SELECT {_MEM_COLS}, bm25(memories_fts) AS score{_MEM_CREATED}
             FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
             WHERE memories_fts MATCH ? AND {where} AND {sw}
@@ -145,7 +142,7 @@ def memory_like(
     the rows are the same ones.
     """
     where, params = scope.where("m")
-    sw, sp = _source_filter("m", source_prefix)
+    sw, sp = _source_filter(db, "m", source_prefix)
     pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     conn = db.reader()
     if db.dialect == "postgresql":
@@ -155,7 +152,9 @@ def memory_like(
     elif len(pattern.encode("utf-8", "surrogatepass")) <= _like_limit(conn):
         test, arg = "m.content LIKE ? ESCAPE '\\'", pattern
     else:
-        test, arg = "instr(lower(m.content), lower(?)) > 0", text
+        ops = db.ops
+        test = f"{ops.position(ops.ascii_lower('?'), ops.ascii_lower('m.content'))} > 0"
+        arg = text
     tw, tp = _span_filter(db, scope.span)
     sql = f"""SELECT {_MEM_COLS}{_MEM_CREATED} FROM memories m
             WHERE {test} AND {where} AND {sw} AND {tw}
@@ -194,7 +193,7 @@ def _like_postgresql(pattern: str, text: str) -> tuple[str | None, str]:
 @translating
 def memory_recent(db: Store, scope: ScopeSql, source_prefix: str, limit: int) -> list[MemoryHit]:
     where, params = scope.where("m")
-    sw, sp = _source_filter("m", source_prefix)
+    sw, sp = _source_filter(db, "m", source_prefix)
     tw, tp = _span_filter(db, scope.span)
     sql = f"""SELECT {_MEM_COLS}{_MEM_CREATED} FROM memories m WHERE {where} AND {sw} AND {tw}
             ORDER BY m.created_at DESC, m.id DESC"""
@@ -234,12 +233,12 @@ def memories_by_id(
     """
     out: dict[int, MemoryHit] = {}
     where, params = scope.where("m")
-    sw, sp = _source_filter("m", source_prefix)
+    sw, sp = _source_filter(db, "m", source_prefix)
     for start in range(0, len(ids), 500):
         batch = list(ids[start : start + 500])
         marks = ",".join("?" * len(batch))
         for r in db.query(
-            f"SELECT {_MEM_COLS} FROM memories m NOT INDEXED "
+            f"SELECT {_MEM_COLS} FROM memories m {db.ops.not_indexed()} "
             f"WHERE m.id IN ({marks}) AND {where} AND {sw}",
             [*batch, *params, *sp],
         ):
@@ -256,7 +255,8 @@ def episodes_by_id(db: Store, ids: Sequence[int], scope: ScopeSql) -> dict[int, 
         batch = list(ids[start : start + 500])
         marks = ",".join("?" * len(batch))
         for r in db.query(
-            f"SELECT {_EP_COLS} FROM episodes e NOT INDEXED WHERE e.id IN ({marks}) AND {where}",
+            f"SELECT {_EP_COLS} FROM episodes e {db.ops.not_indexed()} "
+            f"WHERE e.id IN ({marks}) AND {where}",
             [*batch, *params],
         ):
             out[r[0]] = _ep(r, None)
@@ -302,7 +302,8 @@ def timestamp_span(db: Store, scope: ScopeSql) -> tuple[str | None, str | None]:
     for direction in ("ASC", "DESC"):
         row = db.query_one(
             f"""SELECT timestamp FROM memories
-                WHERE {where} AND timestamp != '' AND julianday(timestamp) IS NOT NULL
+                WHERE {where} AND timestamp != ''
+                  AND {db.ops.stamp_instant("memories")} IS NOT NULL
                 ORDER BY timestamp {direction} LIMIT 1""",
             params,
         )
@@ -314,9 +315,10 @@ def timestamp_span(db: Store, scope: ScopeSql) -> tuple[str | None, str | None]:
 def latest_episode_created(db: Store, scope: ScopeSql) -> str | None:
     """created_at of the newest episode in scope by parsed instant (unparseable last)."""
     where, params = scope.where()
+    instant = db.ops.created_instant()
     row = db.query_one(
         f"""SELECT created_at FROM episodes WHERE {where}
-            ORDER BY datetime(created_at) IS NULL, datetime(created_at) DESC, created_at DESC
+            ORDER BY {instant} IS NULL, {instant} DESC, created_at DESC
             LIMIT 1""",
         params,
     )
@@ -347,6 +349,6 @@ def bump_recall_counts(db: Store, ids: Sequence[int]) -> None:
             marks = ",".join("?" * len(batch))
             conn.execute(
                 f"""UPDATE memories SET recall_count = recall_count + 1,
-                    last_recalled_at = datetime('now') WHERE id IN ({marks})""",
+                    last_recalled_at = {db.ops.now()} WHERE id IN ({marks})""",
                 batch,
             )

@@ -1,7 +1,8 @@
 """PgDatabase: the Database API on PostgreSQL (psycopg 3, a psycopg_pool connection pool).
 
 The public surface is `storage.db.Database`'s, so storage modules run unchanged: statements
-are written in SQLite's dialect and translated (`storage/pg/dialect.py`), rows answer
+are portable SQL with `?` placeholders, converted to psycopg's (`storage/pg/dialect.py`), the
+fragments that differ asked of `ops` (storage/ops.py); rows answer
 `row[0]`, `row["col"]` and `tuple(row)`, cursors have `fetchone/fetchall/fetchmany`,
 `rowcount` and `lastrowid`.
 
@@ -47,8 +48,10 @@ from urllib.parse import urlsplit
 from cpersona.storage.errors import InDoubtError, UnreachableError
 from cpersona.storage.interface import Capabilities, Params
 from cpersona.storage.interface import Row as AnyRow
+from cpersona.storage.ops import POSTGRES, SqlOps
+from cpersona.storage.pg import legacy
 from cpersona.storage.pg.adapters import register_vector, str_dumper
-from cpersona.storage.pg.dialect import translate
+from cpersona.storage.pg.dialect import placeholders
 from cpersona.storage.pg.reach import (
     Counts,
     Reach,
@@ -161,6 +164,7 @@ class PgConnection:
     """One pooled psycopg connection behind the sqlite3.Connection subset storage uses."""
 
     dialect = "postgresql"
+    ops: SqlOps = POSTGRES
 
     def __init__(
         self, conn: psycopg.Connection[Any], tracer: Tracer | None, on_lost: OnLost | None = None
@@ -176,9 +180,11 @@ class PgConnection:
         return self.raw.info.transaction_status != TransactionStatus.IDLE
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
-        """Run one statement written in SQLite's dialect."""
-        t = translate(sql)
-        return self._run(t.sql, tuple(params), returns_id=t.returns_id)
+        """Run one storage statement (portable SQL, `?` placeholders)."""
+        if legacy.needs_legacy(sql):  # TEMPORARY (issue 18): see storage/pg/legacy.py
+            t = legacy.translate(sql)
+            return self._run(t.sql, tuple(params), returns_id=t.returns_id)
+        return self._run(placeholders(sql), tuple(params), returns_id=False)
 
     def execute_raw(self, sql: str, params: Sequence[Any] | None = None) -> PgCursor:
         """Run one statement written for PostgreSQL (schema, locks)."""
@@ -228,6 +234,7 @@ class _Reader:
     """This thread's read facade over the pool (see the module docstring)."""
 
     dialect = "postgresql"
+    ops: SqlOps = POSTGRES
 
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
@@ -307,6 +314,8 @@ class PgDatabase:
     """One PostgreSQL database through a connection pool (see the module docstring)."""
 
     dialect: Literal["sqlite", "postgresql"] = "postgresql"
+    #: The SQL fragments this backend spells its own way (storage/ops.py).
+    ops: SqlOps = POSTGRES
     #: Whether text may hold U+0000 (PostgreSQL's text cannot; tools refuse it there).
     stores_nul = False
     #: A server that many hosts may share: vectors are scanned in it, and each host keeps its
@@ -440,6 +449,8 @@ class PgDatabase:
         from psycopg.types import TypeInfo
 
         conn.adapters.register_dumper(str, str_dumper())
+        # Time text without an offset means UTC in storage SQL, as in SQLite (storage/ops.py).
+        conn.execute("SET TIME ZONE 'UTC'")
         info = TypeInfo.fetch(conn, "vector")
         if info is None:  # before the schema created the extension (start-up only)
             return
@@ -457,6 +468,7 @@ class PgDatabase:
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=timeout)
         try:
             conn.adapters.register_dumper(str, str_dumper())
+            conn.execute("SET TIME ZONE 'UTC'")
             yield PgConnection(conn, self._tracer)
         finally:
             conn.close()
