@@ -3,6 +3,9 @@
 Rows cross into `portability/` as the full-row records below (embedding included), never as
 tuples. Dedup here is the *exact-bucket* probe of import and merge (surface.md §8.2-8.3), not
 the wider γ-visible probe of `store` (storage/memories.py).
+
+The SQL is written once for both backends; the fragments that differ (the time now, JSON
+members, GLOB, a substring's position) come from the connection's operations (storage/ops.py).
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cpersona.storage import vector_models
-from cpersona.storage.db import Database, dialect_of, embedding_param
+from cpersona.storage.db import Database, embedding_param
 from cpersona.storage.errors import translated, translating
+from cpersona.storage.ops import SqlOps, ops_of
 
 #: Rows fetched per round trip when streaming a table, and ids bound per DELETE.
 PAGE = 500
@@ -36,7 +40,7 @@ class MemoryRecord:
     recall_count: int
     last_recalled_at: str | None
     locked: bool
-    created_at: str | None  # None on insert = datetime('now')
+    created_at: str | None  # None on insert = now
     embedding: bytes | None
 
 
@@ -94,7 +98,7 @@ def read_snapshot(db: Database) -> Iterator[sqlite3.Connection]:
 
 
 def _agent(agent_id: str | None, column: str = "agent_id") -> tuple[str, tuple[str, ...]]:
-    return (f"{column} = ?", (agent_id,)) if agent_id is not None else ("1", ())
+    return (f"{column} = ?", (agent_id,)) if agent_id is not None else ("TRUE", ())
 
 
 def count_rows(conn: sqlite3.Connection, agent_id: str | None) -> AgentRows:
@@ -264,12 +268,13 @@ def profile_exists(conn: sqlite3.Connection, agent_id: str, user_id: str) -> boo
 
 
 def insert_memory(conn: sqlite3.Connection, rec: MemoryRecord) -> int | None:
-    """INSERT OR IGNORE every column; the new id, or None when a UNIQUE index absorbed it."""
-    cur = conn.execute(
-        """INSERT OR IGNORE INTO memories
+    """Insert every column; the new id, or None when a UNIQUE index absorbed it."""
+    rows = conn.execute(
+        f"""INSERT INTO memories
            (agent_id, project_id, channel, msg_id, content, source, timestamp, metadata,
             embedding, locked, recall_count, last_recalled_at, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, datetime('now')))""",
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {ops_of(conn).now()}))
+           ON CONFLICT DO NOTHING RETURNING id""",
         (
             rec.agent_id,
             rec.project_id,
@@ -285,16 +290,17 @@ def insert_memory(conn: sqlite3.Connection, rec: MemoryRecord) -> int | None:
             rec.last_recalled_at,
             rec.created_at,
         ),
-    )
-    return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid is not None else None
+    ).fetchall()
+    return int(rows[0][0]) if rows else None
 
 
 def insert_episode(conn: sqlite3.Connection, rec: EpisodeRecord) -> int:
-    cur = conn.execute(
-        """INSERT INTO episodes
+    rows = conn.execute(
+        f"""INSERT INTO episodes
            (agent_id, project_id, channel, summary, keywords, start_time, end_time, resolved,
             embedding, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, datetime('now')))""",
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {ops_of(conn).now()}))
+           RETURNING id""",
         (
             rec.agent_id,
             rec.project_id,
@@ -307,16 +313,15 @@ def insert_episode(conn: sqlite3.Connection, rec: EpisodeRecord) -> int:
             embedding_param(conn, rec.embedding),
             rec.created_at,
         ),
-    )
-    assert cur.lastrowid is not None
-    return int(cur.lastrowid)
+    ).fetchall()
+    return int(rows[0][0])
 
 
 def upsert_profile(conn: sqlite3.Connection, rec: ProfileRecord) -> None:
     """Import's profile write: insert, or overwrite the one of the same (agent_id, user_id)."""
     conn.execute(
-        """INSERT INTO profiles (agent_id, project_id, user_id, content, updated_at)
-           VALUES (?, ?, ?, ?, COALESCE(?, datetime('now')))
+        f"""INSERT INTO profiles (agent_id, project_id, user_id, content, updated_at)
+           VALUES (?, ?, ?, ?, COALESCE(?, {ops_of(conn).now()}))
            ON CONFLICT(agent_id, user_id) DO UPDATE SET
                content = excluded.content,
                project_id = excluded.project_id,
@@ -329,7 +334,7 @@ def insert_profile(conn: sqlite3.Connection, rec: ProfileRecord) -> None:
     """Merge's profile write: a new row stamped now (the caller checked it does not exist)."""
     conn.execute(
         "INSERT INTO profiles (agent_id, project_id, user_id, content, updated_at) "
-        "VALUES (?, ?, ?, ?, datetime('now'))",
+        f"VALUES (?, ?, ?, ?, {ops_of(conn).now()})",
         (rec.agent_id, rec.project_id, rec.user_id, rec.content),
     )
 
@@ -365,15 +370,37 @@ def delete_agent(conn: sqlite3.Connection, agent_id: str) -> AgentRows:
 
 # -- channel migration (surface.md §8.4) ---------------------------------------------------------
 
-# json_extract raises on malformed JSON even behind AND; CASE evaluates only its chosen branch,
-# so a row with unparseable metadata reads as "no session_id" instead of failing the statement.
-_SESSION_ID = "CASE WHEN json_valid(metadata) THEN json_extract(metadata, '$.session_id') END"
 #: A Discord snowflake channel id, then ':' (`<channel>:<user>:<chunk>` or `<channel>:shared`).
 SNOWFLAKE_SESSION_GLOB = "[0-9]*:*"
-_RECOVERED = f"substr({_SESSION_ID}, 1, instr({_SESSION_ID}, ':') - 1)"
-_RECOVERABLE = f"channel = 'discord' AND {_SESSION_ID} GLOB ?"
-_UNRECOVERABLE = f"channel = 'discord' AND ({_SESSION_ID} IS NULL OR NOT ({_SESSION_ID} GLOB ?))"
-_INVALID_METADATA = "channel = 'discord' AND json_valid(metadata) = 0"
+
+
+@dataclass(frozen=True, slots=True)
+class _ChannelSql:
+    """The channel migration's expressions in one backend's SQL, over the columns of
+    `memories` qualified by its name (so they also read the outer row inside a subquery).
+    `recoverable` and `unrecoverable` each bind `glob` first."""
+
+    session_id: str
+    recovered: str
+    recoverable: str
+    unrecoverable: str
+    invalid_metadata: str
+    glob: str
+
+
+def _channel_sql(ops: SqlOps) -> _ChannelSql:
+    # json_text never raises on malformed JSON: such a row reads as "no session_id".
+    session = ops.json_text("memories.metadata", "session_id")
+    discord = "memories.channel = 'discord'"
+    colon = "':'"
+    return _ChannelSql(
+        session_id=session,
+        recovered=f"substr({session}, 1, {ops.position(colon, session)} - 1)",
+        recoverable=f"{discord} AND {ops.glob_match(session)}",
+        unrecoverable=f"{discord} AND ({session} IS NULL OR NOT ({ops.glob_match(session)}))",
+        invalid_metadata=f"{discord} AND NOT ({ops.json_valid('memories.metadata')})",
+        glob=ops.glob_param(SNOWFLAKE_SESSION_GLOB),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,38 +421,40 @@ class ChannelReport:
 def channel_report(
     conn: sqlite3.Connection, agent_id: str | None, *, sample: int = 5, invalid_ids: int = 10
 ) -> ChannelReport:
-    where, params = _agent(agent_id)
-    glob = (SNOWFLAKE_SESSION_GLOB, *params)
+    sql = _channel_sql(ops_of(conn))
+    where, params = _agent(agent_id, "memories.agent_id")
+    glob = (sql.glob, *params)
     by_channel = [
         (str(r[0]), int(r[1]))
         for r in conn.execute(
-            f"SELECT {_RECOVERED} AS ch, COUNT(*) AS n FROM memories "
-            f"WHERE {_RECOVERABLE} AND {where} GROUP BY ch ORDER BY n DESC, ch",
+            f"SELECT {sql.recovered} AS ch, COUNT(*) AS n FROM memories "
+            f"WHERE {sql.recoverable} AND {where} GROUP BY ch ORDER BY n DESC, ch",
             glob,
         )
     ]
     total = int(
         conn.execute(
-            f"SELECT COUNT(*) FROM memories WHERE channel = 'discord' AND {where}", params
+            f"SELECT COUNT(*) FROM memories WHERE memories.channel = 'discord' AND {where}",
+            params,
         ).fetchone()[0]
     )
     invalid_total = int(
         conn.execute(
-            f"SELECT COUNT(*) FROM memories WHERE {_INVALID_METADATA} AND {where}", params
+            f"SELECT COUNT(*) FROM memories WHERE {sql.invalid_metadata} AND {where}", params
         ).fetchone()[0]
     )
     invalid = [
         int(r[0])
         for r in conn.execute(
-            f"SELECT id FROM memories WHERE {_INVALID_METADATA} AND {where} ORDER BY id LIMIT ?",
+            f"SELECT id FROM memories WHERE {sql.invalid_metadata} AND {where} ORDER BY id LIMIT ?",
             (*params, invalid_ids),
         )
     ]
     samples = [
         (int(r[0]), str(r[1]), str(r[2]))
         for r in conn.execute(
-            f"SELECT id, {_RECOVERED}, {_SESSION_ID} FROM memories "
-            f"WHERE {_RECOVERABLE} AND {where} ORDER BY id LIMIT ?",
+            f"SELECT id, {sql.recovered}, {sql.session_id} FROM memories "
+            f"WHERE {sql.recoverable} AND {where} ORDER BY id LIMIT ?",
             (*glob, sample),
         )
     ]
@@ -435,43 +464,35 @@ def channel_report(
 def rechannel_recoverable(conn: sqlite3.Connection, agent_id: str | None) -> int:
     """Move recoverable `discord` rows to their channel; a row whose new identity collides
     with the content UNIQUE index stays unchanged. The number of rows moved."""
-    where, params = _agent(agent_id)
-    return _rechannel(
-        conn, _RECOVERED, f"{_RECOVERABLE} AND {where}", (SNOWFLAKE_SESSION_GLOB, *params)
-    )
+    sql = _channel_sql(ops_of(conn))
+    where, params = _agent(agent_id, "memories.agent_id")
+    return _rechannel(conn, sql.recovered, f"{sql.recoverable} AND {where}", (sql.glob, *params))
 
 
 def globalize_unrecoverable(conn: sqlite3.Connection, agent_id: str | None) -> int:
     """Move the unrecoverable `discord` rows to channel '' (collisions stay); rows moved."""
-    where, params = _agent(agent_id)
-    return _rechannel(
-        conn, "''", f"{_UNRECOVERABLE} AND {where}", (SNOWFLAKE_SESSION_GLOB, *params)
-    )
+    sql = _channel_sql(ops_of(conn))
+    where, params = _agent(agent_id, "memories.agent_id")
+    return _rechannel(conn, "''", f"{sql.unrecoverable} AND {where}", (sql.glob, *params))
 
 
 def _rechannel(
     conn: sqlite3.Connection, channel: str, where: str, params: tuple[object, ...]
 ) -> int:
-    """`UPDATE OR IGNORE memories SET channel = <channel> WHERE <where>`: rows whose new
-    identity collides with the content UNIQUE index stay; the number of rows moved."""
-    if dialect_of(conn) == "sqlite":
-        return conn.execute(
-            f"UPDATE OR IGNORE memories SET channel = {channel} WHERE {where}", params
-        ).rowcount
-    # PostgreSQL has no UPDATE OR IGNORE: row by row in id order (as SQLite visits them),
-    # each move made only where no row already holds its new identity.
-    moved = 0
-    targets = conn.execute(
-        f"SELECT id, {channel} FROM memories WHERE {where} ORDER BY id", params
-    ).fetchall()
-    for row_id, new in targets:
-        moved += conn.execute(
-            "UPDATE memories SET channel = ? WHERE id = ? AND NOT EXISTS (SELECT 1 FROM "
-            "memories o WHERE o.agent_id = memories.agent_id AND o.project_id = "
-            "memories.project_id AND o.channel = ? AND o.content = memories.content)",
-            (new, row_id, new),
-        ).rowcount
-    return moved
+    """Set `channel` (an expression over the row) on the rows `where` selects, except a row
+    whose new identity another row already holds in the content UNIQUE index (agent,
+    project, channel, content): it stays, as `UPDATE OR IGNORE` would leave it. The number
+    of rows moved.
+
+    One statement: the moved rows are all in channel `discord` and leave it, so no two of
+    them can take the same new identity; only a row already in place can hold it."""
+    return conn.execute(
+        f"UPDATE memories SET channel = {channel} WHERE {where} AND NOT EXISTS ("
+        "SELECT 1 FROM memories o WHERE o.agent_id = memories.agent_id "
+        f"AND o.project_id = memories.project_id AND o.channel = {channel} "
+        "AND o.content = memories.content)",
+        params,
+    ).rowcount
 
 
 # -- the unit of work the portability services use ---------------------------------------------
