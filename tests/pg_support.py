@@ -91,6 +91,15 @@ def fresh_database() -> str:
     return database_url(_server_uri(), name)
 
 
+def empty_database() -> str:
+    """A new database with nothing in it (no cpersona schema, no extension); its URL. Drop it
+    with `drop_database`."""
+    name = f"cpt_empty_{os.getpid()}_{next(_counter)}"
+    with _admin() as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8'")
+    return database_url(_server_uri(), name)
+
+
 def drop_database(url: str) -> None:
     name = url.partition("?")[0].rsplit("/", 1)[1]
     with _admin() as conn:

@@ -152,6 +152,25 @@ def dump(path: Path | str) -> dict[str, list[tuple[object, ...]]]:
         }
 
 
+#: Tables of a database that `cpersona migrate` does not copy, each for a reason: the target's
+#: own records (its schema, identity, migrations, AUTOINCREMENT marks) and the change logs of
+#: the derived indexes the target rebuilds (FTS5's tables are recognised by name).
+NOT_COPIED = frozenset(
+    {"schema_version", "sqlite_sequence", "cpersona_meta", "cpersona_migrations",
+     "vector_log", "fts_log"}
+)  # fmt: skip
+
+
+def uncompared_tables(path: Path | str) -> set[str]:
+    """Tables of the SQLite database at `path` that neither `dump` reads nor are NOT_COPIED:
+    rows a round trip compared with `dump` would not see."""
+    uri = f"{Path(path).resolve().as_uri()}?mode=ro"
+    with closing(sqlite3.connect(uri, uri=True)) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    fts = {n for n in names if n.endswith("_fts") or "_fts_" in n}
+    return names - fts - NOT_COPIED - set(TABLES)
+
+
 def sequences(path: Path | str) -> dict[str, int]:
     with closing(sqlite3.connect(path)) as conn:
         return {

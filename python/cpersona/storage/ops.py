@@ -91,6 +91,23 @@ class SqlOps(Protocol):
         exists in this database (PostgreSQL: in the current schema)."""
         ...
 
+    def column_names(self) -> str:
+        """A query with one ? (a table name) answering the names of the table's stored
+        columns in declaration order (PostgreSQL's generated columns, derived and never
+        written, left out); no rows when there is no such table."""
+        ...
+
+    def identity_high(self) -> str:
+        """A query with one ? (a table with an `id` identity) answering one row: the largest
+        id its identity has handed out, deleted rows' included (0 for none)."""
+        ...
+
+    def raise_identity(self) -> tuple[str, ...]:
+        """Statements, each binding (table, mark), after which the table's `id` identity
+        hands out only ids greater than `mark` (it is never lowered; a mark <= 0 does
+        nothing)."""
+        ...
+
     def json_valid(self, expr: str) -> str:
         """A condition: the text `expr` is well-formed JSON (NULL for NULL)."""
         ...
@@ -178,6 +195,22 @@ class SqliteOps:
     def table_exists(self) -> str:
         return "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?"
 
+    def column_names(self) -> str:
+        return "SELECT name FROM pragma_table_info(?) ORDER BY cid"
+
+    def identity_high(self) -> str:
+        return "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = ?), 0)"
+
+    def raise_identity(self) -> tuple[str, ...]:
+        # AUTOINCREMENT's high-water mark is sqlite_sequence's row (absent until a first id).
+        mark = "WITH p(name, mark) AS (VALUES (?, ?)) "
+        return (
+            mark + "UPDATE sqlite_sequence SET seq = MAX(seq, (SELECT mark FROM p)) "
+            "WHERE name = (SELECT name FROM p)",
+            mark + "INSERT INTO sqlite_sequence(name, seq) SELECT name, mark FROM p "
+            "WHERE mark > 0 AND NOT EXISTS (SELECT 1 FROM sqlite_sequence s WHERE s.name = p.name)",
+        )
+
     def json_valid(self, expr: str) -> str:
         return f"json_valid({expr})"
 
@@ -257,6 +290,31 @@ class PostgresOps:
             "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
             "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
             "AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND c.relname = ?"
+        )
+
+    def column_names(self) -> str:
+        return (
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = ? "
+            "AND is_generated = 'NEVER' ORDER BY ordinal_position"
+        )
+
+    def identity_high(self) -> str:
+        # last_value is NULL until the sequence first hands out a value.
+        return (
+            "SELECT COALESCE((SELECT last_value FROM pg_sequences "
+            "WHERE schemaname || '.' || sequencename = pg_get_serial_sequence(?, 'id')), 0)"
+        )
+
+    def raise_identity(self) -> tuple[str, ...]:
+        current = (
+            "(SELECT COALESCE(last_value, 0) FROM pg_sequences "
+            "WHERE schemaname || '.' || sequencename = seq)"
+        )
+        return (
+            f"SELECT setval(seq, GREATEST(mark, {current}), true) FROM ("
+            "SELECT pg_get_serial_sequence(name, 'id') AS seq, mark "
+            "FROM (VALUES (?, CAST(? AS BIGINT))) AS p(name, mark) WHERE mark > 0) AS q",
         )
 
     def json_valid(self, expr: str) -> str:

@@ -1,8 +1,13 @@
-"""SQL behind export, import, merge, channel migration and delete_agent_data (surface.md §4.9, §8).
+"""SQL behind export, import, merge and delete_agent_data (surface.md §4.9, §8), and `Rows`,
+the unit of work of every portability service (the channel migration's too).
 
 Rows cross into `portability/` as the full-row records below (embedding included), never as
 tuples. Dedup here is the *exact-bucket* probe of import and merge (surface.md §8.2-8.3), not
 the wider γ-visible probe of `store` (storage/memories.py).
+
+The SQL is written once for both backends; the fragments that differ (the time now) come from
+the connection's operations (storage/ops.py). The channel migration's SQL is
+storage/channel_axis.py.
 """
 
 from __future__ import annotations
@@ -12,9 +17,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cpersona.storage import vector_models
-from cpersona.storage.db import dialect_of, embedding_param
+from cpersona.storage.channel_axis import (
+    ChannelReport,
+    channel_report,
+    globalize_unrecoverable,
+    rechannel_recoverable,
+)
+from cpersona.storage.db import embedding_param
 from cpersona.storage.errors import translated, translating
 from cpersona.storage.interface import Connection, Row, Store
+from cpersona.storage.ops import ops_of
 
 #: Rows fetched per round trip when streaming a table, and ids bound per DELETE.
 PAGE = 500
@@ -36,7 +48,7 @@ class MemoryRecord:
     recall_count: int
     last_recalled_at: str | None
     locked: bool
-    created_at: str | None  # None on insert = datetime('now')
+    created_at: str | None  # None on insert = now
     embedding: bytes | None
 
 
@@ -94,7 +106,7 @@ def read_snapshot(db: Store) -> Iterator[Connection]:
 
 
 def _agent(agent_id: str | None, column: str = "agent_id") -> tuple[str, tuple[str, ...]]:
-    return (f"{column} = ?", (agent_id,)) if agent_id is not None else ("1", ())
+    return (f"{column} = ?", (agent_id,)) if agent_id is not None else ("TRUE", ())
 
 
 def count_rows(conn: Connection, agent_id: str | None) -> AgentRows:
@@ -262,12 +274,13 @@ def profile_exists(conn: Connection, agent_id: str, user_id: str) -> bool:
 
 
 def insert_memory(conn: Connection, rec: MemoryRecord) -> int | None:
-    """INSERT OR IGNORE every column; the new id, or None when a UNIQUE index absorbed it."""
-    cur = conn.execute(
-        """INSERT OR IGNORE INTO memories
+    """Insert every column; the new id, or None when a UNIQUE index absorbed it."""
+    rows = conn.execute(
+        f"""INSERT INTO memories
            (agent_id, project_id, channel, msg_id, content, source, timestamp, metadata,
             embedding, locked, recall_count, last_recalled_at, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, datetime('now')))""",
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {ops_of(conn).now()}))
+           ON CONFLICT DO NOTHING RETURNING id""",
         (
             rec.agent_id,
             rec.project_id,
@@ -283,16 +296,17 @@ def insert_memory(conn: Connection, rec: MemoryRecord) -> int | None:
             rec.last_recalled_at,
             rec.created_at,
         ),
-    )
-    return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid is not None else None
+    ).fetchall()
+    return int(rows[0][0]) if rows else None
 
 
 def insert_episode(conn: Connection, rec: EpisodeRecord) -> int:
-    cur = conn.execute(
-        """INSERT INTO episodes
+    rows = conn.execute(
+        f"""INSERT INTO episodes
            (agent_id, project_id, channel, summary, keywords, start_time, end_time, resolved,
             embedding, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, datetime('now')))""",
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {ops_of(conn).now()}))
+           RETURNING id""",
         (
             rec.agent_id,
             rec.project_id,
@@ -305,16 +319,15 @@ def insert_episode(conn: Connection, rec: EpisodeRecord) -> int:
             embedding_param(conn, rec.embedding),
             rec.created_at,
         ),
-    )
-    assert cur.lastrowid is not None
-    return int(cur.lastrowid)
+    ).fetchall()
+    return int(rows[0][0])
 
 
 def upsert_profile(conn: Connection, rec: ProfileRecord) -> None:
     """Import's profile write: insert, or overwrite the one of the same (agent_id, user_id)."""
     conn.execute(
-        """INSERT INTO profiles (agent_id, project_id, user_id, content, updated_at)
-           VALUES (?, ?, ?, ?, COALESCE(?, datetime('now')))
+        f"""INSERT INTO profiles (agent_id, project_id, user_id, content, updated_at)
+           VALUES (?, ?, ?, ?, COALESCE(?, {ops_of(conn).now()}))
            ON CONFLICT(agent_id, user_id) DO UPDATE SET
                content = excluded.content,
                project_id = excluded.project_id,
@@ -327,7 +340,7 @@ def insert_profile(conn: Connection, rec: ProfileRecord) -> None:
     """Merge's profile write: a new row stamped now (the caller checked it does not exist)."""
     conn.execute(
         "INSERT INTO profiles (agent_id, project_id, user_id, content, updated_at) "
-        "VALUES (?, ?, ?, ?, datetime('now'))",
+        f"VALUES (?, ?, ?, ?, {ops_of(conn).now()})",
         (rec.agent_id, rec.project_id, rec.user_id, rec.content),
     )
 
@@ -359,115 +372,6 @@ def delete_agent(conn: Connection, agent_id: str) -> AgentRows:
     episodes = conn.execute("DELETE FROM episodes WHERE agent_id = ?", (agent_id,)).rowcount
     profiles = conn.execute("DELETE FROM profiles WHERE agent_id = ?", (agent_id,)).rowcount
     return AgentRows(memories, episodes, profiles, delete_pending_tasks(conn, agent_id))
-
-
-# -- channel migration (surface.md §8.4) ---------------------------------------------------------
-
-# json_extract raises on malformed JSON even behind AND; CASE evaluates only its chosen branch,
-# so a row with unparseable metadata reads as "no session_id" instead of failing the statement.
-_SESSION_ID = "CASE WHEN json_valid(metadata) THEN json_extract(metadata, '$.session_id') END"
-#: A Discord snowflake channel id, then ':' (`<channel>:<user>:<chunk>` or `<channel>:shared`).
-SNOWFLAKE_SESSION_GLOB = "[0-9]*:*"
-_RECOVERED = f"substr({_SESSION_ID}, 1, instr({_SESSION_ID}, ':') - 1)"
-_RECOVERABLE = f"channel = 'discord' AND {_SESSION_ID} GLOB ?"
-_UNRECOVERABLE = f"channel = 'discord' AND ({_SESSION_ID} IS NULL OR NOT ({_SESSION_ID} GLOB ?))"
-_INVALID_METADATA = "channel = 'discord' AND json_valid(metadata) = 0"
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelReport:
-    """What a `discord`-channel migration would do."""
-
-    by_channel: list[tuple[str, int]]  # recovered channel, rows; most rows first
-    discord_total: int
-    invalid_metadata_total: int
-    invalid_metadata_ids: list[int]
-    samples: list[tuple[int, str, str]]  # id, recovered channel, session_id
-
-    @property
-    def recoverable_total(self) -> int:
-        return sum(n for _, n in self.by_channel)
-
-
-def channel_report(
-    conn: Connection, agent_id: str | None, *, sample: int = 5, invalid_ids: int = 10
-) -> ChannelReport:
-    where, params = _agent(agent_id)
-    glob = (SNOWFLAKE_SESSION_GLOB, *params)
-    by_channel = [
-        (str(r[0]), int(r[1]))
-        for r in conn.execute(
-            f"SELECT {_RECOVERED} AS ch, COUNT(*) AS n FROM memories "
-            f"WHERE {_RECOVERABLE} AND {where} GROUP BY ch ORDER BY n DESC, ch",
-            glob,
-        )
-    ]
-    total = int(
-        conn.execute(
-            f"SELECT COUNT(*) FROM memories WHERE channel = 'discord' AND {where}", params
-        ).fetchone()[0]
-    )
-    invalid_total = int(
-        conn.execute(
-            f"SELECT COUNT(*) FROM memories WHERE {_INVALID_METADATA} AND {where}", params
-        ).fetchone()[0]
-    )
-    invalid = [
-        int(r[0])
-        for r in conn.execute(
-            f"SELECT id FROM memories WHERE {_INVALID_METADATA} AND {where} ORDER BY id LIMIT ?",
-            (*params, invalid_ids),
-        )
-    ]
-    samples = [
-        (int(r[0]), str(r[1]), str(r[2]))
-        for r in conn.execute(
-            f"SELECT id, {_RECOVERED}, {_SESSION_ID} FROM memories "
-            f"WHERE {_RECOVERABLE} AND {where} ORDER BY id LIMIT ?",
-            (*glob, sample),
-        )
-    ]
-    return ChannelReport(by_channel, total, invalid_total, invalid, samples)
-
-
-def rechannel_recoverable(conn: Connection, agent_id: str | None) -> int:
-    """Move recoverable `discord` rows to their channel; a row whose new identity collides
-    with the content UNIQUE index stays unchanged. The number of rows moved."""
-    where, params = _agent(agent_id)
-    return _rechannel(
-        conn, _RECOVERED, f"{_RECOVERABLE} AND {where}", (SNOWFLAKE_SESSION_GLOB, *params)
-    )
-
-
-def globalize_unrecoverable(conn: Connection, agent_id: str | None) -> int:
-    """Move the unrecoverable `discord` rows to channel '' (collisions stay); rows moved."""
-    where, params = _agent(agent_id)
-    return _rechannel(
-        conn, "''", f"{_UNRECOVERABLE} AND {where}", (SNOWFLAKE_SESSION_GLOB, *params)
-    )
-
-
-def _rechannel(conn: Connection, channel: str, where: str, params: tuple[object, ...]) -> int:
-    """`UPDATE OR IGNORE memories SET channel = <channel> WHERE <where>`: rows whose new
-    identity collides with the content UNIQUE index stay; the number of rows moved."""
-    if dialect_of(conn) == "sqlite":
-        return conn.execute(
-            f"UPDATE OR IGNORE memories SET channel = {channel} WHERE {where}", params
-        ).rowcount
-    # PostgreSQL has no UPDATE OR IGNORE: row by row in id order (as SQLite visits them),
-    # each move made only where no row already holds its new identity.
-    moved = 0
-    targets = conn.execute(
-        f"SELECT id, {channel} FROM memories WHERE {where} ORDER BY id", params
-    ).fetchall()
-    for row_id, new in targets:
-        moved += conn.execute(
-            "UPDATE memories SET channel = ? WHERE id = ? AND NOT EXISTS (SELECT 1 FROM "
-            "memories o WHERE o.agent_id = memories.agent_id AND o.project_id = "
-            "memories.project_id AND o.channel = ? AND o.content = memories.content)",
-            (new, row_id, new),
-        ).rowcount
-    return moved
 
 
 # -- the unit of work the portability services use ---------------------------------------------

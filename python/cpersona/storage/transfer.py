@@ -9,6 +9,9 @@ index files they feed).
 
 The progress record is a table in the target, written in the same transaction as each batch:
 after a kill, the target holds exactly the batches whose progress it records.
+
+The SQL is written once for both backends; what differs (a table's columns, an identity's
+high-water mark) comes from the database's operations (storage/ops.py).
 """
 
 from __future__ import annotations
@@ -139,20 +142,7 @@ def columns(db: Store, table: str) -> list[str]:
 
     PostgreSQL's generated columns (`created_key`, `source_id`: storage/pg/vectors.py) are
     derived from the others: never copied, and never written."""
-    if db.dialect == "postgresql":
-        rows = db.query(
-            "SELECT column_name FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND table_name = ? "
-            "AND is_generated = 'NEVER' ORDER BY ordinal_position",
-            (table,),
-        )
-    else:
-        rows = db.query(f"SELECT name FROM pragma_table_info({_sql_text(table)})")
-    return [str(r[0]) for r in rows]
-
-
-def _sql_text(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
+    return [str(r[0]) for r in db.query(db.ops.column_names(), (table,))]
 
 
 def schema_version(db: Store) -> int:
@@ -251,7 +241,7 @@ def write_batch(
     try:
         with db.atomic() as conn:
             if db.dialect == "postgresql":
-                _insert_many_pg(cast("PgConnection", conn), sql, params)
+                _insert_many_pg(cast("PgConnection", conn), table, names, params)
             else:
                 cast(sqlite3.Connection, conn).executemany(sql, params)
             _put_progress(conn, f"table:{table.name}", progress)
@@ -297,16 +287,20 @@ def _name_refused_row(db: Store, table: Copied, sql: str, rows: Sequence[Row]) -
         ) from error
 
 
-def _insert_many_pg(conn: PgConnection, sql: str, rows: Sequence[Row]) -> None:
+def _insert_many_pg(
+    conn: PgConnection, table: Copied, names: Sequence[str], rows: Sequence[Row]
+) -> None:
     """One INSERT for many rows on psycopg's pipeline (a round trip per batch, not per row);
-    PgConnection runs one statement per call."""
+    PgConnection runs one statement per call. Straight to psycopg, so in its placeholders."""
     import psycopg
 
-    from cpersona.storage.pg.dialect import translate
-
+    sql = (
+        f"INSERT INTO {_q(table.name)}({', '.join(_q(c) for c in names)}) "
+        f"VALUES ({', '.join('%s' for _ in names)})"
+    )
     try:
         with conn.raw.cursor(binary=True) as cur:
-            cur.executemany(translate(sql).sql, rows)
+            cur.executemany(sql, rows)
     except psycopg.Error as exc:
         text = str(exc).strip()
         raise sqlite3.DatabaseError(text.splitlines()[0] if text else type(exc).__name__) from exc
@@ -373,19 +367,8 @@ def identity_mark(db: Store, table: Copied) -> int:
     """The largest id `table` has handed out (deleted rows' ids included), 0 for none."""
     if not columns(db, table.name):
         return 0
-    if db.dialect == "postgresql":
-        row = db.query_one(
-            # last_value is NULL until the sequence first hands out a value.
-            "SELECT COALESCE((SELECT last_value FROM pg_sequences "
-            "WHERE schemaname || '.' || sequencename = pg_get_serial_sequence(?, 'id')), 0)",
-            (table.name,),
-        )
-        top = int(row[0]) if row and row[0] is not None else 0
-    else:
-        row = db.query_one(
-            "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = ?), 0)", (table.name,)
-        )
-        top = int(row[0]) if row else 0
+    row = db.query_one(db.ops.identity_high(), (table.name,))
+    top = int(row[0]) if row and row[0] is not None else 0
     row = db.query_one(f"SELECT COALESCE(MAX(id), 0) FROM {_q(table.name)}")
     return max(top, int(row[0]) if row else 0)
 
@@ -395,17 +378,8 @@ def raise_identity(db: Store, table: Copied, mark: int) -> None:
     id a client saw deleted in the source is never given to another row in the target."""
     mark = max(mark, identity_mark(db, table))
     with db.atomic() as conn:
-        if db.dialect == "postgresql":
-            if mark > 0:
-                conn.execute(
-                    "SELECT setval(pg_get_serial_sequence(?, 'id'), ?, true)", (table.name, mark)
-                )
-            return
-        updated = conn.execute(
-            "UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = ?", (mark, table.name)
-        ).rowcount
-        if not updated and mark > 0:
-            conn.execute("INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (table.name, mark))
+        for statement in db.ops.raise_identity():
+            conn.execute(statement, (table.name, mark))
 
 
 # -- verification ----------------------------------------------------------------------------
