@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cpersona.storage.errors import DISK_FULL, is_disk_full
+from cpersona.storage.ops import SQLITE, OpsConnection, SqlOps
 from cpersona.timerange import TimeRange, first_in_span
 
 if TYPE_CHECKING:
@@ -68,6 +69,8 @@ class Database:
 
     #: Which backend this is; storage modules branch on it where SQL differs (issue 12).
     dialect: Literal["sqlite", "postgresql"] = "sqlite"
+    #: The SQL fragments this backend spells its own way (storage/ops.py).
+    ops: SqlOps = SQLITE
     #: Whether text may hold U+0000 (PostgreSQL's text cannot; tools refuse it there).
     stores_nul = True
 
@@ -112,10 +115,16 @@ class Database:
     def _connect(self) -> sqlite3.Connection:
         if self._uri is not None:
             conn = sqlite3.connect(
-                self._uri, uri=True, isolation_level=None, check_same_thread=False
+                self._uri,
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+                factory=OpsConnection,
             )
         else:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, factory=OpsConnection
+            )
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA foreign_keys=ON")

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from cpersona.storage.errors import InDoubtError, UnreachableError
+from cpersona.storage.ops import POSTGRES, SqlOps
 from cpersona.storage.pg.adapters import register_vector, str_dumper
 from cpersona.storage.pg.dialect import translate
 from cpersona.storage.pg.reach import (
@@ -159,6 +160,7 @@ class PgConnection:
     """One pooled psycopg connection behind the sqlite3.Connection subset storage uses."""
 
     dialect = "postgresql"
+    ops: SqlOps = POSTGRES
 
     def __init__(
         self, conn: psycopg.Connection[Any], tracer: Tracer | None, on_lost: OnLost | None = None
@@ -226,6 +228,7 @@ class _Reader:
     """This thread's read facade over the pool (see the module docstring)."""
 
     dialect = "postgresql"
+    ops: SqlOps = POSTGRES
 
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
@@ -305,6 +308,8 @@ class PgDatabase:
     """One PostgreSQL database through a connection pool (see the module docstring)."""
 
     dialect: Literal["sqlite", "postgresql"] = "postgresql"
+    #: The SQL fragments this backend spells its own way (storage/ops.py).
+    ops: SqlOps = POSTGRES
     #: Whether text may hold U+0000 (PostgreSQL's text cannot; tools refuse it there).
     stores_nul = False
 
@@ -429,6 +434,8 @@ class PgDatabase:
         from psycopg.types import TypeInfo
 
         conn.adapters.register_dumper(str, str_dumper())
+        # Time text without an offset means UTC in storage SQL, as in SQLite (storage/ops.py).
+        conn.execute("SET TIME ZONE 'UTC'")
         info = TypeInfo.fetch(conn, "vector")
         if info is None:  # before the schema created the extension (start-up only)
             return
@@ -446,6 +453,7 @@ class PgDatabase:
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=timeout)
         try:
             conn.adapters.register_dumper(str, str_dumper())
+            conn.execute("SET TIME ZONE 'UTC'")
             yield PgConnection(conn, self._tracer)
         finally:
             conn.close()

@@ -1,0 +1,320 @@
+"""The SQL fragments that differ between the backends, one operations object per backend.
+
+Storage SQL is written once, in SQL both SQLite (3.40 here) and PostgreSQL run natively:
+`TRUE`/`FALSE`, `COALESCE`, `INSERT ... ON CONFLICT (key) DO NOTHING` / `DO UPDATE SET
+c = excluded.c`, `RETURNING id`, `IS [NOT] DISTINCT FROM`, `CAST(x AS BIGINT | DOUBLE
+PRECISION | TEXT)`, `SUM` (with `COALESCE` where SQLite's `total()` was), `?` placeholders
+(PostgreSQL's connection converts them; storage/pg/dialect.py). What cannot be written once
+is asked of the backend's `SqlOps`: each method returns an SQL fragment (and, where the
+backends bind a different value, the parameter to bind).
+
+Reach it as `db.ops` (either Database), `conn.ops` (a connection of either: SQLite's are
+`OpsConnection`s, PostgreSQL's carry it), or `ops_of(conn)` for any connection, a plain
+`sqlite3.Connection` included. Adding a backend means one more implementation of `SqlOps`.
+
+Only additive changes here: other storage modules are written against these names.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from typing import Any, Protocol
+
+__all__ = [
+    "POSTGRES",
+    "SQLITE",
+    "OpsConnection",
+    "PostgresOps",
+    "SqlOps",
+    "SqliteOps",
+    "glob_escape",
+    "glob_regex",
+    "ops_of",
+]
+
+_ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_ASCII_LOWER = "abcdefghijklmnopqrstuvwxyz"
+
+
+class SqlOps(Protocol):
+    """What one backend's SQL says differently. Fragments take SQL expressions as text."""
+
+    #: "sqlite" or "postgresql" (the value `Database.dialect` has).
+    name: str
+
+    def now(self) -> str:
+        """The current UTC time as text `YYYY-MM-DD HH:MM:SS` (fixed within one statement)."""
+        ...
+
+    def ascii_lower(self, expr: str) -> str:
+        """`expr` with A-Z folded to a-z and nothing else changed (SQLite's lower())."""
+        ...
+
+    def ascii_upper(self, expr: str) -> str:
+        """`expr` with a-z folded to A-Z and nothing else changed."""
+        ...
+
+    def position(self, needle: str, haystack: str) -> str:
+        """1-based position of `needle` in `haystack`, 0 when absent."""
+        ...
+
+    def prefix_match(self, expr: str) -> str:
+        """A condition: `expr` starts with the bound parameter `prefix_param(prefix)` (one ?)."""
+        ...
+
+    def prefix_param(self, prefix: str) -> str:
+        """The parameter `prefix_match` binds for a literal prefix (any characters)."""
+        ...
+
+    def glob_match(self, expr: str) -> str:
+        """A condition: `expr` matches the bound parameter `glob_param(pattern)` (one ?),
+        a GLOB pattern (`*`, `?`, `[...]`, `[^...]`; case sensitive; the whole text)."""
+        ...
+
+    def glob_param(self, pattern: str) -> str:
+        """The parameter `glob_match` binds for a GLOB pattern."""
+        ...
+
+    def greatest(self, a: str, b: str) -> str:
+        """The larger of two values (SQLite's two-argument MAX)."""
+        ...
+
+    def least(self, a: str, b: str) -> str:
+        """The smaller of two values (SQLite's two-argument MIN)."""
+        ...
+
+    def table_exists(self) -> str:
+        """A query with one ? (a name) answering one row when a table or view of that name
+        exists in this database (PostgreSQL: in the current schema)."""
+        ...
+
+    def json_valid(self, expr: str) -> str:
+        """A condition: the text `expr` is well-formed JSON (NULL for NULL)."""
+        ...
+
+    def json_text(self, expr: str, key: str) -> str:
+        """Member `key` of the JSON object in the text `expr`, as text; NULL when `expr` is
+        not a JSON object or has no such member. Never raises on malformed JSON. `key` is an
+        identifier (letters, digits, `_`), not a parameter."""
+        ...
+
+    def age_seconds(self, expr: str) -> str:
+        """Seconds from the time text `expr` to now (negative in the future); NULL when the
+        backend cannot read `expr` as a time."""
+        ...
+
+    def blob(self, expr: str) -> str:
+        """`expr` as a byte string."""
+        ...
+
+    def byte_length(self, expr: str) -> str:
+        """The length in bytes of an embedding column's value (float32s: 4 per dimension)."""
+        ...
+
+    def created_key(self, alias: str = "") -> str:
+        """created_at as Unix seconds, 0 when it does not parse: the window and index order
+        (`<key> DESC, id DESC`). `alias` qualifies the columns (`"m"` -> `m.created_at`)."""
+        ...
+
+    def source_id(self, alias: str = "") -> str:
+        """`source`'s `$.id` member of a memory as text (NULL when absent or not an object)."""
+        ...
+
+
+class SqliteOps:
+    """SQLite 3.40's spelling."""
+
+    name = "sqlite"
+
+    def now(self) -> str:
+        return "datetime('now')"
+
+    def ascii_lower(self, expr: str) -> str:
+        return f"lower({expr})"
+
+    def ascii_upper(self, expr: str) -> str:
+        return f"upper({expr})"
+
+    def position(self, needle: str, haystack: str) -> str:
+        return f"instr({haystack}, {needle})"
+
+    def prefix_match(self, expr: str) -> str:
+        # GLOB, not LIKE: case sensitive, and the agent_id indexes serve it as a range scan.
+        return f"{expr} GLOB ?"
+
+    def prefix_param(self, prefix: str) -> str:
+        return glob_escape(prefix) + "*"
+
+    def glob_match(self, expr: str) -> str:
+        return f"{expr} GLOB ?"
+
+    def glob_param(self, pattern: str) -> str:
+        return pattern
+
+    def greatest(self, a: str, b: str) -> str:
+        return f"MAX({a}, {b})"
+
+    def least(self, a: str, b: str) -> str:
+        return f"MIN({a}, {b})"
+
+    def table_exists(self) -> str:
+        return "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?"
+
+    def json_valid(self, expr: str) -> str:
+        return f"json_valid({expr})"
+
+    def json_text(self, expr: str, key: str) -> str:
+        _check_key(key)
+        # CASE: json_extract raises on malformed JSON even behind AND.
+        member = f"CAST(json_extract({expr}, '$.{key}') AS TEXT)"
+        return f"CASE WHEN json_valid({expr}) THEN {member} END"
+
+    def age_seconds(self, expr: str) -> str:
+        return f"((julianday('now') - julianday({expr})) * 86400.0)"
+
+    def blob(self, expr: str) -> str:
+        return f"CAST({expr} AS BLOB)"
+
+    def byte_length(self, expr: str) -> str:
+        return f"length({expr})"
+
+    def created_key(self, alias: str = "") -> str:
+        col = f"{alias}.created_at" if alias else "created_at"
+        return f"COALESCE(CAST(strftime('%s', {col}) AS INTEGER), 0)"
+
+    def source_id(self, alias: str = "") -> str:
+        return self.json_text(f"{alias}.source" if alias else "source", "id")
+
+
+class PostgresOps:
+    """PostgreSQL's spelling (16 or newer: `IS JSON`, `pg_input_is_valid`). Keys SQLite
+    computes per query are plain columns here, written by the storage write paths
+    (storage/pg/keys.py)."""
+
+    name = "postgresql"
+
+    def now(self) -> str:
+        return "to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')"
+
+    def ascii_lower(self, expr: str) -> str:
+        # lower() folds by the locale; SQLite folds A-Z only.
+        return f"translate({expr}, '{_ASCII_UPPER}', '{_ASCII_LOWER}')"
+
+    def ascii_upper(self, expr: str) -> str:
+        return f"translate({expr}, '{_ASCII_LOWER}', '{_ASCII_UPPER}')"
+
+    def position(self, needle: str, haystack: str) -> str:
+        return f"strpos({haystack}, {needle})"
+
+    def prefix_match(self, expr: str) -> str:
+        return f"starts_with({expr}, ?)"
+
+    def prefix_param(self, prefix: str) -> str:
+        return prefix
+
+    def glob_match(self, expr: str) -> str:
+        return f"{expr} ~ ?"
+
+    def glob_param(self, pattern: str) -> str:
+        return glob_regex(pattern)
+
+    def greatest(self, a: str, b: str) -> str:
+        return f"GREATEST({a}, {b})"
+
+    def least(self, a: str, b: str) -> str:
+        return f"LEAST({a}, {b})"
+
+    def table_exists(self) -> str:
+        return (
+            "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
+            "AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND c.relname = ?"
+        )
+
+    def json_valid(self, expr: str) -> str:
+        return f"({expr} IS JSON)"
+
+    def json_text(self, expr: str, key: str) -> str:
+        _check_key(key)
+        return f"CASE WHEN {expr} IS JSON OBJECT THEN CAST({expr} AS json) ->> '{key}' END"
+
+    def age_seconds(self, expr: str) -> str:
+        # Text without an offset is UTC: every connection's TimeZone is UTC (storage/pg/db.py).
+        return (
+            f"CASE WHEN pg_input_is_valid({expr}, 'timestamptz') THEN "
+            f"extract(epoch FROM statement_timestamp() - CAST({expr} AS timestamptz)) END"
+        )
+
+    def blob(self, expr: str) -> str:
+        return f"CAST({expr} AS BYTEA)"
+
+    def byte_length(self, expr: str) -> str:
+        return f"(vector_dims({expr}) * 4)"
+
+    def created_key(self, alias: str = "") -> str:
+        return f"{alias}.created_key" if alias else "created_key"
+
+    def source_id(self, alias: str = "") -> str:
+        return f"{alias}.source_id" if alias else "source_id"
+
+
+SQLITE: SqlOps = SqliteOps()
+POSTGRES: SqlOps = PostgresOps()
+
+
+class OpsConnection(sqlite3.Connection):
+    """An sqlite3 connection that carries its backend's operations (`conn.ops`)."""
+
+    ops: SqlOps = SQLITE
+
+
+def ops_of(conn: Any) -> SqlOps:
+    """The operations of any connection or database (a plain sqlite3.Connection: SQLite's)."""
+    ops: SqlOps = getattr(conn, "ops", SQLITE)
+    return ops
+
+
+def _check_key(key: str) -> None:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        raise ValueError(f"JSON member {key!r} is not an identifier")
+
+
+def glob_escape(text: str) -> str:
+    """`text` as a GLOB pattern matching exactly it (each wildcard in a one-character class)."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def glob_regex(pattern: str) -> str:
+    """A GLOB pattern as an anchored POSIX regular expression matching the same texts:
+    `*` any run, `?` one character, `[...]`/`[^...]` a class (a `]` first is a member),
+    everything else literal; an unclosed `[` matches nothing, as in SQLite."""
+    out = ["^"]
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[":
+            j = i + 1
+            negate = j < n and pattern[j] == "^"
+            if negate:
+                j += 1
+            start = j
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j >= n:
+                return "(?!)"
+            # A leading `]` is a member in POSIX brackets too; `\` and `[` are escaped.
+            members = pattern[start:j].replace("\\", "\\\\").replace("[", "\\[")
+            out.append(("[^" if negate else "[") + members + "]")
+            i = j
+        else:
+            out.append(re.sub(r"([^A-Za-z0-9_])", r"\\\1", c))
+        i += 1
+    out.append("$")
+    return "".join(out)
