@@ -80,7 +80,7 @@ class ProjectFilter:
 
     def sql(self, column: str = "project_id") -> tuple[str, tuple[str, ...]]:
         if self.value is None:
-            return "1", ()
+            return "TRUE", ()
         if self.value == "":
             return f"{column} = ''", ()
         return f"{column} IN (?, '')", (self.value,)

@@ -1,97 +1,142 @@
-"""The SQLite -> PostgreSQL translator (storage/pg/dialect.py): what each rule rewrites, and
-what it must leave alone (literals, identifiers, comparisons that only look like a rule)."""
+"""Storage SQL on PostgreSQL: the placeholder conversion (the only rewriting left) and the
+fragments of storage/ops.py, each checked against what SQLite answers for the same SQL."""
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
 import pytest
-from cpersona.storage.pg.dialect import translate
-
-
-def sql(statement: str) -> str:
-    return translate(statement).sql
+from cpersona.storage.ops import POSTGRES, SQLITE, glob_escape
+from cpersona.storage.pg.dialect import placeholders
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pg_support import drop_database, fresh_database
 
 
 def test_placeholders_and_percent_signs() -> None:
-    assert sql("SELECT a FROM t WHERE b = ? AND c LIKE '50%'") == (
+    assert placeholders("SELECT a FROM t WHERE b = ? AND c LIKE '50%'") == (
         "SELECT a FROM t WHERE b = %s AND c LIKE '50%%'"
     )
-    # A ? inside a string literal or a quoted identifier is not a placeholder.
-    assert sql("SELECT '?', \"a?\" FROM t WHERE x = ?") == "SELECT '?', \"a?\" FROM t WHERE x = %s"
-    assert sql("SELECT strftime('%s', c) FROM t") == "SELECT strftime('%%s', c) FROM t"
-
-
-def test_insert_or_ignore_and_returning_id() -> None:
-    t = translate("INSERT OR IGNORE INTO memories (a, b) VALUES (?, ?)")
-    assert (
-        t.sql == "INSERT INTO memories (a, b) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING id"
+    # A ? inside a string literal, a quoted identifier or a comment is no placeholder.
+    assert placeholders("SELECT '?', \"a?\" FROM t WHERE x = ? -- why?\n") == (
+        "SELECT '?', \"a?\" FROM t WHERE x = %s -- why?\n"
     )
-    assert t.returns_id
-    # A table without an id column gains no RETURNING.
-    t = translate("INSERT OR IGNORE INTO cpersona_meta(key, value) VALUES ('k', ?)")
-    assert t.sql.endswith("ON CONFLICT DO NOTHING") and not t.returns_id
-    # An explicit RETURNING is kept as written.
-    t = translate("INSERT INTO episodes (a) VALUES (?) RETURNING a")
-    assert t.sql == "INSERT INTO episodes (a) VALUES (%s) RETURNING a" and not t.returns_id
+    assert placeholders("SELECT a % ? FROM t") == "SELECT a %% %s FROM t"
 
 
-def test_insert_or_replace_updates_every_non_key_column() -> None:
-    assert sql(
-        "INSERT OR REPLACE INTO cpersona_reembed_vectors(tbl, row_id, embedding) "
-        "SELECT ?, id, ? FROM memories WHERE id = ?"
-    ) == (
-        "INSERT INTO cpersona_reembed_vectors(tbl, row_id, embedding) "
-        "SELECT %s, id, %s FROM memories WHERE id = %s "
-        "ON CONFLICT (tbl, row_id) DO UPDATE SET embedding = EXCLUDED.embedding"
-    )
-    with pytest.raises(ValueError, match="no conflict key"):
-        sql("INSERT OR REPLACE INTO unknown_table(a) VALUES (1)")
+def test_nothing_else_is_rewritten() -> None:
+    statement = "INSERT OR IGNORE INTO t (a) SELECT lower(b) FROM u WHERE 1 AND c GLOB d"
+    assert placeholders(statement) == statement
 
 
-def test_glob_becomes_an_anchored_regex_match() -> None:
-    assert sql("SELECT 1 FROM t WHERE a = ? OR a GLOB ?") == (
-        "SELECT 1 FROM t WHERE a = %s OR a ~ sqlite_glob(%s)"
-    )
-    assert sql("SELECT 1 FROM t WHERE NOT (a GLOB (? || '*'))") == (
-        "SELECT 1 FROM t WHERE NOT (a ~ sqlite_glob((%s || '*')))"
-    )
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[sqlite3.Connection, Any]]:
+    """SQLite in memory and a PostgreSQL database, shared by the module's examples."""
+    url = fresh_database()
+    lite = sqlite3.connect(":memory:")
+    pg = psycopg.connect(url, autocommit=True)
+    pg.execute("SET TIME ZONE 'UTC'")
+    yield lite, pg
+    pg.close()
+    lite.close()
+    drop_database(url)
 
 
-def test_is_with_a_value_is_null_safe_equality() -> None:
-    assert sql("SELECT 1 FROM t WHERE a IS NOT 'text' AND b IS ? AND c IS NULL") == (
-        "SELECT 1 FROM t WHERE a IS DISTINCT FROM 'text' AND b IS NOT DISTINCT FROM %s "
-        "AND c IS NULL"
-    )
-    assert sql("SELECT 1 FROM t WHERE a IS NOT NULL") == "SELECT 1 FROM t WHERE a IS NOT NULL"
+def both(pair: tuple[sqlite3.Connection, Any], make: Any, *params: object) -> tuple[Any, Any]:
+    """The one value of `SELECT <make(ops)>` on SQLite and on PostgreSQL."""
+    lite, pg = pair
+    (a,) = lite.execute(f"SELECT {make(SQLITE)}", params).fetchone()
+    (b,) = pg.execute(placeholders(f"SELECT {make(POSTGRES)}"), params).fetchone()
+    return a, b
 
 
-def test_integer_conditions_become_booleans() -> None:
-    assert sql("SELECT a FROM t WHERE 1 AND b = ? ORDER BY a") == (
-        "SELECT a FROM t WHERE TRUE AND b = %s ORDER BY a"
-    )
-    assert sql("SELECT CASE WHEN json_valid(s) THEN 1 ELSE 0 END FROM t WHERE x = 1") == (
-        "SELECT CASE WHEN (json_valid(s) <> 0) THEN 1 ELSE 0 END FROM t WHERE x = 1"
-    )
-    # A comparison of the integer stays one; a BETWEEN bound is not a condition.
-    assert sql("SELECT a FROM t WHERE json_valid(s) = 0") == (
-        "SELECT a FROM t WHERE json_valid(s) = 0"
-    )
-    assert sql("SELECT a FROM t WHERE x BETWEEN 0 AND 1") == (
-        "SELECT a FROM t WHERE x BETWEEN 0 AND 1"
-    )
+_TEXT = st.text(alphabet="ab*?[]^-.\\%_Aé\n", max_size=8)
 
 
-def test_functions_casts_and_hints() -> None:
-    assert sql("UPDATE m SET v = MAX(v, excluded.v), w = (SELECT MAX(w) FROM t)") == (
-        "UPDATE m SET v = GREATEST(v, excluded.v), w = (SELECT MAX(w) FROM t)"
-    )
-    assert sql("SELECT CAST(a AS INTEGER), CAST(b AS REAL), CAST(c AS TEXT) FROM t") == (
-        "SELECT CAST(a AS BIGINT), CAST(b AS DOUBLE PRECISION), CAST(c AS TEXT) FROM t"
-    )
-    assert sql("SELECT lower(a), upper(b) FROM m NOT INDEXED WHERE a == ?") == (
-        "SELECT sqlite_lower(a), sqlite_upper(b) FROM m WHERE a = %s"
-    )
+@settings(max_examples=150, deadline=None)
+@given(text=_TEXT, pattern=_TEXT)
+def test_glob_match_is_sqlites_glob(pair: Any, text: str, pattern: str) -> None:
+    lite, pg = pair
+    want = lite.execute(f"SELECT {SQLITE.glob_match('?')}", (text, pattern)).fetchone()[0]
+    got = pg.execute(
+        placeholders(f"SELECT {POSTGRES.glob_match('?')}"), (text, POSTGRES.glob_param(pattern))
+    ).fetchone()[0]
+    assert bool(want) == got
 
 
-def test_comments_and_literals_are_never_rewritten() -> None:
-    statement = "SELECT 'INSERT OR IGNORE x GLOB y IS NOT 1' -- a ? here\nFROM t"
-    assert sql(statement) == statement
+@settings(max_examples=100, deadline=None)
+@given(text=_TEXT, prefix=_TEXT)
+def test_prefix_match_is_a_literal_prefix(pair: Any, text: str, prefix: str) -> None:
+    lite, pg = pair
+    want = text.startswith(prefix)
+    sql = f"SELECT {SQLITE.prefix_match('?')}"
+    assert bool(lite.execute(sql, (text, SQLITE.prefix_param(prefix))).fetchone()[0]) is want
+    sql = placeholders(f"SELECT {POSTGRES.prefix_match('?')}")
+    assert pg.execute(sql, (text, POSTGRES.prefix_param(prefix))).fetchone()[0] is want
+    assert glob_escape("a*b") == "a[*]b"
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.text(alphabet="aZé İß\n", max_size=6), needle=st.text(alphabet="aZé", max_size=2))
+def test_folding_and_position_agree(pair: Any, text: str, needle: str) -> None:
+    a, b = both(pair, lambda o: o.ascii_lower("?"), text)
+    assert a == b
+    a, b = both(pair, lambda o: o.ascii_upper("?"), text)
+    assert a == b
+    a, b = both(pair, lambda o: o.position("?", "?"), needle, text)
+    assert a == b
+
+
+@pytest.mark.parametrize(
+    "source",
+    ['{"id": "u1", "x": 1}', '{"id": 7}', '{"id": true}', '{"id": null}', '{"x": 1}', "[1]", "x"],
+)
+def test_json_text_agrees(pair: Any, source: str) -> None:
+    lite, pg = pair
+    sql = "SELECT {} FROM (SELECT CAST(? AS TEXT) AS v) AS s"
+    (a,) = lite.execute(sql.format(SQLITE.json_text("s.v", "id")), (source,)).fetchone()
+    (b,) = pg.execute(
+        placeholders(sql.format(POSTGRES.json_text("s.v", "id"))), (source,)
+    ).fetchone()
+    if a is None or b is None:
+        assert a is b is None
+    elif source == '{"id": true}':  # SQLite answers 1, PostgreSQL true (docs/compatibility.md)
+        assert (a, b) == ("1", "true")
+    else:
+        assert a == b
+
+
+def test_greatest_least_blob_and_now(pair: Any) -> None:
+    assert both(pair, lambda o: o.greatest("?", "?"), 3, 5) == (5, 5)
+    assert both(pair, lambda o: o.least("?", "?"), 3, 5) == (3, 3)
+    a, b = both(pair, lambda o: o.blob("?"), "ab")
+    assert bytes(a) == bytes(b) == b"ab"
+    a, b = both(pair, lambda o: o.now())
+    assert len(a) == len(b) == 19 and a[:10] == b[:10] and a[10] == b[10] == " "
+
+
+def test_age_seconds_of_a_stamp(pair: Any) -> None:
+    lite, pg = pair
+    sql = "SELECT {} FROM (SELECT CAST(? AS TEXT) AS v) AS s"
+    for stamp in ("2000-01-01 00:00:00", "2000-01-01T00:00:00+01:00", "not a time"):
+        (a,) = lite.execute(sql.format(SQLITE.age_seconds("s.v")), (stamp,)).fetchone()
+        (b,) = pg.execute(
+            placeholders(sql.format(POSTGRES.age_seconds("s.v"))), (stamp,)
+        ).fetchone()
+        if a is None:
+            assert b is None
+        else:
+            assert abs(a - float(b)) < 60
+
+
+def test_table_exists(pair: Any) -> None:
+    lite, pg = pair
+    lite.execute("CREATE TABLE IF NOT EXISTS present (a)")
+    pg.execute("CREATE TABLE IF NOT EXISTS present (a int)")
+    for name, want in (("present", True), ("absent", False)):
+        assert (lite.execute(SQLITE.table_exists(), (name,)).fetchone() is not None) is want
+        found = pg.execute(placeholders(POSTGRES.table_exists()), (name,)).fetchone()
+        assert (found is not None) is want

@@ -10,14 +10,13 @@ _AGENT_TABLES = ("memories", "episodes", "profiles", "pending_memory_tasks")
 def agent_ids_with_prefix(db: Database, exact: str, prefix: str) -> list[str]:
     """Distinct agent ids equal to `exact` or starting with `prefix`, over every table.
 
-    `prefix` is matched with GLOB on its literal characters (it must hold no GLOB wildcard), so
-    the agent_id indexes serve the range scan.
+    `prefix` is matched case-sensitively on its literal characters (`ops.prefix_match`: GLOB
+    on SQLite, so the agent_id indexes serve the range scan).
     """
-    if any(ch in prefix for ch in "*?["):
-        raise ValueError(f"prefix {prefix!r} holds a GLOB wildcard")
+    ops = db.ops
     union = " UNION ".join(
-        f"SELECT agent_id FROM {table} WHERE agent_id = ? OR agent_id GLOB ?"
+        f"SELECT agent_id FROM {table} WHERE agent_id = ? OR {ops.prefix_match('agent_id')}"
         for table in _AGENT_TABLES
     )
-    params = [exact, prefix + "*"] * len(_AGENT_TABLES)
+    params = [exact, ops.prefix_param(prefix)] * len(_AGENT_TABLES)
     return sorted(row[0] for row in db.query(union, params))

@@ -31,7 +31,7 @@ class PseudoQuery:
 
 def _agent_filter(agent_id: str) -> tuple[str, list[object]]:
     # An empty agent id means every agent (global calibration, surface.md §6.3).
-    return ("agent_id = ?", [agent_id]) if agent_id else ("1", [])
+    return ("agent_id = ?", [agent_id]) if agent_id else ("TRUE", [])
 
 
 def sample_embeddings(db: Database, agent_id: str, n: int) -> list[bytes]:
@@ -67,10 +67,11 @@ def newest_timed_embeddings(db: Database, agent_id: str, n: int) -> list[TimedEm
     Stamps SQLite cannot read sort last; the caller parses (and drops) them with §0.1.
     """
     where, params = _agent_filter(agent_id)
+    instant = db.ops.stamp_instant("memories")
     rows = db.query(
         f"""SELECT timestamp, embedding FROM memories
             WHERE embedding IS NOT NULL AND timestamp IS NOT NULL AND {where}
-            ORDER BY julianday(timestamp) IS NULL, julianday(timestamp) DESC, id DESC
+            ORDER BY {instant} IS NULL, {instant} DESC, id DESC
             LIMIT ?""",
         [*params, n],
     )
@@ -80,7 +81,8 @@ def newest_timed_embeddings(db: Database, agent_id: str, n: int) -> list[TimedEm
 def embedding_widths(db: Database) -> dict[int, int]:
     """{BLOB length in bytes: number of memories} over every embedded memory."""
     rows = db.query(
-        "SELECT length(embedding), COUNT(*) FROM memories WHERE embedding IS NOT NULL GROUP BY 1"
+        f"SELECT {db.ops.byte_length('embedding')}, COUNT(*) FROM memories "
+        "WHERE embedding IS NOT NULL GROUP BY 1"
     )
     return {int(r[0]): int(r[1]) for r in rows}
 

@@ -32,10 +32,10 @@ def _episode(row: sqlite3.Row) -> Episode:
 
 
 def insert(conn: sqlite3.Connection, new: NewEpisode) -> int:
-    cur = conn.execute(
+    rows = conn.execute(
         """INSERT INTO episodes (agent_id, project_id, summary, keywords, embedding,
                                  start_time, end_time, resolved, channel)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
         (
             new.agent_id,
             new.project_id,
@@ -47,9 +47,8 @@ def insert(conn: sqlite3.Connection, new: NewEpisode) -> int:
             1 if new.resolved else 0,
             new.channel,
         ),
-    )
-    assert cur.lastrowid is not None
-    return int(cur.lastrowid)
+    ).fetchall()  # to the end: SQLite finishes an INSERT ... RETURNING only then
+    return int(rows[0][0])
 
 
 def get(conn: sqlite3.Connection, episode_id: int) -> Episode | None:

@@ -13,33 +13,14 @@ from cpersona.storage.vectors import db_uid
 from cpersona.timerange import row_time
 
 TABLES = ("memories", "episodes")
-# created_at as Unix seconds, as the vector index keys it (storage/vectors.py).
-_KEY = "COALESCE(CAST(strftime('%s', created_at) AS INTEGER), 0)"
-# The same on PostgreSQL, where strftime() is a plpgsql function with SQLite's reading of any
-# time string (storage/pg/compat.py) and costs ~0.1 ms a row: the stamps cpersona writes,
-# `YYYY-MM-DD HH:MM:SS` with fields in range, are computed natively as SQLite computes them
-# (its Julian-day arithmetic is linear in the day, so day 30 of February is March 1st);
-# anything else still goes through strftime().
-_CANONICAL = (
-    "'^[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]) ([01][0-9]|2[0-3]):[0-5][0-9]"
-    ":[0-5][0-9]$'"
-)
-_KEY_POSTGRESQL = (  # PostgreSQL's own syntax (`::int`): only ever run there
-    f"CASE WHEN created_at ~ {_CANONICAL} THEN "
-    "extract(epoch FROM make_date(substr(created_at, 1, 4)::int, "
-    "substr(created_at, 6, 2)::int, 1))::bigint "
-    "+ (substr(created_at, 9, 2)::int - 1) * 86400 + substr(created_at, 12, 2)::int * 3600 "
-    "+ substr(created_at, 15, 2)::int * 60 + substr(created_at, 18, 2)::int"
-    f" ELSE {_KEY} END"
-)
 
 
 def _select(db: Database, table: str) -> str:
-    key = _KEY_POSTGRESQL if db.dialect == "postgresql" else _KEY
+    # created_at as Unix seconds, as the vector index keys it (storage/vectors.py).
+    key = db.ops.created_key()
     if _check(table) == "memories":
         return (
-            f"SELECT id, {key}, agent_id, project_id, channel, "
-            "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END, "
+            f"SELECT id, {key}, agent_id, project_id, channel, {db.ops.source_id()}, "
             "timestamp, created_at, content FROM memories"
         )
     return (
@@ -153,7 +134,9 @@ def trimmed_upto(db: Database, table: str) -> int:
 
 def has_fts5_tables(db: Database) -> bool:
     """Whether the FTS5 tables exist (the index answers only where FTS5 would)."""
+    exists = db.ops.table_exists()
     row = db.query_one(
-        "SELECT COUNT(*) FROM sqlite_master WHERE name IN ('memories_fts', 'episodes_fts')"
+        f"SELECT COUNT(*) FROM ({exists} UNION ALL {exists}) AS t",
+        ("memories_fts", "episodes_fts"),
     )
     return bool(row and int(row[0]) == 2)

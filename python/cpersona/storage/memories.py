@@ -73,11 +73,11 @@ def find_content_duplicate(
 
 
 def insert(conn: sqlite3.Connection, new: NewMemory) -> int | None:
-    """INSERT OR IGNORE; the new row id, or None when a UNIQUE index absorbed it."""
-    cur = conn.execute(
-        """INSERT OR IGNORE INTO memories
+    """The new row id, or None when a UNIQUE index absorbed it."""
+    rows = conn.execute(
+        """INSERT INTO memories
            (agent_id, project_id, msg_id, content, source, timestamp, metadata, embedding, channel)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id""",
         (
             new.agent_id,
             new.project_id,
@@ -89,8 +89,8 @@ def insert(conn: sqlite3.Connection, new: NewMemory) -> int | None:
             embedding_param(conn, new.embedding),
             new.channel,
         ),
-    )
-    return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid is not None else None
+    ).fetchall()  # to the end: SQLite finishes an INSERT ... RETURNING only then
+    return int(rows[0][0]) if rows else None
 
 
 def get(conn: sqlite3.Connection, memory_id: int) -> Memory | None:

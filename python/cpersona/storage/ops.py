@@ -33,6 +33,8 @@ __all__ = [
     "ops_of",
 ]
 
+#: The stamp naming a row's instant, per table with one.
+_STAMP = {"memories": "timestamp", "episodes": "start_time"}
 _ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _ASCII_LOWER = "abcdefghijklmnopqrstuvwxyz"
 
@@ -130,6 +132,21 @@ class SqlOps(Protocol):
         """`source`'s `$.id` member of a memory as text (NULL when absent or not an object)."""
         ...
 
+    def created_instant(self, alias: str = "") -> str:
+        """created_at as an instant orderable to the second, NULL when it does not parse."""
+        ...
+
+    def stamp_instant(self, table: str, alias: str = "") -> str:
+        """An orderable instant of a row's stamp (memories' `timestamp`, episodes'
+        `start_time`), NULL where this backend does not read it (SQLite: julianday()'s
+        grammar; PostgreSQL: the stored `instant_key`, storage/pg/keys.py)."""
+        ...
+
+    def not_indexed(self) -> str:
+        """A hint after a table name in FROM: look rows up by their key, not by an index the
+        WHERE clause also matches (SQLite's planner needs it without statistics)."""
+        ...
+
 
 class SqliteOps:
     """SQLite 3.40's spelling."""
@@ -201,6 +218,16 @@ class SqliteOps:
     def source_id(self, alias: str = "") -> str:
         return self.json_text(f"{alias}.source" if alias else "source", "id")
 
+    def created_instant(self, alias: str = "") -> str:
+        return f"datetime({alias}.created_at)" if alias else "datetime(created_at)"
+
+    def stamp_instant(self, table: str, alias: str = "") -> str:
+        col = _STAMP[table]
+        return f"julianday({alias}.{col})" if alias else f"julianday({col})"
+
+    def not_indexed(self) -> str:
+        return "NOT INDEXED"
+
 
 class PostgresOps:
     """PostgreSQL's spelling (16 or newer: `IS JSON`, `pg_input_is_valid`). Keys SQLite
@@ -252,7 +279,9 @@ class PostgresOps:
 
     def json_text(self, expr: str, key: str) -> str:
         _check_key(key)
-        return f"CASE WHEN {expr} IS JSON OBJECT THEN CAST({expr} AS json) ->> '{key}' END"
+        # The cast applies to the guarded value: a constant `expr` (a bound parameter in a
+        # custom plan) is folded by the planner, which would cast it even behind a CASE arm.
+        return f"(CAST(CASE WHEN {expr} IS JSON OBJECT THEN {expr} END AS json) ->> '{key}')"
 
     def age_seconds(self, expr: str) -> str:
         # Text without an offset is UTC: every connection's TimeZone is UTC (storage/pg/db.py).
@@ -282,6 +311,18 @@ class PostgresOps:
 
     def source_id(self, alias: str = "") -> str:
         return f"{alias}.source_id" if alias else "source_id"
+
+    def created_instant(self, alias: str = "") -> str:
+        # created_key is 0 where created_at does not parse (storage/pg/keys.py).
+        return f"NULLIF({self.created_key(alias)}, 0)"
+
+    def stamp_instant(self, table: str, alias: str = "") -> str:
+        if table not in _STAMP:
+            raise ValueError(f"no stamp in table {table!r}")
+        return f"{alias}.instant_key" if alias else "instant_key"
+
+    def not_indexed(self) -> str:
+        return ""
 
 
 SQLITE: SqlOps = SqliteOps()

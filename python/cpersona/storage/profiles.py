@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from cpersona.storage.db import Database
+from cpersona.storage.ops import ops_of
 
 
 def get(db: Database, agent_id: str) -> str | None:
@@ -17,8 +18,8 @@ def get(db: Database, agent_id: str) -> str | None:
 def upsert(conn: sqlite3.Connection, agent_id: str, content: str) -> None:
     """Replace the agent's profile (never append); a new row keeps project_id ''."""
     conn.execute(
-        """INSERT INTO profiles (agent_id, user_id, content) VALUES (?, '', ?)
+        f"""INSERT INTO profiles (agent_id, user_id, content) VALUES (?, '', ?)
            ON CONFLICT(agent_id, user_id)
-           DO UPDATE SET content = excluded.content, updated_at = datetime('now')""",
+           DO UPDATE SET content = excluded.content, updated_at = {ops_of(conn).now()}""",
         (agent_id, content),
     )

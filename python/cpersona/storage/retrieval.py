@@ -12,8 +12,6 @@ from cpersona.storage.db import Database
 from cpersona.storage.errors import translating
 from cpersona.timerange import TimeRange, first_in_span
 
-_SOURCE_ID = "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END"
-
 
 @dataclass(frozen=True, slots=True)
 class ScopeSql:
@@ -40,11 +38,10 @@ class ScopeSql:
         return " AND ".join(parts), params
 
 
-def _source_filter(alias: str, prefix: str) -> tuple[str, list[object]]:
+def _source_filter(db: Database, alias: str, prefix: str) -> tuple[str, list[object]]:
     if not prefix:
-        return "1", []
-    expr = _SOURCE_ID.replace("source", f"{alias}.source") if alias else _SOURCE_ID
-    return f"substr({expr}, 1, ?) = ?", [len(prefix), prefix]
+        return "TRUE", []
+    return f"substr({db.ops.source_id(alias)}, 1, ?) = ?", [len(prefix), prefix]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +94,7 @@ def _span_filter(db: Database, span: TimeRange | None) -> tuple[str, list[object
     a row whose key is NULL is left to the Python test that follows. SQLite has no such
     column: every row read is tested in Python."""
     if span is None or db.dialect != "postgresql":
-        return "1", []
+        return "TRUE", []
     return "(m.instant_key IS NULL OR (m.instant_key >= ? AND m.instant_key < ?))", [*span.bounds()]
 
 
@@ -112,7 +109,7 @@ def memory_fts(
 ) -> list[MemoryHit]:
     _need_fts5(db)
     where, params = scope.where("m")
-    sw, sp = _source_filter("m", source_prefix)
+    sw, sp = _source_filter(db, "m", source_prefix)
     sql = f"""SELECT {_MEM_COLS}, bm25(memories_fts) AS score{_MEM_CREATED}
             FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
             WHERE memories_fts MATCH ? AND {where} AND {sw}
@@ -138,7 +135,7 @@ def memory_like(
     the rows are the same ones.
     """
     where, params = scope.where("m")
-    sw, sp = _source_filter("m", source_prefix)
+    sw, sp = _source_filter(db, "m", source_prefix)
     pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     conn = db.reader()
     if db.dialect == "postgresql":
@@ -148,7 +145,9 @@ def memory_like(
     elif len(pattern.encode("utf-8", "surrogatepass")) <= conn.getlimit(_LIKE_LIMIT):
         test, arg = "m.content LIKE ? ESCAPE '\\'", pattern
     else:
-        test, arg = "instr(lower(m.content), lower(?)) > 0", text
+        ops = db.ops
+        test = f"{ops.position(ops.ascii_lower('?'), ops.ascii_lower('m.content'))} > 0"
+        arg = text
     tw, tp = _span_filter(db, scope.span)
     sql = f"""SELECT {_MEM_COLS}{_MEM_CREATED} FROM memories m
             WHERE {test} AND {where} AND {sw} AND {tw}
@@ -187,7 +186,7 @@ def _like_postgresql(pattern: str, text: str) -> tuple[str | None, str]:
 @translating
 def memory_recent(db: Database, scope: ScopeSql, source_prefix: str, limit: int) -> list[MemoryHit]:
     where, params = scope.where("m")
-    sw, sp = _source_filter("m", source_prefix)
+    sw, sp = _source_filter(db, "m", source_prefix)
     tw, tp = _span_filter(db, scope.span)
     sql = f"""SELECT {_MEM_COLS}{_MEM_CREATED} FROM memories m WHERE {where} AND {sw} AND {tw}
             ORDER BY m.created_at DESC, m.id DESC"""
@@ -227,12 +226,12 @@ def memories_by_id(
     """
     out: dict[int, MemoryHit] = {}
     where, params = scope.where("m")
-    sw, sp = _source_filter("m", source_prefix)
+    sw, sp = _source_filter(db, "m", source_prefix)
     for start in range(0, len(ids), 500):
         batch = list(ids[start : start + 500])
         marks = ",".join("?" * len(batch))
         for r in db.query(
-            f"SELECT {_MEM_COLS} FROM memories m NOT INDEXED "
+            f"SELECT {_MEM_COLS} FROM memories m {db.ops.not_indexed()} "
             f"WHERE m.id IN ({marks}) AND {where} AND {sw}",
             [*batch, *params, *sp],
         ):
@@ -249,7 +248,8 @@ def episodes_by_id(db: Database, ids: Sequence[int], scope: ScopeSql) -> dict[in
         batch = list(ids[start : start + 500])
         marks = ",".join("?" * len(batch))
         for r in db.query(
-            f"SELECT {_EP_COLS} FROM episodes e NOT INDEXED WHERE e.id IN ({marks}) AND {where}",
+            f"SELECT {_EP_COLS} FROM episodes e {db.ops.not_indexed()} "
+            f"WHERE e.id IN ({marks}) AND {where}",
             [*batch, *params],
         ):
             out[r[0]] = _ep(r, None)
@@ -295,7 +295,8 @@ def timestamp_span(db: Database, scope: ScopeSql) -> tuple[str | None, str | Non
     for direction in ("ASC", "DESC"):
         row = db.query_one(
             f"""SELECT timestamp FROM memories
-                WHERE {where} AND timestamp != '' AND julianday(timestamp) IS NOT NULL
+                WHERE {where} AND timestamp != ''
+                  AND {db.ops.stamp_instant("memories")} IS NOT NULL
                 ORDER BY timestamp {direction} LIMIT 1""",
             params,
         )
@@ -307,9 +308,10 @@ def timestamp_span(db: Database, scope: ScopeSql) -> tuple[str | None, str | Non
 def latest_episode_created(db: Database, scope: ScopeSql) -> str | None:
     """created_at of the newest episode in scope by parsed instant (unparseable last)."""
     where, params = scope.where()
+    instant = db.ops.created_instant()
     row = db.query_one(
         f"""SELECT created_at FROM episodes WHERE {where}
-            ORDER BY datetime(created_at) IS NULL, datetime(created_at) DESC, created_at DESC
+            ORDER BY {instant} IS NULL, {instant} DESC, created_at DESC
             LIMIT 1""",
         params,
     )
@@ -340,6 +342,6 @@ def bump_recall_counts(db: Database, ids: Sequence[int]) -> None:
             marks = ",".join("?" * len(batch))
             conn.execute(
                 f"""UPDATE memories SET recall_count = recall_count + 1,
-                    last_recalled_at = datetime('now') WHERE id IN ({marks})""",
+                    last_recalled_at = {db.ops.now()} WHERE id IN ({marks})""",
                 batch,
             )

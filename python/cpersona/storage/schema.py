@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from cpersona.storage import vector_models
 from cpersona.storage.db import Database
+from cpersona.storage.ops import ops_of
 
 log = logging.getLogger("cpersona.storage")
 
@@ -298,7 +299,8 @@ def _meta(conn: sqlite3.Connection, fts: bool) -> None:
         "CREATE TABLE IF NOT EXISTS cpersona_meta (key TEXT PRIMARY KEY, value BLOB NOT NULL)"
     )
     conn.execute(
-        "INSERT OR IGNORE INTO cpersona_meta(key, value) VALUES ('db_uid', ?)", (os.urandom(16),)
+        "INSERT INTO cpersona_meta(key, value) VALUES ('db_uid', ?) ON CONFLICT DO NOTHING",
+        (os.urandom(16),),
     )
 
 
@@ -390,7 +392,9 @@ def migrate(db: Database, *, fts_enabled: bool) -> None:
                 conn.execute(ddl)
         if current < SCHEMA_VERSION:
             conn.execute(
-                "INSERT OR REPLACE INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,)
+                "INSERT INTO schema_version(version) VALUES (?) ON CONFLICT (version) "
+                "DO UPDATE SET applied_at = excluded.applied_at",
+                (SCHEMA_VERSION,),
             )
         conn.execute(
             """CREATE TABLE IF NOT EXISTS cpersona_migrations (
@@ -491,7 +495,5 @@ def _create_dedup_indexes(conn: sqlite3.Connection) -> None:
 
 
 def _table_exists(conn: sqlite3.Connection, name: str) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type IN ('table','view') AND name = ?", (name,)
-    ).fetchone()
+    row = conn.execute(ops_of(conn).table_exists(), (name,)).fetchone()
     return row is not None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from cpersona.storage.db import Database, embedding_param
 from cpersona.storage.errors import translating
+from cpersona.storage.ops import ops_of
 
 TABLES = ("memories", "episodes")
 #: The embedded text of each table.
@@ -96,12 +97,7 @@ def _check(table: str) -> str:
 def _present(conn: Conn) -> bool:
     """Whether the tables exist (a read-only look at a database no cpersona of this version
     has opened yet finds none: nothing is recorded or converting there)."""
-    return (
-        conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cpersona_reembed'"
-        ).fetchone()
-        is not None
-    )
+    return conn.execute(ops_of(conn).table_exists(), ("cpersona_reembed",)).fetchone() is not None
 
 
 def recorded(conn: Conn) -> dict[str, Recorded]:
@@ -116,7 +112,7 @@ def record(conn: Conn, table: str, model: str, dim: int | None, how: str) -> Non
     conn.execute(
         "INSERT INTO cpersona_vector_model(tbl, model, dim, how) VALUES (?, ?, ?, ?) "
         "ON CONFLICT(tbl) DO UPDATE SET model = excluded.model, dim = excluded.dim, "
-        "how = excluded.how, recorded_at = datetime('now')",
+        f"how = excluded.how, recorded_at = {ops_of(conn).now()}",
         (_check(table), model, dim, how),
     )
 
@@ -227,8 +223,9 @@ def stage(conn: Conn, table: str, rows: Sequence[tuple[int, str, bytes]]) -> int
     staged = 0
     for row_id, text, blob in rows:
         staged += conn.execute(
-            "INSERT OR REPLACE INTO cpersona_reembed_vectors(tbl, row_id, embedding) "
-            f"SELECT ?, id, ? FROM {table} WHERE id = ? AND {column} = ?",
+            "INSERT INTO cpersona_reembed_vectors(tbl, row_id, embedding) "
+            f"SELECT ?, id, ? FROM {table} WHERE id = ? AND {column} = ? "
+            "ON CONFLICT (tbl, row_id) DO UPDATE SET embedding = excluded.embedding",
             (table, embedding_param(conn, blob), row_id, text),
         ).rowcount
     return staged

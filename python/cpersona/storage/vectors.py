@@ -13,13 +13,14 @@ from cpersona.storage.db import Database
 from cpersona.timerange import TimeRange, first_in_span, row_time
 
 _TABLES = ("memories", "episodes")
-# created_at as Unix seconds; a non-canonical stamp sorts as the oldest (cpersona writes
-# canonical `datetime('now')` stamps everywhere).
-_KEY = "COALESCE(CAST(strftime('%s', created_at) AS INTEGER), 0)"
-_SOURCE_ID = {
-    "memories": "CASE WHEN json_valid(source) THEN CAST(json_extract(source, '$.id') AS TEXT) END",
-    "episodes": "NULL",
-}
+# The window order is `ops.created_key()`: created_at as Unix seconds, a non-canonical stamp
+# sorting as the oldest (cpersona writes canonical `datetime('now')` stamps everywhere).
+
+
+def _source_id(db: Database, table: str) -> str:
+    return db.ops.source_id() if table == "memories" else "NULL"
+
+
 #: The stamp naming a row's instant (cpersona.timerange), before its created_at.
 STAMP = {"memories": "timestamp", "episodes": "start_time"}
 
@@ -45,10 +46,10 @@ def _check(table: str) -> str:
     return table
 
 
-def _select(table: str) -> str:
+def _select(db: Database, table: str) -> str:
     return (
-        f"SELECT id, {_KEY} AS key, agent_id, project_id, channel, "
-        f"{_SOURCE_ID[table]} AS source_id, embedding, {STAMP[table]} AS stamp, created_at "
+        f"SELECT id, {db.ops.created_key()} AS key, agent_id, project_id, channel, "
+        f"{_source_id(db, table)} AS source_id, embedding, {STAMP[table]} AS stamp, created_at "
         f"FROM {table}"
     )
 
@@ -93,7 +94,8 @@ def rows_by_id(db: Database, table: str, ids: Sequence[int]) -> dict[int, IndexR
         batch = list(ids[start : start + 500])
         marks = ",".join("?" * len(batch))
         for r in db.query(
-            f"{_select(_check(table))} WHERE id IN ({marks}) AND embedding IS NOT NULL", batch
+            f"{_select(db, _check(table))} WHERE id IN ({marks}) AND embedding IS NOT NULL",
+            batch,
         ):
             found[r["id"]] = _row(r)
     return found
@@ -103,7 +105,7 @@ def embedded_shape(db: Database, table: str) -> tuple[int, int | None]:
     """(embedded rows, modal width in floats) of a table; width None when no BLOB is a vector
     (a BLOB that is empty or not whole floats is counted but never sets the width)."""
     rows = db.query(
-        f"SELECT length(embedding) AS len, COUNT(*) AS n FROM {_check(table)} "
+        f"SELECT {db.ops.byte_length('embedding')} AS len, COUNT(*) AS n FROM {_check(table)} "
         "WHERE embedding IS NOT NULL GROUP BY len"
     )
     total = sum(int(r["n"]) for r in rows)
@@ -115,7 +117,7 @@ def iter_rows(db: Database, table: str) -> Iterator[IndexRow]:
     """Every embedded row, newest first by (created_at, id)."""
     conn = db.reader()
     cur = conn.execute(
-        f"{_select(_check(table))} WHERE embedding IS NOT NULL ORDER BY key DESC, id DESC"
+        f"{_select(db, _check(table))} WHERE embedding IS NOT NULL ORDER BY key DESC, id DESC"
     )
     while batch := cur.fetchmany(2048):
         for r in batch:
@@ -160,10 +162,11 @@ def window_ids(
         where.append("channel IN (?, '')")
         params.append(channel)
     if source_prefix:
-        where.append(f"substr({_SOURCE_ID[table]}, 1, ?) = ?")
+        where.append(f"substr({_source_id(db, table)}, 1, ?) = ?")
         params.extend([len(source_prefix), source_prefix])
     cols = "id" if span is None else f"id, {STAMP[table]}, created_at"
-    sql = f"SELECT {cols} FROM {table} WHERE {' AND '.join(where)} ORDER BY {_KEY} DESC, id DESC"
+    key = db.ops.created_key()
+    sql = f"SELECT {cols} FROM {table} WHERE {' AND '.join(where)} ORDER BY {key} DESC, id DESC"
     if span is None:
         return [int(r[0]) for r in db.reader().execute(sql + " LIMIT ?", [*params, limit])]
     return [int(r[0]) for r in first_in_span(db.reader().execute(sql, params), span, 1, 2, limit)]
@@ -204,6 +207,6 @@ def source_ids_with_prefix(db: Database, table: str, agent_id: str, prefix: str)
     if _check(table) != "memories":
         return []
     rows = db.query(
-        f"SELECT DISTINCT {_SOURCE_ID['memories']} FROM memories WHERE agent_id = ?", (agent_id,)
+        f"SELECT DISTINCT {db.ops.source_id()} FROM memories WHERE agent_id = ?", (agent_id,)
     )
     return [r[0] for r in rows if isinstance(r[0], str) and r[0].startswith(prefix)]

@@ -1,7 +1,8 @@
 """PgDatabase: the Database API on PostgreSQL (psycopg 3, a psycopg_pool connection pool).
 
 The public surface is `storage.db.Database`'s, so storage modules run unchanged: statements
-are written in SQLite's dialect and translated (`storage/pg/dialect.py`), rows answer
+are portable SQL with `?` placeholders, converted to psycopg's (`storage/pg/dialect.py`), the
+fragments that differ asked of `ops` (storage/ops.py); rows answer
 `row[0]`, `row["col"]` and `tuple(row)`, cursors have `fetchone/fetchall/fetchmany`,
 `rowcount` and `lastrowid`.
 
@@ -46,8 +47,9 @@ from urllib.parse import urlsplit
 
 from cpersona.storage.errors import InDoubtError, UnreachableError
 from cpersona.storage.ops import POSTGRES, SqlOps
+from cpersona.storage.pg import legacy
 from cpersona.storage.pg.adapters import register_vector, str_dumper
-from cpersona.storage.pg.dialect import translate
+from cpersona.storage.pg.dialect import placeholders
 from cpersona.storage.pg.reach import (
     Counts,
     Reach,
@@ -176,9 +178,11 @@ class PgConnection:
         return self.raw.info.transaction_status != TransactionStatus.IDLE
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
-        """Run one statement written in SQLite's dialect."""
-        t = translate(sql)
-        return self._run(t.sql, tuple(params), returns_id=t.returns_id)
+        """Run one storage statement (portable SQL, `?` placeholders)."""
+        if legacy.needs_legacy(sql):  # TEMPORARY (issue 18): see storage/pg/legacy.py
+            t = legacy.translate(sql)
+            return self._run(t.sql, tuple(params), returns_id=t.returns_id)
+        return self._run(placeholders(sql), tuple(params), returns_id=False)
 
     def execute_raw(self, sql: str, params: Sequence[Any] | None = None) -> PgCursor:
         """Run one statement written for PostgreSQL (schema, locks)."""

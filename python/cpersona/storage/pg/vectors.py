@@ -2,21 +2,17 @@
 
 SQLite's path (storage/vectors.py `window_ids` + `blobs`, scored in Python) orders the window by
 `COALESCE(CAST(strftime('%s', created_at) AS INTEGER), 0) DESC, id DESC`. PostgreSQL keeps that
-key in a stored generated column `created_key` (`cpersona_time_key`, SQLite's date grammar
-reimplemented), so the window is read from one btree in order and no row's key is computed at
-query time (the function costs ~7 us a row: 70 ms for a 10,000-row window).
+key in a stored generated column `created_key` (storage/pg/keys.py), so the window is read from
+one btree in order and no row's key is computed at query time.
 
 A row's score is pgvector's inner product, negated back: float32 products summed in float32 in
 row order, widened to double. The Rust and numpy kernels sum in another order, so a score can
 differ from theirs in the last float32 bits (docs/compatibility.md); positions, scopes, the
 threshold rule and the (score DESC, position ASC) cut are the same.
 
-The source filter reads a stored generated column `source_id` (`cpersona_source_id`, SQLite's
-`json_extract(source, '$.id')` as text). A time-scoped scan (`span_scan`, issue 22) reads a
-third, `instant_key` (`cpersona_instant_key`: the row's instant where SQL reads its stamp
-exactly as Python does, else NULL and the row is timed in Python). Statements use SQLite's `?`
-placeholders, as every storage statement does: the PostgreSQL database translates them
-(PG-DESIGN.md "Backends").
+The source filter reads a stored generated column `source_id` (`source`'s `$.id` as text). A
+time-scoped scan (`span_scan`, issue 22) reads a third, `instant_key` (the row's instant where
+SQL reads its stamp exactly as Python does, else NULL and the row is timed in Python).
 """
 
 from __future__ import annotations
@@ -25,153 +21,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cpersona.models import ProjectFilter
+from cpersona.storage.pg import keys
 from cpersona.timerange import TimeRange, row_time
 
 if TYPE_CHECKING:
     from cpersona.storage.pg.db import PgDatabase
 
 TABLES = ("memories", "episodes")
-
-# Mirrors SQLite 3.40's date parser (date.c: parseYyyyMmDd, parseHhMmSs, parseTimezone,
-# computeJD) and strftime('%s') for text: `[-]YYYY-MM-DD`, then any run of whitespace or `T`,
-# then optionally `HH:MM[:SS[.fff...]]`, whitespace, `Z` or `+-HH:MM`, whitespace; or the time
-# alone (on 2000-01-01). Day 1-31 of any month (Feb 31 = Mar 2, as SQLite counts), hour 0-24.
-# A bare number is a Julian day number. What SQLite also reads and this does not: 'now' (keyed
-# 0 here; cpersona never writes it). The canonical stamp takes a fast path without the regex.
-TIME_KEY_FUNCTION = r"""
-CREATE OR REPLACE FUNCTION cpersona_time_key(t text) RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
-DECLARE
-  m text[];
-  y int; mo int; d int; h int := 0; mi int := 0; s float8 := 0; tz int := 0;
-  a int; b int; jd bigint; timed boolean;
-BEGIN
-  IF t IS NULL THEN RETURN 0; END IF;
-  IF t ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}$' THEN
-    m := ARRAY['', substr(t, 1, 4), substr(t, 6, 2), substr(t, 9, 2), substr(t, 12, 2),
-               substr(t, 15, 2), substr(t, 18, 2)];
-  ELSE
-    m := regexp_match(t, '^(-?)([0-9]{4})-([0-9]{2})-([0-9]{2})[ \t\n\v\f\rT]*'
-      '(?:([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]+))?)?[ \t\n\v\f\r]*'
-      '(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))?[ \t\n\v\f\r]*)?$');
-    IF m IS NULL THEN
-      m := regexp_match(t, '^()()()()([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]+))?)?'
-        '[ \t\n\v\f\r]*(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))?[ \t\n\v\f\r]*$');
-      IF m IS NULL THEN
-        -- A bare number is a Julian day number (sqlite3AtoF, setRawDateNumber).
-        IF t ~ '^[ \t\n\v\f\r]*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t\n\v\f\r]*$'
-        THEN
-          s := t::float8;
-          IF s >= 0 AND s < 5373484.5 THEN
-            RETURN trunc(s * 86400000 + 0.5)::bigint / 1000 - 210866760000;
-          END IF;
-        END IF;
-        RETURN 0;
-      END IF;
-      y := 2000; mo := 1; d := 1;
-    END IF;
-  END IF;
-  IF y IS NULL THEN
-    y := m[2]::int; mo := m[3]::int; d := m[4]::int;
-    IF mo < 1 OR mo > 12 OR d < 1 OR d > 31 THEN RETURN 0; END IF;
-    IF m[1] = '-' THEN y := -y; END IF;
-  END IF;
-  timed := m[5] IS NOT NULL;
-  IF timed THEN
-    h := m[5]::int; mi := m[6]::int;
-    IF h > 24 OR mi > 59 THEN RETURN 0; END IF;
-    IF m[7] IS NOT NULL THEN
-      IF m[7]::int > 59 THEN RETURN 0; END IF;
-      s := m[7]::int;
-      IF m[8] IS NOT NULL THEN
-        s := s + m[8]::float8 / power(10::float8, length(m[8]));
-      END IF;
-    END IF;
-    IF m[10] IS NOT NULL THEN
-      IF m[11]::int > 14 OR m[12]::int > 59 THEN RETURN 0; END IF;
-      tz := (m[11]::int * 60 + m[12]::int) * CASE m[10] WHEN '-' THEN -1 ELSE 1 END;
-    END IF;
-  END IF;
-  IF y < -4713 OR y > 9999 THEN RETURN 0; END IF;
-  IF mo <= 2 THEN y := y - 1; mo := mo + 12; END IF;
-  a := y / 100;
-  b := 2 - a + a / 4;
-  jd := ((36525 * (y + 4716)) / 100 + (306001 * (mo + 1)) / 10000 + d + b)::bigint * 86400000
-        - 131716800000;
-  IF timed THEN
-    jd := jd + h * 3600000 + mi * 60000 + trunc(s * 1000 + 0.5)::bigint - tz * 60000::bigint;
-  END IF;
-  IF jd < 0 OR jd > 464269060799999 THEN RETURN 0; END IF;
-  RETURN jd / 1000 - 210866760000;
-END
-$fn$
-"""
-
-
-# `CAST(json_extract(source, '$.id') AS TEXT)` behind `CASE WHEN json_valid(source)` (retrieval
-# §4.0), as SQLite 3.40 answers it: the first `id` key of a JSON object; a string unescaped, an
-# integer in canonical form, true/false as 1/0, null as NULL. Other numbers and nested values
-# keep their JSON text as written (SQLite reformats them: 1.50 -> 1.5, [1, 2] -> [1,2]).
-SOURCE_ID_FUNCTION = r"""
-CREATE OR REPLACE FUNCTION cpersona_source_id(source text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
-DECLARE
-  j json; v json; kind text;
-BEGIN
-  IF source IS NULL OR NOT pg_input_is_valid(source, 'json') THEN RETURN NULL; END IF;
-  j := source::json;
-  IF json_typeof(j) <> 'object' THEN RETURN NULL; END IF;
-  SELECT e.value INTO v FROM json_each(j) AS e WHERE e.key = 'id' LIMIT 1;
-  kind := json_typeof(v);
-  IF kind IS NULL OR kind = 'null' THEN RETURN NULL; END IF;
-  IF kind = 'string' THEN RETURN v #>> '{}'; END IF;
-  IF kind = 'boolean' THEN RETURN CASE WHEN v::text = 'true' THEN '1' ELSE '0' END; END IF;
-  IF kind = 'number' AND v::text ~ '^-?[0-9]{1,18}$' THEN RETURN v::text::bigint::text; END IF;
-  RETURN v::text;
-END
-$fn$
-"""
-
-
-# A row's instant (cpersona.timerange.row_time) where SQL can know it exactly: the stamp forms
-# `YYYY-MM-DD` and `YYYY-MM-DD[T ]HH:MM[:SS[.f{1,6}]]` with `Z`, `+HH:MM`, `-HH:MM` or no offset
-# (UTC), a valid calendar date, hour < 24, years 2-9998 (no offset can leave datetime's
-# range), in microseconds since the Unix epoch: exactly what Python's fromisoformat reads from
-# them. Anything else is NULL, and a time-scoped scan reads that row's instant in Python (its
-# other stamp forms, then created_at): NULL is never wrong, only slower. Kept in a stored
-# generated column, so every write path (2.5.x's too) keeps it current.
-INSTANT_KEY_FUNCTION = r"""
-CREATE OR REPLACE FUNCTION cpersona_instant_key(t text) RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
-DECLARE
-  m text[];
-  y int; mo int; d int; h int := 0; mi int := 0; s int := 0; us bigint := 0; tz int := 0;
-  last int;
-BEGIN
-  IF t IS NULL OR length(t) < 10 OR length(t) > 32 THEN RETURN NULL; END IF;
-  m := regexp_match(t, '^([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[T ]([0-9]{2}):([0-9]{2})'
-    '(?::([0-9]{2})(?:\.([0-9]{1,6}))?)?(Z|[+-][0-9]{2}:[0-9]{2})?)?$');
-  IF m IS NULL THEN RETURN NULL; END IF;
-  y := m[1]::int; mo := m[2]::int; d := m[3]::int;
-  IF y < 2 OR y > 9998 OR mo < 1 OR mo > 12 OR d < 1 THEN RETURN NULL; END IF;
-  last := extract(day FROM make_date(y, mo, 1) + interval '1 month' - interval '1 day')::int;
-  IF d > last THEN RETURN NULL; END IF;
-  IF m[4] IS NOT NULL THEN
-    h := m[4]::int; mi := m[5]::int;
-    IF m[6] IS NOT NULL THEN s := m[6]::int; END IF;
-    IF m[7] IS NOT NULL THEN us := rpad(m[7], 6, '0')::bigint; END IF;
-    IF h > 23 OR mi > 59 OR s > 59 THEN RETURN NULL; END IF;
-    IF m[8] IS NOT NULL AND m[8] <> 'Z' THEN
-      IF substr(m[8], 2, 2)::int > 23 OR substr(m[8], 5, 2)::int > 59 THEN RETURN NULL; END IF;
-      tz := (substr(m[8], 2, 2)::int * 60 + substr(m[8], 5, 2)::int)
-            * CASE WHEN substr(m[8], 1, 1) = '-' THEN -1 ELSE 1 END;
-    END IF;
-  END IF;
-  RETURN ((make_date(y, mo, d) - date '1970-01-01')::bigint * 86400
-          + h * 3600 + mi * 60 + s - tz * 60) * 1000000 + us;
-END
-$fn$
-"""
 
 
 def schema_statements() -> list[str]:
@@ -181,23 +37,23 @@ def schema_statements() -> list[str]:
     positions, so the scan walks the agent's embedded rows newest first and stops at the reach.
     No HNSW/IVFFlat index: an approximate index could change which rows a recall returns.
     """
-    out = [TIME_KEY_FUNCTION, SOURCE_ID_FUNCTION, INSTANT_KEY_FUNCTION]
+    out = []
     for table in TABLES:
         out.append(
             f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS created_key bigint "
-            "GENERATED ALWAYS AS (cpersona_time_key(created_at)) STORED"
+            f"GENERATED ALWAYS AS ({keys.created_key('created_at')}) STORED"
         )
     for table, stamp in (("memories", "timestamp"), ("episodes", "start_time")):
         out.append(
             f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS instant_key bigint "
-            f"GENERATED ALWAYS AS (cpersona_instant_key({stamp})) STORED"
+            f"GENERATED ALWAYS AS ({keys.instant_key(stamp)}) STORED"
         )
     # A column, not an expression in the query: its statistics let the planner see how many
     # rows a source prefix keeps (its guess for an expression, 0.5 %, made it sort the whole
     # agent instead of walking the window index).
     out.append(
         "ALTER TABLE memories ADD COLUMN IF NOT EXISTS source_id text "
-        "GENERATED ALWAYS AS (cpersona_source_id(source)) STORED"
+        f"GENERATED ALWAYS AS ({keys.source_id('source')}) STORED"
     )
     for table in TABLES:
         out.append(
@@ -232,7 +88,7 @@ def _where(
     parts = ["agent_id = ?", "embedding IS NOT NULL"]
     params: list[object] = [agent_id]
     pw, pp = project.sql()
-    parts.append(pw if pw != "1" else "TRUE")
+    parts.append(pw)
     params.extend(pp)
     if channel:
         parts.append("channel IN (?, '')")

@@ -1,18 +1,15 @@
-"""SQL functions SQLite has and PostgreSQL lacks, created in PostgreSQL with SQLite's semantics.
-
-Storage SQL calls them unchanged (`storage/pg/dialect.py` passes their names through). Every
-one answers NULL where SQLite answers NULL (unparsable time strings, absent JSON paths) and
-never raises where SQLite does not. Time strings follow SQLite's date.c: `YYYY-MM-DD`,
-an optional `T`/space and `HH:MM[:SS[.fff]]`, an optional `Z` or `[+-]HH:MM`, `HH:MM...` alone
-(on 2000-01-01), a bare number as a Julian day, and `now` (the statement's start, as SQLite's
-"now" is fixed per statement). The day is not checked against its month (`2024-02-31` is
-March 2nd), exactly as SQLite computes it. Years must be 0000-9999 (SQLite also accepts a
-leading `-`; nothing cpersona writes has one).
+"""TEMPORARY (issue 18): the SQLite functions that only storage/health.py, storage/portability.py
+and storage/transfer.py still call on PostgreSQL (through storage/pg/legacy.py), until their
+rewrite in portable SQL is merged; then this module is deleted and a migration drops them
+(`LEGACY_DROP`, the names `DROP ... IF EXISTS` needs). Nothing else uses them: the storage
+SQL of every other module is portable (storage/ops.py), and `pg_0002_native` drops every
+other emulation. They answer with SQLite's semantics (see the old storage/pg/compat.py in
+git history for the date grammar they follow).
 """
 
 from __future__ import annotations
 
-#: Statements creating the functions, the aggregate and the catalogue view. Idempotent.
+#: Statements creating the temporary functions and the catalogue view. Idempotent.
 FUNCTIONS: tuple[str, ...] = (
     # SQLite's reading of a time string: {iJD (ms since the Julian epoch), Y, M, D, h, m, s}.
     # The fields are the ones written unless a non-zero zone offset moved the instant (SQLite
@@ -228,15 +225,6 @@ EXCEPTION WHEN untranslatable_character THEN
 END $fn$""",
     """CREATE OR REPLACE FUNCTION instr(a text, b text) RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT strpos(a, b) $fn$""",
-    """CREATE OR REPLACE FUNCTION ifnull(a anycompatible, b anycompatible) RETURNS anycompatible
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT coalesce(a, b) $fn$""",
-    # SQLite's lower()/upper() and LIKE fold ASCII letters only.
-    """CREATE OR REPLACE FUNCTION sqlite_lower(t text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
-SELECT translate(t, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') $fn$""",
-    """CREATE OR REPLACE FUNCTION sqlite_upper(t text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
-SELECT translate(t, 'abcdefghijklmnopqrstuvwxyz', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ') $fn$""",
     # A GLOB pattern as an anchored regular expression (* ? [...] [^...], the rest literal).
     r"""CREATE OR REPLACE FUNCTION sqlite_glob(pattern text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
@@ -278,17 +266,9 @@ BEGIN
     RETURN out || '$';
 END
 $fn$""",
-    # A text key for a unique index on text that may exceed a btree entry (~2,700 bytes).
-    """CREATE OR REPLACE FUNCTION sqlite_text_key(t text) RETURNS bytea
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT sha256(convert_to(t, 'UTF8')) $fn$""",
     # length() of a vector in bytes, as SQLite's length() of the float32 BLOB it replaces.
     """CREATE OR REPLACE FUNCTION length(v vector) RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT vector_dims(v) * 4 $fn$""",
-    """CREATE OR REPLACE FUNCTION sqlite_total_step(acc double precision, v double precision)
-RETURNS double precision LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
-SELECT acc + coalesce(v, 0) $fn$""",
-    """CREATE OR REPLACE AGGREGATE total(double precision) (
-    SFUNC = sqlite_total_step, STYPE = double precision, INITCOND = '0')""",
     # The catalogue rows storage code asks SQLite's sqlite_master about (existence checks).
     """CREATE OR REPLACE VIEW sqlite_master AS
 SELECT CASE c.relkind WHEN 'v' THEN 'view' ELSE 'table' END::text AS type,
@@ -303,4 +283,24 @@ SELECT 'trigger', t.tgname::text, c.relname::text, pg_get_triggerdef(t.oid)
   FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
   JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = current_schema() AND NOT t.tgisinternal""",
+)
+
+#: What dropping them takes (a migration after the three modules' rewrite is merged).
+LEGACY_DROP: tuple[str, ...] = (
+    "DROP VIEW IF EXISTS sqlite_master",
+    "DROP FUNCTION IF EXISTS length(vector)",
+    "DROP FUNCTION IF EXISTS sqlite_glob(text)",
+    "DROP FUNCTION IF EXISTS instr(text, text)",
+    "DROP FUNCTION IF EXISTS json_type(text, text)",
+    "DROP FUNCTION IF EXISTS json_type(text)",
+    "DROP FUNCTION IF EXISTS sqlite_json_type(json)",
+    "DROP FUNCTION IF EXISTS json_extract(text, text)",
+    "DROP FUNCTION IF EXISTS sqlite_json_value(json)",
+    "DROP FUNCTION IF EXISTS sqlite_json_path(text)",
+    "DROP FUNCTION IF EXISTS json_valid(text)",
+    "DROP FUNCTION IF EXISTS datetime(text)",
+    "DROP FUNCTION IF EXISTS datetime(text, text[])",
+    "DROP FUNCTION IF EXISTS strftime(text, text)",
+    "DROP FUNCTION IF EXISTS julianday(text)",
+    "DROP FUNCTION IF EXISTS sqlite_time(text)",
 )
