@@ -30,7 +30,7 @@ def wrong_width(conn: Conn, table: str, width_bytes: int, agent_id: str) -> list
     where, params = scope(agent_id)
     rows = conn.execute(
         f"SELECT id FROM {quote_identifier(table)} WHERE embedding IS NOT NULL "
-        f"AND length(embedding) != ?{where} ORDER BY id",
+        f"AND {conn.ops.byte_length('embedding')} != ?{where} ORDER BY id",
         [width_bytes, *params],
     ).fetchall()
     return [int(r[0]) for r in rows]
@@ -40,7 +40,8 @@ def width_counts(conn: Conn, table: str, agent_id: str) -> dict[int, int]:
     """Stored vector widths (in float32 components) -> rows."""
     where, params = scope(agent_id)
     rows = conn.execute(
-        f"SELECT length(embedding) / 4 AS w, COUNT(*) FROM {quote_identifier(table)} "
+        f"SELECT {conn.ops.byte_length('embedding')} / 4 AS w, COUNT(*) "
+        f"FROM {quote_identifier(table)} "
         f"WHERE embedding IS NOT NULL{where} GROUP BY w",
         params,
     ).fetchall()

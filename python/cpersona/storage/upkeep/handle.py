@@ -15,8 +15,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from cpersona.storage.db import Database, dialect_of, quote_identifier
+from cpersona.storage.db import Database, quote_identifier
 from cpersona.storage.errors import translated
+from cpersona.storage.ops import SqlOps
 
 Params = list[Any]
 
@@ -35,6 +36,15 @@ class Handle:
     def dialect(self) -> str:
         """The backend (db.dialect_of reads it, as of a connection)."""
         return self._db.dialect
+
+    @property
+    def ops(self) -> SqlOps:
+        """The SQL fragments this backend spells its own way (storage/ops.py)."""
+        return self._db.ops
+
+    def holds(self, subject: Subject) -> bool:
+        """Whether this database holds `subject`."""
+        return subject in subjects(self._db)
 
     def vector_param(self, blob: bytes | None) -> object:
         """An embedding parameter for this backend (db.embedding_param calls it)."""
@@ -129,13 +139,8 @@ def count(conn: Conn, table: str, agent_id: str = "") -> int:
 
 
 def db_size(conn: Conn) -> int:
-    """Bytes the database takes: page_count x page_size on SQLite, pg_database_size on
-    PostgreSQL."""
-    if dialect_of(conn) == "postgresql":  # the database's files
-        return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
-    pages = conn.execute("PRAGMA page_count").fetchone()[0]
-    size = conn.execute("PRAGMA page_size").fetchone()[0]
-    return int(pages) * int(size)
+    """Bytes the database takes (on PostgreSQL: the database's files on the server)."""
+    return int(conn.execute(conn.ops.database_bytes()).fetchone()[0])
 
 
 def axis_counts(conn: Conn, column: str, agent_id: str, limit: int = 20) -> list[tuple[str, int]]:
@@ -167,12 +172,7 @@ def agents(conn: Conn) -> list[str]:
 
 
 def table_exists(conn: Conn, name: str) -> bool:
-    if dialect_of(conn) == "postgresql":
-        return conn.execute("SELECT to_regclass(?) IS NOT NULL", (name,)).fetchone()[0] is True
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
-    ).fetchone()
-    return row is not None
+    return conn.execute(conn.ops.table_exists(), (name,)).fetchone() is not None
 
 
 def schema_version(conn: Conn) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cpersona.storage.ops import SqlOps
 from cpersona.storage.upkeep.handle import Conn, chunks, ids_clause, scope
 from cpersona.storage.upkeep.texts import MemoryFlag, flags
 
@@ -25,11 +26,21 @@ class SourceRow:
     locked: bool
 
 
+def _sentinel(ops: SqlOps) -> str:
+    """The condition of the anonymous User sentinel: a `User` source with no id or name."""
+    return (
+        f"{ops.json_text('source', 'type')} = 'User' "
+        f"AND COALESCE({ops.json_text('source', 'id')}, '') = '' "
+        f"AND COALESCE({ops.json_text('source', 'name')}, '') = ''"
+    )
+
+
 def invalid_json_rows(conn: Conn, agent_id: str) -> list[JsonFlag]:
     where, params = scope(agent_id)
+    source_ok, meta_ok = conn.ops.json_valid("source"), conn.ops.json_valid("metadata")
     rows = conn.execute(
-        "SELECT id, locked, json_valid(source) AS source_ok, json_valid(metadata) AS meta_ok "
-        f"FROM memories WHERE (json_valid(source) = 0 OR json_valid(metadata) = 0){where}",
+        f"SELECT id, locked, {source_ok} AS source_ok, {meta_ok} AS meta_ok "
+        f"FROM memories WHERE (NOT {source_ok} OR NOT {meta_ok}){where}",
         params,
     ).fetchall()
     return [JsonFlag(int(r[0]), bool(r[1]), bool(r[2]), bool(r[3])) for r in rows]
@@ -40,8 +51,9 @@ def reset_json(conn: Conn, ids: Sequence[int]) -> int:
     for chunk in chunks(list(ids)):
         changed += conn.execute(
             "UPDATE memories SET "
-            "source = CASE WHEN json_valid(source) THEN source ELSE '{}' END, "
-            "metadata = CASE WHEN json_valid(metadata) THEN metadata ELSE '{}' END "
+            f"source = CASE WHEN {conn.ops.json_valid('source')} THEN source ELSE '{{}}' END, "
+            f"metadata = CASE WHEN {conn.ops.json_valid('metadata')} THEN metadata "
+            "ELSE '{}' END "
             f"WHERE locked = 0 AND id IN ({ids_clause(chunk)})",
             chunk,
         ).rowcount
@@ -51,11 +63,13 @@ def reset_json(conn: Conn, ids: Sequence[int]) -> int:
 def untyped_sources(conn: Conn, agent_id: str) -> list[SourceRow]:
     """Valid-JSON sources whose `type` is missing or not canonical (not `{}` or `null`)."""
     where, params = scope(agent_id)
+    # The member as text is NULL unless the source is an object holding it; a `type` that is
+    # not a JSON string never reads as one of the three names (its text is quoted or a number).
+    kind = conn.ops.json_text("source", "type")
     rows = conn.execute(
-        "SELECT id, source, locked FROM memories WHERE json_valid(source) "
+        f"SELECT id, source, locked FROM memories WHERE {conn.ops.json_valid('source')} "
         "AND source NOT IN ('{}', 'null') AND trim(source) NOT IN ('{}', 'null') AND "
-        "(json_type(source) != 'object' OR json_type(source, '$.type') IS NOT 'text' OR "
-        "json_extract(source, '$.type') NOT IN ('User', 'Agent', 'System'))"
+        f"({kind} IS NULL OR {kind} NOT IN ('User', 'Agent', 'System'))"
         f"{where} ORDER BY id",
         params,
     ).fetchall()
@@ -75,10 +89,7 @@ def anonymous_sources(conn: Conn, agent_id: str) -> tuple[int, int]:
     """(rows with the anonymous User sentinel, rows with `{}` / `null` / empty sources)."""
     where, params = scope(agent_id)
     row = conn.execute(
-        "SELECT "
-        "SUM(CASE WHEN json_valid(source) AND json_type(source) = 'object' "
-        "  AND json_extract(source, '$.type') = 'User' AND COALESCE(json_extract(source, '$.id'),"
-        "  '') = '' AND COALESCE(json_extract(source, '$.name'), '') = '' THEN 1 ELSE 0 END), "
+        f"SELECT SUM(CASE WHEN {_sentinel(conn.ops)} THEN 1 ELSE 0 END), "
         "SUM(CASE WHEN trim(source) IN ('{}', 'null', '') THEN 1 ELSE 0 END) "
         f"FROM memories WHERE 1=1{where}",
         params,
@@ -89,10 +100,8 @@ def anonymous_sources(conn: Conn, agent_id: str) -> tuple[int, int]:
 def sentinel_rows(conn: Conn, agent_id: str) -> list[MemoryFlag]:
     return flags(
         conn.execute(
-            "SELECT id, content, locked FROM memories WHERE agent_id = ? AND json_valid(source) "
-            "AND json_type(source) = 'object' AND json_extract(source, '$.type') = 'User' "
-            "AND COALESCE(json_extract(source, '$.id'), '') = '' "
-            "AND COALESCE(json_extract(source, '$.name'), '') = '' ORDER BY id",
+            "SELECT id, content, locked FROM memories WHERE agent_id = ? "
+            f"AND {_sentinel(conn.ops)} ORDER BY id",
             (agent_id,),
         ).fetchall(),
         "id, content, locked",

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cpersona.storage.db import dialect_of
-from cpersona.storage.upkeep.handle import Conn, chunks, ids_clause, scope
+from cpersona.storage.upkeep.handle import Conn, Subject, chunks, ids_clause, scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,15 +37,12 @@ class EpisodeTimes:
     canon: str | None = None
 
 
-_CANON = "strftime('%Y-%m-%dT%H:%M:%S+00:00', created_at)"
-
-
 def _instants_moved(conn: Conn, table: str, ids: Sequence[int]) -> None:
     """Log rows whose `timestamp`/`start_time` a repair rewrote: the index files key each row
     by its instant (cpersona.timerange), and the log triggers do not watch those columns."""
     for row_id in ids:
         conn.execute("INSERT INTO fts_log(tbl, row_id) VALUES (?, ?)", (table, row_id))
-        if dialect_of(conn) == "sqlite":  # PostgreSQL has no vector index file
+        if conn.holds(Subject.VECTOR_FILES):  # else there is no vector log to tell
             conn.execute(
                 "INSERT INTO vector_log(tbl, row_id, op) VALUES (?, ?, 'u')", (table, row_id)
             )
@@ -54,9 +50,10 @@ def _instants_moved(conn: Conn, table: str, ids: Sequence[int]) -> None:
 
 def unparseable_timestamps(conn: Conn, agent_id: str) -> list[StampFlag]:
     where, params = scope(agent_id)
+    age = conn.ops.age_seconds
     rows = conn.execute(
-        f"SELECT id, locked, julianday(created_at) IS NOT NULL AS fixable FROM memories "
-        f"WHERE timestamp != '' AND julianday(timestamp) IS NULL{where} ORDER BY id",
+        f"SELECT id, locked, {age('created_at')} IS NOT NULL AS fixable FROM memories "
+        f"WHERE timestamp != '' AND {age('timestamp')} IS NULL{where} ORDER BY id",
         params,
     ).fetchall()
     return [StampFlag(int(r[0]), bool(r[1]), bool(r[2])) for r in rows]
@@ -64,21 +61,23 @@ def unparseable_timestamps(conn: Conn, agent_id: str) -> list[StampFlag]:
 
 def future_timestamps(conn: Conn, skew_seconds: int, agent_id: str) -> list[StampFlag]:
     where, params = scope(agent_id)
+    # Ahead of now by more than the skew: an age below minus the skew.
+    age = conn.ops.age_seconds
     rows = conn.execute(
-        "SELECT id, locked, julianday(created_at) <= julianday('now') + ? / 86400.0 AS fixable "
-        "FROM memories WHERE julianday(timestamp) > julianday('now') + ? / 86400.0"
-        f"{where} ORDER BY id",
-        [skew_seconds, skew_seconds, *params],
+        f"SELECT id, locked, {age('created_at')} >= ? AS fixable "
+        f"FROM memories WHERE {age('timestamp')} < ?{where} ORDER BY id",
+        [-float(skew_seconds), -float(skew_seconds), *params],
     ).fetchall()
     return [StampFlag(int(r[0]), bool(r[1]), bool(r[2])) for r in rows]
 
 
 def timestamps_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
+    canon = conn.ops.utc_iso("created_at")
     changed = 0
     for chunk in chunks(list(ids)):
         changed += conn.execute(
-            f"UPDATE memories SET timestamp = {_CANON} WHERE locked = 0 "
-            f"AND julianday(created_at) IS NOT NULL AND id IN ({ids_clause(chunk)})",
+            f"UPDATE memories SET timestamp = {canon} WHERE locked = 0 "
+            f"AND {canon} IS NOT NULL AND id IN ({ids_clause(chunk)})",
             chunk,
         ).rowcount
         _instants_moved(conn, "memories", chunk)
@@ -95,10 +94,11 @@ def episodes_without_start(conn: Conn, agent_id: str) -> list[int]:
 
 
 def start_times_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
+    canon = conn.ops.utc_iso("created_at")
     changed = 0
     for chunk in chunks(list(ids)):
         changed += conn.execute(
-            f"UPDATE episodes SET start_time = {_CANON} WHERE julianday(created_at) IS NOT NULL "
+            f"UPDATE episodes SET start_time = {canon} WHERE {canon} IS NOT NULL "
             f"AND id IN ({ids_clause(chunk)})",
             chunk,
         ).rowcount
@@ -127,7 +127,8 @@ def set_timestamps(conn: Conn, rows: Sequence[tuple[int, str]]) -> int:
 def episode_times(conn: Conn, agent_id: str) -> list[EpisodeTimes]:
     where, params = scope(agent_id)
     rows = conn.execute(
-        f"SELECT id, start_time, end_time, created_at, {_CANON} AS canon FROM episodes "
+        f"SELECT id, start_time, end_time, created_at, {conn.ops.utc_iso('created_at')} AS canon "
+        "FROM episodes "
         f"WHERE (COALESCE(start_time, '') != '' OR COALESCE(end_time, '') != ''){where}",
         params,
     ).fetchall()
@@ -147,9 +148,9 @@ def set_episode_times(conn: Conn, rows: Sequence[tuple[int, str | None, str | No
 def stale_tasks(conn: Conn, agent_id: str, hours: int = 1) -> list[int]:
     where, params = scope(agent_id)
     rows = conn.execute(
-        "SELECT id FROM pending_memory_tasks WHERE julianday(created_at) < "
-        f"julianday('now') - ? / 24.0{where} ORDER BY id",
-        [hours, *params],
+        f"SELECT id FROM pending_memory_tasks WHERE {conn.ops.age_seconds('created_at')} > ?"
+        f"{where} ORDER BY id",
+        [hours * 3600.0, *params],
     ).fetchall()
     return [int(r[0]) for r in rows]
 
@@ -166,7 +167,7 @@ def delete_tasks(conn: Conn, ids: Sequence[int]) -> int:
 def profile_updated_at(conn: Conn, agent_id: str) -> tuple[str, float] | None:
     """(updated_at, age in days) of the agent's profile, or None."""
     row = conn.execute(
-        "SELECT updated_at, julianday('now') - julianday(updated_at) FROM profiles "
+        f"SELECT updated_at, {conn.ops.age_seconds('updated_at')} / 86400.0 FROM profiles "
         "WHERE agent_id = ? AND user_id = ''",
         (agent_id,),
     ).fetchone()
@@ -175,11 +176,13 @@ def profile_updated_at(conn: Conn, agent_id: str) -> tuple[str, float] | None:
 
 def orphaned_episodes(conn: Conn, agent_id: str) -> list[EpisodeTimes]:
     """Episodes with a start and end but no memory of the agent stamped inside that span."""
+    # Ages run backwards: a stamp inside [start, end] has an age in [age(end), age(start)].
+    age = conn.ops.age_seconds
     rows = conn.execute(
         "SELECT e.id, e.start_time, e.end_time FROM episodes e WHERE e.agent_id = ? "
-        "AND julianday(e.start_time) IS NOT NULL AND julianday(e.end_time) IS NOT NULL "
+        f"AND {age('e.start_time')} IS NOT NULL AND {age('e.end_time')} IS NOT NULL "
         "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.agent_id = e.agent_id "
-        "AND julianday(m.timestamp) BETWEEN julianday(e.start_time) AND julianday(e.end_time))"
+        f"AND {age('m.timestamp')} BETWEEN {age('e.end_time')} AND {age('e.start_time')})"
         " ORDER BY e.id",
         (agent_id,),
     ).fetchall()

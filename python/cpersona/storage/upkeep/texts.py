@@ -58,7 +58,7 @@ def memories_containing(conn: Conn, needle: str, agent_id: str) -> list[MemoryFl
     return flags(
         conn.execute(
             "SELECT id, agent_id, project_id, channel, content, locked FROM memories "
-            f"WHERE instr(content, ?) > 0{where} ORDER BY id",
+            f"WHERE {conn.ops.position('?', 'content')} > 0{where} ORDER BY id",
             [needle, *params],
         ).fetchall(),
         "id, agent_id, project_id, channel, content, locked",
@@ -162,7 +162,7 @@ def truncate_profiles(conn: Conn, ids: Sequence[int], cap: int) -> int:
     changed = 0
     for chunk in chunks(list(ids)):
         changed += conn.execute(
-            "UPDATE profiles SET content = substr(content, 1, ?), updated_at = datetime('now') "
+            f"UPDATE profiles SET content = substr(content, 1, ?), updated_at = {conn.ops.now()} "
             f"WHERE id IN ({ids_clause(chunk)})",
             [cap, *chunk],
         ).rowcount
