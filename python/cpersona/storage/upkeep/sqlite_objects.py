@@ -102,5 +102,13 @@ def msg_id_colliders(conn: Conn) -> list[bool]:
     return [bool(r[0]) for r in rows]
 
 
+#: Why a database without a file of its own has no page check here (the `sqlite_integrity`
+#: check's reason on PostgreSQL).
+QUICK_CHECK_ELSEWHERE = (
+    "PRAGMA quick_check is SQLite's; use PostgreSQL's own checks (amcheck, "
+    "pg_checksums) on the server"
+)
+
+
 def quick_check(conn: Conn) -> list[str]:
     return [str(r[0]) for r in conn.execute("PRAGMA quick_check(10)").fetchall()]
