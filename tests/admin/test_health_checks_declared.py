@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 from cpersona.health import runner
-from cpersona.health.check import Applies, Check, Phase
+from cpersona.health.check import EVERYWHERE, Applies, Check, Phase
 from cpersona.health.context import from_engine
 from cpersona.health.issue import REVIEW_HINT, UNSET, Issue, NotApplicable
 from cpersona.health.registry import NAMES, REGISTRY
 from cpersona.storage.upkeep.handle import Subject, subjects
-from health_support import plant
+from cpersona.storage.upkeep.texts import delete_unlocked_memories
+from health_support import plant, rows
 
 
 def _field_names(kind: type[Issue]) -> list[str]:
@@ -105,3 +106,42 @@ def test_a_check_that_cannot_apply_is_declared_not_guessed() -> None:
         "sqlite_integrity",
         "vector_index",
     }
+
+
+@dataclasses.dataclass(kw_only=True, eq=False)
+class _Broken(Issue):
+    count: int
+    repairable: int
+    fixed: int | bool = UNSET
+    fix_error: str = UNSET
+
+
+@dataclasses.dataclass(kw_only=True, eq=False)
+class _Note(Issue):
+    detail: str
+
+
+@pytest.mark.anyio
+async def test_a_failing_repair_is_rolled_back_and_said_on_every_finding(connect: Any) -> None:
+    def detect(ctx: Any) -> list[Issue]:
+        return [
+            _Broken(type="broken", severity="warn", check="broken", count=1, repairable=1),
+            _Note(type="broken_note", severity="info", check="broken", detail="seen"),
+        ]
+
+    def repair(ctx: Any, issues: list[Issue]) -> None:
+        delete_unlocked_memories(ctx.write_handle, [stored["id"]])
+        raise RuntimeError("disk on fire")
+
+    check = Check("broken", "warn", detect, (_Broken, _Note), EVERYWHERE, repair=repair)
+    async with connect() as tools:
+        stored = await tools("store", {"agent_id": "a", "message": {"content": "kept"}})
+        found = runner.fix_run(from_engine(tools.engine), [check])
+        kept = rows(tools.engine, "SELECT content FROM memories")
+    assert [i.to_json() for i in found] == [
+        {"type": "broken", "severity": "warn", "check": "broken", "count": 1, "repairable": 1,
+         "fixed": False, "fix_error": "RuntimeError: disk on fire"},
+        {"type": "broken_note", "severity": "info", "check": "broken", "detail": "seen",
+         "fixed": False, "fix_error": "RuntimeError: disk on fire"},
+    ]  # fmt: skip
+    assert kept == [("kept",)]  # the savepoint undid the repair's write

@@ -58,6 +58,9 @@ class Issue:
     nulled: dict[str, list[int]] = field(default_factory=dict, repr=False, metadata=INTERNAL)
     #: Set by the runner's review policy (a finding no fix can touch).
     needs_human_review: bool = field(default=False, metadata=INTERNAL)
+    #: The error of a failed repair, for a finding whose type has no `fixed` / `fix_error`
+    #: (one its check's repair does not act on, rolled back with the rest).
+    failure: str | None = field(default=None, metadata=INTERNAL)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: getattr(self, name) for name in _HEAD}
@@ -67,6 +70,8 @@ class Issue:
             value = getattr(self, f.name)
             if value is not UNSET:
                 out[f.name] = value
+        if self.failure is not None:
+            out["fixed"], out["fix_error"] = False, self.failure
         if self.needs_human_review:
             out["needs_human_review"] = True
             out.setdefault("hint", REVIEW_HINT)
@@ -75,8 +80,10 @@ class Issue:
     def failed(self, error: str) -> None:
         """The repair raised: it was rolled back, and the finding says so."""
         self.nulled = {}
-        self.fixed = False
-        self.fix_error = error
+        if {"fixed", "fix_error"} <= {f.name for f in fields(self)}:
+            self.fixed, self.fix_error = False, error
+        else:
+            self.failure = error
 
 
 @dataclass(kw_only=True, eq=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
@@ -174,7 +175,7 @@ def delete_duplicates(ctx: HealthContext, issues: list[DuplicateContent]) -> Non
         i.fixed = deleted
 
 
-CHECKS: tuple[Check, ...] = (
+CHECKS: tuple[Check[Any], ...] = (
     Check("memory_annotation", "info", memory_annotation, (Rewrite,), EVERYWHERE, repair=_rewrite),
     Check("discord_mention", "info", discord_mention, (Rewrite,), EVERYWHERE, repair=_rewrite),
     Check(

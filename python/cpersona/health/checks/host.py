@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Applies, Check, Phase
+from cpersona.health.checks.embeddings import TABLES
 from cpersona.health.context import HealthContext
 from cpersona.health.issue import INTERNAL, UNSET, Issue, Skipped, skipped
 from cpersona.operating_context import SUMMARY_SOFT_LIMIT
 from cpersona.storage.upkeep.embedding_rows import width_counts
 from cpersona.storage.upkeep.handle import Subject, subjects
-
-TABLES = ("memories", "episodes")
 
 
 @dataclass(kw_only=True, eq=False)

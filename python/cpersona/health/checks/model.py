@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
+from cpersona.health.checks.embeddings import TABLES
 from cpersona.health.context import HealthContext
 from cpersona.health.issue import UNSET, Issue, Skipped, skipped
 from cpersona.storage.upkeep.embedding_rows import (
@@ -24,7 +25,6 @@ from cpersona.storage.upkeep.embedding_rows import (
     wrong_width,
 )
 
-TABLES = ("memories", "episodes")
 #: Stored vectors compared against a fresh embedding of the same text, per table: the newest
 #: (where an import lands) and a few of the oldest. Bounded so that a report-only run with a
 #: local model costs at most 2 x 32 embeddings (docs/reliability.md).
