@@ -106,7 +106,7 @@ def _database_url(given: str | None, settings: Settings) -> str | None:
 def _run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     from cpersona.health.deep import deep_check
     from cpersona.health.registry import check_health
-    from cpersona.storage import health as sql
+    from cpersona.storage.upkeep.handle import agents, reading
 
     if args.fix:
         from cpersona.engine import Engine
@@ -120,9 +120,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
             if report.get("fixed"):
                 after_fix(engine, ctx)
             if args.deep:
-                report["deep"] = _deep(
-                    ctx, args.agent, sql.agents(sql.reading(engine.db)), deep_check
-                )
+                report["deep"] = _deep(ctx, args.agent, agents(reading(engine.db)), deep_check)
             return report
         finally:
             engine.close()
@@ -130,7 +128,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     try:
         report = check_health(ctx, fix=False)
         if args.deep:
-            report["deep"] = _deep(ctx, args.agent, sql.agents(sql.reading(ctx.db)), deep_check)
+            report["deep"] = _deep(ctx, args.agent, agents(reading(ctx.db)), deep_check)
         return report
     finally:
         if ctx.indexes:
@@ -155,8 +153,8 @@ def _read_only_context(settings: Settings, agent: str) -> Any:
     from cpersona.health.context import HealthContext
     from cpersona.operating_context import OperatingContext
     from cpersona.retrieval.sidecar import DatabaseSidecar, Sidecar, sidecar_path
-    from cpersona.storage import health as sql
     from cpersona.storage import open_read_only
+    from cpersona.storage.upkeep.handle import reading, table_exists
     from cpersona.vectors.index import VectorIndex
 
     db = open_read_only(
@@ -170,7 +168,7 @@ def _read_only_context(settings: Settings, agent: str) -> Any:
             sidecar = DatabaseSidecar(db)
         else:
             sidecar = Sidecar(sidecar_path(settings.db_path))
-            if sql.table_exists(sql.reading(db), "cpersona_meta"):
+            if table_exists(reading(db), "cpersona_meta"):
                 indexes = {t: VectorIndex(db, t) for t in ("memories", "episodes")}
         return HealthContext(
             db=db,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cpersona.config import Settings
 from cpersona.errors import EmbeddingUnavailable
@@ -18,11 +18,13 @@ from cpersona.operating_context import OperatingContext
 from cpersona.retrieval.health import EmbeddingHealth
 from cpersona.retrieval.sidecar import Sidecar
 from cpersona.storage import Database
-from cpersona.storage import health as sql
+from cpersona.storage.upkeep.embedding_rows import recorded_models
+from cpersona.storage.upkeep.handle import Handle, reading
 
 if TYPE_CHECKING:
     from cpersona.embedding.base import EmbeddingProvider
     from cpersona.engine import Engine
+    from cpersona.health.checks.model import ModelProbe
     from cpersona.vectors.index import VectorIndex
 
 
@@ -33,6 +35,15 @@ class Probe:
     ran: bool = False
     error: str | None = None
     misconfigured: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Reembed:
+    """The vectors a fix run computed before its write lock for one table's rows without
+    one: [(row id, float32 BLOB)], and the backend's error when it failed."""
+
+    vectors: list[tuple[int, bytes]]
+    error: str | None = None
 
 
 @dataclass
@@ -48,27 +59,30 @@ class HealthContext:
     agent_id: str = ""
     fix: bool = False
     #: The fix run's write transaction (None outside it); opaque, for storage functions.
-    handle: sql.Handle | None = None
+    handle: Handle | None = None
     #: The provider's vector width (known, or probed in a fix run); None = unknown.
     dim: int | None = None
     probe: Probe = field(default_factory=Probe)
-    #: Vectors computed before the write lock: table -> [(row id, float32 BLOB)].
-    prepared: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)
+    #: Vectors computed before the write lock, per table (memories, episodes).
+    reembeds: dict[str, Reembed] = field(default_factory=dict)
     #: Re-embeds still allowed this run (CPERSONA_REEMBED_ROW_CAP is per run).
     reembed_budget: int = 0
-    #: The embedding_model probe (checks.ModelProbe) a fix run made before its lock, or None.
-    model_probe: Any = None
-    #: Per-check scratch data a repair needs from its detection (never returned).
-    scratch: dict[str, Any] = field(default_factory=dict)
+    #: The embedding_model probe a fix run made before its lock (used once), or None.
+    model_probe: ModelProbe | None = None
     #: Rows a fix run redacted, as (table, agent_id, id, outcome), for the copies of their text
-    #: outside this database (index files, the remote vector service); kept across the
-    #: residual re-run, which clears `scratch`.
+    #: outside this database (index files, the remote vector service).
     redacted: list[tuple[str, str, int, str]] = field(default_factory=list)
 
     @property
-    def c(self) -> sql.Handle:
+    def c(self) -> Handle:
         """What checks read through: the fix transaction inside a fix run, else the reader."""
-        return self.handle if self.handle is not None else sql.reading(self.db)
+        return self.handle if self.handle is not None else reading(self.db)
+
+    @property
+    def write_handle(self) -> Handle:
+        """The fix run's transaction, which every repair but the post-commit ones writes in."""
+        assert self.handle is not None, "repairs run inside the fix transaction"
+        return self.handle
 
     @property
     def stores_blobs(self) -> bool:
@@ -85,7 +99,7 @@ class HealthContext:
         a repair may write the configured model's vectors there and nowhere else."""
         if self.embedder is None:
             return False
-        found = sql.recorded_models(self.c).get(table)
+        found = recorded_models(self.c).get(table)
         return found is None or found.model == self.embedder.name
 
     def embed(self, texts: Sequence[str]) -> list[bytes | None]:

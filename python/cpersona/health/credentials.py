@@ -12,13 +12,15 @@ credentials on purpose); locked memories are reported, never rewritten.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cpersona.health.checks import Issue, issue
+from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
+from cpersona.health.issue import INTERNAL, UNSET, Issue
 from cpersona.storage import credentials as sql
-from cpersona.storage import health as health_sql
-from cpersona.storage.health import Handle
+from cpersona.storage.upkeep.embedding_rows import texts_by_id
+from cpersona.storage.upkeep.handle import reading
 
 if TYPE_CHECKING:
     from cpersona.engine import Engine
@@ -32,7 +34,32 @@ ALLOW_HINT = (
 )
 
 
-def detect(ctx: HealthContext) -> list[Issue]:
+@dataclass(kw_only=True, eq=False)
+class StoredCredentials(Issue):
+    """One table's rows holding what a write now redacts: ids and kinds, never a value."""
+
+    type: str = CHECK
+    severity: str = "warn"
+    check: str = CHECK
+    table: str
+    count: int
+    kinds: dict[str, int]
+    locked: int
+    repairable: int
+    sample_ids: list[int]
+    hint: str = UNSET
+    fixed: int | bool = UNSET
+    redacted_rows: int = UNSET
+    deleted_collisions: int = UNSET
+    fix_error: str = UNSET
+    re_embedded: int = UNSET
+    #: (agent_id, id, {column: redacted text}) of the rows the repair rewrites.
+    plan: list[tuple[str, int, dict[str, str]]] = field(
+        default_factory=list, repr=False, metadata=INTERNAL
+    )
+
+
+def detect(ctx: HealthContext) -> list[StoredCredentials]:
     # Imported here: the registry is imported at start-up, the detector's patterns are not
     # needed until a check runs (docs/performance.md, "Start-up").
     from cpersona.credentials.detect import redact, redact_json_text
@@ -62,43 +89,37 @@ def detect(ctx: HealthContext) -> list[Issue]:
             seen["locked"] += 1
         elif not allow:
             plan.append((row.table, row.agent_id, row.id, changes))
-    ctx.scratch[CHECK] = plan
-    out: list[Issue] = []
+    out: list[StoredCredentials] = []
     for table, seen in tables.items():
-        repairable = sum(1 for t, *_ in plan if t == table)
-        found = issue(
-            CHECK,
-            CHECK,
-            "warn",
+        finding = StoredCredentials(
             table=table,
             count=len(seen["ids"]),
             kinds=dict(sorted(seen["kinds"].items())),
             locked=seen["locked"],
-            repairable=repairable,
+            repairable=sum(1 for t, *_ in plan if t == table),
             sample_ids=seen["ids"][:SAMPLE_IDS],
+            plan=[(agent, i, changes) for t, agent, i, changes in plan if t == table],
         )
         if allow:
-            found["hint"] = ALLOW_HINT
-        out.append(found)
+            finding.hint = ALLOW_HINT
+        out.append(finding)
     return out
 
 
-def repair(ctx: HealthContext, issues: list[Issue]) -> None:
-    handle: Handle | None = ctx.handle
-    assert handle is not None, "repairs run inside the fix transaction"
-    done: dict[str, dict[str, list[int]]] = {}
-    for table, agent_id, row_id, changes in ctx.scratch.get(CHECK, []):
-        outcome = sql.redact_row(handle, table, row_id, changes)
-        done.setdefault(table, {}).setdefault(outcome, []).append(row_id)
-        ctx.redacted.append((table, agent_id, row_id, outcome))
+def repair(ctx: HealthContext, issues: list[StoredCredentials]) -> None:
+    handle = ctx.write_handle
     for i in issues:
-        outcomes = done.get(i["table"], {})
-        updated, deleted = outcomes.get("updated", []), outcomes.get("deleted", [])
-        i.update(fixed=len(updated) + len(deleted), redacted_rows=len(updated))
+        done: dict[str, list[int]] = {}
+        for agent_id, row_id, changes in i.plan:
+            outcome = sql.redact_row(handle, i.table, row_id, changes)
+            done.setdefault(outcome, []).append(row_id)
+            ctx.redacted.append((i.table, agent_id, row_id, outcome))
+        updated, deleted = done.get("updated", []), done.get("deleted", [])
+        i.fixed, i.redacted_rows = len(updated) + len(deleted), len(updated)
         if deleted:
-            i["deleted_collisions"] = len(deleted)
-        if i["table"] in ("memories", "episodes"):
-            i["_nulled"] = (i["table"], updated)
+            i.deleted_collisions = len(deleted)
+        if i.table in ("memories", "episodes"):
+            i.nulled = {i.table: updated}
 
 
 def after_fix(engine: Engine, ctx: HealthContext) -> None:
@@ -124,9 +145,7 @@ def _copies_outside(ctx: HealthContext, remote: RemoteVectors | None) -> set[str
 
         for table, prefix in (("memories", "mem"), ("episodes", "ep")):
             rows = [(agent, i, outcome) for t, agent, i, outcome in ctx.redacted if t == table]
-            texts = health_sql.texts_by_id(
-                health_sql.reading(ctx.db), table, [i for _, i, o in rows if o == "updated"]
-            )
+            texts = texts_by_id(reading(ctx.db), table, [i for _, i, o in rows if o == "updated"])
             for agent in sorted({agent for agent, _, _ in rows}):
                 items = [
                     Item(f"{prefix}:{i}", texts[i]) for a, i, _ in rows if a == agent and i in texts
@@ -137,3 +156,8 @@ def _copies_outside(ctx: HealthContext, remote: RemoteVectors | None) -> set[str
                 if gone:
                     remote.remove(agent, gone)
     return rewritten & {"memories", "episodes"}
+
+
+CHECKS: tuple[Check[Any], ...] = (
+    Check(CHECK, "warn", detect, (StoredCredentials,), EVERYWHERE, repair=repair),
+)

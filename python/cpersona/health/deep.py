@@ -16,7 +16,7 @@ from cpersona import __version__
 from cpersona.health.context import HealthContext
 from cpersona.health.registry import (
     SKIP_REASON,
-    run_checks,
+    report_findings,
     selected,
     summarise,
     unknown_names,
@@ -24,7 +24,13 @@ from cpersona.health.registry import (
 )
 from cpersona.memory.text import py_json
 from cpersona.retrieval.sidecar import SCORING_VERSION
-from cpersona.storage import health as sql
+from cpersona.storage.upkeep.embedding_rows import iter_embeddings, width_counts
+from cpersona.storage.upkeep.handle import count, writing
+from cpersona.storage.upkeep.sources import sentinel_rows, set_source
+from cpersona.storage.upkeep.stamps import orphaned_episodes as orphaned_episode_rows
+from cpersona.storage.upkeep.stamps import profile_updated_at
+from cpersona.storage.upkeep.texts import delete_unlocked_memories, newest_texts
+from cpersona.storage.upkeep.texts import short_content as short_content_rows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,7 +46,7 @@ _NAMED = re.compile(r"^\[([^\]\n]+)\] ")
 
 
 def anonymous_source(ctx: HealthContext, fix: bool) -> Result:
-    rows = sql.sentinel_rows(ctx.c, ctx.agent_id)
+    rows = sentinel_rows(ctx.c, ctx.agent_id)
     found = [(r, _NAMED.match(r.content)) for r in rows]
     recoverable = [(r, m.group(1)) for r, m in found if m]
     lost = [r for r, m in found if not m]
@@ -51,28 +57,28 @@ def anonymous_source(ctx: HealthContext, fix: bool) -> Result:
         out["unrecoverable_samples"] = [int(r.id) for r in lost[:5]]
     if fix and recoverable:
         fixed = 0
-        with sql.writing(ctx.db) as handle:
+        with writing(ctx.db) as handle:
             for r, name in recoverable:
                 source = py_json({"type": "User", "id": "", "name": name})
-                fixed += sql.set_source(handle, int(r.id), source)
+                fixed += set_source(handle, int(r.id), source)
         out["fixed"] = fixed
         out["unfixable_locked"] = sum(1 for r, _ in recoverable if r.locked)
     return out
 
 
 def short_content(ctx: HealthContext, fix: bool) -> Result:
-    rows = sql.short_content(ctx.c, ctx.agent_id, SHORT_CONTENT_MAX)
+    rows = short_content_rows(ctx.c, ctx.agent_id, SHORT_CONTENT_MAX)
     out: Result = {"count": len(rows)}
     if rows:
         out["samples"] = [{"id": int(r.id), "content": r.content} for r in rows[:10]]
     if fix and rows:
-        with sql.writing(ctx.db) as handle:
-            out["fixed"] = sql.delete_unlocked_memories(handle, [int(r.id) for r in rows])
+        with writing(ctx.db) as handle:
+            out["fixed"] = delete_unlocked_memories(handle, [int(r.id) for r in rows])
     return out
 
 
 def stale_profile(ctx: HealthContext, fix: bool) -> Result:
-    found = sql.profile_updated_at(ctx.c, ctx.agent_id)
+    found = profile_updated_at(ctx.c, ctx.agent_id)
     out: Result = {"count": 0, "threshold_days": STALE_PROFILE_DAYS}
     if found is not None:
         out["last_updated"] = found[0]
@@ -81,7 +87,7 @@ def stale_profile(ctx: HealthContext, fix: bool) -> Result:
 
 
 def orphaned_episodes(ctx: HealthContext, fix: bool) -> Result:
-    rows = sql.orphaned_episodes(ctx.c, ctx.agent_id)
+    rows = orphaned_episode_rows(ctx.c, ctx.agent_id)
     out: Result = {"count": len(rows)}
     if rows:
         out["samples"] = [
@@ -129,7 +135,7 @@ def _vectors(ctx: HealthContext, table: str, limit: int) -> tuple[list[int], np.
 
     rows = [
         r
-        for batch in sql.iter_embeddings(ctx.c, table, ctx.agent_id, newest_first=True, limit=limit)
+        for batch in iter_embeddings(ctx.c, table, ctx.agent_id, newest_first=True, limit=limit)
         for r in batch
         if len(r[1]) % 4 == 0
     ]
@@ -182,9 +188,9 @@ def unnormalized_content(ctx: HealthContext, fix: bool) -> Result:
         ("episodes", "summary"),
         ("profiles", "content"),
     ):
-        rows = sql.newest_texts(ctx.c, table, column, ctx.agent_id, cap)
+        rows = newest_texts(ctx.c, table, column, ctx.agent_id, cap)
         scanned += len(rows)
-        complete = complete and len(rows) >= sql.count(ctx.c, table, ctx.agent_id)
+        complete = complete and len(rows) >= count(ctx.c, table, ctx.agent_id)
         bad = [i for i, text in rows if not unicodedata.is_normalized("NFC", text)]
         by_table[table] = len(bad)
         samples += [{"table": table, "id": i} for i in bad[: 10 - len(samples)]]
@@ -210,9 +216,7 @@ def embedding_norm(ctx: HealthContext, fix: bool) -> Result:
     for table in ("memories", "episodes"):
         ids, vectors = _vectors(ctx, table, cap)
         scanned += len(ids)
-        complete = complete and len(ids) >= sum(
-            sql.width_counts(ctx.c, table, ctx.agent_id).values()
-        )
+        complete = complete and len(ids) >= sum(width_counts(ctx.c, table, ctx.agent_id).values())
         if not ids:
             by_table[table] = 0
             continue
@@ -293,7 +297,7 @@ def session_findings(
     ctx.agent_id = ""
     if ctx.embedder is not None and ctx.dim is None:
         ctx.dim = ctx.embedder.dim()
-    issues = run_checks(ctx, selected([])) + list(extra_issues)
+    issues = report_findings(ctx, selected([])) + list(extra_issues)
     findings: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
     for i in issues:
@@ -318,7 +322,7 @@ def session_findings(
         out["summary"] = {
             "status": verdict(severities),
             "severity_summary": severities,
-            "total_memories": sql.count(ctx.c, "memories"),
+            "total_memories": count(ctx.c, "memories"),
         }
     if identity_shared:
         out["identity_shared"] = True

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cpersona.storage.health import Conn, rewrite_content
+from cpersona.storage.upkeep.handle import Conn
+from cpersona.storage.upkeep.texts import rewrite_content
 
 #: (table, column) of every stored text a write screens; memories' metadata is JSON text.
 COLUMNS: dict[str, tuple[str, ...]] = {

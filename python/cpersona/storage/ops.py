@@ -123,6 +123,15 @@ class SqlOps(Protocol):
         backend cannot read `expr` as a time."""
         ...
 
+    def utc_iso(self, expr: str) -> str:
+        """The time text `expr` as `YYYY-MM-DDTHH:MM:SS+00:00` (the instant in UTC, seconds
+        cut); NULL when the backend cannot read `expr` as a time."""
+        ...
+
+    def database_bytes(self) -> str:
+        """A query answering one row: the bytes the database takes."""
+        ...
+
     def blob(self, expr: str) -> str:
         """`expr` as a byte string."""
         ...
@@ -222,6 +231,12 @@ class SqliteOps:
 
     def age_seconds(self, expr: str) -> str:
         return f"((julianday('now') - julianday({expr})) * 86400.0)"
+
+    def utc_iso(self, expr: str) -> str:
+        return f"strftime('%Y-%m-%dT%H:%M:%S+00:00', {expr})"
+
+    def database_bytes(self) -> str:
+        return "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
 
     def blob(self, expr: str) -> str:
         return f"CAST({expr} AS BLOB)"
@@ -332,6 +347,16 @@ class PostgresOps:
             f"CASE WHEN pg_input_is_valid({expr}, 'timestamptz') THEN "
             f"extract(epoch FROM statement_timestamp() - CAST({expr} AS timestamptz)) END"
         )
+
+    def utc_iso(self, expr: str) -> str:
+        return (
+            f"CASE WHEN pg_input_is_valid({expr}, 'timestamptz') THEN "
+            f"to_char(CAST({expr} AS timestamptz) AT TIME ZONE 'UTC', "
+            """'YYYY-MM-DD"T"HH24:MI:SS"+00:00"') END"""
+        )
+
+    def database_bytes(self) -> str:
+        return "SELECT pg_database_size(current_database())"
 
     def blob(self, expr: str) -> str:
         return f"CAST({expr} AS BYTEA)"

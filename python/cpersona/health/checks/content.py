@@ -1,0 +1,197 @@
+"""Checks 1-4: memory text (CPersona's annotation prefix, Discord mentions, text over the
+length cap, duplicate rows). Repairs skip locked rows."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from cpersona.health.check import EVERYWHERE, Check
+from cpersona.health.context import HealthContext
+from cpersona.health.issue import INTERNAL, UNSET, Issue
+from cpersona.storage.upkeep.texts import (
+    delete_unlocked_memories,
+    duplicate_groups,
+    memories_containing,
+    oversized_memories,
+    rewrite_content,
+    truncate_memories,
+)
+
+ANNOTATION = re.compile(r"\[Memory from [^\]]+\]\s*")
+MENTION = re.compile(r"\s*<@!?\d+>")
+
+
+@dataclass(kw_only=True, eq=False)
+class Rewrite(Issue):
+    """Memories holding what the check strips from their text."""
+
+    severity: str = "info"
+    count: int
+    locked: int
+    repairable: int
+    sample_ids: list[int]
+    fixed: int | bool = UNSET
+    rewritten: int = UNSET
+    deleted_collisions: int = UNSET
+    fix_error: str = UNSET
+    re_embedded: int = UNSET
+    #: (id, new text) of the unlocked rows the strip changes.
+    plan: list[tuple[int, str]] = field(default_factory=list, repr=False, metadata=INTERNAL)
+
+
+def _rewrite_check(
+    ctx: HealthContext, check: str, needle: str, pattern: re.Pattern[str]
+) -> list[Rewrite]:
+    rows = memories_containing(ctx.c, needle, ctx.agent_id)
+    if not rows:
+        return []
+    plan = []
+    for r in rows:
+        new = pattern.sub("", r.content).strip()
+        if not r.locked and new != r.content:
+            plan.append((int(r.id), new))
+    return [
+        Rewrite(
+            type=check,
+            check=check,
+            count=len(rows),
+            locked=sum(1 for r in rows if r.locked),
+            repairable=len(plan),
+            sample_ids=[int(r.id) for r in rows[:10]],
+            plan=plan,
+        )
+    ]
+
+
+def _rewrite(ctx: HealthContext, issues: list[Rewrite]) -> None:
+    handle = ctx.write_handle
+    done: dict[str, list[int]] = {"updated": [], "deleted": []}
+    for row_id, text in (step for i in issues for step in i.plan):
+        outcome = rewrite_content(handle, row_id, text)
+        if outcome in done:
+            done[outcome].append(row_id)
+    for i in issues:
+        i.fixed = len(done["updated"]) + len(done["deleted"])
+        i.rewritten = len(done["updated"])
+        i.deleted_collisions = len(done["deleted"])
+        i.nulled = {"memories": done["updated"]}
+
+
+def memory_annotation(ctx: HealthContext) -> list[Rewrite]:
+    return _rewrite_check(ctx, "memory_annotation", "[Memory from", ANNOTATION)
+
+
+def discord_mention(ctx: HealthContext) -> list[Rewrite]:
+    return _rewrite_check(ctx, "discord_mention", "<@", MENTION)
+
+
+@dataclass(kw_only=True, eq=False)
+class OversizedContent(Issue):
+    type: str = "oversized_content"
+    severity: str = "warn"
+    check: str = "oversized_content"
+    count: int
+    max_len: int
+    cap: int
+    locked: int
+    repairable: int
+    fixed: int | bool = UNSET
+    lossy: bool = UNSET
+    fix_error: str = UNSET
+    re_embedded: int = UNSET
+    ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
+
+
+def oversized_content(ctx: HealthContext) -> list[OversizedContent]:
+    cap = ctx.settings.max_content_length
+    rows = oversized_memories(ctx.c, cap, ctx.agent_id)
+    if not rows:
+        return []
+    ids = [int(r.id) for r in rows if not r.locked]
+    return [
+        OversizedContent(
+            count=len(rows),
+            max_len=max(int(r.n) for r in rows),
+            cap=cap,
+            locked=len(rows) - len(ids),
+            repairable=len(ids),
+            ids=ids,
+        )
+    ]
+
+
+def cut_content(ctx: HealthContext, issues: list[OversizedContent]) -> None:
+    ids = [row_id for i in issues for row_id in i.ids]
+    clashed = truncate_memories(ctx.write_handle, ids, ctx.settings.max_content_length)
+    cut = [i for i in ids if i not in set(clashed)]
+    for i in issues:
+        i.fixed, i.lossy = len(cut), True
+        if clashed:
+            i.fix_error = (
+                f"{len(clashed)} rows would duplicate another row once cut and "
+                "were left as they are"
+            )
+        i.nulled = {"memories": cut}
+
+
+@dataclass(kw_only=True, eq=False)
+class DuplicateContent(Issue):
+    type: str = "duplicate_content"
+    severity: str = "warn"
+    check: str = "duplicate_content"
+    groups: int
+    total_extra: int
+    repairable: int
+    fixed: int | bool = UNSET
+    fix_error: str = UNSET
+    #: Every row of a group but its survivor (the lowest id of the channel-global bucket).
+    doomed: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
+
+
+def duplicate_content(ctx: HealthContext) -> list[DuplicateContent]:
+    groups = duplicate_groups(ctx.c, ctx.agent_id)
+    if not groups:
+        return []
+    doomed: list[int] = []
+    for group in groups:
+        pool = [r for r in group if r.channel == ""] or group
+        survivor = min(int(r.id) for r in pool)
+        doomed += [int(r.id) for r in group if int(r.id) != survivor and not r.locked]
+    return [
+        DuplicateContent(
+            groups=len(groups),
+            total_extra=sum(len(g) - 1 for g in groups),
+            repairable=len(doomed),
+            doomed=doomed,
+        )
+    ]
+
+
+def delete_duplicates(ctx: HealthContext, issues: list[DuplicateContent]) -> None:
+    deleted = delete_unlocked_memories(ctx.write_handle, [r for i in issues for r in i.doomed])
+    for i in issues:
+        i.fixed = deleted
+
+
+CHECKS: tuple[Check[Any], ...] = (
+    Check("memory_annotation", "info", memory_annotation, (Rewrite,), EVERYWHERE, repair=_rewrite),
+    Check("discord_mention", "info", discord_mention, (Rewrite,), EVERYWHERE, repair=_rewrite),
+    Check(
+        "oversized_content",
+        "warn",
+        oversized_content,
+        (OversizedContent,),
+        EVERYWHERE,
+        repair=cut_content,
+    ),
+    Check(
+        "duplicate_content",
+        "warn",
+        duplicate_content,
+        (DuplicateContent,),
+        EVERYWHERE,
+        repair=delete_duplicates,
+    ),
+)

@@ -1,0 +1,297 @@
+"""Checks 28-32: this host's configuration and files (the local vector fallback, the vector
+index files, the operating context file, file modes)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cpersona.health.check import EVERYWHERE, Applies, Check, Phase
+from cpersona.health.checks.embeddings import TABLES
+from cpersona.health.context import HealthContext
+from cpersona.health.issue import INTERNAL, UNSET, Issue, Skipped, skipped
+from cpersona.operating_context import SUMMARY_SOFT_LIMIT
+from cpersona.storage.upkeep.embedding_rows import width_counts
+from cpersona.storage.upkeep.handle import Subject, subjects
+
+
+@dataclass(kw_only=True, eq=False)
+class NoLocalVectorFallback(Issue):
+    type: str = "no_local_vector_fallback"
+    severity: str = "info"
+    check: str = "vector_fallback_config"
+    hint: str = "with the remote vector service down, recall has no local vectors"
+
+
+def vector_fallback_config(ctx: HealthContext) -> list[NoLocalVectorFallback]:
+    s = ctx.settings
+    if s.vector_search_mode == "remote" and not s.store_blob:
+        return [NoLocalVectorFallback()]
+    return []
+
+
+@dataclass(kw_only=True, eq=False)
+class IndexNotBuilt(Issue):
+    """Read-only: the file is not there yet, and the server builds it when it starts."""
+
+    type: str = "vector_index_absent"
+    severity: str = "info"
+    check: str = "vector_index"
+    table: str
+    rows: int
+    hint: str = "the server builds it when it starts"
+
+
+@dataclass(kw_only=True, eq=False)
+class IndexUnusable(Issue):
+    """The file is missing (`vector_index_absent`) or cannot be used (`_unusable`)."""
+
+    check: str = "vector_index"
+    table: str
+    reason: str
+    repairable: int = 1
+    fixed: bool = UNSET
+    fix_error: str = UNSET
+
+
+@dataclass(kw_only=True, eq=False)
+class IndexBehind(Issue):
+    type: str = "vector_index_behind"
+    severity: str = "info"
+    check: str = "vector_index"
+    table: str
+    applied_seq: int
+    log_seq: int
+
+
+@dataclass(kw_only=True, eq=False)
+class IndexMismatch(Issue):
+    type: str = "vector_index_mismatch"
+    severity: str = "warn"
+    check: str = "vector_index"
+    table: str
+    count: int
+    samples: list[str]
+    repairable: int = 1
+    fixed: bool = UNSET
+    fix_error: str = UNSET
+
+
+def vector_index(ctx: HealthContext) -> list[Issue]:
+    if ctx.indexes is None:
+        return skipped(
+            "vector_index",
+            "the index files are not open (never indexed by "
+            "cpersona; the server builds them at its first start)",
+        )
+    out: list[Issue] = []
+    for table, index in ctx.indexes.items():
+        embedded = sum(width_counts(ctx.c, table, "").values())
+        if ctx.read_only and not index.path.exists():
+            if embedded:
+                out.append(IndexNotBuilt(table=table, rows=embedded))
+            continue
+        status = index.status()
+        if not status.usable:
+            if status.reason == "missing" and not embedded:
+                continue
+            severity = "info" if status.reason == "missing" else "warn"
+            kind = "absent" if severity == "info" else "unusable"
+            out.append(
+                IndexUnusable(
+                    type=f"vector_index_{kind}",
+                    severity=severity,
+                    table=table,
+                    reason=status.reason,
+                )
+            )
+            continue
+        if status.applied_seq < status.log_seq and ctx.read_only:
+            out.append(
+                IndexBehind(table=table, applied_seq=status.applied_seq, log_seq=status.log_seq)
+            )
+            continue
+        problems = index.verify()
+        if problems:
+            out.append(IndexMismatch(table=table, count=len(problems), samples=problems[:5]))
+    return out
+
+
+def rebuild_index(ctx: HealthContext, issues: list[Issue]) -> None:
+    """After the commit (outside the write lock), against the repaired rows."""
+    assert ctx.indexes is not None
+    for i in issues:
+        if isinstance(i, IndexUnusable | IndexMismatch) and i.repairable:
+            index = ctx.indexes[i.table]
+            index.rebuild()
+            problems = index.verify()
+            i.fixed = not problems
+            if problems:
+                i.fix_error = "; ".join(problems[:3])
+
+
+@dataclass(kw_only=True, eq=False)
+class OperatingContextParse(Issue):
+    type: str = "operating_context_parse"
+    severity: str = "warn"
+    check: str = "operating_context_parse"
+    path: str
+    detail: str
+    hint: str = "the operating context is dormant until the file is fixed"
+
+
+def operating_context_parse(ctx: HealthContext) -> list[OperatingContextParse]:
+    problem = ctx.oc.present_but_unusable()
+    if problem is None:
+        return []
+    return [OperatingContextParse(path=ctx.oc.path, detail=problem)]
+
+
+@dataclass(kw_only=True, eq=False)
+class OperatingContextSize(Issue):
+    type: str = "operating_context_size"
+    severity: str = "info"
+    check: str = "operating_context_size"
+    chars: int
+    limit: int = SUMMARY_SOFT_LIMIT
+
+
+def operating_context_size(ctx: HealthContext) -> list[OperatingContextSize]:
+    context, _ = ctx.oc.load()
+    if context is None or len(context.summary) <= SUMMARY_SOFT_LIMIT:
+        return []
+    return [OperatingContextSize(chars=len(context.summary))]
+
+
+def _guarded_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
+    """The files and directories of cpersona's that exist (a path that is not there is not
+    loose: it was never a reason to fail the check, issue 21)."""
+    held = subjects(ctx.db)
+    files, dirs = _sqlite_paths(ctx) if Subject.DATABASE_FILE in held else _postgresql_paths(ctx)
+    return [f for f in files if f.is_file()], [d for d in dirs if d.is_dir()]
+
+
+def _postgresql_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
+    """On PostgreSQL the database's files are the server's; this host keeps the full-text
+    index files (their text is the memories') in its cache directory, and the alias ledger."""
+    from cpersona.fts.cache import cache_directory
+
+    cache = cache_directory(ctx.settings.cache_dir, ctx.db.path)
+    files = [*sorted(cache.glob("index.*")), cache / "database.txt"]
+    if ctx.settings.alias_ledger_file:
+        files.append(Path(ctx.settings.alias_ledger_file))
+    return files, [cache]
+
+
+def _sqlite_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
+    db = Path(ctx.settings.db_path).resolve()
+    files = [db, Path(f"{db}-wal"), Path(f"{db}-shm")]
+    files += sorted(db.parent.glob(db.name.replace("[", "[[]") + ".calibration.json*"))
+    files += [
+        db.parent / "update-check.json",
+        Path(ctx.settings.alias_ledger_file or db.parent / "alias_ledger.json"),
+    ]
+    for table in TABLES:
+        files += [
+            Path(f"{db}.{table}.vec"),
+            Path(f"{db}.{table}.vec.sum"),
+            Path(f"{db}.{table}.vec.lock"),
+            Path(f"{db}.{table}.vecindex"),
+        ]
+    return files, [db.parent]
+
+
+@dataclass(kw_only=True, eq=False)
+class FilePermissions(Issue):
+    type: str = "file_permissions"
+    severity: str = "warn"
+    check: str = "file_permissions"
+    files: list[str]
+    directories: list[str]
+    repairable: int
+    fixed: int | bool = UNSET
+    fix_error: str = UNSET
+    loose: list[Path] = field(default_factory=list, repr=False, metadata=INTERNAL)
+
+
+def file_permissions(ctx: HealthContext) -> list[Issue]:
+    if ctx.db.is_memory:
+        return skipped("file_permissions", "in-memory database: no files")
+    if os.name != "posix":
+        return skipped("file_permissions", "mode bits are not enforced on this platform")
+    files, dirs = _guarded_paths(ctx)
+    loose = [f for f in files if f.stat().st_mode & 0o077]
+    loose_dirs = [d for d in dirs if d.stat().st_mode & 0o077]
+    if not loose and not loose_dirs:
+        return []
+    return [
+        FilePermissions(
+            files=[str(f) for f in loose],
+            directories=[str(d) for d in loose_dirs],
+            repairable=len(loose),
+            loose=loose,
+        )
+    ]
+
+
+def tighten_modes(ctx: HealthContext, issues: list[Issue]) -> None:
+    fixed, errors = 0, []
+    for path in (p for i in issues if isinstance(i, FilePermissions) for p in i.loose):
+        try:
+            os.chmod(path, 0o600)
+            fixed += 1
+        except OSError as exc:
+            errors.append(f"{path}: {exc}")
+    for i in issues:
+        if isinstance(i, FilePermissions):
+            i.fixed = fixed
+            if errors:
+                i.fix_error = "; ".join(errors)
+
+
+CHECKS: tuple[Check[Any], ...] = (
+    Check(
+        "vector_fallback_config",
+        "info",
+        vector_fallback_config,
+        (NoLocalVectorFallback,),
+        EVERYWHERE,
+    ),
+    Check(
+        "vector_index",
+        "warn",
+        vector_index,
+        (IndexNotBuilt, IndexUnusable, IndexBehind, IndexMismatch, Skipped),
+        Applies(
+            frozenset({Subject.VECTOR_FILES}),
+            "no local vector index files on PostgreSQL: recall scans the vectors in the "
+            "database (pgvector)",
+        ),
+        repair=rebuild_index,
+        phase=Phase.AFTER_COMMIT,
+    ),
+    Check(
+        "operating_context_parse",
+        "warn",
+        operating_context_parse,
+        (OperatingContextParse,),
+        EVERYWHERE,
+    ),
+    Check(
+        "operating_context_size",
+        "info",
+        operating_context_size,
+        (OperatingContextSize,),
+        EVERYWHERE,
+    ),
+    Check(
+        "file_permissions",
+        "warn",
+        file_permissions,
+        (FilePermissions, Skipped),
+        EVERYWHERE,
+        repair=tighten_modes,
+    ),
+)

@@ -1,0 +1,131 @@
+"""A health finding as a typed object, and the JSON a client reads of it (surface.md §9.2).
+
+Each check declares the issues it reports as dataclasses deriving from `Issue`, in its own
+module. `to_json()` writes `type`, `severity` and `check`, then the class's own fields in the
+order they are declared, leaving out those still `UNSET` (a field a finding or its repair did
+not set is absent from the answer, not null), then `needs_human_review` and the review hint
+when the runner asked for a human. Fields with the `INTERNAL` metadata (a repair's plan, the
+rows a repair left without a vector) never leave the process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Final
+
+#: The hint of a finding no repair can touch (the runner's review policy).
+REVIEW_HINT = (
+    "nothing here can be repaired automatically (locked rows, or no way to "
+    "compute a fix); review it by hand"
+)
+_HEAD = ("type", "severity", "check")
+
+
+class _Unset:
+    """The value of a field a finding did not set (absent from its JSON)."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Final[Any] = _Unset()
+
+
+#: The metadata of a field the process keeps and the answer never shows.
+INTERNAL: Final = {"wire": False}
+
+
+@dataclass(kw_only=True, eq=False)
+class Issue:
+    """One finding. Subclasses fix `type` and `check` where they are constant, add their
+    fields (default `UNSET` for optional ones) and, for fix-capable checks, the fields their
+    repair writes (`fixed`, `fix_error`, ...), in the order the answer lists them."""
+
+    type: str
+    severity: str
+    check: str
+    #: Rows the repair left without a vector, {table: ids}: the second re-embed pass fills them.
+    nulled: dict[str, list[int]] = field(default_factory=dict, repr=False, metadata=INTERNAL)
+    #: Set by the runner's review policy (a finding no fix can touch).
+    needs_human_review: bool = field(default=False, metadata=INTERNAL)
+    #: The error of a failed repair, for a finding whose type has no `fixed` / `fix_error`
+    #: (one its check's repair does not act on, rolled back with the rest).
+    failure: str | None = field(default=None, metadata=INTERNAL)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: getattr(self, name) for name in _HEAD}
+        for f in fields(self):
+            if f.name in _HEAD or f.metadata.get("wire") is False:
+                continue
+            value = getattr(self, f.name)
+            if value is not UNSET:
+                out[f.name] = value
+        if self.failure is not None:
+            out["fixed"], out["fix_error"] = False, self.failure
+        if self.needs_human_review:
+            out["needs_human_review"] = True
+            out.setdefault("hint", REVIEW_HINT)
+        return out
+
+    def failed(self, error: str) -> None:
+        """The repair raised: it was rolled back, and the finding says so."""
+        self.nulled = {}
+        if {"fixed", "fix_error"} <= {f.name for f in fields(self)}:
+            self.fixed, self.fix_error = False, error
+        else:
+            self.failure = error
+
+
+@dataclass(kw_only=True, eq=False)
+class Skipped(Issue):
+    """A check that cannot apply here says why (info never degrades the verdict)."""
+
+    severity: str = "info"
+    reason: str
+
+
+def skipped(check: str, reason: str) -> list[Issue]:
+    return [Skipped(type=f"{check}_skipped", check=check, reason=reason)]
+
+
+@dataclass(kw_only=True, eq=False)
+class NotApplicable(Issue):
+    """A check whose subject this database does not hold (an SQLite file's integrity on
+    PostgreSQL): said, never passed silently; info never degrades."""
+
+    severity: str = "info"
+    status: str = "not_applicable"
+    reason: str
+
+
+def not_applicable(check: str, reason: str) -> NotApplicable:
+    return NotApplicable(type=f"{check}_not_applicable", check=check, reason=reason)
+
+
+@dataclass(kw_only=True, eq=False)
+class Crashed(Issue):
+    """A detector that raised: the run goes on and says which check failed and how."""
+
+    type: str = "check_crashed"
+    severity: str = "warn"
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        # The key order of CPersona 2.5.x's answer.
+        return {
+            "type": self.type,
+            "check_name": self.check,
+            "check": self.check,
+            "detail": self.detail,
+            "severity": self.severity,
+        }

@@ -1,0 +1,211 @@
+"""SQL of the content checks: memories and profiles whose text a check flags, and the
+repairs that rewrite, cut or delete them (an agent scope of "" means every agent)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cpersona.storage.db import quote_identifier
+from cpersona.storage.errors import ConstraintError
+from cpersona.storage.upkeep.handle import Conn, chunks, ids_clause, scope
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFlag:
+    """A memory a check flagged: always its id and lock; the other columns where the query
+    reads them ('' / 0 otherwise)."""
+
+    id: int
+    locked: bool
+    content: str = ""
+    agent_id: str = ""
+    project_id: str = ""
+    channel: str = ""
+    n: int = 0  # length(content) where a size check reads it
+
+
+@dataclass(frozen=True, slots=True)
+class Sized:
+    id: int
+    n: int
+
+
+def flags(rows: list[Any], columns: str) -> list[MemoryFlag]:
+    """`rows` of the SELECT list `columns` (names as in MemoryFlag) as flags."""
+    names = [c.strip() for c in columns.split(",")]
+    out = []
+    for r in rows:
+        v = dict(zip(names, tuple(r), strict=True))
+        v.pop("g", None)
+        out.append(
+            MemoryFlag(
+                id=int(v["id"]),
+                locked=bool(v["locked"]),
+                content=str(v.get("content", "")),
+                agent_id=str(v.get("agent_id", "")),
+                project_id=str(v.get("project_id", "")),
+                channel=str(v.get("channel", "")),
+                n=int(v.get("n", 0)),
+            )
+        )
+    return out
+
+
+def memories_containing(conn: Conn, needle: str, agent_id: str) -> list[MemoryFlag]:
+    where, params = scope(agent_id)
+    return flags(
+        conn.execute(
+            "SELECT id, agent_id, project_id, channel, content, locked FROM memories "
+            f"WHERE {conn.ops.position('?', 'content')} > 0{where} ORDER BY id",
+            [needle, *params],
+        ).fetchall(),
+        "id, agent_id, project_id, channel, content, locked",
+    )
+
+
+def oversized_memories(conn: Conn, cap: int, agent_id: str) -> list[MemoryFlag]:
+    where, params = scope(agent_id)
+    return flags(
+        conn.execute(
+            "SELECT id, agent_id, project_id, channel, content, locked, length(content) AS n "
+            f"FROM memories WHERE length(content) > ?{where} ORDER BY id",
+            [cap, *params],
+        ).fetchall(),
+        "id, agent_id, project_id, channel, content, locked, n",
+    )
+
+
+def rewrite_content(conn: Conn, memory_id: int, content: str) -> str:
+    """Set a memory's text (its embedding becomes NULL); a row whose new text collides with
+    another row's on the content UNIQUE index is deleted instead. Returns what happened."""
+    row = conn.execute(
+        "SELECT agent_id, project_id, channel FROM memories WHERE id = ?", (memory_id,)
+    ).fetchone()
+    if row is None:
+        return "missing"
+    clash = conn.execute(
+        "SELECT 1 FROM memories WHERE agent_id = ? AND project_id = ? AND channel = ? "
+        "AND content = ? AND id != ?",
+        (row[0], row[1], row[2], content, memory_id),
+    ).fetchone()
+    if clash is not None:
+        conn.execute("DELETE FROM memories WHERE id = ? AND locked = 0", (memory_id,))
+        return "deleted"
+    conn.execute(
+        "UPDATE memories SET content = ?, embedding = NULL WHERE id = ? AND locked = 0",
+        (content, memory_id),
+    )
+    return "updated"
+
+
+def duplicate_groups(conn: Conn, agent_id: str) -> list[list[MemoryFlag]]:
+    """Groups of memories sharing (agent_id, project_id, content), across channels."""
+    where, params = scope(agent_id, "m.agent_id")
+    rows = conn.execute(
+        "SELECT m.id, m.agent_id, m.project_id, m.channel, m.locked, d.g FROM memories m JOIN ("
+        "  SELECT agent_id, project_id, content, MIN(id) AS g FROM memories"
+        "  GROUP BY agent_id, project_id, content HAVING COUNT(*) > 1"
+        ") d ON m.agent_id = d.agent_id AND m.project_id = d.project_id AND m.content = d.content"
+        f" WHERE 1=1{where} ORDER BY d.g, m.id",
+        params,
+    ).fetchall()
+    groups: dict[int, list[MemoryFlag]] = {}
+    for r, flag in zip(
+        rows, flags(rows, "id, agent_id, project_id, channel, locked, g"), strict=True
+    ):
+        groups.setdefault(int(r["g"]), []).append(flag)
+    return list(groups.values())
+
+
+def delete_unlocked_memories(conn: Conn, ids: Sequence[int]) -> int:
+    deleted = 0
+    for chunk in chunks(list(ids)):
+        deleted += conn.execute(
+            f"DELETE FROM memories WHERE locked = 0 AND id IN ({ids_clause(chunk)})", chunk
+        ).rowcount
+    return deleted
+
+
+def empty_content_rows(conn: Conn, agent_id: str) -> list[MemoryFlag]:
+    where, params = scope(agent_id)
+    return flags(
+        conn.execute(
+            f"SELECT id, locked FROM memories WHERE trim(content) = ''{where} ORDER BY id", params
+        ).fetchall(),
+        "id, locked",
+    )
+
+
+def short_content(conn: Conn, agent_id: str, max_len: int) -> list[MemoryFlag]:
+    return flags(
+        conn.execute(
+            "SELECT id, content, locked FROM memories WHERE agent_id = ? "
+            "AND length(trim(content)) <= ? ORDER BY id",
+            (agent_id, max_len),
+        ).fetchall(),
+        "id, content, locked",
+    )
+
+
+def oversized_profiles(conn: Conn, cap: int, agent_id: str) -> list[Sized]:
+    where, params = scope(agent_id)
+    rows = conn.execute(
+        f"SELECT id, length(content) AS n FROM profiles WHERE length(content) > ?{where}",
+        [cap, *params],
+    ).fetchall()
+    return [Sized(int(r[0]), int(r[1])) for r in rows]
+
+
+def truncate_profiles(conn: Conn, ids: Sequence[int], cap: int) -> int:
+    changed = 0
+    for chunk in chunks(list(ids)):
+        changed += conn.execute(
+            f"UPDATE profiles SET content = substr(content, 1, ?), updated_at = {conn.ops.now()} "
+            f"WHERE id IN ({ids_clause(chunk)})",
+            [cap, *chunk],
+        ).rowcount
+    return changed
+
+
+def truncate_memories(conn: Conn, ids: Sequence[int], cap: int) -> list[int]:
+    """Cut unlocked memories to `cap` characters (NULL embedding); ids that collided on the
+    content UNIQUE index once cut are returned (their text is unchanged)."""
+    clashed = []
+    for row_id in ids:
+        try:
+            conn.execute("SAVEPOINT cut")
+            conn.execute(
+                "UPDATE memories SET content = substr(content, 1, ?), embedding = NULL "
+                "WHERE id = ? AND locked = 0",
+                (cap, row_id),
+            )
+            conn.execute("RELEASE cut")
+        except ConstraintError:
+            conn.execute("ROLLBACK TO cut")
+            conn.execute("RELEASE cut")
+            clashed.append(row_id)
+    return clashed
+
+
+def agents_without_profile(conn: Conn, agent_id: str) -> list[str]:
+    where, params = scope(agent_id, "m.agent_id")
+    rows = conn.execute(
+        "SELECT DISTINCT m.agent_id FROM memories m LEFT JOIN profiles p "
+        f"ON p.agent_id = m.agent_id WHERE p.id IS NULL{where} ORDER BY 1",
+        params,
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def newest_texts(
+    conn: Conn, table: str, column: str, agent_id: str, limit: int
+) -> list[tuple[int, str]]:
+    where, params = scope(agent_id)
+    rows = conn.execute(
+        f"SELECT id, {column} FROM {quote_identifier(table)} WHERE 1=1{where} "
+        "ORDER BY id DESC LIMIT ?",
+        [*params, limit],
+    ).fetchall()
+    return [(int(r[0]), str(r[1] or "")) for r in rows]
