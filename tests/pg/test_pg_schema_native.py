@@ -25,7 +25,6 @@ from child_env import inherited
 from cpersona.models import NewMemory
 from cpersona.storage import open_database
 from cpersona.storage.memories import insert
-from cpersona.storage.pg import legacy_functions
 from pg_support import drop_database, fresh_database
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,10 +61,6 @@ def objects(url: str) -> tuple[dict[str, str], set[str]]:
 
 def assert_native(url: str) -> None:
     procs, views = objects(url)
-    # TEMPORARY (issue 18): three storage modules still call these until their rewrite is
-    # merged; the lead deletes legacy_functions and this exemption together.
-    procs = {n: k for n, k in procs.items() if n not in legacy_functions.NAMES}
-    views -= legacy_functions.NAMES
     assert {n for n in procs if SQLITE_NAMES.match(n)} == set()
     assert {n for n, kind in procs.items() if kind == "a"} == set()  # no aggregate
     assert set(procs) == OWNED

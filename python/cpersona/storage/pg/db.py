@@ -49,7 +49,6 @@ from cpersona.storage.errors import InDoubtError, UnreachableError
 from cpersona.storage.interface import Capabilities, Params
 from cpersona.storage.interface import Row as AnyRow
 from cpersona.storage.ops import POSTGRES, SqlOps
-from cpersona.storage.pg import legacy
 from cpersona.storage.pg.adapters import register_vector, str_dumper
 from cpersona.storage.pg.dialect import placeholders
 from cpersona.storage.pg.reach import (
@@ -181,9 +180,6 @@ class PgConnection:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
         """Run one storage statement (portable SQL, `?` placeholders)."""
-        if legacy.needs_legacy(sql):  # TEMPORARY (issue 18): see storage/pg/legacy.py
-            t = legacy.translate(sql)
-            return self._run(t.sql, tuple(params), returns_id=t.returns_id)
         return self._run(placeholders(sql), tuple(params), returns_id=False)
 
     def execute_raw(self, sql: str, params: Sequence[Any] | None = None) -> PgCursor:

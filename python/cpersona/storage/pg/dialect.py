@@ -13,10 +13,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-# TEMPORARY (issue 18): storage/transfer.py still imports the old translator from here.
-from cpersona.storage.pg.legacy import translate
-
-__all__ = ["placeholders", "translate"]
+__all__ = ["placeholders"]
 
 _TOKEN = re.compile(
     r"""

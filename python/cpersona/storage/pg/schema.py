@@ -13,8 +13,7 @@ unique indexes key text on its SHA-256 (`cpersona_text_key`: the one function of
 besides the triggers', as `convert_to` is not immutable), and the equality probes of the dedup
 rules use hash indexes (no size limit). Nothing in the schema emulates SQLite: the keys SQLite
 computes per query are generated columns of built-ins (storage/pg/keys.py), defaults use
-PostgreSQL's clock (`NOW_TEXT`). TEMPORARY (issue 18): `legacy_functions` still creates the
-SQLite functions three storage modules call until their rewrite is merged.
+PostgreSQL's clock (`NOW_TEXT`).
 
 Migrations are named steps recorded in `cpersona_migrations`, each in one transaction, under a
 session advisory lock so that N processes starting together do not race.
@@ -22,14 +21,12 @@ session advisory lock so that N processes starting together do not race.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cpersona.storage.pg import legacy_functions
 from cpersona.storage.pg import vectors as pg_vectors
 
 if TYPE_CHECKING:
@@ -255,11 +252,6 @@ KEY_COLUMNS = (
 )
 
 
-def _legacy_functions(conn: PgConnection) -> None:
-    for ddl in legacy_functions.FUNCTIONS:
-        conn.execute_raw(ddl)
-
-
 def _base(conn: PgConnection) -> None:
     conn.execute_raw(TEXT_KEY_FUNCTION)
     for ddl in TABLES + INDEXES + _triggers():
@@ -320,20 +312,43 @@ def _native(conn: PgConnection) -> None:
         conn.execute_raw(ddl)
 
 
-#: TEMPORARY (issue 18): the legacy functions are re-created whenever their SQL changes
-#: (CREATE OR REPLACE): the step's name carries a digest of it.
-_LEGACY_STEP = Step(
-    "pg_legacy_" + hashlib.sha256("\n".join(legacy_functions.FUNCTIONS).encode()).hexdigest()[:12],
-    _legacy_functions,
+#: The SQLite functions an earlier build of this release kept for the modules not yet rewritten
+#: then (health, portability, transfer), and the compat view: dropped wherever they are.
+SQLITE_FUNCTIONS_DROP: tuple[str, ...] = (
+    "DROP VIEW IF EXISTS sqlite_master",
+    "DROP FUNCTION IF EXISTS length(vector)",
+    "DROP FUNCTION IF EXISTS sqlite_glob(text)",
+    "DROP FUNCTION IF EXISTS instr(text, text)",
+    "DROP FUNCTION IF EXISTS json_type(text, text)",
+    "DROP FUNCTION IF EXISTS json_type(text)",
+    "DROP FUNCTION IF EXISTS sqlite_json_type(json)",
+    "DROP FUNCTION IF EXISTS json_extract(text, text)",
+    "DROP FUNCTION IF EXISTS sqlite_json_value(json)",
+    "DROP FUNCTION IF EXISTS sqlite_json_path(text)",
+    "DROP FUNCTION IF EXISTS json_valid(text)",
+    "DROP FUNCTION IF EXISTS datetime(text)",
+    "DROP FUNCTION IF EXISTS datetime(text, text[])",
+    "DROP FUNCTION IF EXISTS strftime(text, text)",
+    "DROP FUNCTION IF EXISTS julianday(text)",
+    "DROP FUNCTION IF EXISTS sqlite_time(text)",
 )
 
+
+def _drop_sqlite_functions(conn: PgConnection) -> None:
+    """Drop the last SQLite emulations (issue 18): nothing cpersona sends calls them."""
+    for ddl in SQLITE_FUNCTIONS_DROP:
+        conn.execute_raw(ddl)
+
+
 #: Steps run in order, each once. A schema made before issue 18 has run `pg_compat_*`,
-#: `pg_0001_schema` and `pg_vector_window_*` (names no longer listed: they are done).
+#: `pg_0001_schema` and `pg_vector_window_*` (names no longer listed: they are done); one made
+#: by an earlier build of this release may hold a `pg_legacy_*` record (its functions are
+#: dropped by `pg_0004_no_sqlite_functions`).
 STEPS: tuple[Step, ...] = (
-    _LEGACY_STEP,
     Step("pg_0001_schema", _base),
     Step("pg_0002_native", _native),
     Step("pg_0003_shared_state", _shared_state),
+    Step("pg_0004_no_sqlite_functions", _drop_sqlite_functions),
 )
 
 

@@ -89,10 +89,11 @@ def null_embeddings(conn: Conn, table: str, ids: Sequence[int]) -> int:
 
 def null_all_embeddings(conn: Conn, table: str, agent_id: str) -> int:
     where, params = scope(agent_id)
-    return conn.execute(
+    cur = conn.execute(
         f"UPDATE {quote_identifier(table)} SET embedding = NULL WHERE embedding IS NOT NULL{where}",
         params,
-    ).rowcount
+    )
+    return int(cur.rowcount)
 
 
 def missing_embeddings(conn: Conn, table: str, agent_id: str) -> int:

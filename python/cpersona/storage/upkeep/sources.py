@@ -109,6 +109,7 @@ def sentinel_rows(conn: Conn, agent_id: str) -> list[MemoryFlag]:
 
 
 def set_source(conn: Conn, memory_id: int, source: str) -> int:
-    return conn.execute(
+    cur = conn.execute(
         "UPDATE memories SET source = ? WHERE id = ? AND locked = 0", (source, memory_id)
-    ).rowcount
+    )
+    return int(cur.rowcount)

@@ -85,11 +85,12 @@ def recreate_object(conn: Conn, name: str, *, drifted: bool) -> None:
 def blank_colliding_msg_ids(conn: Conn) -> int:
     """Blank the msg_id of older unlocked rows colliding on (agent, project, msg_id), every
     agent (the `dedup_msg_id_index` repair, exactly as migration step 12 does it)."""
-    return conn.execute(
+    cur = conn.execute(
         """UPDATE memories SET msg_id = '' WHERE locked = 0 AND msg_id != '' AND id NOT IN (
                SELECT MAX(id) FROM memories WHERE msg_id != ''
                GROUP BY agent_id, project_id, msg_id)"""
-    ).rowcount
+    )
+    return int(cur.rowcount)
 
 
 def msg_id_colliders(conn: Conn) -> list[bool]:
