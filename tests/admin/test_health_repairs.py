@@ -256,7 +256,13 @@ async def test_health_wrong_width_embedding(tools: Any) -> None:
     plant(tools.engine, f"UPDATE memories SET embedding = zeroblob(64) WHERE id = {ids[2]}")
     fixed = await cycle(tools, "embedding_dimension", status="unhealthy", severity="critical")
     assert of(fixed, "embedding_dimension")[0]["re_embedded"] == 1
-    widths = {r[0] for r in rows(tools.engine, "SELECT length(embedding) FROM memories")}
+    widths = {
+        r[0]
+        for r in rows(
+            tools.engine,
+            f"SELECT {tools.engine.db.ops.byte_length('embedding')} FROM memories",
+        )
+    }
     assert widths == {384 * 4}
 
 

@@ -74,7 +74,12 @@ def test_vectors_round_trip_as_float32_bytes_and_invalid_blobs_are_null(db: PgDa
     stored = {r[0]: r[1] for r in db.query("SELECT id, embedding FROM memories")}
     assert stored[good] == blob
     assert stored[ragged] is None and stored[nan] is None and stored[empty] is None
-    assert db.query_one("SELECT length(embedding) FROM memories WHERE id = ?", (good,))[0] == 12
+    assert (
+        db.query_one(
+            f"SELECT {db.ops.byte_length('embedding')} FROM memories WHERE id = ?", (good,)
+        )[0]
+        == 12
+    )
 
 
 def test_snapshot_reads_see_one_state(db: PgDatabase) -> None:

@@ -34,7 +34,7 @@ def database(settings: Settings) -> Iterator[Database]:
 
 def widths(settings: Settings, table: str = "memories") -> set[int | None]:
     with database(settings) as db:
-        rows = db.query(f"SELECT length(embedding) FROM {table}")
+        rows = db.query(f"SELECT {db.ops.byte_length('embedding')} FROM {table}")
     return {None if r[0] is None else r[0] // 4 for r in rows}
 
 

@@ -335,7 +335,8 @@ async def test_archive_episode_success_and_listing(tools):
         "created_at": ep["created_at"],
     }
     raw = tools.engine.db.query_one(
-        "SELECT resolved, channel, length(embedding) FROM episodes WHERE id = ?",
+        f"SELECT resolved, channel, {tools.engine.db.ops.byte_length('embedding')} "
+        "FROM episodes WHERE id = ?",
         (out["episode_id"],),
     )
     assert tuple(raw) == (1, "c", 4 * 384)

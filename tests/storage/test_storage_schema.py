@@ -221,7 +221,7 @@ def test_sample_counts_and_embeddings(sample_path, open_engine):
     assert db.query_one("SELECT COUNT(*) FROM episodes")[0] == 3
     assert db.query_one("SELECT COUNT(*) FROM profiles")[0] == 1
     assert [r[0] for r in db.query("SELECT id FROM memories WHERE locked = 1")] == [47]
-    lengths = {r[0] for r in db.query("SELECT length(embedding) FROM memories")}
+    lengths = {r[0] for r in db.query(f"SELECT {db.ops.byte_length('embedding')} FROM memories")}
     assert lengths == {384 * 4}
 
 

@@ -279,7 +279,8 @@ class World:
         kind = data.draw(st.sampled_from(["row", "row", "text", "zero", "foreign"]))
         if kind == "row":
             rows = self.db.query(
-                f"SELECT embedding FROM {table} WHERE length(embedding) = ?", (4 * DIM,)
+                f"SELECT embedding FROM {table} WHERE {self.db.ops.byte_length('embedding')} = ?",
+                (4 * DIM,),
             )
             if rows:
                 raw = data.draw(st.sampled_from([bytes(r[0]) for r in rows]))
