@@ -84,13 +84,9 @@ class AgentRows:
 
 @contextmanager
 def read_snapshot(db: Database) -> Iterator[sqlite3.Connection]:
-    """This thread's reader inside one read transaction: every statement sees one snapshot."""
-    conn = db.reader()
-    conn.execute("BEGIN")
-    try:
+    """This thread's reader inside `db.snapshot()`: every statement sees one snapshot."""
+    with db.snapshot() as conn:
         yield conn
-    finally:
-        conn.execute("COMMIT")
 
 
 def _agent(agent_id: str | None, column: str = "agent_id") -> tuple[str, tuple[str, ...]]:

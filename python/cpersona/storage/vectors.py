@@ -186,17 +186,10 @@ def blobs(db: Database, table: str, ids: Sequence[int]) -> dict[int, bytes]:
 
 @contextmanager
 def snapshot(db: Database) -> Iterator[None]:
-    """One read transaction on this thread's reader connection, so that several statements
-    see one state of the database (the caller's transaction when one is already open)."""
-    conn = db.reader()
-    own = not conn.in_transaction
-    if own:
-        conn.execute("BEGIN")
-    try:
+    """`db.snapshot()`: several statements see one state of the database (the caller's
+    snapshot when one is already open)."""
+    with db.snapshot():
         yield
-    finally:
-        if own:
-            conn.execute("COMMIT")
 
 
 def source_ids_with_prefix(db: Database, table: str, agent_id: str, prefix: str) -> list[str]:
