@@ -1,0 +1,81 @@
+"""What recall's read snapshot costs on SQLite (issue 18): `Recaller.recall` end to end with
+every statement in one snapshot, against the same recall with `Database.snapshot` replaced by a
+no-op (each statement autocommit, as before the snapshot), side by side in one run on one copy
+of a scale corpus (scale_support.py). Each mode runs twice, alternating (pass 1, pass 2), so the
+drift of a shared machine shows as the difference between a mode's two passes.
+
+Run: ``CPERSONA_BENCH_SCALE_ROWS=10000,100000 python -m pytest benches/test_snapshot_bench.py
+--benchmark-enable -k 384``. Without ``--benchmark-enable`` it runs once on the 1,200-row corpus.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+import scale_support as scale
+from cpersona._backend import KERNEL
+from cpersona.config import Settings
+from cpersona.engine import Engine
+from cpersona.retrieval.pipeline import RecallRequest
+from cpersona.storage import open_database, vector_models
+from cpersona.storage.db import Database
+
+pytestmark = pytest.mark.timeout(3600)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "spec" in metafunc.fixturenames:
+        specs = [(n, d) for n in scale.sizes(metafunc.config) for d in scale.DIMS]
+        metafunc.parametrize("spec", specs, ids=[f"{n}x{d}" for n, d in specs], scope="module")
+
+
+@pytest.fixture(scope="module")
+def engine(spec, request, tmp_path_factory) -> Iterator[Engine]:
+    rows, dim = spec
+    if scale.full_run(request.config):
+        corpus = scale.corpus(rows, dim)
+    else:
+        corpus = scale.corpus(rows, dim, tmp_path_factory.mktemp("corpus"))
+    copy = corpus.copy_to(tmp_path_factory.mktemp("snapshot"))
+    provider = scale.FixedQueryProvider(copy.query())
+    # The corpus's vectors are the fixed provider's: recorded so, the vector arm runs (the
+    # model probe would find them no model's and turn it off).
+    db = open_database(str(copy.db_path))
+    with db.atomic() as conn:
+        for table in vector_models.TABLES:
+            vector_models.record(conn, table, provider.name, spec[1], "written")
+    db.close()
+    work = scale.workload(request.config)
+    settings = Settings(
+        db_path=str(copy.db_path), embedding_mode="hashing", max_memories=work.window
+    )
+    # No recall-count bookkeeping: both modes then read the same rows every round.
+    settings = dataclasses.replace(settings, confidence_enabled=False)
+    engine = Engine(settings, embedder=provider)
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+@contextlib.contextmanager
+def _autocommit(self: Database) -> Iterator[object]:
+    yield self.reader()
+
+
+@pytest.mark.parametrize("run", [1, 2], ids=["pass1", "pass2"])
+@pytest.mark.parametrize("mode", ["snapshot", "autocommit"])
+def test_recall_snapshot_cost(benchmark, engine, spec, mode, run, monkeypatch) -> None:
+    if mode == "autocommit":
+        monkeypatch.setattr(Database, "snapshot", _autocommit)
+    req = RecallRequest(agent_id=scale.AGENT, query=scale.QUERY_TEXT, limit=10)
+    first = engine.recaller.recall(req)
+    assert any(r.cosine is not None for r in first.rows), "the vector arm found nothing"
+    benchmark.group = f"recall snapshot {spec[0]}x{spec[1]}"
+    benchmark.pedantic(
+        engine.recaller.recall, args=(req,), rounds=200, iterations=1, warmup_rounds=5
+    )
+    benchmark.extra_info.update(backend=KERNEL, mode=mode, rows=spec[0], dim=spec[1], run=run)
