@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from cpersona.models import ProjectFilter
 from cpersona.storage.change_log import ChangeLog, Changes
 from cpersona.storage.db import Database
+from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
 from cpersona.timerange import TimeRange, first_in_span, row_time
 
 _TABLES = ("memories", "episodes")
@@ -37,6 +38,11 @@ class IndexRow:
     embedding: bytes
     #: The row's instant key (cpersona.timerange.row_time).
     time: int
+
+
+# A projection of either table's row (storage/rows.py); the rest is computed by `_select`.
+for _row_type in (MemoryRow, EpisodeRow):
+    projection(IndexRow, _row_type, extra=("key", "source_id", "time"))
 
 
 def _check(table: str) -> str:
