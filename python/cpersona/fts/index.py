@@ -318,7 +318,8 @@ class FtsIndex:
 
     def _maybe_trim(self, applied: int) -> None:
         upto = applied - self._keep_log
-        if upto - self._trimmed_upto >= TRIM_EVERY:
+        # Not from inside a read snapshot (a write: see VectorIndex._maybe_trim).
+        if upto - self._trimmed_upto >= TRIM_EVERY and not self.db.in_snapshot():
             fts_sql.trim_log(self.db, self.table, upto)
             self._trimmed_upto = upto
 

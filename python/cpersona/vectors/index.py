@@ -207,7 +207,9 @@ class VectorIndex:
 
     def _maybe_trim(self, applied: int) -> None:
         # The log only needs entries the file has not applied; forget the rest now and then.
-        if applied - self._trimmed_upto >= TRIM_EVERY:
+        # Not from inside a read snapshot: a trim is a write (on PostgreSQL a second pooled
+        # connection beside the pinned one); the next sync outside one trims.
+        if applied - self._trimmed_upto >= TRIM_EVERY and not self.db.in_snapshot():
             vector_sql.trim_log(self.db, self.table, applied)
             self._trimmed_upto = applied
 
