@@ -36,6 +36,7 @@ from cpersona.retrieval.health import EmbeddingHealth
 from cpersona.retrieval.query import (
     is_excluded,
     match_expression,
+    match_terms_of,
     normalise_exclusions,
 )
 from cpersona.retrieval.thresholds import Thresholds
@@ -57,22 +58,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("cpersona.recall")
 
 
-def match_terms_of(match: str) -> list[str]:
-    """The terms of a MATCH expression built by `match_expression`: `"t1" OR "t2"`, each with
-    its quotes doubled. No term holds whitespace, so `" OR "` only ever separates terms."""
-    if not match:
-        return []
-    return [t.replace('""', '"') for t in match[1:-1].split('" OR "')]
-
-
 @dataclass(frozen=True, slots=True)
 class QueryVector:
     """A query's embedding and the tables whose stored vectors came from the same model."""
 
     vector: np.ndarray
     tables: frozenset[str]
-    #: The model that made `vector`; "" for a caller's own vector (calibration), used as is.
-    model: str = ""
+    model: str = ""  # that made `vector`; "" (a caller's own vector): used as is
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,29 +136,23 @@ class Recaller:
         mode = s.recall_mode if (not blank and s.recall_mode in ("rrf", "rsf")) else "cascade"
         scope = ScopeSql(req.agent_id, req.project, req.channel, req.span)
         episodes_ok = not (req.source_id and not req.channel)
-        hits = None
-        # The remote service knows no instants: a time-scoped recall scans locally.
+        hits = None  # The remote service knows no instants: a time-scoped recall scans locally.
         if self.remote is not None and not blank and limit > 0 and req.span is None:
-            hits = self.remote.search(
-                req.agent_id, req.query, limit, self._threshold(req.agent_id, mode != "cascade")
-            )
+            threshold = self._threshold(req.agent_id, mode != "cascade")
+            hits = self.remote.search(req.agent_id, req.query, limit, threshold)
         # A remote list is authoritative: no local scan, no far list, no query embedding.
         qvec = self._embed_query(req.query) if not blank and hits is None else None
         result = RecallResult(rows=[])
-        # Every statement from the first retriever to the last score reads one snapshot; the
-        # query's embedding and the remote call (slow, no database) come before it, the
-        # recall-count bookkeeping (a write) after it.
+        # One snapshot from the first retriever to the last score (embedding, remote call before).
         with self.db.snapshot():
             remote = None if hits is None else self._remote_rows(hits, scope, req, episodes_ok)
             if hits is not None and remote is None:  # unreadable hits: the local scan runs
                 qvec = self._embed_query(req.query)
-            qvec = self._routed(qvec, req.query)
+            qvec, ok = self._routed(qvec, req.query), episodes_ok
             if mode == "cascade":
-                rows = self._cascade(
-                    req, scope, qvec, limit, exclusions, blank, episodes_ok, remote
-                )
+                rows = self._cascade(req, scope, qvec, limit, exclusions, blank, ok, remote)
             else:
-                rows = self._fused(req, mode, scope, qvec, limit, exclusions, episodes_ok, remote)
+                rows = self._fused(req, mode, scope, qvec, limit, exclusions, ok, remote)
             if rows and limit > 0:
                 with stage("scoring"):
                     rows, pool = self._score(req, scope, rows, qvec)
@@ -206,14 +192,12 @@ class Recaller:
         return QueryVector(np.ascontiguousarray(vec, dtype=np.float32), tables, provider.name)
 
     def _routed(self, qvec: QueryVector | None, query: str) -> QueryVector | None:
-        """`qvec`, embedded before the snapshot, if the snapshot's stored vectors still take
-        its model; else the query embedded again (a model conversion committed in between)."""
+        """`qvec` if the snapshot's vectors are its model's, else the query embedded anew."""
         if qvec is None or not qvec.model:
             return qvec
         provider, tables = self.router.query()
-        if provider is not None and provider.name == qvec.model and tables == qvec.tables:
-            return qvec
-        return self._embed_query(query)
+        same = provider is not None and provider.name == qvec.model and tables == qvec.tables
+        return qvec if same else self._embed_query(query)
 
     def score_without_gate(
         self, agent_id: str, query: str, limit: int = 20, *, qvec: QueryVector | None = None
@@ -300,8 +284,7 @@ class Recaller:
     def _remote_rows(
         self, hits: list[RemoteHit], scope: ScopeSql, req: RecallRequest, episodes_ok: bool
     ) -> list[Candidate] | None:
-        """The remote service's list, hydrated in its order (retrieval.md §4.5), or None when
-        its rows could not be read and the local scan must run."""
+        """The remote list hydrated in its order (retrieval.md §4.5); None: unreadable rows."""
         ranked = [(h.kind, h.row_id, h.score) for h in hits if h.kind == "mem" or episodes_ok]
         try:
             return self._hydrate(ranked, scope, req.source_id)
@@ -606,8 +589,7 @@ class Recaller:
 
     def _bookkeeping(self, req: RecallRequest, result: RecallResult) -> None:
         """§12: the recall counts of the memories returned (after the snapshot: a write)."""
-        s = self.s
-        if s.confidence_enabled and not req.deep and not result.gate_fallback and not req.paused:
+        if self.s.confidence_enabled and not (req.deep or result.gate_fallback or req.paused):
             ids = [r.id for r in result.rows if r.kind == "mem"]
             try:
                 sql.bump_recall_counts(self.db, ids)

@@ -265,10 +265,8 @@ class _Reader:
                 return conn.execute(sql, params)
 
     def _restart(self) -> None:
-        """After a failed statement: PostgreSQL aborts the whole transaction where SQLite's
-        read transaction goes on, so the block's later statements (an arm that falls back
-        after an error, as recall's do) read a new snapshot on the same connection; when even
-        that fails the connection goes back and they run outside one."""
+        """After a failed statement (it aborts PostgreSQL's transaction, not SQLite's): later
+        statements (an arm's fallback) read a new snapshot, or none when that fails too."""
         pinned = self._pinned
         if pinned is None:
             return
@@ -481,11 +479,8 @@ class PgDatabase:
     @contextmanager
     def snapshot(self) -> Iterator[_Reader]:
         """One read snapshot for every statement of the block: this thread's reader pins one
-        pooled connection in a `REPEATABLE READ READ ONLY` transaction (its first statement
-        fixes the snapshot) and gives it back when the block ends. Inside an open snapshot,
-        the block joins it. Keep slow work that needs no database (embedding a query, a
-        remote call) outside the block: the connection is held for all of it.
-        """
+        pooled connection in a `REPEATABLE READ READ ONLY` transaction until the block ends
+        (nested: the open one). Slow work without the database belongs outside the block."""
         reader = self.reader()
         if reader.in_transaction:
             yield reader
