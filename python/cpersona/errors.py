@@ -25,6 +25,12 @@ class IndexObstructed(CPersonaError, OSError):
     moved; scans read SQLite meanwhile. The message names the path and what to do."""
 
 
+class AheadOfSnapshot(CPersonaError):
+    """A derived index file has applied writes the caller's read snapshot does not see
+    (another thread or process synced it after the snapshot began): it cannot answer for that
+    snapshot, and it is not "ahead of the log" either (that test needs the newest log)."""
+
+
 class EmbeddingUnavailable(CPersonaError):
     """The embedding provider could not produce a vector for this call."""
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cpersona.errors import StoreCorrupt
+from cpersona.errors import AheadOfSnapshot, StoreCorrupt
 from cpersona.fts import checksums
 from cpersona.fts.format import (
     HEADER_LEN,
@@ -155,11 +155,15 @@ class FtsIndex:
 
         Raises StoreCorrupt while the file is being rebuilt, and when its records turn out
         damaged (then, with `heal`, the rebuild starts in the background): the caller answers
-        from the database instead, and does not wait."""
+        from the database instead, and does not wait. None inside a read snapshot that the
+        file has moved past while this process holds no core as new (the caller answers from
+        the database as well)."""
         if self.healing:
             raise StoreCorrupt(f"{self.path.name} is being rebuilt")
         try:
             return self._current()
+        except AheadOfSnapshot:
+            return None
         except _Damaged as exc:
             if heal:
                 self._healer.start(str(exc))
@@ -169,6 +173,12 @@ class FtsIndex:
         log_seq = fts_sql.max_seq(self.db)
         with self._thread_lock:
             if self._core is not None and self._loaded_seq == log_seq:
+                return self._core
+            if self.db.in_snapshot() and (self._loaded_seq or 0) > log_seq:
+                # This process's core moved past the caller's read snapshot (a write of
+                # another thread was applied meanwhile): the caller hydrates its hits from the
+                # snapshot, which drops rows written since. Rebuilding would be wrong: it is
+                # ahead of the snapshot, not of the log.
                 return self._core
             if self._file_seq() != log_seq:
                 with self._flock(exclusive=True):
@@ -308,7 +318,8 @@ class FtsIndex:
 
     def _maybe_trim(self, applied: int) -> None:
         upto = applied - self._keep_log
-        if upto - self._trimmed_upto >= TRIM_EVERY:
+        # Not from inside a read snapshot (a write: see VectorIndex._maybe_trim).
+        if upto - self._trimmed_upto >= TRIM_EVERY and not self.db.in_snapshot():
             fts_sql.trim_log(self.db, self.table, upto)
             self._trimmed_upto = upto
 
@@ -346,6 +357,8 @@ class FtsIndex:
 
     def _history_problem(self, applied_seq: int) -> str:
         if applied_seq > fts_sql.max_seq(self.db):
+            if self.db.in_snapshot():  # synced meanwhile by another thread or process
+                raise AheadOfSnapshot(f"{self.path.name} applied {applied_seq}")
             return "it is ahead of this database's log (a database restored from a backup?)"
         if applied_seq < fts_sql.trimmed_upto(self.db, self.table):
             return "log entries it has not applied were trimmed"

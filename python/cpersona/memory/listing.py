@@ -52,7 +52,8 @@ def list_memories(
     span: TimeRange | None = None,
 ) -> dict[str, Any]:
     limit = max(0, min(limit, MEMORY_LIST_MAX))
-    rows = memory_sql.list_newest(db, agent_id or None, project, limit, span=span)
+    with db.snapshot():  # one state, however many statements the listing takes
+        rows = memory_sql.list_newest(db, agent_id or None, project, limit, span=span)
     out = [_memory_row(m) for m in rows]
     degraded = _over_budget(
         out, ("content",), MEMORY_LIST_BUDGET, settings.recall_preview_chars, "mem"
@@ -85,7 +86,8 @@ def list_episodes(
     span: TimeRange | None = None,
 ) -> dict[str, Any]:
     limit = max(0, min(limit, EPISODE_LIST_MAX))
-    rows = episode_sql.list_newest(db, agent_id or None, project, limit, span=span)
+    with db.snapshot():
+        rows = episode_sql.list_newest(db, agent_id or None, project, limit, span=span)
     out = [_episode_row(e) for e in rows]
     degraded = _over_budget(
         out, ("summary", "keywords"), EPISODE_LIST_BUDGET, settings.recall_preview_chars, "ep"

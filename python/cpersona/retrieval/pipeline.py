@@ -36,6 +36,7 @@ from cpersona.retrieval.health import EmbeddingHealth
 from cpersona.retrieval.query import (
     is_excluded,
     match_expression,
+    match_terms_of,
     normalise_exclusions,
 )
 from cpersona.retrieval.thresholds import Thresholds
@@ -47,6 +48,7 @@ from cpersona.storage.retrieval import EpisodeHit, MemoryHit, ScopeSql
 from cpersona.timerange import TimeRange
 from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
+from cpersona.vectors.remote import Hit as RemoteHit
 from cpersona.vectors.remote import RemoteVectors
 from cpersona.vectors.search import Scope, scan_table
 
@@ -56,20 +58,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("cpersona.recall")
 
 
-def match_terms_of(match: str) -> list[str]:
-    """The terms of a MATCH expression built by `match_expression`: `"t1" OR "t2"`, each with
-    its quotes doubled. No term holds whitespace, so `" OR "` only ever separates terms."""
-    if not match:
-        return []
-    return [t.replace('""', '"') for t in match[1:-1].split('" OR "')]
-
-
 @dataclass(frozen=True, slots=True)
 class QueryVector:
     """A query's embedding and the tables whose stored vectors came from the same model."""
 
     vector: np.ndarray
     tables: frozenset[str]
+    model: str = ""  # that made `vector`; "" (a caller's own vector): used as is
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,22 +136,30 @@ class Recaller:
         mode = s.recall_mode if (not blank and s.recall_mode in ("rrf", "rsf")) else "cascade"
         scope = ScopeSql(req.agent_id, req.project, req.channel, req.span)
         episodes_ok = not (req.source_id and not req.channel)
-        remote = None
-        # The remote service knows no instants: a time-scoped recall scans locally.
+        hits = None  # The remote service knows no instants: a time-scoped recall scans locally.
         if self.remote is not None and not blank and limit > 0 and req.span is None:
-            remote = self._remote_vector(req, scope, limit, episodes_ok, mode != "cascade")
+            threshold = self._threshold(req.agent_id, mode != "cascade")
+            hits = self.remote.search(req.agent_id, req.query, limit, threshold)
         # A remote list is authoritative: no local scan, no far list, no query embedding.
-        qvec = self._embed_query(req.query) if not blank and remote is None else None
-        if mode == "cascade":
-            rows = self._cascade(req, scope, qvec, limit, exclusions, blank, episodes_ok, remote)
-        else:
-            rows = self._fused(req, mode, scope, qvec, limit, exclusions, episodes_ok, remote)
+        qvec = self._embed_query(req.query) if not blank and hits is None else None
         result = RecallResult(rows=[])
-        if rows and limit > 0:
-            with stage("scoring"):
-                rows, pool = self._score(req, scope, rows, qvec)
-            with stage("gate"):
-                result = self._gate_and_cut(req, rows, pool, limit, blank)
+        # One snapshot from the first retriever to the last score (embedding, remote call before).
+        with self.db.snapshot():
+            remote = None if hits is None else self._remote_rows(hits, scope, req, episodes_ok)
+            if hits is not None and remote is None:  # unreadable hits: the local scan runs
+                qvec = self._embed_query(req.query)
+            qvec, ok = self._routed(qvec, req.query), episodes_ok
+            if mode == "cascade":
+                rows = self._cascade(req, scope, qvec, limit, exclusions, blank, ok, remote)
+            else:
+                rows = self._fused(req, mode, scope, qvec, limit, exclusions, ok, remote)
+            if rows and limit > 0:
+                with stage("scoring"):
+                    rows, pool = self._score(req, scope, rows, qvec)
+                with stage("gate"):
+                    result = self._gate_and_cut(req, rows, pool, limit, blank)
+        if result.rows:
+            self._bookkeeping(req, result)
         if s.degraded_advisory:
             result.advisory = self.health.advisory(req.session_key)
         return result
@@ -186,7 +189,15 @@ class Recaller:
             return None
         if not hit:
             self.health.observe_ok()
-        return QueryVector(np.ascontiguousarray(vec, dtype=np.float32), tables)
+        return QueryVector(np.ascontiguousarray(vec, dtype=np.float32), tables, provider.name)
+
+    def _routed(self, qvec: QueryVector | None, query: str) -> QueryVector | None:
+        """`qvec` if the snapshot's vectors are its model's, else the query embedded anew."""
+        if qvec is None or not qvec.model:
+            return qvec
+        provider, tables = self.router.query()
+        same = provider is not None and provider.name == qvec.model and tables == qvec.tables
+        return qvec if same else self._embed_query(query)
 
     def score_without_gate(
         self, agent_id: str, query: str, limit: int = 20, *, qvec: QueryVector | None = None
@@ -205,14 +216,16 @@ class Recaller:
         scope = ScopeSql(agent_id, req.project, "")
         if qvec is None and not blank:
             qvec = self._embed_query(query)
-        if mode == "cascade":
-            rows = self._cascade(req, scope, qvec, limit, [], blank, True)
-        else:
-            rows = self._fused(req, mode, scope, qvec, limit, [], True)
-        if not rows or limit <= 0:
-            return []
-        with stage("scoring"):
-            rows, _ = self._score(req, scope, rows, qvec)
+        with self.db.snapshot():  # as recall's: one snapshot, the embedding before it
+            qvec = self._routed(qvec, query)
+            if mode == "cascade":
+                rows = self._cascade(req, scope, qvec, limit, [], blank, True)
+            else:
+                rows = self._fused(req, mode, scope, qvec, limit, [], True)
+            if not rows or limit <= 0:
+                return []
+            with stage("scoring"):
+                rows, _ = self._score(req, scope, rows, qvec)
         return rows
 
     # -- retrievers --------------------------------------------------------------------------
@@ -268,16 +281,10 @@ class Recaller:
                 self._hydrate(far_list, scope, req.source_id),
             )
 
-    def _remote_vector(
-        self, req: RecallRequest, scope: ScopeSql, limit: int, episodes_ok: bool, fused: bool
+    def _remote_rows(
+        self, hits: list[RemoteHit], scope: ScopeSql, req: RecallRequest, episodes_ok: bool
     ) -> list[Candidate] | None:
-        """The remote service's list, hydrated in its order (retrieval.md §4.5), or None when
-        the service failed and the local scan must run."""
-        assert self.remote is not None
-        threshold = self._threshold(req.agent_id, fused)
-        hits = self.remote.search(req.agent_id, req.query, limit, threshold)
-        if hits is None:
-            return None
+        """The remote list hydrated in its order (retrieval.md §4.5); None: unreadable rows."""
         ranked = [(h.kind, h.row_id, h.score) for h in hits if h.kind == "mem" or episodes_ok]
         try:
             return self._hydrate(ranked, scope, req.source_id)
@@ -565,7 +572,7 @@ class Recaller:
         limit: int,
         blank: bool,
     ) -> RecallResult:
-        """§7 gate, §9 rescue, §11 autocut, the limit cut and §12 bookkeeping."""
+        """§7 gate, §9 rescue, §11 autocut and the limit cut."""
         s = self.s
         fused_gate = (
             self.thresholds.fused_gate(req.agent_id) if s.fused_gate_enabled else (None, None)
@@ -578,13 +585,15 @@ class Recaller:
             fallback = True
         if not fallback:
             kept = scoring.autocut(kept, s)
-        kept = kept[:limit]
-        if s.confidence_enabled and not req.deep and not fallback and not req.paused:
-            ids = [r.id for r in kept if r.kind == "mem"]
+        return RecallResult(rows=kept[:limit], gate_fallback=fallback)
+
+    def _bookkeeping(self, req: RecallRequest, result: RecallResult) -> None:
+        """§12: the recall counts of the memories returned (after the snapshot: a write)."""
+        if self.s.confidence_enabled and not (req.deep or result.gate_fallback or req.paused):
+            ids = [r.id for r in result.rows if r.kind == "mem"]
             try:
                 sql.bump_recall_counts(self.db, ids)
             except UnreachableError:
                 raise  # the answer would be refused anyway; no traceback per call
             except StorageError:
                 log.exception("recall-count bookkeeping failed (ignored)")
-        return RecallResult(rows=kept, gate_fallback=fallback)

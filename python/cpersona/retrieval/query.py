@@ -69,3 +69,11 @@ def is_excluded(content: str, exclusions: list[str]) -> bool:
         elif text.startswith(e) or e.startswith(text):
             return True
     return False
+
+
+def match_terms_of(match: str) -> list[str]:
+    """The terms of a MATCH expression built by `match_expression`: `"t1" OR "t2"`, each with
+    its quotes doubled. No term holds whitespace, so `" OR "` only ever separates terms."""
+    if not match:
+        return []
+    return [t.replace('""', '"') for t in match[1:-1].split('" OR "')]

@@ -221,6 +221,35 @@ class Database:
         finally:
             self._write_lock.release()
 
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read snapshot for every statement of the block: a deferred `BEGIN` on this
+        thread's reader, so the block's first read fixes the WAL snapshot that all its later
+        reads see, ended when the block ends. Inside an open snapshot, the block joins it.
+
+        Writes in the block go through `atomic()` (the writer connection) and are not seen by
+        the block's reads; a recall's bookkeeping therefore runs after its snapshot.
+        """
+        conn = self.reader()
+        if conn.in_transaction:
+            yield conn
+            return
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        except BaseException:
+            # The block's error is the one to raise; a reader left inside the transaction
+            # would make every later snapshot of this thread join this old one.
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def in_snapshot(self) -> bool:
+        """Whether this thread's reads are inside a read snapshot (`snapshot()`)."""
+        slot: _ReaderSlot | None = getattr(self._local, "reader", None)
+        return slot is not None and slot.conn.in_transaction
+
     def open_connections(self) -> int:
         """How many connections this Database holds open (the writer and live threads' readers)."""
         with self._all_lock:

@@ -6,12 +6,11 @@ from cpersona.models import Episode, NewEpisode, ProjectFilter
 from cpersona.storage.db import embedding_param, is_row_id, newest
 from cpersona.storage.errors import translating
 from cpersona.storage.interface import Connection, Row, Store
+from cpersona.storage.rows import EpisodeRow, projection
 from cpersona.timerange import TimeRange
 
-_COLUMNS = (
-    "id, agent_id, project_id, summary, keywords, start_time, end_time, resolved, channel, "
-    "created_at, embedding IS NOT NULL AS embedded"
-)
+#: The listing's row (`models.Episode`): every column but the embedding, and whether it has one.
+_COLUMNS = projection(Episode, EpisodeRow, {"embedded": "embedding IS NOT NULL"}).select_list()
 
 
 def _episode(row: Row) -> Episode:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from cpersona.storage.change_log import ChangeLog, Changes
 from cpersona.storage.interface import Row, Store
+from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
 from cpersona.storage.vectors import db_uid
 from cpersona.timerange import row_time
 
@@ -46,6 +47,11 @@ class FtsRow:
     columns: tuple[str, ...]
     #: The row's instant key (cpersona.timerange.row_time).
     time: int
+
+
+# A projection of either table's row (storage/rows.py); the rest is computed by `_select`.
+for _row_type in (MemoryRow, EpisodeRow):
+    projection(FtsRow, _row_type, extra=("key", "source_id", "columns", "time"))
 
 
 def _check(table: str) -> str:

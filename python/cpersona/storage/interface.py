@@ -140,6 +140,13 @@ class Store(Protocol):
 
     def atomic(self) -> AbstractContextManager[Connection]: ...
 
+    def snapshot(self) -> AbstractContextManager[Connection]:
+        """This thread's reader inside one read snapshot for the whole block (a recall, a
+        listing, an export); nested, the open one."""
+        ...
+
+    def in_snapshot(self) -> bool: ...
+
     def write_connection(self) -> Connection: ...
 
     def vector_param(self, blob: bytes | None, /) -> object:

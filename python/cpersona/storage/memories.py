@@ -8,12 +8,11 @@ from cpersona.models import Memory, NewMemory, ProjectFilter
 from cpersona.storage.db import embedding_param, is_row_id, newest
 from cpersona.storage.errors import translating
 from cpersona.storage.interface import Connection, Row, Store
+from cpersona.storage.rows import MemoryRow, projection
 from cpersona.timerange import TimeRange
 
-_COLUMNS = (
-    "id, agent_id, project_id, msg_id, content, source, timestamp, metadata, channel, "
-    "recall_count, last_recalled_at, locked, created_at, embedding IS NOT NULL AS embedded"
-)
+#: The listing's row (`models.Memory`): every column but the embedding, and whether it has one.
+_COLUMNS = projection(Memory, MemoryRow, {"embedded": "embedding IS NOT NULL"}).select_list()
 
 
 def _memory(row: Row) -> Memory:

@@ -27,58 +27,16 @@ from cpersona.storage.db import embedding_param
 from cpersona.storage.errors import translated, translating
 from cpersona.storage.interface import Connection, Row, Store
 from cpersona.storage.ops import ops_of
+from cpersona.storage.rows import EpisodeRow, MemoryRow, ProfileRow, columns, select_list
 
 #: Rows fetched per round trip when streaming a table, and ids bound per DELETE.
 PAGE = 500
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryRecord:
-    """Every column of one `memories` row. `id` is the source row's id (ignored on insert)."""
-
-    id: int
-    agent_id: str
-    project_id: str
-    msg_id: str
-    content: str
-    source: str  # JSON text
-    timestamp: str
-    metadata: str  # JSON text
-    channel: str
-    recall_count: int
-    last_recalled_at: str | None
-    locked: bool
-    created_at: str | None  # None on insert = now
-    embedding: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
-class EpisodeRecord:
-    """Every column of one `episodes` row."""
-
-    id: int
-    agent_id: str
-    project_id: str
-    summary: str
-    keywords: str
-    start_time: str | None
-    end_time: str | None
-    resolved: bool
-    channel: str
-    created_at: str | None
-    embedding: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
-class ProfileRecord:
-    """Every column of one `profiles` row."""
-
-    id: int
-    agent_id: str
-    user_id: str
-    project_id: str
-    content: str
-    updated_at: str | None
+#: Every column of one row (storage/rows.py); `id` is the source row's id, ignored on insert.
+MemoryRecord = MemoryRow
+EpisodeRecord = EpisodeRow
+ProfileRecord = ProfileRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +54,9 @@ class AgentRows:
 
 @contextmanager
 def read_snapshot(db: Store) -> Iterator[Connection]:
-    """This thread's reader inside one read transaction: every statement sees one snapshot."""
-    conn = db.reader()
-    conn.execute("BEGIN")
-    try:
+    """This thread's reader inside `db.snapshot()`: every statement sees one snapshot."""
+    with db.snapshot() as conn:
         yield conn
-    finally:
-        conn.execute("COMMIT")
 
 
 def _agent(agent_id: str | None, column: str = "agent_id") -> tuple[str, tuple[str, ...]]:
@@ -121,14 +75,10 @@ def count_rows(conn: Connection, agent_id: str | None) -> AgentRows:
 
 # -- streaming reads ---------------------------------------------------------------------------
 
-_MEMORY_COLUMNS = (
-    "id, agent_id, project_id, msg_id, content, source, timestamp, metadata, channel, "
-    "recall_count, last_recalled_at, locked, created_at"
-)
-_EPISODE_COLUMNS = (
-    "id, agent_id, project_id, summary, keywords, start_time, end_time, resolved, channel, "
-    "created_at"
-)
+# Every column but the embedding, which is read only when asked for.
+_MEMORY_COLUMNS = select_list(tuple(c for c in columns(MemoryRow) if c != "embedding"))
+_EPISODE_COLUMNS = select_list(tuple(c for c in columns(EpisodeRow) if c != "embedding"))
+_PROFILE_COLUMNS = select_list(columns(ProfileRow))
 
 
 def _memory(row: Row, with_embedding: bool) -> MemoryRecord:
@@ -216,8 +166,7 @@ def iter_profiles(conn: Connection, agent_id: str | None) -> Iterator[ProfileRec
     """Profiles by agent_id (then user_id): the export order of surface.md §8.1."""
     where, params = _agent(agent_id)
     cur = conn.execute(
-        "SELECT id, agent_id, user_id, project_id, content, updated_at FROM profiles "
-        f"WHERE {where} ORDER BY agent_id, user_id, id",
+        f"SELECT {_PROFILE_COLUMNS} FROM profiles WHERE {where} ORDER BY agent_id, user_id, id",
         params,
     )
     while rows := cur.fetchmany(PAGE):

@@ -12,6 +12,7 @@ from cpersona.models import ProjectFilter
 from cpersona.storage.errors import translating
 from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Connection, Row, Store
+from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
 from cpersona.timerange import TimeRange, first_in_span
 
 
@@ -73,10 +74,9 @@ class EpisodeHit:
 
 
 _LIKE_LIMIT = sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH
-_MEM_COLS = "m.id, m.msg_id, m.content, m.source, m.timestamp, m.channel, m.project_id, m.agent_id"
-_EP_COLS = (
-    "e.id, e.summary, e.start_time, e.created_at, e.resolved, e.channel, e.project_id, e.agent_id"
-)
+# The hits are projections of the rows (storage/rows.py); bm25 comes from the arm that ranks.
+_MEM_COLS = projection(MemoryHit, MemoryRow, extra=("bm25",)).select_list("m")
+_EP_COLS = projection(EpisodeHit, EpisodeRow, extra=("bm25",)).select_list("e")
 
 
 def _mem(r: Row, bm25: float | None) -> MemoryHit:

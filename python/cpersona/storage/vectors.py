@@ -10,6 +10,7 @@ from cpersona.models import ProjectFilter
 from cpersona.storage.change_log import ChangeLog, Changes
 from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Row, Store
+from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
 from cpersona.timerange import TimeRange, first_in_span, row_time
 
 _TABLES = ("memories", "episodes")
@@ -38,6 +39,11 @@ class IndexRow:
     embedding: bytes
     #: The row's instant key (cpersona.timerange.row_time).
     time: int
+
+
+# A projection of either table's row (storage/rows.py); the rest is computed by `_select`.
+for _row_type in (MemoryRow, EpisodeRow):
+    projection(IndexRow, _row_type, extra=("key", "source_id", "time"))
 
 
 def _check(table: str) -> str:
@@ -189,17 +195,10 @@ def blobs(db: Store, table: str, ids: Sequence[int]) -> dict[int, bytes]:
 
 @contextmanager
 def snapshot(db: Store) -> Iterator[None]:
-    """One read transaction on this thread's reader connection, so that several statements
-    see one state of the database (the caller's transaction when one is already open)."""
-    conn = db.reader()
-    own = not conn.in_transaction
-    if own:
-        conn.execute("BEGIN")
-    try:
+    """`db.snapshot()`: several statements see one state of the database (the caller's
+    snapshot when one is already open)."""
+    with db.snapshot():
         yield
-    finally:
-        if own:
-            conn.execute("COMMIT")
 
 
 def source_ids_with_prefix(db: Store, table: str, agent_id: str, prefix: str) -> list[str]:

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from cpersona.errors import IndexObstructed, StoreCorrupt
+from cpersona.errors import AheadOfSnapshot, IndexObstructed, StoreCorrupt
 from cpersona.storage import Store
 from cpersona.storage import vectors as vector_sql
 from cpersona.storage.vectors import IndexRow
@@ -127,7 +127,9 @@ class VectorIndex:
 
     @contextmanager
     def reading(self) -> Iterator[Path]:
-        """Bring the index current, then hold the shared lock while the caller scans the file."""
+        """Bring the index current, then hold the shared lock while the caller scans the file.
+
+        Raises AheadOfSnapshot inside a read snapshot the file has moved past."""
         self.sync()
         with self._flock(exclusive=False):
             yield self.path
@@ -191,6 +193,8 @@ class VectorIndex:
         applied = self._applied_seq_unlocked()
         if applied == log_seq:  # ahead of the log is a file from another point in history
             return
+        if applied is not None and applied > log_seq and self.db.in_snapshot():
+            raise AheadOfSnapshot(f"{self.path.name} applied {applied}, the snapshot {log_seq}")
         with self._thread_lock, self._flock(exclusive=True):
             writer, reason = self._open_trusted()
             if writer is None:
@@ -205,7 +209,9 @@ class VectorIndex:
 
     def _maybe_trim(self, applied: int) -> None:
         # The log only needs entries the file has not applied; forget the rest now and then.
-        if applied - self._trimmed_upto >= TRIM_EVERY:
+        # Not from inside a read snapshot: a trim is a write (on PostgreSQL a second pooled
+        # connection beside the pinned one); the next sync outside one trims.
+        if applied - self._trimmed_upto >= TRIM_EVERY and not self.db.in_snapshot():
             vector_sql.trim_log(self.db, self.table, applied)
             self._trimmed_upto = applied
 
@@ -277,6 +283,8 @@ class VectorIndex:
         least what was trimmed (a trim follows an apply), so neither test can fire on a file
         this database's own syncs wrote."""
         if applied_seq > vector_sql.max_seq(self.db):
+            if self.db.in_snapshot():  # synced meanwhile by another thread or process
+                raise AheadOfSnapshot(f"{self.path.name} applied {applied_seq}")
             return "it is ahead of this database's log (a database restored from a backup?)"
         if applied_seq < vector_sql.trimmed_upto(self.db, self.table):
             return "log entries it has not applied were trimmed"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cpersona._backend import kernels
-from cpersona.errors import StoreCorrupt
+from cpersona.errors import AheadOfSnapshot, StoreCorrupt
 from cpersona.models import ProjectFilter
 from cpersona.storage import Store, database_scan
 from cpersona.storage import vectors as vector_sql
@@ -210,6 +210,10 @@ def _scan_file(
                 **({} if scope.span is None else scope.span.kernel_args()),
             )
             return Hits(near_ids, near_scores, far_ids, far_scores)
+    except AheadOfSnapshot:
+        # Another writer's sync moved the file past this recall's snapshot: the snapshot's
+        # own rows answer, so every arm of the recall reads the same state.
+        return None
     except StoreCorrupt as exc:
         # Bytes that disagree with what was written (a slot's checksum, or a check at open)
         # are never answered from; the file is rebuilt in the background.

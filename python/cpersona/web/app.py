@@ -231,11 +231,14 @@ def build_web_app(engine: Engine, access: Access, *, hosts: Sequence[str] | None
         denied = refused(request, agent)
         if denied is not None:
             return denied
-        counts = counts_of(agent)
-        total = counts.memories if tab == "memories" else counts.episodes
-        page, pages_total = page_number(request, total)
-        newest = memory_sql.list_newest if tab == "memories" else episode_sql.list_newest
-        rows = newest(db, agent, ProjectFilter(None), PAGE_ROWS, (page - 1) * PAGE_ROWS)
+        # The total and the page from one snapshot: a write between them would page a
+        # count the rows do not have.
+        with db.snapshot():
+            counts = counts_of(agent)
+            total = counts.memories if tab == "memories" else counts.episodes
+            page, pages_total = page_number(request, total)
+            newest = memory_sql.list_newest if tab == "memories" else episode_sql.list_newest
+            rows = newest(db, agent, ProjectFilter(None), PAGE_ROWS, (page - 1) * PAGE_ROWS)
         return pages.render(
             f"{tab}.html",
             agent=agent,

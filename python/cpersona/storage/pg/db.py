@@ -68,6 +68,9 @@ log = logging.getLogger("cpersona.storage")
 #: The global write lock: "cpersona" in ASCII as a bigint.
 WRITE_LOCK_KEY = 0x63706572736F6E61
 
+#: How a read snapshot begins: the snapshot SQLite's deferred read transaction gives.
+READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
 Tracer = Callable[[str, Any], None]
 #: Turns an error that lost a connection into the error to raise (Reach.lost of its pool).
 OnLost = Callable[[BaseException], Exception]
@@ -246,9 +249,7 @@ class _Reader:
         if verb in ("BEGIN", "BEGIN DEFERRED"):
             if self._pinned is not None:
                 raise sqlite3.OperationalError("cannot start a transaction within a transaction")
-            self._ctx, self._pinned = self._db._begun(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-            )
+            self._ctx, self._pinned = self._db._begun(READ_SNAPSHOT)
             return PgCursor([], -1, None)
         if verb in ("COMMIT", "END", "ROLLBACK"):
             if self._pinned is None:
@@ -256,13 +257,30 @@ class _Reader:
             self.end("ROLLBACK" if verb == "ROLLBACK" else "COMMIT")
             return PgCursor([], -1, None)
         if self._pinned is not None:
-            return self._pinned.execute(sql, params)
+            try:
+                return self._pinned.execute(sql, params)
+            except sqlite3.Error:
+                self._restart()
+                raise
         try:
             with self._db._connection() as conn:
                 return conn.execute(sql, params)
         except StaleConnection:  # the pool is a fresh one now; nothing of this read ran
             with self._db._connection() as conn:
                 return conn.execute(sql, params)
+
+    def _restart(self) -> None:
+        """After a failed statement (it aborts PostgreSQL's transaction, not SQLite's): later
+        statements (an arm's fallback) read a new snapshot, or none when that fails too."""
+        pinned = self._pinned
+        if pinned is None:
+            return
+        try:
+            pinned.execute_raw("ROLLBACK")
+            pinned.execute_raw(READ_SNAPSHOT)
+        except Exception:
+            with contextlib.suppress(Exception):  # a dead connection: the pool drops it
+                self.end()
 
     def end(self, verb: str = "ROLLBACK") -> None:
         """End the pinned read transaction and give its connection back (a dead one is
@@ -476,6 +494,29 @@ class PgDatabase:
             reader = _Reader(self)
             self._local.reader = reader
         return reader
+
+    @contextmanager
+    def snapshot(self) -> Iterator[_Reader]:
+        """One read snapshot for every statement of the block: this thread's reader pins one
+        pooled connection in a `REPEATABLE READ READ ONLY` transaction until the block ends
+        (nested: the open one). Slow work without the database belongs outside the block."""
+        reader = self.reader()
+        if reader.in_transaction:
+            yield reader
+            return
+        reader.execute("BEGIN")
+        try:
+            yield reader
+        except BaseException:
+            with contextlib.suppress(Exception):  # a dead connection: the pool drops it
+                reader.end("ROLLBACK")
+            raise
+        reader.end("COMMIT")
+
+    def in_snapshot(self) -> bool:
+        """Whether this thread's reads are inside a read snapshot (`snapshot()`)."""
+        reader: _Reader | None = getattr(self._local, "reader", None)
+        return reader is not None and reader.in_transaction
 
     def release_reader(self) -> None:
         """End this thread's read transaction if one is still open (the end of a tool call:

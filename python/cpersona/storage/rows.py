@@ -1,0 +1,134 @@
+"""The row types: one per data table, its column list declared once, as that type's fields.
+
+`MemoryRow`, `EpisodeRow` and `ProfileRow` are a whole row each, every column in the table's
+order (tests/storage/test_storage_rows.py compares them with the tables both backends create).
+Everything else that carries part of a row is a *projection* of one of them: the listing's
+`models.Memory`, the recall hits `storage.retrieval.MemoryHit`, the index rows, the health
+checks' flags. A projection's fields that are columns must be the row's columns with the row's
+types (nullability aside: a NOT NULL column may be read as `str`, a record may leave a
+default to the database as `None`); its other fields are derived and declared as such with
+the SQL that computes them. `projection()` checks that when a module is imported, and the
+SELECT lists of those modules are built from it (`select_list`), so a column is named in one
+place and a projection cannot drift from it unnoticed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRow:
+    """One row of `memories`."""
+
+    id: int
+    agent_id: str
+    project_id: str
+    msg_id: str
+    content: str
+    source: str  # JSON text
+    timestamp: str
+    metadata: str  # JSON text
+    embedding: bytes | None
+    channel: str
+    recall_count: int
+    last_recalled_at: str | None
+    locked: bool
+    created_at: str | None  # None on insert: the database's datetime('now')
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeRow:
+    """One row of `episodes`."""
+
+    id: int
+    agent_id: str
+    project_id: str
+    summary: str
+    keywords: str
+    embedding: bytes | None
+    start_time: str | None
+    end_time: str | None
+    resolved: bool
+    channel: str
+    created_at: str | None  # None on insert: the database's datetime('now')
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRow:
+    """One row of `profiles`."""
+
+    id: int
+    agent_id: str
+    project_id: str
+    user_id: str
+    content: str
+    updated_at: str | None  # None on insert: the database's datetime('now')
+
+
+#: The table each row type is a row of.
+TABLE = {MemoryRow: "memories", EpisodeRow: "episodes", ProfileRow: "profiles"}
+
+
+def columns(row: type) -> tuple[str, ...]:
+    """The table's columns in its order: the row type's fields."""
+    return tuple(f.name for f in dataclasses.fields(row))
+
+
+def _base(annotation: object) -> frozenset[str]:
+    """The types of an annotation (a string under `from __future__ import annotations`)
+    without None: nullability may differ between a row and a projection."""
+    parts = {p.strip() for p in str(annotation).split("|")}
+    return frozenset(parts - {"None"})
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """Which columns of `row` a shape reads (in its field order), and the SQL of the fields
+    it derives."""
+
+    row: type
+    shape: type
+    names: tuple[str, ...]
+    derived: Mapping[str, str]
+
+    def select_list(self, alias: str = "") -> str:
+        """The SELECT list that reads the shape's fields in order, `alias.`-qualified."""
+        return select_list(self.names, alias, self.derived)
+
+
+def projection(
+    shape: type, row: type, derived: Mapping[str, str] | None = None, *, extra: tuple[str, ...] = ()
+) -> Projection:
+    """`shape` as a projection of `row`: every field of `shape` is a column of `row` with its
+    type, a `derived` field (name -> the SQL that computes it), or one of `extra` (filled in
+    Python: a score, a parsed value). Raises TypeError when a field is none of these or its
+    type is not the column's: a shape re-typed away from its row fails at import."""
+    derived = dict(derived or {})
+    row_types = {f.name: f.type for f in dataclasses.fields(row)}
+    names: list[str] = []
+    for f in dataclasses.fields(shape):
+        if f.name in derived or f.name in extra:
+            continue
+        if f.name not in row_types:
+            raise TypeError(f"{shape.__name__}.{f.name} is no column of {TABLE[row]}")
+        if _base(f.type) != _base(row_types[f.name]):
+            raise TypeError(
+                f"{shape.__name__}.{f.name} is {f.type}, the column {TABLE[row]}.{f.name} "
+                f"is {row_types[f.name]}"
+            )
+        names.append(f.name)
+    return Projection(row, shape, tuple(names), derived)
+
+
+def select_list(
+    names: tuple[str, ...], alias: str = "", derived: Mapping[str, str] | None = None
+) -> str:
+    """`names` as a SELECT list (`alias.`-qualified), then each derived field `expr AS name`
+    (its expression qualified by the caller)."""
+    prefix = f"{alias}." if alias else ""
+    parts = [f"{prefix}{n}" for n in names]
+    parts += [f"{expr} AS {name}" for name, expr in (derived or {}).items()]
+    return ", ".join(parts)
