@@ -134,11 +134,14 @@ class Engine:
         # PostgreSQL: no vector index files (the vector arm reads the window from the database);
         # the full-text index is the arm there, in this host's cache directory (full_text_indexes).
         indexes = (
-            {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
+            {
+                table: VectorIndex(self.db, table, activity=self.activity)
+                for table in ("memories", "episodes")
+            }
             if local
             else {}
         )
-        fts = full_text_indexes(self.db, settings)
+        fts = full_text_indexes(self.db, settings, self.activity)
         remote = RemoteVectors.from_settings(settings)
         if remote is not None and not settings.store_blob:
             log.info(
@@ -362,27 +365,31 @@ class Engine:
             self.db.close()
 
 
-def full_text_indexes(db: Database, settings: Settings) -> dict[str, FtsIndex]:
+def full_text_indexes(
+    db: Database, settings: Settings, activity: CallActivity | None = None
+) -> dict[str, FtsIndex]:
     """The full-text indexes this process serves the FTS arms from (docs/fts-index.md).
 
     SQLite: the files next to the database, or none (FTS5 answers: CPERSONA_FTS_INDEX=false,
-    no Rust core). PostgreSQL has no FTS5: the index is the arm, its files in this host's cache
-    directory, and settings that leave it out are refused (`Settings.full_text_problem`).
+    no Rust core); a large rebuild runs in the background, giving way to `activity`'s calls.
+    PostgreSQL has no FTS5: the index is the arm, its files in this host's cache directory
+    (rebuilt inside the call: nothing else gives the same rows), and settings that leave it out
+    are refused (`Settings.full_text_problem`).
     """
     from cpersona.errors import ConfigError
     from cpersona.fts.cache import SHARED_KEEP_LOG, cache_base
     from cpersona.fts.index import open_fts_indexes
 
     if db.dialect != "postgresql":
-        return open_fts_indexes(db, enabled=settings.fts_enabled and settings.fts_index)
+        enabled = settings.fts_enabled and settings.fts_index
+        return open_fts_indexes(db, enabled=enabled, activity=activity)
     if not settings.fts_enabled:
         return {}
     problem = settings.full_text_problem()
     if problem:
         raise ConfigError(problem)
-    fts = open_fts_indexes(
-        db, enabled=True, base=cache_base(settings.cache_dir, db.path), keep_log=SHARED_KEEP_LOG
-    )
+    base = cache_base(settings.cache_dir, db.path)
+    fts = open_fts_indexes(db, enabled=True, base=base, keep_log=SHARED_KEEP_LOG, background=False)
     if not fts:
         raise ConfigError(settings.full_text_problem("numpy"))
     return fts

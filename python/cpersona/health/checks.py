@@ -741,6 +741,21 @@ def vector_index(ctx: HealthContext) -> list[Issue]:
                 )
             continue
         status = index.status()
+        if status.rebuild is not None:  # being rebuilt on this host: say how far, do not verify
+            progress = status.rebuild
+            out.append(
+                issue(
+                    "vector_index",
+                    "vector_index_rebuilding",
+                    "info",
+                    table=table,
+                    reason=progress.reason,
+                    done=progress.done,
+                    total=progress.total,
+                    pid=progress.pid,
+                )
+            )
+            continue
         if not status.usable:
             if status.reason == "missing" and not embedded:
                 continue
