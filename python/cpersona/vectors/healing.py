@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import logging
 import os
@@ -186,11 +187,13 @@ class Healer:
             self._log.warning("cannot rebuild %s: %s", self.path.name, exc)
             return
         try:
-            if not self._acquire(fd):
+            contended = self._acquire(fd)
+            if contended is None:
                 return
-            if time.monotonic() - started > POLL_SECONDS and not self._needed():
+            if contended and not self._needed():
                 self._log.warning("%s was rebuilt by another process", self.path.name)
                 return
+            self._remove_orphans()
             rows = self._rebuild(self._stepper(fd, reason, give_way))
         except RebuildStopped:
             self._log.info("the rebuild of %s stopped: the index closed", self.path.name)
@@ -208,15 +211,25 @@ class Healer:
                 os.ftruncate(fd, 0)
             os.close(fd)  # releases the lock
 
-    def _acquire(self, fd: int) -> bool:
-        """The build lock, waited for while another process holds it; False once stopping."""
+    def _acquire(self, fd: int) -> bool | None:
+        """The build lock, waited for while another process holds it: whether it had to wait
+        (None: stopped first)."""
+        contended = False
         while not self._stopping.is_set():
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
+                return contended
             except BlockingIOError:
+                contended = True
                 self._stopping.wait(POLL_SECONDS)
-        return False
+        return None
+
+    def _remove_orphans(self) -> None:
+        """The private files of background rebuilds whose process died (a kill mid-rebuild):
+        under the build lock no live process writes one but this."""
+        for path in self.path.parent.glob(glob.escape(self.path.name) + ".heal*"):
+            if orphaned(path.name[len(self.path.name) :]):
+                path.unlink(missing_ok=True)
 
     def _stepper(self, fd: int, reason: str, give_way: GiveWay | None) -> Step:
         decile = [-1]
