@@ -14,7 +14,8 @@ from cpersona.fts import checksums
 from cpersona.fts.format import HEADER_LEN, Header, put_record, records_for
 from cpersona.storage import fts as fts_sql
 from cpersona.storage import vectors as vector_sql
-from cpersona.vectors.healing import STEP_ROWS, Step
+from cpersona.vectors import healing
+from cpersona.vectors.healing import Step
 
 if TYPE_CHECKING:
     from cpersona.fts.index import FtsIndex
@@ -81,7 +82,7 @@ def rebuild_online(index: FtsIndex, step: Step | None = None) -> int:
     it was (or absent), never half-written."""
     tmp = index.path.with_name(f"{index.path.name}.heal{os.getpid()}")
     try:
-        built = build(index, tmp, step, every=STEP_ROWS)
+        built = build(index, tmp, step, every=healing.STEP_ROWS)
         # The index's own lock protocol (fts/index.py): these are its internals by design.
         with index._thread_lock, index._flock(exclusive=True):
             seq = built.header.applied_seq
