@@ -195,9 +195,16 @@ class FtsIndex:
                         self._sync_locked()
             return self._core
 
-    def sync(self) -> None:
-        """Apply every logged write the file has not seen, and hold the index in memory."""
-        self.current()
+    def sync(self) -> bool:
+        """Apply every logged write the file has not seen, and hold the index in memory;
+        False while the file is rebuilt in the background (searches use FTS5 meanwhile)."""
+        try:
+            self.current()
+        except StoreCorrupt:
+            if self.healing:
+                return False
+            raise
+        return True
 
     def refresh(self) -> None:
         """`sync`, when this process already holds the index (after an own write: a process
@@ -470,6 +477,10 @@ class FtsIndex:
 
         with contextlib.suppress(StoreCorrupt):  # damaged records: named below
             self.current(heal=False)
+        if self.healing:  # a rebuild it needed (or one running): compare what it installs
+            self.wait_for_healing()
+            with contextlib.suppress(StoreCorrupt):
+                self.current(heal=False)
         with self._thread_lock, self._flock(exclusive=False):
             header, problem = self._inspect()
             if problem or header is None:

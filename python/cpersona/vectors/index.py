@@ -501,8 +501,10 @@ class VectorIndex:
         return None if applied is None else max(0, vector_sql.max_seq(self.db) - applied)
 
     def verify(self) -> list[str]:
-        """Compare every row of the index with SQLite; the differences found (empty = same)."""
-        self.sync()
+        """Compare every row of the index with SQLite; the differences found (empty = same).
+        A rebuild the file needs first is waited for."""
+        if not self.sync():
+            self.wait_for_healing()
         reason = ""
         for attempt in range(2):
             with self._flock(exclusive=False):
