@@ -20,6 +20,7 @@ from pathlib import Path
 from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.retrieval.pipeline import RecallRequest
+from cpersona.storage import open_database, vector_models
 
 from benches import scale_support as scale
 
@@ -35,10 +36,16 @@ def main() -> None:
         for suffix in ("memories.vec", "episodes.vec", "memories.fts", "episodes.fts"):
             for path in Path(tmp).glob(f"{work.db_path.name}.{suffix}*"):
                 path.unlink()
+        embedder = scale.FixedQueryProvider(work.query())
+        db = open_database(str(work.db_path))
+        with db.atomic() as conn:  # the corpus's vectors are the fixed provider's: vector arm on
+            vector_models.record(conn, "memories", embedder.name, 384, "bench")
+        db.close()
         settings = Settings(db_path=str(work.db_path), embedding_mode="hashing")
-        engine = Engine(settings, embedder=scale.FixedQueryProvider(work.query()))
+        engine = Engine(settings, embedder=embedder)
         req = RecallRequest(agent_id=scale.AGENT, query=scale.QUERY_TEXT, limit=10)
         try:
+            assert engine.services  # built before the clock starts: the same in both trees
             opened = time.perf_counter()
             first = engine.recaller.recall(req)
             first_ms = 1000 * (time.perf_counter() - opened)
@@ -56,7 +63,9 @@ def main() -> None:
             after_ms = 1000 * (time.perf_counter() - t)
         finally:
             engine.close()
-    same = [(r.kind, r.id) for r in first.rows] == [(r.kind, r.id) for r in after.rows]
+    same = [(r.kind, r.id, r.cosine) for r in first.rows] == [
+        (r.kind, r.id, r.cosine) for r in after.rows
+    ]
     print(f"rows {args.rows}: first recall {first_ms:.0f} ms ({len(first.rows)} rows)")
     if during:
         print(

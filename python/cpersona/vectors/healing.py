@@ -199,6 +199,8 @@ class Healer:
             self._log.info("the rebuild of %s stopped: the index closed", self.path.name)
         except (OSError, IndexObstructed, StoreCorrupt, ValueError) as exc:
             self._log.warning("cannot rebuild %s: %s", self.path.name, exc)
+        except Exception:  # a thread of its own: said, and the next use starts it again
+            self._log.exception("cannot rebuild %s", self.path.name)
         else:
             self._log.warning(
                 "%s rebuilt from the database (%d rows, %.1f s)",
