@@ -141,7 +141,7 @@ def test_progress_in_index_status(
     first = r.stdout.splitlines()[0]
     assert first == (
         f"memories full-text: {ix.path}: not usable (missing); rebuilding in the background "
-        f"(process {os.getpid()}, missing; {ROWS} rows): 2/{ROWS} rows (10%)"
+        f"(process {os.getpid()}, missing): 2/{ROWS} rows (10%)"
     )
     gate.release()
     ix.wait_for_healing()

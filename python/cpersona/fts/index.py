@@ -290,7 +290,7 @@ class FtsIndex:
             log.info("rebuilding %s: %s", self.path.name, reason)
             self._rebuild_locked()
             return
-        self._healer.start(f"{reason}; {total} rows", damaged=False)
+        self._healer.start(reason, damaged=False)
         raise _Deferred(f"{self.path.name} is rebuilt in the background ({reason})")
 
     def _rebuild_reason(self) -> str:

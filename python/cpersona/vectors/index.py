@@ -231,13 +231,12 @@ class VectorIndex:
     def _rebuild_or_defer(self, reason: str) -> bool:
         """Under the exclusive lock: rebuild a small table now (True), start the background
         rebuild of a larger one (False: no call waits for it)."""
-        total, _ = vector_sql.embedded_shape(self.db, self.table)
-        if total <= healing.INLINE_ROWS:
+        if not vector_sql.embedded_more_than(self.db, self.table, healing.INLINE_ROWS):
             log.info("rebuilding %s: %s", self.path.name, reason)
             self._rebuild_locked()
             return True
         self._handle = None
-        self._healer.start(f"{reason}; {total} rows", damaged=False)
+        self._healer.start(reason, damaged=False)
         return False
 
     def _rebuild_reason(self) -> str:
