@@ -155,8 +155,9 @@ class FtsIndex:
 
     @property
     def healing(self) -> bool:
-        """Whether a damaged file is being rebuilt in the background here; searches use the
-        FTS5 statements meanwhile (on PostgreSQL the arm's error path)."""
+        """Whether the file is being rebuilt in the background here (or waits for another
+        process's rebuild); searches use the FTS5 statements meanwhile (on PostgreSQL, where
+        only damage is rebuilt so, the arm's error path)."""
         return self._healer.running
 
     def wait_for_healing(self, timeout: float | None = None) -> None:

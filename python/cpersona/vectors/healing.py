@@ -6,7 +6,7 @@ A file that is damaged (the scan refuses a slot whose bytes no longer match thei
 checksums.py), missing or stale (another format, another point of the database's history, a
 writer that died) is handed to `Healer.start` while the call answers from the database (the
 chunked BLOB scan, FTS5): no call waits for a rebuild of more than `INLINE_ROWS` rows. The
-rebuild (`rebuild_online` here, `FtsIndex._rebuild_online`) writes the rows into a private
+rebuild (`rebuild_online` here, `fts/rebuild.rebuild_online`) writes the rows into a private
 file without the index lock, so neither this process's calls nor another process's scans wait
 for it; only the catch-up with what was logged meanwhile and the rename run under the
 exclusive lock. One process per host builds (the build lock, `build_lock_path`); it gives way
@@ -104,7 +104,7 @@ def progress_of(path: Path) -> RebuildProgress | None:
         return RebuildProgress(
             int(got["pid"]), int(got["done"]), int(got["total"]), str(got["reason"])
         )
-    except (ValueError, KeyError, TypeError):  # between its truncate and its write
+    except (ValueError, KeyError, TypeError):  # the instant before its first step or after its last
         return RebuildProgress(0, 0, 0, "starting")
 
 
