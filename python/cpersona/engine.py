@@ -138,11 +138,14 @@ class Engine:
         # A database that scans vectors itself (PostgreSQL) has no vector index files; its
         # full-text index is the arm, in this host's cache directory (full_text_indexes).
         indexes = (
-            {table: VectorIndex(self.db, table) for table in ("memories", "episodes")}
+            {
+                table: VectorIndex(self.db, table, activity=self.activity)
+                for table in ("memories", "episodes")
+            }
             if caps.vector_arm == "index_file"
             else {}
         )
-        fts = full_text_indexes(self.db, settings)
+        fts = full_text_indexes(self.db, settings, self.activity)
         remote = RemoteVectors.from_settings(settings)
         if remote is not None and not settings.store_blob:
             log.info(
@@ -366,13 +369,16 @@ class Engine:
             self.db.close()
 
 
-def full_text_indexes(db: Store, settings: Settings) -> dict[str, FtsIndex]:
+def full_text_indexes(
+    db: Store, settings: Settings, activity: CallActivity | None = None
+) -> dict[str, FtsIndex]:
     """The full-text indexes this process serves the FTS arms from (docs/fts-index.md).
 
     SQLite: the files next to the database, or none (FTS5 answers: CPERSONA_FTS_INDEX=false,
-    no Rust core). PostgreSQL has no FTS5: the index is the arm, its files in this host's cache
-    directory, and settings that leave it out are refused (`Settings.full_text_problem`). The
-    store's capabilities say which case this is (storage/interface.py).
+    no Rust core); a large rebuild runs in the background, giving way to `activity`'s calls.
+    PostgreSQL has no FTS5: the index is the arm, its files in this host's cache directory
+    (rebuilt inside the call: nothing else gives the same rows), and settings that leave it out
+    are refused (`Settings.full_text_problem`).
     """
     from cpersona.errors import ConfigError
     from cpersona.fts.cache import SHARED_KEEP_LOG, cache_base
@@ -383,13 +389,15 @@ def full_text_indexes(db: Store, settings: Settings) -> dict[str, FtsIndex]:
     keep_log = SHARED_KEEP_LOG if caps.shared else 0
     if caps.full_text_in_database:
         enabled = settings.fts_enabled and settings.fts_index
-        return open_fts_indexes(db, enabled=enabled, base=base, keep_log=keep_log)
+        return open_fts_indexes(
+            db, enabled=enabled, base=base, keep_log=keep_log, activity=activity
+        )
     if not settings.fts_enabled:
         return {}
     problem = settings.full_text_problem()
     if problem:
         raise ConfigError(problem)
-    fts = open_fts_indexes(db, enabled=True, base=base, keep_log=keep_log)
+    fts = open_fts_indexes(db, enabled=True, base=base, keep_log=keep_log, background=False)
     if not fts:
         raise ConfigError(settings.full_text_problem("numpy"))
     return fts

@@ -18,8 +18,10 @@ import os
 import random
 import sys
 import time
+from typing import Any
 
 import cpersona.fts.index as ix
+import cpersona.fts.rebuild as rb
 from cpersona.fts.format import HEADER_LEN
 from cpersona.storage import open_database
 from fts_support import fts_index, indexed, oracle, scope
@@ -65,15 +67,15 @@ class _Os:
 if PAUSE == "mid_append":
     ix.os = _Os()  # type: ignore[assignment]
 elif PAUSE == "mid_rebuild":
-    ix.BATCH = 20
-    original = ix.FtsIndex._write_batch
+    rb.BATCH = 20
+    original = rb._write_batch
 
-    def write_then_hold(*args: object) -> object:
+    def write_then_hold(*args: Any) -> Any:
         out = original(*args)
         hold()
         return out
 
-    ix.FtsIndex._write_batch = staticmethod(write_then_hold)  # type: ignore[method-assign]
+    rb._write_batch = write_then_hold
 
 rng = random.Random(SEED)
 db = open_database(DB)

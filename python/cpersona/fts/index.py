@@ -5,8 +5,11 @@ a row's text or scope into `fts_log` in the write's own transaction; before a se
 compares the file's `applied_seq` with the log and appends the missing rows as change records
 under an exclusive `flock`, marking the file `dirty` while it writes; a file that is missing,
 truncated, corrupt, dirty, foreign or from another point of the database's history is rebuilt
-from SQLite. Each process holds the index in memory (the Rust core's `FtsIndex`) and reads the
-records other processes appended under a shared lock. The file format is docs/fts-index.md.
+from SQLite: inside the call for a small table, else in the background (vectors/healing.py's
+`Healer`, shared with the vector index) while searches run the FTS5 statements; on PostgreSQL,
+which has no FTS5 to answer with the same rows, inside the call. Each process holds the index
+in memory (the Rust core's `FtsIndex`) and reads the records other processes appended under a
+shared lock. The file format is docs/fts-index.md; the rebuilds are in fts/rebuild.py.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
-from cpersona.fts import checksums
+from cpersona.fts import checksums, rebuild
 from cpersona.fts.format import (
     HEADER_LEN,
     MAGIC,
@@ -33,15 +36,17 @@ from cpersona.fts.format import (
     TABLE_CODES,
     VERSION,
     Header,
-    put_record,
     read_header,
     records_for,
 )
+from cpersona.fts.rebuild import Built
 from cpersona.storage import Store
 from cpersona.storage import fts as fts_sql
 from cpersona.storage import vectors as vector_sql
+from cpersona.vectors import healing
 from cpersona.vectors.format import scope_hash
-from cpersona.vectors.healing import Healer, orphaned
+from cpersona.vectors.healing import Healer, RebuildProgress, orphaned
+from cpersona.yielding import CallActivity
 
 log = logging.getLogger("cpersona.fts")
 
@@ -49,23 +54,16 @@ log = logging.getLogger("cpersona.fts")
 TRIM_EVERY = 5000
 #: Rebuild (compact) once the file holds this many more records than twice its live rows.
 COMPACT_SLACK = 4096
-#: Rows per batch of a rebuild (records written and fed to the core together).
-BATCH = 8192
 
 Progress = Callable[[int, int], None]
 
 
-@dataclass(frozen=True, slots=True)
-class _Built:
-    """A file written by `_build`: its core, header and records' CRC."""
-
-    core: Any
-    header: Header
-    crc: int
-
-
 class _Damaged(StoreCorrupt):
     """The file's records are not what their writers wrote (checksum, or they do not parse)."""
+
+
+class _Deferred(StoreCorrupt):
+    """The file is rebuilt in the background: the caller answers from the database."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +79,8 @@ class FtsStatus:
     live: int
     applied_seq: int
     log_seq: int
+    #: The background rebuild running on this host, if any.
+    rebuild: RebuildProgress | None = None
 
 
 class FtsIndex:
@@ -93,15 +93,21 @@ class FtsIndex:
         core: Callable[[], Any],
         base: Path | None = None,
         keep_log: int = 0,
+        *,
+        background: bool = True,
+        activity: CallActivity | None = None,
     ) -> None:
         """`base`: the files are `<base>.<table>.fts` (default: next to the SQLite file).
-        `keep_log`: applied log entries left untrimmed, for index files on other hosts."""
+        `keep_log`: applied log entries left untrimmed, for index files on other hosts.
+        `background`: whether a large rebuild runs in the background (the database has FTS5
+        to answer meanwhile); `activity`: the calls that rebuild gives way to."""
         if table not in TABLE_CODES:
             raise ValueError(f"no full-text index for table {table!r}")
         self.db = db
         self.table = table
         self._new_core = core
         self._keep_log = keep_log
+        self._background = background
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if base is None and db.is_memory:
             self._tmp = tempfile.TemporaryDirectory(prefix="cpersona-fts-")
@@ -120,7 +126,13 @@ class FtsIndex:
         self._loaded_seq = -1
         #: The CRC of the records the core has read (up to `_loaded_end`; fts/checksums.py).
         self._loaded_crc = 0
-        self._healer = Healer(self.path, self._rebuild_online, log)
+        self._healer = Healer(
+            self.path,
+            lambda step: rebuild.rebuild_online(self, step),
+            log,
+            needed=self._rebuild_reason,
+            activity=activity,
+        )
 
     # -- locking -----------------------------------------------------------------------------
 
@@ -143,8 +155,9 @@ class FtsIndex:
 
     @property
     def healing(self) -> bool:
-        """Whether a damaged file is being rebuilt in the background here; searches use the
-        FTS5 statements meanwhile (on PostgreSQL the arm's error path)."""
+        """Whether the file is being rebuilt in the background here (or waits for another
+        process's rebuild); searches use the FTS5 statements meanwhile (on PostgreSQL, where
+        only damage is rebuilt so, the arm's error path)."""
         return self._healer.running
 
     def wait_for_healing(self, timeout: float | None = None) -> None:
@@ -164,6 +177,8 @@ class FtsIndex:
             return self._current()
         except AheadOfSnapshot:
             return None
+        except _Deferred as exc:
+            raise StoreCorrupt(str(exc)) from None
         except _Damaged as exc:
             if heal:
                 self._healer.start(str(exc))
@@ -191,9 +206,16 @@ class FtsIndex:
                         self._sync_locked()
             return self._core
 
-    def sync(self) -> None:
-        """Apply every logged write the file has not seen, and hold the index in memory."""
-        self.current()
+    def sync(self) -> bool:
+        """Apply every logged write the file has not seen, and hold the index in memory;
+        False while the file is rebuilt in the background (searches use FTS5 meanwhile)."""
+        try:
+            self.current()
+        except StoreCorrupt:
+            if self.healing:
+                return False
+            raise
+        return True
 
     def refresh(self) -> None:
         """`sync`, when this process already holds the index (after an own write: a process
@@ -213,17 +235,15 @@ class FtsIndex:
         if header is not None and not problem:
             problem = self._history_problem(header.applied_seq)
         if problem:
-            log.info("rebuilding %s: %s", self.path.name, problem)
-            self._rebuild_locked()
+            self._rebuild_or_defer(problem)
             return
         assert header is not None
-        if self._catch_up_locked():
-            self._rebuild_locked()
+        if problem := self._catch_up_locked():
+            self._rebuild_or_defer(problem)
             return
         changes = fts_sql.changes_since(self.db, self.table, header.applied_seq)
         if changes.lost:
-            log.info("rebuilding %s: log entries it has not applied were trimmed", self.path.name)
-            self._rebuild_locked()
+            self._rebuild_or_defer("log entries it has not applied were trimmed")
             return
         if changes.row_ids:
             rows = fts_sql.rows_by_id(self.db, self.table, changes.row_ids)
@@ -234,7 +254,8 @@ class FtsIndex:
             live = int(self._core.live)
             records = header.records + len(changes.row_ids)
             if records > 2 * live + COMPACT_SLACK:
-                self._rebuild_locked()
+                self._core = None  # it took records the file has not: read again after
+                self._rebuild_or_defer("more than half its records are superseded")
                 return
             try:
                 fd = os.open(self.path, os.O_RDWR)
@@ -270,6 +291,27 @@ class FtsIndex:
                 os.close(fd)
         self._loaded_seq = changes.max_seq
         self._maybe_trim(changes.max_seq)
+
+    def _rebuild_or_defer(self, reason: str) -> None:
+        """Under the exclusive lock: rebuild now a small table, or any table where the database
+        has no FTS5 to answer meanwhile (PostgreSQL); else start the background rebuild and
+        raise `_Deferred` (the caller runs the FTS5 statement, and never waits for it)."""
+        total = fts_sql.row_count(self.db, self.table)
+        if not self._background or total <= healing.INLINE_ROWS:
+            log.info("rebuilding %s: %s", self.path.name, reason)
+            self._rebuild_locked()
+            return
+        self._healer.start(reason, damaged=False)
+        raise _Deferred(f"{self.path.name} is rebuilt in the background ({reason})")
+
+    def _rebuild_reason(self) -> str:
+        """Why the file needs a rebuild ("" = it is sound): asked by a background rebuild
+        that waited for another process's."""
+        with self._flock(exclusive=False):
+            header, problem = self._inspect()
+            if header is not None and not problem:
+                problem = self._history_problem(header.applied_seq)
+            return problem
 
     def _catch_up_locked(self) -> str:
         """Under either lock: read what the file holds beyond what the core has applied.
@@ -374,48 +416,11 @@ class FtsIndex:
     def _rebuild_locked(self, progress: Progress | None = None) -> int:
         self._remove_stale_temporaries()
         tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
-        built = self._build(tmp, progress)
+        built = rebuild.build(self, tmp, progress)
         self._install(tmp, built)
         return built.header.records
 
-    def _build(self, tmp: Path, progress: Progress | None = None) -> _Built:
-        """Write every row into `tmp` (and its checksum), as of one snapshot of the table."""
-        total = fts_sql.row_count(self.db, self.table)
-        core = self._new_core()
-        done, crc = 0, 0
-        with vector_sql.snapshot(self.db):
-            log_seq = fts_sql.max_seq(self.db)
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-            complete = False
-            try:
-                end = HEADER_LEN
-                fresh = Header.new(self.table, self.db_uid())
-                os.pwrite(fd, fresh.pack(), 0)
-                batch: list[bytes] = []
-                for row in fts_sql.iter_rows(self.db, self.table):
-                    batch.append(put_record(row))
-                    done += 1
-                    if len(batch) == BATCH:
-                        end, crc = self._write_batch(fd, core, batch, end, crc)
-                        batch = []
-                        if progress is not None:
-                            progress(done, total)
-                end, crc = self._write_batch(fd, core, batch, end, crc)
-                header = replace(
-                    fresh, applied_seq=log_seq, dirty=0, end=end, records=done, live=done
-                )
-                os.pwrite(fd, header.pack(), 0)
-                checksums.write(tmp, header.generation, end, crc, fresh=True)
-                complete = True
-            finally:
-                os.close(fd)
-                if not complete:  # a full disk mid-write: the temporary must not hold space
-                    checksums.remove_with_sum(tmp)
-        if progress is not None:
-            progress(done, total)
-        return _Built(core, header, crc)
-
-    def _install(self, tmp: Path, built: _Built) -> None:
+    def _install(self, tmp: Path, built: Built) -> None:
         """Under the exclusive lock: rename a built file and its checksum over the index, and
         make its core this process's (a crash between the renames leaves a checksum of another
         generation: refused, rebuilt)."""
@@ -430,52 +435,6 @@ class FtsIndex:
         self._loaded_end, self._loaded_crc = built.header.end, built.crc
         self._loaded_seq = built.header.applied_seq
 
-    def _rebuild_online(self) -> int:
-        """The background rebuild of a damaged file: the rows are written into
-        `<file>.heal<pid>` without the lock (this process's searches use FTS5 meanwhile, other
-        processes keep their cores); then, under the exclusive lock, the rows logged since
-        are appended and the file is renamed in."""
-        tmp = self.path.with_name(f"{self.path.name}.heal{os.getpid()}")
-        built = self._build(tmp)
-        with self._thread_lock, self._flock(exclusive=True):
-            seq = built.header.applied_seq
-            changes = fts_sql.changes_since(self.db, self.table, seq)
-            if self._history_problem(seq) or changes.lost:
-                checksums.remove_with_sum(tmp)
-                return self._rebuild_locked()
-            header, crc = built.header, built.crc
-            data = b""
-            if changes.row_ids:
-                rows = fts_sql.rows_by_id(self.db, self.table, changes.row_ids)
-                data = records_for(changes.row_ids, rows)
-                built.core.apply(data)
-            header = replace(
-                header,
-                applied_seq=max(seq, changes.max_seq),
-                end=header.end + len(data),
-                records=header.records + len(changes.row_ids),
-                live=int(built.core.live),
-            )
-            crc = checksums.extend(crc, data)
-            fd = os.open(tmp, os.O_RDWR)
-            try:
-                os.pwrite(fd, data, built.header.end)
-                os.pwrite(fd, header.pack(), 0)
-            finally:
-                os.close(fd)
-            checksums.write(tmp, header.generation, header.end, crc, fresh=True)
-            self._install(tmp, _Built(built.core, header, crc))
-            return header.live
-
-    @staticmethod
-    def _write_batch(fd: int, core: Any, batch: list[bytes], end: int, crc: int) -> tuple[int, int]:
-        if not batch:
-            return end, crc
-        data = b"".join(batch)
-        os.pwrite(fd, data, end)
-        core.apply(data)
-        return end + len(data), checksums.extend(crc, data)
-
     def _remove_stale_temporaries(self) -> None:
         for path in self.path.parent.glob(glob.escape(self.path.name) + ".tmp*"):
             path.unlink(missing_ok=True)
@@ -488,6 +447,7 @@ class FtsIndex:
     # -- inspection --------------------------------------------------------------------------
 
     def status(self) -> FtsStatus:
+        rebuild = healing.progress_of(self.path)
         log_seq = fts_sql.max_seq(self.db)
         with self._flock(exclusive=False):
             header, problem = self._inspect()
@@ -495,7 +455,16 @@ class FtsIndex:
                 problem = self._history_problem(header.applied_seq)
         if header is None or problem:
             return FtsStatus(
-                self.table, str(self.path), self.path.exists(), False, problem, 0, 0, 0, log_seq
+                self.table,
+                str(self.path),
+                self.path.exists(),
+                False,
+                problem,
+                0,
+                0,
+                0,
+                log_seq,
+                rebuild,
             )
         reason = "current" if header.applied_seq >= log_seq else "behind the log"
         h = header
@@ -509,6 +478,7 @@ class FtsIndex:
             h.live,
             h.applied_seq,
             log_seq,
+            rebuild,
         )
 
     def verify(self) -> list[str]:
@@ -521,6 +491,10 @@ class FtsIndex:
 
         with contextlib.suppress(StoreCorrupt):  # damaged records: named below
             self.current(heal=False)
+        if self.healing:  # a rebuild it needed (or one running): compare what it installs
+            self.wait_for_healing()
+            with contextlib.suppress(StoreCorrupt):
+                self.current(heal=False)
         with self._thread_lock, self._flock(exclusive=False):
             header, problem = self._inspect()
             if problem or header is None:
@@ -569,22 +543,32 @@ class FtsIndex:
             return problems
 
     def close(self) -> None:
-        self.wait_for_healing(timeout=120.0)
+        self._healer.stop(timeout=120.0)
         self._core = None
         if self._tmp is not None:
             self._tmp.cleanup()
 
 
 def open_fts_indexes(
-    db: Store, *, enabled: bool, base: Path | None = None, keep_log: int = 0
+    db: Store,
+    *,
+    enabled: bool,
+    base: Path | None = None,
+    keep_log: int = 0,
+    background: bool = True,
+    activity: CallActivity | None = None,
 ) -> dict[str, FtsIndex]:
     """Both tables' full-text indexes, or none: without the Rust core, with FTS disabled, or
-    with `CPERSONA_FTS_INDEX=false`, the FTS arms run the FTS5 statements."""
+    with `CPERSONA_FTS_INDEX=false`, the FTS arms run the FTS5 statements. `background`,
+    `activity`: as `FtsIndex` takes them."""
     from cpersona._backend import kernels
 
     core = getattr(kernels, "FtsIndex", None)
     if core is None or not enabled:
         return {}
     return {
-        table: FtsIndex(db, table, core, base=base, keep_log=keep_log) for table in fts_sql.TABLES
+        table: FtsIndex(
+            db, table, core, base=base, keep_log=keep_log, background=background, activity=activity
+        )
+        for table in fts_sql.TABLES
     }

@@ -119,6 +119,15 @@ def embedded_shape(db: Store, table: str) -> tuple[int, int | None]:
     return total, (-max(widths)[1] // 4 if widths else None)
 
 
+def embedded_more_than(db: Store, table: str, n: int) -> bool:
+    """Whether `table` holds more than `n` embedded rows, reading about `n` rows (a count of
+    all, `embedded_shape`, reads every row: 0.4 s at 100,000 rows of 384 floats)."""
+    row = db.query_one(
+        f"SELECT 1 FROM {_check(table)} WHERE embedding IS NOT NULL LIMIT 1 OFFSET ?", (n,)
+    )
+    return row is not None
+
+
 def iter_rows(db: Store, table: str) -> Iterator[IndexRow]:
     """Every embedded row, newest first by (created_at, id)."""
     conn = db.reader()

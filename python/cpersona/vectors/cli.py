@@ -83,18 +83,21 @@ def _run(index: VectorIndex | FtsIndex, action: str) -> int:
     if action == "status":
         if isinstance(index, VectorIndex):
             vst = index.status()
-            usable, path, reason = vst.usable, vst.path, vst.reason
+            usable, path, reason, rebuild = vst.usable, vst.path, vst.reason, vst.rebuild
             detail = f"dim {vst.dim}, {vst.live} rows ({vst.count - vst.live} deleted slots)"
             seqs = (vst.applied_seq, vst.log_seq)
         else:
             fst = index.status()
-            usable, path, reason = fst.usable, fst.path, fst.reason
+            usable, path, reason, rebuild = fst.usable, fst.path, fst.reason, fst.rebuild
             detail = f"{fst.live} rows ({fst.records} records)"
             seqs = (fst.applied_seq, fst.log_seq)
+        # A rebuild under way on this host (any process) says how far it is.
+        running = f"; {rebuild.describe()}" if rebuild is not None else ""
         if not usable:
-            print(f"{name}: {path}: not usable ({reason}); the server rebuilds it")
+            then = running or "; the server rebuilds it"
+            print(f"{name}: {path}: not usable ({reason}){then}")
             return 1
-        print(f"{name}: {path}: usable, {reason}; {detail}, log seq {seqs[0]}/{seqs[1]}")
+        print(f"{name}: {path}: usable, {reason}; {detail}, log seq {seqs[0]}/{seqs[1]}{running}")
         return 0
     if action == "rebuild":
         print(f"rebuilding {name} index from the database", file=sys.stderr)

@@ -4,7 +4,8 @@ SQLite is the truth. Triggers log every write that can move a row in or out of t
 `vector_log` (see storage/schema.py). Before each scan, `sync()` compares the file's
 `applied_seq` with the log and applies what is missing under an exclusive `flock`, marking the
 file `dirty` while it mutates; a file that is missing, corrupt, dirty (a writer died) or
-foreign (another database's) is rebuilt from SQLite. Scans run under a shared lock. So any
+foreign (another database's) is rebuilt from SQLite: inside the call for a small table, else
+in the background (healing.py) while scans read SQLite. Scans run under a shared lock. So any
 number of processes on one database see the same, current index, and a crash at any point is
 repaired on the next read. The file format is docs/vector-index.md.
 
@@ -43,6 +44,7 @@ from cpersona.vectors.format import (
     Layout,
     VectorFileWriter,
 )
+from cpersona.vectors.healing import RebuildProgress
 from cpersona.vectors.slots import (
     HEADROOM,
     TABLE_CODES,
@@ -51,6 +53,7 @@ from cpersona.vectors.slots import (
     live_slots,
     release,
 )
+from cpersona.yielding import CallActivity
 
 log = logging.getLogger("cpersona.vectors")
 
@@ -83,12 +86,21 @@ class IndexStatus:
     live: int
     applied_seq: int
     log_seq: int
+    #: The background rebuild running on this host, if any.
+    rebuild: RebuildProgress | None = None
 
 
 class VectorIndex:
     """The index of one table (`memories` or `episodes`) of one database."""
 
-    def __init__(self, db: Store, table: str, directory: str | None = None) -> None:
+    def __init__(
+        self,
+        db: Store,
+        table: str,
+        directory: str | None = None,
+        activity: CallActivity | None = None,
+    ) -> None:
+        """`activity`: the tool calls a background rebuild gives way to (yielding.py)."""
         if table not in TABLE_CODES:
             raise ValueError(f"no vector index for table {table!r}")
         self.db = db
@@ -108,8 +120,14 @@ class VectorIndex:
         #: The kernel's mapping of the file, its checksums, and the identity they were opened
         #: for (kernel_handle).
         self._handle: tuple[tuple[object, ...], tuple[Any, np.ndarray]] | None = None
-        #: The background rebuild of a file found damaged (heal_in_background).
-        self._healer = healing.Healer(self.path, lambda: healing.rebuild_online(self), log)
+        #: The background rebuild of a file found damaged, missing or stale (healing.py).
+        self._healer = healing.Healer(
+            self.path,
+            lambda step: healing.rebuild_online(self, step),
+            log,
+            needed=self._rebuild_reason,
+            activity=activity,
+        )
 
     # -- locking -----------------------------------------------------------------------------
 
@@ -126,11 +144,14 @@ class VectorIndex:
             os.close(fd)
 
     @contextmanager
-    def reading(self) -> Iterator[Path]:
-        """Bring the index current, then hold the shared lock while the caller scans the file.
+    def reading(self) -> Iterator[Path | None]:
+        """Bring the index current, then hold the shared lock while the caller scans the file;
+        None while it is rebuilt in the background (the caller reads SQLite).
 
         Raises AheadOfSnapshot inside a read snapshot the file has moved past."""
-        self.sync()
+        if not self.sync():
+            yield None
+            return
         with self._flock(exclusive=False):
             yield self.path
 
@@ -187,25 +208,49 @@ class VectorIndex:
             self._db_uid = vector_sql.db_uid(self.db)
         return self._db_uid
 
-    def sync(self) -> None:
-        """Apply every logged write the file has not seen; rebuild a file that cannot be trusted."""
+    def sync(self) -> bool:
+        """Apply every logged write the file has not seen; rebuild a file that cannot be
+        trusted. False while the file is rebuilt in the background (scans read SQLite)."""
+        if self._healer.running:
+            return False
         log_seq = vector_sql.max_seq(self.db)
         applied = self._applied_seq_unlocked()
         if applied == log_seq:  # ahead of the log is a file from another point in history
-            return
+            return True
         if applied is not None and applied > log_seq and self.db.in_snapshot():
             raise AheadOfSnapshot(f"{self.path.name} applied {applied}, the snapshot {log_seq}")
         with self._thread_lock, self._flock(exclusive=True):
             writer, reason = self._open_trusted()
             if writer is None:
-                log.info("rebuilding %s: %s", self.path.name, reason)
-                self._rebuild_locked()
-                return
+                return self._rebuild_or_defer(reason)
             try:
-                self._apply_locked(writer)
+                caught_up = self._apply_locked(writer)
             finally:
                 release(writer)
+            if not caught_up:
+                return self._rebuild_or_defer("half its slots are deleted, or a first width")
             self._maybe_trim(log_seq)
+            return True
+
+    def _rebuild_or_defer(self, reason: str) -> bool:
+        """Under the exclusive lock: rebuild a small table now (True), start the background
+        rebuild of a larger one (False: no call waits for it)."""
+        if not vector_sql.embedded_more_than(self.db, self.table, healing.INLINE_ROWS):
+            log.info("rebuilding %s: %s", self.path.name, reason)
+            self._rebuild_locked()
+            return True
+        self._handle = None
+        self._healer.start(reason, damaged=False)
+        return False
+
+    def _rebuild_reason(self) -> str:
+        """Why the file needs a rebuild ("" = it is sound): asked by a background rebuild
+        that waited for another process's."""
+        with self._flock(exclusive=False):
+            writer, reason = self._open_trusted()
+            if writer is not None:
+                release(writer)
+            return reason
 
     def _maybe_trim(self, applied: int) -> None:
         # The log only needs entries the file has not applied; forget the rest now and then.
@@ -291,15 +336,13 @@ class VectorIndex:
         return ""
 
     def _apply_locked(self, writer: VectorFileWriter) -> bool:
-        """Apply the logged writes to `writer`'s file; False when the table was rebuilt into
-        the index file instead (a compaction, or a first row of another width)."""
+        """Apply the logged writes to `writer`'s file; False (nothing applied) when the table
+        must be rebuilt instead (a compaction, or a first row of another width)."""
         header = writer.header()
         changes = vector_sql.changes_since(self.db, self.table, header.applied_seq)
         if changes.row_ids:
             rows = vector_sql.rows_by_id(self.db, self.table, changes.row_ids)
             if self._needs_rebuild(writer, rows, changes.row_ids):
-                release(writer)
-                self._rebuild_locked()
                 return False
             writer.set_header(dirty=1)
             slots = live_slots(writer, changes.row_ids)
@@ -390,8 +433,8 @@ class VectorIndex:
 
     @property
     def healing(self) -> bool:
-        """Whether a background rebuild of a damaged file is running in this process; scans
-        read SQLite meanwhile."""
+        """Whether a background rebuild is running (or waiting for another process's) in this
+        process; scans read SQLite meanwhile."""
         return self._healer.running
 
     def heal_in_background(self, reason: str) -> bool:
@@ -421,6 +464,7 @@ class VectorIndex:
     # -- inspection --------------------------------------------------------------------------
 
     def status(self) -> IndexStatus:
+        rebuild = healing.progress_of(self.path)
         log_seq = vector_sql.max_seq(self.db)
         with self._flock(exclusive=False):
             writer, reason = self._open_trusted()
@@ -436,6 +480,7 @@ class VectorIndex:
                     0,
                     0,
                     log_seq,
+                    rebuild,
                 )
             try:
                 h = writer.header()
@@ -451,6 +496,7 @@ class VectorIndex:
                     h.live,
                     h.applied_seq,
                     log_seq,
+                    rebuild,
                 )
             finally:
                 release(writer)
@@ -462,8 +508,10 @@ class VectorIndex:
         return None if applied is None else max(0, vector_sql.max_seq(self.db) - applied)
 
     def verify(self) -> list[str]:
-        """Compare every row of the index with SQLite; the differences found (empty = same)."""
-        self.sync()
+        """Compare every row of the index with SQLite; the differences found (empty = same).
+        A rebuild the file needs first is waited for."""
+        if not self.sync():
+            self.wait_for_healing()
         reason = ""
         for attempt in range(2):
             with self._flock(exclusive=False):
@@ -520,8 +568,8 @@ class VectorIndex:
 
     def close(self) -> None:
         # A rebuild still writing its mapped file while the interpreter finalises can crash
-        # the process (as the warm-up could): it is bounded by the table's size.
-        self.wait_for_healing(timeout=120.0)
+        # the process (as the warm-up could): it stops at its next step, its file removed.
+        self._healer.stop(timeout=120.0)
         self._handle = None
         if self._tmp is not None:
             self._tmp.cleanup()

@@ -190,7 +190,9 @@ def _scan_file(
 ) -> Hits | None:
     """The scan through the index file; None when the file cannot answer (SQLite will)."""
     try:
-        with index.reading():
+        with index.reading() as path:
+            if path is None:  # rebuilt in the background: SQLite answers meanwhile
+                return None
             handle, sums = index.kernel_handle(kernels.VectorIndex.open)
             if handle.dim != query.shape[0]:
                 return None

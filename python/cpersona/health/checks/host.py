@@ -79,6 +79,20 @@ class IndexMismatch(Issue):
     fix_error: str = UNSET
 
 
+@dataclass(kw_only=True, eq=False)
+class IndexRebuilding(Issue):
+    """Being rebuilt in the background on this host (issue 20): how far, and no verify meanwhile."""
+
+    type: str = "vector_index_rebuilding"
+    severity: str = "info"
+    check: str = "vector_index"
+    table: str
+    reason: str
+    done: int
+    total: int
+    pid: int
+
+
 def vector_index(ctx: HealthContext) -> list[Issue]:
     if ctx.indexes is None:
         return skipped(
@@ -94,6 +108,18 @@ def vector_index(ctx: HealthContext) -> list[Issue]:
                 out.append(IndexNotBuilt(table=table, rows=embedded))
             continue
         status = index.status()
+        if status.rebuild is not None:
+            progress = status.rebuild
+            out.append(
+                IndexRebuilding(
+                    table=table,
+                    reason=progress.reason,
+                    done=progress.done,
+                    total=progress.total,
+                    pid=progress.pid,
+                )
+            )
+            continue
         if not status.usable:
             if status.reason == "missing" and not embedded:
                 continue
@@ -263,7 +289,7 @@ CHECKS: tuple[Check[Any], ...] = (
         "vector_index",
         "warn",
         vector_index,
-        (IndexNotBuilt, IndexUnusable, IndexBehind, IndexMismatch, Skipped),
+        (IndexNotBuilt, IndexUnusable, IndexRebuilding, IndexBehind, IndexMismatch, Skipped),
         Applies(
             frozenset({Subject.VECTOR_FILES}),
             "no local vector index files on PostgreSQL: recall scans the vectors in the "

@@ -1,0 +1,96 @@
+"""No recall waits for a rebuild of the index files (issue 20 item 2), through a real MCP client.
+
+A server opens a database whose index files are gone (a migration, a restore): its first
+recalls answer at once with the rows, order and scores recall gives once the files are
+rebuilt (from the chunked BLOB scan and FTS5 meanwhile), while the rebuilds are held half way
+in the background; check_health says how far the vector rebuild is. On PostgreSQL the
+full-text index has no FTS5 to stand in for it, so it is rebuilt inside the call, as before,
+with the same answers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cpersona.fts.rebuild as fts_rebuild
+import cpersona.vectors.healing as healing
+import pytest
+from test_server_index_damage import content, store_rows
+
+pytestmark = pytest.mark.anyio
+
+QUERIES = ["quartz7 meadow3", content(4), "river11", "entry2 concerns"]
+
+
+async def answers(tools: Any) -> list[Any]:
+    return [
+        (await tools("recall", {"agent_id": "a", "query": q, "limit": 5}))["messages"]
+        for q in QUERIES
+    ]
+
+
+class Gate:
+    """Holds the background rebuilds after their second row until `go` is set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> None:
+        self.held = threading.Event()
+        self.go = threading.Event()
+        self.rows = 0
+        original = getattr(module, name)
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            self.rows += 1
+            if self.rows == 3:
+                self.held.set()
+                self.go.wait(60)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, step)
+
+
+async def test_recall_during_the_rebuild_answers_at_once_with_the_same_rows(
+    connect: Callable[..., Any], backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with connect() as tools:
+        await store_rows(tools)
+        after_rebuild = await answers(tools)
+        files = [tools.engine.fts["memories"].path]
+        files += [index.path for index in tools.engine.indexes.values()]
+    for path in files:
+        path.unlink(missing_ok=True)
+    monkeypatch.setattr(healing, "INLINE_ROWS", 0)
+    monkeypatch.setattr(healing, "STEP_ROWS", 1)
+    vectors = Gate(monkeypatch, healing, "append_row")
+    fulltext = Gate(monkeypatch, fts_rebuild, "put_record")
+    if backend == "postgresql":
+        fulltext.go.set()  # rebuilt inside the first recall: nothing to hold it for
+    try:
+        async with connect() as tools:
+            assert await answers(tools) == after_rebuild
+            fts = tools.engine.fts["memories"]
+            if backend == "sqlite":
+                index = tools.engine.indexes["memories"]
+                assert vectors.held.wait(60) and fulltext.held.wait(60)
+                assert index.healing and fts.healing  # held: the recalls did not wait
+                assert await answers(tools) == after_rebuild
+                report = await tools("check_health", {"checks": ["vector_index"]})
+                rebuilding = [i for i in report["issues"] if i["check"] == "vector_index"]
+                assert [(i["type"], i["table"], i["done"]) for i in rebuilding] == [
+                    ("vector_index_rebuilding", "memories", 2)
+                ], rebuilding
+                vectors.go.set()
+                fulltext.go.set()
+                index.wait_for_healing(60)
+                assert index.verify() == []
+            else:
+                assert not fts.healing and fts.status().usable
+            fts.wait_for_healing(60)
+            assert fts.verify() == []
+            assert await answers(tools) == after_rebuild
+            assert all(Path(p).exists() for p in files)
+    finally:
+        vectors.go.set()
+        fulltext.go.set()
