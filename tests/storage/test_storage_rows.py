@@ -11,7 +11,6 @@ import pytest
 from cpersona import models
 from cpersona.storage import Database, open_database
 from cpersona.storage import fts as fts_sql
-from cpersona.storage import health as health_sql
 from cpersona.storage import portability as portability_sql
 from cpersona.storage import retrieval as retrieval_sql
 from cpersona.storage import vectors as vector_sql
@@ -24,6 +23,9 @@ from cpersona.storage.rows import (
     projection,
     select_list,
 )
+from cpersona.storage.upkeep.sources import SourceRow
+from cpersona.storage.upkeep.stamps import MemoryStamp
+from cpersona.storage.upkeep.texts import MemoryFlag
 
 
 @pytest.fixture
@@ -66,9 +68,9 @@ SHAPES = [
     (vector_sql.IndexRow, EpisodeRow, {"key", "source_id", "time"}),
     (fts_sql.FtsRow, MemoryRow, {"key", "source_id", "columns", "time"}),
     (fts_sql.FtsRow, EpisodeRow, {"key", "source_id", "columns", "time"}),
-    (health_sql.MemoryFlag, MemoryRow, {"n"}),
-    (health_sql.MemoryStamp, MemoryRow, set()),
-    (health_sql.SourceRow, MemoryRow, set()),
+    (MemoryFlag, MemoryRow, {"n"}),
+    (MemoryStamp, MemoryRow, set()),
+    (SourceRow, MemoryRow, set()),
 ]
 
 

@@ -9,9 +9,8 @@ in the background (healing.py) while scans read SQLite. Scans run under a shared
 number of processes on one database see the same, current index, and a crash at any point is
 repaired on the next read. The file format is docs/vector-index.md.
 
-The index file and its lock file are cpersona's: an empty directory in either place (issue 11:
-`index verify` failed forever, the lock path crashed it) is removed before use. A directory
-with contents is not ours to delete: `IndexObstructed` says so, and scans read SQLite.
+An empty directory where the index or its lock file belongs is removed before use (issue 11);
+one with contents is not ours to delete: `IndexObstructed` says so, and scans read SQLite.
 """
 
 from __future__ import annotations
@@ -165,15 +164,12 @@ class VectorIndex:
         scan order is a permutation (StoreCorrupt otherwise). The scans then check each slot
         they score, so damage done after the mapping was made is caught when it would count.
 
-        The mapping is kept from one scan to the next while the file is the same file. Mapping
-        it anew for every scan made every scan fault in again each page it read, from the page
-        cache: a far scan of 200,000 x 384 rows took 27 ms instead of 12 (docs/performance.md).
-        Keeping it is safe because writers change a file in place only under the exclusive
-        lock, and the kernels read `count`, `order` and the flags live from the mapping and
-        check them as they walk; a rebuild or a growth renames a new file in (a new inode; the
-        old one cannot be reused while mapped), and anything else that changes the fixed header
-        fields is damage that `sync` has just rebuilt. The handle is reopened whenever the
-        inode, the size, those fields or the kernel differ.
+        The mapping is kept while the file is the same file (mapping anew per scan faulted in
+        every page again: 27 ms instead of 12 for a far scan of 200,000 x 384 rows,
+        docs/performance.md). Safe because writers change a file in place only under the
+        exclusive lock and the kernels read `count`, `order` and the flags live; a rebuild or a
+        growth renames a new file in (a new inode), and other header changes are damage `sync`
+        has just rebuilt. It is reopened when the inode, size, those fields or kernel differ.
         """
         fd = os.open(self.path, os.O_RDONLY)
         try:
