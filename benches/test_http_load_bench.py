@@ -54,7 +54,9 @@ def test_http_load_bench(benchmark, tmp_path, embedder):
     assert result.errors == []
     assert lost_writes(server.db, result.ledgers) == []  # warm-up rows belong to other agents
 
-    from cpersona._backend import KERNEL
+    from cpersona import _backend
+
+    KERNEL = _backend.from_environment().KERNEL
 
     benchmark.group = f"http load clients={CLIENTS} calls={calls}"
     info = benchmark.extra_info

@@ -369,20 +369,22 @@ def full_text_indexes(db: Database, settings: Settings) -> dict[str, FtsIndex]:
     no Rust core). PostgreSQL has no FTS5: the index is the arm, its files in this host's cache
     directory, and settings that leave it out are refused (`Settings.full_text_problem`).
     """
+    from cpersona import _backend
     from cpersona.errors import ConfigError
     from cpersona.fts.cache import SHARED_KEEP_LOG, cache_base
     from cpersona.fts.index import open_fts_indexes
 
+    kernels = _backend.load(settings.kernel)
     if db.dialect != "postgresql":
-        return open_fts_indexes(db, enabled=settings.fts_enabled and settings.fts_index)
+        enabled = settings.fts_enabled and settings.fts_index
+        return open_fts_indexes(db, enabled=enabled, kernels=kernels)
     if not settings.fts_enabled:
         return {}
     problem = settings.full_text_problem()
     if problem:
         raise ConfigError(problem)
-    fts = open_fts_indexes(
-        db, enabled=True, base=cache_base(settings.cache_dir, db.path), keep_log=SHARED_KEEP_LOG
-    )
+    base = cache_base(settings.cache_dir, db.path)
+    fts = open_fts_indexes(db, enabled=True, kernels=kernels, base=base, keep_log=SHARED_KEEP_LOG)
     if not fts:
         raise ConfigError(settings.full_text_problem("numpy"))
     return fts

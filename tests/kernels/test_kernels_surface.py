@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
 from cpersona import _backend, _fallback
+from cpersona.config import Settings
+from cpersona.embedding.hashing import HashingProvider
+from cpersona.engine import Engine
+from cpersona.errors import ConfigError
 
 F32, I64, U64 = np.float32, np.int64, np.uint64
 
@@ -134,10 +139,33 @@ def test_scan_bad_arguments_raise_same_type(rust: ModuleType, tmp_path) -> None:
 
 
 def test_backend_selection(monkeypatch: pytest.MonkeyPatch, rust: ModuleType) -> None:
+    assert _backend.load("numpy") is _fallback
+    assert _backend.load("rust") is rust
+    assert _backend.load("auto") is rust  # built: auto is the extension
+    assert [_backend.name_of(m) for m in (rust, _fallback)] == ["rust", "numpy"]
+    with pytest.raises(ValueError, match="fortran"):
+        _backend.load("fortran")
+    # Code without an engine (benchmarks, child processes) reads CPERSONA_KERNEL when it asks.
     monkeypatch.setenv("CPERSONA_KERNEL", "numpy")
-    assert _backend._select() == ("numpy", _fallback)
+    assert _backend.from_environment() is _fallback
     monkeypatch.setenv("CPERSONA_KERNEL", "rust")
-    assert _backend._select() == ("rust", rust)
-    monkeypatch.setenv("CPERSONA_KERNEL", "fortran")
-    with pytest.raises(ImportError):
-        _backend._select()
+    assert _backend.from_environment() is rust
+
+
+@pytest.mark.parametrize("kernel", ["rust", "numpy"])
+def test_engine_searches_with_the_kernels_its_settings_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rust: ModuleType, kernel: str
+) -> None:
+    """The setting, not the environment, chooses: two engines of one process may differ."""
+    monkeypatch.setenv("CPERSONA_KERNEL", "numpy" if kernel == "rust" else "rust")
+    settings = Settings(db_path=str(tmp_path / "mem.db"), embedding_mode="hashing", kernel=kernel)
+    engine = Engine(settings, embedder=HashingProvider())
+    try:
+        assert engine.recaller.kernels is _backend.load(kernel)
+        # The numpy twin has no full-text index: FTS5 answers the full-text arms there.
+        assert bool(engine.services.fts) is (kernel == "rust")
+    finally:
+        engine.close()
+    assert Settings.from_env({"CPERSONA_KERNEL": kernel}).kernel == kernel
+    with pytest.raises(ConfigError, match="CPERSONA_KERNEL"):
+        Settings.from_env({"CPERSONA_KERNEL": "fortran"})

@@ -11,11 +11,13 @@ import json
 import random
 import sys
 
-from cpersona._backend import BACKEND
+from cpersona import _backend
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.storage import open_database
 from cpersona.vectors.index import VectorIndex
 from vecindex_support import TABLES, Probe, check_probe, scope
+
+BACKEND = _backend.name_of(_backend.from_environment())
 
 
 def main() -> None:
