@@ -37,10 +37,10 @@ from pathlib import Path
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "http"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from http_support import HttpServer, connect
 from load_support import PATTERN, Ledger, _record, lost_writes, percentile, sentence
+from support.http_server import HttpServer, connect
 
 TOKEN = "soak-token"
 CLIENTS = 8

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "http"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from http_support import HttpServer, connect
+from support.http_server import HttpServer, connect
 
 TOKEN = "stalls-token"
 WAIT = 120.0

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 # The workload and the server harness are shared with the load test in tests/http.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "http"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from http_support import HttpServer
 from load_support import lost_writes, percentile, run_load
+from support.http_server import HttpServer
 
 TOKEN = "bench-token"
 CLIENTS = 8

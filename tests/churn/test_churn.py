@@ -35,8 +35,8 @@ from churn_support import (
     short_idle_argv,
 )
 from cpersona.server.app import build_server
-from http_support import WAIT, HttpServer, connect
 from mcp import Client
+from support.http_server import WAIT, HttpServer, connect
 
 pytestmark = [
     pytest.mark.slow,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
-from http_support import connect
+from support.http_server import connect
 
 #: The repeating pattern of one client's calls (3 stores : 1 recall : 1 update : 1 delete).
 PATTERN = ("store", "store", "recall", "update_memory", "store", "delete_memory")

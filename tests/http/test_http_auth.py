@@ -16,8 +16,8 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from http_support import HttpServer, connect, initialize_body, post
 from mcp.shared.exceptions import MCPError
+from support.http_server import HttpServer, connect, initialize_body, post
 
 TOKEN = "test-token-s3cret"
 

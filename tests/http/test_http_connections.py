@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from http_support import WAIT, HttpServer, connect
+from support.http_server import WAIT, HttpServer, connect
 
 TOKEN = "connections-test-token"
 

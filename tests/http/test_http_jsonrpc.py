@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from http_support import HttpServer, connect, post
+from support.http_server import HttpServer, connect, post
 
 TOKEN = "jsonrpc-test-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "mcp-protocol-version": "2025-06-18"}

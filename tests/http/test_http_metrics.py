@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx2
 import pytest
-from http_support import WAIT, HttpServer, connect
 from prometheus_client.parser import text_string_to_metric_families
+from support.http_server import WAIT, HttpServer, connect
 
 TOKEN = "metrics-token-s3cret"
 RECALL_STAGES = (

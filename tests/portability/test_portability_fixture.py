@@ -60,12 +60,12 @@ def fixture_copy(tmp_path: Path) -> Path:
 
 
 async def test_portability_fixture_export_imports_with_embeddings(
-    open_client, fixture_copy: Path, tmp_path: Path, export_dir: Path
+    connect, fixture_copy: Path, tmp_path: Path, export_dir: Path
 ):
     original = memory_rows(fixture_copy)  # read before cpersona opens (and migrates) it
     assert len(original) == 59 and all(row[-1] for row in original.values())
     # The 2.5.x file is SQLite whatever the backend; its export restores into the backend.
-    async with open_client(db_path=str(fixture_copy), database_url=None) as old:
+    async with connect(db_path=str(fixture_copy), database_url=None) as old:
         out = await old(
             "export_memories",
             {"agent_id": "", "output_path": "v2512.jsonl", "include_embeddings": True},
@@ -75,7 +75,7 @@ async def test_portability_fixture_export_imports_with_embeddings(
     assert all("embedding_b64" in r for r in exported if r["_type"] in ("memory", "episode"))
 
     restored_db = tmp_path / "restored.db"
-    async with open_client(db_path=str(restored_db)) as new:
+    async with connect(db_path=str(restored_db)) as new:
         out = await new("import_memories", {"input_path": "v2512.jsonl"})
         hint = out.pop("foreign_vectors_hint")
         assert out == {

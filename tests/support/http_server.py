@@ -16,12 +16,13 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx2
 from child_env import inherited
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+
+from support.mcp_client import Tools
 
 WAIT = 30.0  # seconds any start, stop or answer may take before the test fails (no timing claim)
 _URL = re.compile(r"^  url: (http://127\.0\.0\.1:\d+/mcp)$", re.MULTILINE)
@@ -90,22 +91,6 @@ class HttpServer:
             self.proc.kill()
             self.proc.wait(timeout=WAIT)
             raise AssertionError(f"server ignored SIGTERM:\n{self.stderr}") from None
-
-
-class Tools:
-    """Calls tools over one MCP connection and decodes their single JSON text content."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-
-    async def raw(self, name: str, args: dict[str, Any] | None = None) -> Any:
-        return await self.client.call_tool(name, args or {})
-
-    async def __call__(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = await self.raw(name, args)
-        assert not result.is_error, result.content[0].text
-        assert len(result.content) == 1
-        return json.loads(result.content[0].text)
 
 
 @contextlib.asynccontextmanager
