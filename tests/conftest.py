@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hyp_settings
 from support import backends
-from support.engine import EngineFactory
+from support.engine import OC_FILE, EngineFactory
 from support.mcp_client import Tools, in_memory
 
 hyp_settings.register_profile("dev", max_examples=50, deadline=None)
@@ -112,9 +112,9 @@ def make_engine(
 
 
 @pytest.fixture
-def oc_path(make_engine: EngineFactory) -> Path:
+def oc_path(tmp_path: Path) -> Path:
     """The operating-context file every engine of the test reads (absent until written)."""
-    return make_engine.oc_path
+    return tmp_path / OC_FILE
 
 
 @pytest.fixture

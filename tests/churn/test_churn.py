@@ -52,6 +52,7 @@ def _recall_args(i: int) -> dict[str, Any]:
 
 
 @pytest.mark.anyio
+@pytest.mark.runs_on(store_backend="sqlite")  # threads of this process: the database is aside
 async def test_churn_in_process_readers_close_with_their_threads(make_engine, monkeypatch):
     monkeypatch.setattr(anyio_asyncio.WorkerThread, "MAX_IDLE_TIME", IDLE)
     engine = make_engine()

@@ -1,17 +1,13 @@
-"""Storage fixtures: fresh databases, a private copy of the CPersona 2.5.12 sample, engines."""
+"""Storage fixtures: fresh databases and a private copy of the CPersona 2.5.12 sample."""
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from cpersona.config import Settings
-from cpersona.embedding.hashing import HashingProvider
-from cpersona.engine import Engine
 from cpersona.storage import Database, open_database
 from storage_helpers import SAMPLE
 
@@ -37,18 +33,3 @@ def sample_path(tmp_path: Path) -> Path:
             shutil.copyfile(side, target.with_name(target.name + suffix))
     os.chmod(target, 0o600)
     return target
-
-
-@pytest.fixture
-def open_engine() -> Iterator[Callable[..., Engine]]:
-    engines: list[Engine] = []
-
-    def make(path: Path | str, **overrides: Any) -> Engine:
-        settings = Settings(db_path=str(path), embedding_mode="hashing", **overrides)
-        engine = Engine(settings, embedder=HashingProvider())
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.close()

@@ -18,6 +18,8 @@ from cpersona.embedding.base import EmbeddingProvider
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 
+#: The operating-context file of every engine, in the test's directory (absent until written).
+OC_FILE = "operating-context.toml"
 #: `embedder=FROM_SETTINGS`: no embedder given; the engine builds the one its settings name.
 FROM_SETTINGS: Any = object()
 
@@ -44,7 +46,7 @@ class EngineFactory:
 
     @property
     def oc_path(self) -> Path:
-        return self.directory / "operating-context.toml"
+        return self.directory / OC_FILE
 
     def settings(self, **overrides: Any) -> Settings:
         given = {**self.defaults, **overrides}
