@@ -174,17 +174,8 @@ def test_churn_stdio_descriptors_and_rss_stay_flat(tmp_path):
 
 
 class _ShortIdleHttpServer(HttpServer):
-    def launch(self) -> subprocess.Popen[bytes]:
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                short_idle_argv("serve", "--transport", "streamable-http"),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                env=self.env,
-                cwd=self.workdir,
-            )
-        return self.proc
+    def argv(self) -> list[str]:
+        return short_idle_argv("serve", "--transport", "streamable-http")
 
 
 @pytest.mark.anyio

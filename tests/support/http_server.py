@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -31,8 +33,17 @@ _URL = re.compile(r"^  url: (http://127\.0\.0\.1:\d+/mcp)$", re.MULTILINE)
 class HttpServer:
     """One server process; `start()` returns once the banner names the URL."""
 
-    def __init__(self, workdir: Path, env: dict[str, str] | None = None, name: str = "server"):
+    def __init__(
+        self,
+        workdir: Path,
+        env: dict[str, str] | None = None,
+        name: str = "server",
+        *,
+        nofile: int | None = None,
+    ) -> None:
+        """`nofile`: the process's open-file limit (soft and hard), lowered from the inherited."""
         self.workdir = workdir
+        self.nofile = nofile
         self.db = workdir / f"{name}.db"
         base = inherited("SYSTEMROOT")
         self.env = {
@@ -47,17 +58,45 @@ class HttpServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "cpersona", "serve", "--transport", "streamable-http"]
+
     def launch(self) -> subprocess.Popen[bytes]:
+        limit = self.nofile
+
+        def lower_nofile() -> None:
+            assert limit is not None
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cpersona", "serve", "--transport", "streamable-http"],
+                self.argv(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 env=self.env,
                 cwd=self.workdir,
+                preexec_fn=None if limit is None else lower_nofile,
             )
         return self.proc
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/")[0])
+
+    def descriptors(self) -> int:
+        """The process's open descriptors, of every kind."""
+        assert self.proc is not None
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def open_sockets(self) -> int:
+        """Open socket descriptors (the listener and the connections; not the database's)."""
+        assert self.proc is not None
+        count = 0
+        for fd in Path(f"/proc/{self.proc.pid}/fd").iterdir():
+            with contextlib.suppress(OSError):  # closed since the listing
+                count += os.readlink(fd).startswith("socket:")
+        return count
 
     def start(self) -> str:
         proc = self.launch()
