@@ -3,7 +3,7 @@
 A real `cpersona serve --transport streamable-http` subprocess on 127.0.0.1, the `hashing`
 embedder by default (what the transport, storage and index cost; `--embedder local` for the
 default model). Eight clients in this process run cycles: each opens a fresh MCP connection,
-makes a burst of mixed calls (store, store, recall, update, store, delete: load_support's
+makes a burst of mixed calls (store, store, recall, update, store, delete: support.load's
 pattern), deletes what it stored (so the data set stays the same size and any growth is the
 server's own), closes; then every client idles for a gap. Bursts and gaps vary (5-40 calls,
 0-25 s, fixed seed); a gap over 10 s lets the server's worker threads retire, the case that
@@ -39,8 +39,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from load_support import PATTERN, Ledger, _record, lost_writes, percentile, sentence
 from support.http_server import HttpServer, connect
+from support.load import PATTERN, Ledger, _record, lost_writes, percentile, sentence
 
 TOKEN = "soak-token"
 CLIENTS = 8

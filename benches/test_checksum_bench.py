@@ -83,9 +83,9 @@ def _paired(plain, checked, repeats: int) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("region", ["window", "far"])
-def test_checked_scan_cost(benchmark, backend: ModuleType, dataset, region: str) -> None:
+def test_checked_scan_cost(benchmark, kernels: ModuleType, dataset, region: str) -> None:
     dim, path, query = dataset
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
     sums = checksums.open_read(path, index.capacity)
     reach, far_k, repeats = (0, 0, 100) if region == "window" else (REACH, K, 3)
 
@@ -104,8 +104,8 @@ def test_checked_scan_cost(benchmark, backend: ModuleType, dataset, region: str)
     if benchmark.disabled:
         return
     found = _paired(plain, checked, repeats)
-    benchmark.extra_info.update(found, backend=backend.KERNEL)
-    print(f"\n{region} scan d={dim} {backend.KERNEL}: {found}")
+    benchmark.extra_info.update(found, backend=kernels.KERNEL)
+    print(f"\n{region} scan d={dim} {kernels.KERNEL}: {found}")
 
 
 def test_map_check_cost(benchmark, dataset) -> None:

@@ -25,8 +25,8 @@ import pytest
 # The workload and the server harness are shared with the load test in tests/http.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from load_support import lost_writes, percentile, run_load
 from support.http_server import HttpServer
+from support.load import lost_writes, percentile, run_load
 
 TOKEN = "bench-token"
 CLIENTS = 8

@@ -71,11 +71,11 @@ def blob_scan(kernels: ModuleType, rows: np.ndarray, query: np.ndarray, base: in
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_window_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
+def test_window_scan(benchmark, kernels, dataset, threads, bandwidth_gbs) -> None:
     dim, path, rows, query = dataset
-    if backend.KERNEL == "numpy" and threads != 1:
+    if kernels.KERNEL == "numpy" and threads != 1:
         pytest.skip("the numpy fallback scores on one thread")
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
 
     def run():
         return index.scan(query, 1, NONE, NONE, NONE, WINDOW, 0, -1.0, K, 0, threads=threads)
@@ -89,7 +89,7 @@ def test_window_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> Non
         benchmark,
         nbytes=WINDOW * (4 * dim + META_BYTES),
         bandwidth=bandwidth_gbs,
-        backend=backend.KERNEL,
+        backend=kernels.KERNEL,
         path="index",
         threads=threads,
         correct=correct,
@@ -97,11 +97,11 @@ def test_window_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> Non
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_far_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
+def test_far_scan(benchmark, kernels, dataset, threads, bandwidth_gbs) -> None:
     dim, path, rows, query = dataset
-    if backend.KERNEL == "numpy" and threads != 1:
+    if kernels.KERNEL == "numpy" and threads != 1:
         pytest.skip("the numpy fallback scores on one thread")
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
 
     def run():
         return index.scan(query, 1, NONE, NONE, NONE, WINDOW, REACH, -1.0, K, K, threads=threads)
@@ -115,7 +115,7 @@ def test_far_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
         benchmark,
         nbytes=REACH * (4 * dim + META_BYTES),
         bandwidth=bandwidth_gbs,
-        backend=backend.KERNEL,
+        backend=kernels.KERNEL,
         path="index",
         threads=threads,
         correct=correct,
@@ -123,7 +123,7 @@ def test_far_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
 
 
 @pytest.mark.parametrize("region", ["window", "far"])
-def test_blob_chunk_scan(benchmark, backend, dataset, region, bandwidth_gbs) -> None:
+def test_blob_chunk_scan(benchmark, kernels, dataset, region, bandwidth_gbs) -> None:
     dim, _, rows, query = dataset
     lo, hi = (0, WINDOW) if region == "window" else (WINDOW, REACH)
     block = np.ascontiguousarray(rows[lo:hi])
@@ -132,10 +132,10 @@ def test_blob_chunk_scan(benchmark, backend, dataset, region, bandwidth_gbs) -> 
 
     def run():
         if region == "window":
-            return blob_scan(backend, block, query, lo, K)
+            return blob_scan(kernels, block, query, lo, K)
         # As the index scan: the window's top k and the far region's, both scored.
-        blob_scan(backend, window, query, 0, K)
-        return blob_scan(backend, block, query, lo, K)
+        blob_scan(kernels, window, query, 0, K)
+        return blob_scan(kernels, block, query, lo, K)
 
     correct = run()[0].tolist() == reference(block, query, K, lo)
     assert correct
@@ -149,7 +149,7 @@ def test_blob_chunk_scan(benchmark, backend, dataset, region, bandwidth_gbs) -> 
         benchmark,
         nbytes=n * 4 * dim,
         bandwidth=bandwidth_gbs,
-        backend=backend.KERNEL,
+        backend=kernels.KERNEL,
         path=f"blob chunks of {BLOB_CHUNK}",
         threads=1,
         correct=correct,

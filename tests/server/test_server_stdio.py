@@ -21,7 +21,7 @@ import anyio
 import pytest
 from cpersona import __version__
 from mcp import Client, StdioServerParameters
-from stdio_support import WAIT, RawServer, server_env
+from support.stdio_server import WAIT, RawServer, server_env
 
 MY_TOOLS = {
     "store", "archive_episode", "update_memory", "lock_memory", "unlock_memory", "delete_memory",

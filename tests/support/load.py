@@ -1,6 +1,6 @@
 """A mixed store / recall / update / delete workload from N concurrent HTTP clients.
 
-Shared by the load test (`test_http_load.py`, small) and the load benchmark
+Shared by the load test (`tests/http/test_http_load.py`, small) and the load benchmark
 (`benches/test_http_load_bench.py`, large). Each client owns one agent and keeps a ledger of
 what the server acknowledged, so the database can be checked against it afterwards: every
 acknowledged write present with its last acknowledged content, every acknowledged delete gone.
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+
 from support.http_server import connect
 
 #: The repeating pattern of one client's calls (3 stores : 1 recall : 1 update : 1 delete).
