@@ -3,6 +3,7 @@
 - `store_backend` ("sqlite" / "postgresql"), `kernel` ("rust" / "numpy") and `kernels` (its
   module): the backends a test runs on (support/backends.py says how they are parametrised);
 - `pg_url`, `database_url_for`, `own_pg`: PostgreSQL databases (tests/pg_support.py);
+- `sample_db`: a private copy of the CPersona 2.5.12 sample (support/fixtures.py);
 - `make_engine`, `oc_path`, `export_dir`: engines (support/engine.py), with `engine_defaults`,
   the settings a directory's conftest may give all its engines;
 - `connect` and `tools`: black-box MCP clients over them (support/mcp_client.py).
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hyp_settings
 from support import backends
 from support.engine import OC_FILE, EngineFactory
+from support.fixtures import SAMPLE, copy_database
 from support.mcp_client import Tools, in_memory
 
 hyp_settings.register_profile("dev", max_examples=50, deadline=None)
@@ -91,6 +93,12 @@ def numpy_kernels() -> ModuleType:
 from pg_support import database_url_for, own_pg, pg_url  # noqa: E402, F401
 
 # -- engines and clients -------------------------------------------------------------------
+
+
+@pytest.fixture
+def sample_db(tmp_path: Path) -> Path:
+    """A private, writable copy of the CPersona 2.5.12 sample (skips where it is absent)."""
+    return copy_database(SAMPLE, tmp_path / "sample.db")
 
 
 @pytest.fixture

@@ -107,9 +107,9 @@ def test_fresh_database_has_exactly_the_v13_objects_plus_cpersonas(tmp_path):
     assert names(objects, "view") == set()
 
 
-def test_fresh_schema_is_byte_for_byte_that_of_2_5_12(tmp_path, sample_path):
+def test_fresh_schema_is_byte_for_byte_that_of_2_5_12(tmp_path, sample_db):
     """Every object the 2.5.12 sample has exists in a fresh file with the same SQL text."""
-    theirs = file_schema(sample_path)
+    theirs = file_schema(sample_db)
     ours = file_schema(fresh_file(tmp_path))
     assert set(theirs) <= set(ours)
     for key, sql in theirs.items():
@@ -198,21 +198,21 @@ def test_pending_fts_rebuild_flag_is_honoured_and_cleared(tmp_path):
 # -- the CPersona 2.5.12 sample ------------------------------------------------------------------
 
 
-def test_sample_opens_with_every_row_unchanged(sample_path, make_engine):
-    before = table_rows(sample_path)
-    schema_before = file_schema(sample_path)
+def test_sample_opens_with_every_row_unchanged(sample_db, make_engine):
+    before = table_rows(sample_db)
+    schema_before = file_schema(sample_db)
     assert len(before["memories"]) == 59
-    engine = make_engine(db_path=sample_path)
+    engine = make_engine(db_path=sample_db)
     engine.close()
-    assert table_rows(sample_path) == before
+    assert table_rows(sample_db) == before
     # 2.5.12's objects are untouched; only cpersona's own are added.
-    after = file_schema(sample_path)
+    after = file_schema(sample_db)
     assert {k: after[k] for k in schema_before} == schema_before
-    assert integrity(sample_path) == "ok"
+    assert integrity(sample_db) == "ok"
 
 
-def test_sample_counts_and_embeddings(sample_path, make_engine):
-    engine = make_engine(db_path=sample_path)
+def test_sample_counts_and_embeddings(sample_db, make_engine):
+    engine = make_engine(db_path=sample_db)
     db = engine.db
     assert db.query_one("SELECT COUNT(*) FROM memories")[0] == 59
     assert db.query_one("SELECT COUNT(*) FROM memories WHERE agent_id = 'alice'")[0] == 39
@@ -232,8 +232,8 @@ def test_sample_counts_and_embeddings(sample_path, make_engine):
         ("ビルド", "%ビルド%"),
     ],
 )
-def test_sample_fts_finds_rows(sample_path, make_engine, term, like):
-    engine = make_engine(db_path=sample_path)
+def test_sample_fts_finds_rows(sample_db, make_engine, term, like):
+    engine = make_engine(db_path=sample_db)
     found = sorted(m.id for m in memory_sql.search_fts(engine.db, f'"{term}"', "alice", 100))
     expected = [
         r[0]
@@ -246,8 +246,8 @@ def test_sample_fts_finds_rows(sample_path, make_engine, term, like):
     assert found == expected and found
 
 
-def test_sample_episode_fts_finds_rows(sample_path, make_engine):
-    engine = make_engine(db_path=sample_path)
+def test_sample_episode_fts_finds_rows(sample_db, make_engine):
+    engine = make_engine(db_path=sample_db)
     rows = engine.db.query(
         "SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH '\"deploys\"' ORDER BY rowid"
     )
@@ -255,10 +255,10 @@ def test_sample_episode_fts_finds_rows(sample_path, make_engine):
 
 
 @pytest.mark.anyio
-async def test_sample_lists_through_mcp(sample_path, make_engine):
-    snapshot = table_rows(sample_path)["memories"]
+async def test_sample_lists_through_mcp(sample_db, make_engine):
+    snapshot = table_rows(sample_db)["memories"]
     by_id = {dict(r)["id"]: dict(r) for r in snapshot}
-    engine = make_engine(db_path=sample_path)
+    engine = make_engine(db_path=sample_db)
     async with mcp_tools(engine) as call:
         everyone = await call("list_memories", {"limit": 500})
         assert everyone["count"] == 59
@@ -288,15 +288,15 @@ async def test_sample_lists_through_mcp(sample_path, make_engine):
     found = memory_sql.search_fts(engine.db, '"one click"', "alice", 5)
     assert [m.id for m in found] == [48]
     engine.close()
-    assert integrity(sample_path) == "ok"
+    assert integrity(sample_db) == "ok"
 
 
-def test_sample_reopen_is_idempotent(sample_path, make_engine):
-    make_engine(db_path=sample_path).close()
+def test_sample_reopen_is_idempotent(sample_db, make_engine):
+    make_engine(db_path=sample_db).close()
     extra = ("cpersona_migrations", "cpersona_meta", "vector_log", "fts_log")
-    before = (file_schema(sample_path), table_rows(sample_path, DATA_TABLES + extra))
-    make_engine(db_path=sample_path).close()
-    assert (file_schema(sample_path), table_rows(sample_path, DATA_TABLES + extra)) == before
+    before = (file_schema(sample_db), table_rows(sample_db, DATA_TABLES + extra))
+    make_engine(db_path=sample_db).close()
+    assert (file_schema(sample_db), table_rows(sample_db, DATA_TABLES + extra)) == before
 
 
 # -- migrating older databases -------------------------------------------------------------------
@@ -492,10 +492,10 @@ async def test_migrated_database_serves(tmp_path, make_engine, fts):
     assert (file_schema(path), table_rows(path)) == before
 
 
-def test_sample_stays_writable_by_a_2_5_client_after_cpersona_opened_it(sample_path, make_engine):
+def test_sample_stays_writable_by_a_2_5_client_after_cpersona_opened_it(sample_db, make_engine):
     """Writes made without cpersona (as 2.5.x makes them) keep working and are seen by it."""
-    make_engine(db_path=sample_path).close()
-    with closing(sqlite3.connect(sample_path)) as conn:
+    make_engine(db_path=sample_db).close()
+    with closing(sqlite3.connect(sample_db)) as conn:
         conn.execute("PRAGMA busy_timeout=5000")
         conn.execute(
             "INSERT INTO memories (agent_id, project_id, msg_id, content, source, timestamp, "
@@ -511,8 +511,8 @@ def test_sample_stays_writable_by_a_2_5_client_after_cpersona_opened_it(sample_p
             "ORDER BY rowid"
         ).fetchall()
         assert [r[0] for r in fts] == [2, 61]
-    assert integrity(sample_path) == "ok"
-    engine = make_engine(db_path=sample_path)
+    assert integrity(sample_db) == "ok"
+    engine = make_engine(db_path=sample_db)
     listed = {m.id: m.content for m in memory_sql.list_newest(engine.db, "alice", _ANY, 500)}
     assert listed[61] == "written by the old server" and listed[2] == "old server edit"
     assert 3 not in listed and len(listed) == 39

@@ -33,6 +33,9 @@ _URL = re.compile(r"^  url: (http://127\.0\.0\.1:\d+/mcp)$", re.MULTILINE)
 class HttpServer:
     """One server process; `start()` returns once the banner names the URL."""
 
+    #: The banner line that names the URL to connect to.
+    url_pattern = _URL
+
     def __init__(
         self,
         workdir: Path,
@@ -102,7 +105,7 @@ class HttpServer:
         proc = self.launch()
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
-            found = _URL.search(self.stderr)
+            found = self.url_pattern.search(self.stderr)
             if found:
                 self.url = found.group(1)
                 return self.url

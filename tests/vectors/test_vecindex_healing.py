@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +17,7 @@ from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from cpersona.vectors.format import HEADER_LEN, Layout
 from cpersona.vectors.search import scan
+from support.commands import index_command
 from vecindex_support import TABLES, Probe, as_lists, check_probe, header_field, new_engine, scope
 
 AGENTS = ("a", "b")
@@ -225,14 +225,7 @@ def test_silent_corruption_is_found_by_verify(world_dir: Path) -> None:
 
 
 def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CPERSONA_DB_PATH": str(db)}
-    return subprocess.run(
-        [sys.executable, "-m", "cpersona", "index", *args, "--kind", "vector"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return index_command(db, *args, "--kind", "vector")
 
 
 @pytest.fixture
