@@ -24,6 +24,7 @@ from child_env import inherited
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from support import jsonrpc
 from support.mcp_client import Tools
 
 WAIT = 30.0  # seconds any start, stop or answer may take before the test fails (no timing claim)
@@ -156,8 +157,4 @@ def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> httpx2
 
 
 def initialize_body() -> bytes:
-    return json.dumps({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "tests", "version": "1"}},
-    }).encode()  # fmt: skip
+    return json.dumps(jsonrpc.initialize(client="tests")).encode()

@@ -15,8 +15,9 @@ from typing import Any
 
 from child_env import inherited
 
+from support import jsonrpc
+
 WAIT = 30.0  # seconds any single answer may take before the test fails (never a timing claim)
-PROTOCOL = "2025-06-18"
 
 
 def server_env(db: Path) -> dict[str, str]:
@@ -113,15 +114,8 @@ class RawServer:
         return [json.loads(a["result"]["content"][0]["text"]) for a in answers]
 
     def initialize(self) -> dict[str, Any]:
-        answer = self.call(
-            "initialize",
-            {
-                "protocolVersion": PROTOCOL,
-                "capabilities": {},
-                "clientInfo": {"name": "cpersona-tests", "version": "0"},
-            },
-        )
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        answer = self.call("initialize", jsonrpc.initialize()["params"])
+        self.send(jsonrpc.INITIALIZED)
         return answer
 
     def close(self) -> int:
