@@ -24,10 +24,10 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from bench_support import unit_rows, write_vector_file
 from cpersona.fts.format import put_record
 from cpersona.storage.fts import FtsRow
 from cpersona.vectors import checksums, healing
-from cpersona.vectors.format import VectorFileWriter
 
 WINDOW = 10_000
 REACH = 200_000
@@ -38,20 +38,11 @@ NONE = np.empty(0, np.uint64)
 @pytest.fixture(scope="module", params=[384, 768])
 def dataset(request: pytest.FixtureRequest):
     dim = request.param
-    rng = np.random.default_rng(dim)
-    vectors = rng.standard_normal((REACH, dim), dtype=np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = unit_rows(REACH, dim)
     query = vectors[12_345].copy()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.vec"
-        writer = VectorFileWriter.create(path, dim, REACH, bytes(16), 0)
-        ones = np.ones(REACH, np.uint64)
-        ids = np.arange(1, REACH + 1, dtype=np.int64)
-        writer.extend(
-            ids, ids, agent=ones, project=ones, channel=ones, source=ones, vectors=vectors
-        )
-        checksums.write(writer)
-        writer.close()
+        write_vector_file(path, vectors, checksummed=True)
         yield dim, path, query
 
 

@@ -17,8 +17,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from bench_support import record
-from cpersona.vectors.format import VectorFileWriter
+from bench_support import record, unit_rows, write_vector_file
 
 WINDOW = 10_000
 REACH = 200_000
@@ -31,20 +30,12 @@ NONE = np.empty(0, np.uint64)
 @pytest.fixture(scope="module", params=[384, 768])
 def dataset(request: pytest.FixtureRequest):
     dim = request.param
-    rng = np.random.default_rng(dim)
-    vectors = rng.standard_normal((REACH, dim), dtype=np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = unit_rows(REACH, dim)
     query = vectors[12_345] + 0.1 * vectors[150_000]
     query = (query / np.linalg.norm(query)).astype(np.float32)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.vec"
-        writer = VectorFileWriter.create(path, dim, REACH, bytes(16), 0)
-        ones = np.ones(REACH, np.uint64)
-        ids = np.arange(1, REACH + 1, dtype=np.int64)
-        writer.extend(
-            ids, ids, agent=ones, project=ones, channel=ones, source=ones, vectors=vectors
-        )
-        writer.close()
+        write_vector_file(path, vectors)
         # Scan order is newest (highest id) first, so the window is the last WINDOW rows.
         newest_first = vectors[::-1]
         yield dim, path, newest_first, query

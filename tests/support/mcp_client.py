@@ -114,6 +114,29 @@ def parse_utc(stamp: str) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
+def documented_answer(tool: str, result: Any) -> dict[str, Any] | None:
+    """A raw tool result in the documented envelope: one text content; a schema violation is
+    the SDK's "Input validation error" (None), anything else a JSON object, and one with an
+    `error` says `ok: false` (a handler refusal, never an exception that escaped one)."""
+    assert len(result.content) == 1
+    text = result.content[0].text
+    if result.is_error:
+        assert text.startswith("Input validation error: "), text
+        return None
+    out = json.loads(text)
+    assert isinstance(out, dict)
+    if "error" in out:
+        assert out.get("ok") is False, (tool, out)
+    return out
+
+
+async def call_all(engine: Engine, batch: list[tuple[str, dict[str, Any]]], check: Any) -> None:
+    """Each call of `batch` through one in-memory client, its raw result given to `check`."""
+    async with in_memory(engine) as tools:
+        for tool, args in batch:
+            check(tool, await tools.raw(tool, args))
+
+
 @contextlib.asynccontextmanager
 async def in_memory(engine: Engine) -> AsyncIterator[Tools]:
     """A client over `engine`'s server, in this process (the official client's memory pipe)."""
