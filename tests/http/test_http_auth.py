@@ -24,10 +24,8 @@ TOKEN = "test-token-s3cret"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    srv = HttpServer(tmp_path_factory.mktemp("auth"), {"CPERSONA_AUTH_TOKEN": TOKEN})
-    srv.start()
-    yield srv
-    assert srv.stop() == 0, srv.stderr
+    with HttpServer(tmp_path_factory.mktemp("auth"), {"CPERSONA_AUTH_TOKEN": TOKEN}) as srv:
+        yield srv
 
 
 def memory_count(db: Path) -> int:

@@ -45,10 +45,8 @@ def value(found: dict[Any, float], name: str, **labels: str) -> float:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    srv = HttpServer(tmp_path_factory.mktemp("metrics"), {"CPERSONA_AUTH_TOKEN": TOKEN})
-    srv.start()
-    yield srv
-    assert srv.stop() == 0, srv.stderr
+    with HttpServer(tmp_path_factory.mktemp("metrics"), {"CPERSONA_AUTH_TOKEN": TOKEN}) as srv:
+        yield srv
 
 
 @pytest.mark.anyio

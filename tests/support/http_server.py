@@ -116,6 +116,14 @@ class HttpServer:
         self.stop()
         raise AssertionError(f"no URL in the banner within {WAIT}s:\n{self.stderr}")
 
+    def __enter__(self) -> HttpServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """A clean exit: status 0 after SIGTERM (with the log when not)."""
+        assert self.stop() == 0, self.stderr
+
     def wait_exit(self) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout=WAIT)
