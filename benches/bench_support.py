@@ -1,10 +1,15 @@
-"""Helpers shared by the benchmarks: the bandwidth probe and the extra_info recorder."""
+"""Helpers shared by the benchmarks: the bandwidth probe, the extra_info recorder and a timed
+tool call."""
 
 from __future__ import annotations
 
+import json
 import time
+from typing import Any
 
 import numpy as np
+from cpersona.vectors import checksums
+from cpersona.vectors.format import VectorFileWriter
 
 #: Bytes summed by the bandwidth probe: far larger than the last-level cache (32 MiB here).
 PROBE_BYTES = 1 << 30
@@ -34,3 +39,34 @@ def record(benchmark, *, nbytes: int, bandwidth: float, **info: object) -> None:
     benchmark.extra_info["gbs"] = round(nbytes / seconds / 1e9, 2)
     benchmark.extra_info["floor_ms"] = round(floor * 1e3, 3)
     benchmark.extra_info["ratio_to_floor"] = round(seconds / floor, 2)
+
+
+async def timed_call(client: Any, name: str, args: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """Milliseconds one tool call took through `client` (an MCP client), and its answer; a
+    failed call (neither stored nor recalled) raises."""
+    started = time.perf_counter()
+    result = await client.call_tool(name, args)
+    spent = (time.perf_counter() - started) * 1000
+    payload = json.loads(result.content[0].text)
+    if result.is_error or ("result" not in payload and "messages" not in payload):
+        raise RuntimeError(f"{name} failed: {payload}")
+    return spent, payload
+
+
+def unit_rows(rows: int, dim: int) -> np.ndarray:
+    """`rows` random unit vectors of `dim` floats, the same for the same `dim`."""
+    vectors = np.random.default_rng(dim).standard_normal((rows, dim), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors
+
+
+def write_vector_file(path: Any, vectors: np.ndarray, *, checksummed: bool = False) -> None:
+    """A vector index file of `vectors`, ids 1..n, every row in one scope."""
+    rows, dim = vectors.shape
+    writer = VectorFileWriter.create(path, dim, rows, bytes(16), 0)
+    ones = np.ones(rows, np.uint64)
+    ids = np.arange(1, rows + 1, dtype=np.int64)
+    writer.extend(ids, ids, agent=ones, project=ones, channel=ones, source=ones, vectors=vectors)
+    if checksummed:
+        checksums.write(writer)
+    writer.close()

@@ -6,6 +6,8 @@ Run: ``pytest benches --benchmark-enable`` (CI runs ``--benchmark-disable`` as a
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -15,8 +17,11 @@ import pytest
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+# The benchmarks share the tests' support package (tests/support/).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
 from bench_support import measure_bandwidth  # noqa: E402
-from cpersona import _fallback  # noqa: E402
+from support import backends  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -31,17 +36,10 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
-@pytest.fixture(scope="session", params=["rust", "numpy"])
-def backend(request: pytest.FixtureRequest) -> ModuleType:
-    if request.param == "numpy":
-        return _fallback
-    try:
-        from cpersona import _core
-    except ImportError:
-        if os.environ.get("CPERSONA_REQUIRE_RUST") == "1":
-            pytest.fail("CPERSONA_REQUIRE_RUST=1 but cpersona._core does not import")
-        pytest.skip("cpersona._core is not built")
-    return _core
+@pytest.fixture(scope="session", params=backends.KERNELS)
+def kernels(request: pytest.FixtureRequest) -> ModuleType:
+    """The kernels module of each backend (tests/support/backends.py)."""
+    return backends.load_kernels(str(request.param))
 
 
 @pytest.fixture(scope="session")

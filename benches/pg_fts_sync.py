@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from cpersona._backend import kernels
+from cpersona import _backend
 from cpersona.fts.index import SHARED_KEEP_LOG, FtsIndex
 from cpersona.fts.search import ranked
 from cpersona.models import ProjectFilter
@@ -45,6 +45,8 @@ from cpersona.storage import retrieval as sql
 from cpersona.storage.retrieval import ScopeSql
 
 from benches.fts_bench_support import COMMON, weights
+
+kernels = _backend.from_environment()
 
 SCOPE = ScopeSql("bench", ProjectFilter(None), "")
 QUERY = "maybe promotion said decided load hiring"

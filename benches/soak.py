@@ -3,7 +3,7 @@
 A real `cpersona serve --transport streamable-http` subprocess on 127.0.0.1, the `hashing`
 embedder by default (what the transport, storage and index cost; `--embedder local` for the
 default model). Eight clients in this process run cycles: each opens a fresh MCP connection,
-makes a burst of mixed calls (store, store, recall, update, store, delete: load_support's
+makes a burst of mixed calls (store, store, recall, update, store, delete: support.load's
 pattern), deletes what it stored (so the data set stays the same size and any growth is the
 server's own), closes; then every client idles for a gap. Bursts and gaps vary (5-40 calls,
 0-25 s, fixed seed); a gap over 10 s lets the server's worker threads retire, the case that
@@ -37,10 +37,10 @@ from pathlib import Path
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "http"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from http_support import HttpServer, connect
-from load_support import PATTERN, Ledger, _record, lost_writes, percentile, sentence
+from support.http_server import HttpServer, connect
+from support.load import Ledger, call, lost_writes, next_call, percentile, sentence
 
 TOKEN = "soak-token"
 CLIENTS = 8
@@ -97,35 +97,17 @@ async def burst(url: str, client: int, cycle: int, calls: int, soak: Soak) -> No
     soak.ledgers.append(ledger)
     async with connect(url, TOKEN) as tools:
         for step in range(calls):
-            op = PATTERN[step % len(PATTERN)]
-            mine = sorted(ledger.live)
-            if op in ("update_memory", "delete_memory") and not mine:
-                op = "store"
-            if op == "store":
-                args = {
-                    "agent_id": ledger.agent,
-                    "message": {"id": f"{cycle}-{step}", "content": sentence(client, step)},
-                }
-            elif op == "recall":
-                args = {"agent_id": ledger.agent, "query": sentence(client, step), "limit": 5}
-            elif op == "update_memory":
-                args = {
-                    "agent_id": ledger.agent,
-                    "memory_id": mine[step % len(mine)],
-                    "content": sentence(client, step + 1) + " (edited)",
-                }
-            else:
-                args = {"agent_id": ledger.agent, "memory_id": mine[0]}
-            start = time.perf_counter()
-            answer = await tools(op, args)
-            soak.latencies[op].append(time.perf_counter() - start)
-            _record(ledger, op, args, answer)
+            op, args = next_call(
+                ledger,
+                step,
+                store=(f"{cycle}-{step}", sentence(client, step)),
+                query=sentence(client, step),
+                edit=sentence(client, step + 1) + " (edited)",
+            )
+            await call(tools, ledger, op, args, soak.latencies)
         for memory_id in sorted(ledger.live):  # the data set stays the same size
             args = {"agent_id": ledger.agent, "memory_id": memory_id}
-            start = time.perf_counter()
-            answer = await tools("delete_memory", args)
-            soak.latencies["delete_memory"].append(time.perf_counter() - start)
-            _record(ledger, "delete_memory", args, answer)
+            await call(tools, ledger, "delete_memory", args, soak.latencies)
 
 
 def run(url: str, pid: int, soak: Soak, seed: int) -> None:

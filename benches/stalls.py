@@ -14,11 +14,8 @@ Run: ``python benches/stalls.py`` (about 30 s with the defaults). Not a test: it
 from __future__ import annotations
 
 import argparse
-import os
-import resource
 import selectors
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,42 +23,12 @@ from pathlib import Path
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "http"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from http_support import HttpServer, connect
+from support.http_server import HttpServer, connect
 
 TOKEN = "stalls-token"
 WAIT = 120.0
-
-
-class Server(HttpServer):
-    def __init__(self, workdir: Path, nofile: int | None = None) -> None:
-        super().__init__(workdir, {"CPERSONA_AUTH_TOKEN": TOKEN})
-        self.nofile = nofile
-
-    def launch(self) -> subprocess.Popen[bytes]:
-        if self.nofile is None:
-            return super().launch()
-        limit = self.nofile
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cpersona", "serve", "--transport", "streamable-http"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                env=self.env,
-                cwd=self.workdir,
-                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
-            )
-        return self.proc
-
-    @property
-    def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1].split("/")[0])
-
-    def fds(self) -> int:
-        assert self.proc is not None
-        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
 
 def head(port: int) -> bytes:
@@ -85,14 +52,16 @@ def open_stalls(port: int, count: int) -> list[socket.socket]:
     return opened
 
 
-def closing_times(socks: list[socket.socket], start: float, server: Server) -> list[float | None]:
+def closing_times(
+    socks: list[socket.socket], start: float, server: HttpServer
+) -> list[float | None]:
     """Seconds from `start` until the server closed each socket; a valid call every second."""
     closed: dict[int, float] = {}
     served = failed = 0
     status: dict[int, bytes] = {}
     deadline = start + WAIT
     next_call = time.monotonic()
-    peak = server.fds()
+    peak = server.descriptors()
     watch = selectors.DefaultSelector()  # epoll: select() stops at descriptor 1024
     for sock in socks:
         watch.register(sock, selectors.EVENT_READ)
@@ -110,7 +79,7 @@ def closing_times(socks: list[socket.socket], start: float, server: Server) -> l
                 closed[sock.fileno()] = time.monotonic() - start
                 watch.unregister(sock)
         if time.monotonic() >= next_call:
-            peak = max(peak, server.fds())
+            peak = max(peak, server.descriptors())
             next_call += 1.0
             try:
                 anyio.run(one_call, server.url)
@@ -139,10 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nofile", type=int, default=1024)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cpersona-stalls-") as tmp:
-        server = Server(Path(tmp))
+        server = HttpServer(Path(tmp), {"CPERSONA_AUTH_TOKEN": TOKEN})
         server.start()
         try:
-            before = server.fds()
+            before = server.descriptors()
             start = time.monotonic()
             socks = open_stalls(server.port, args.count)
             print(f"stalls: {len(socks)} stalled connections, default timeouts; fds {before}")
@@ -157,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             for sock in socks:
                 sock.close()
             time.sleep(1)
-            print(f"  fds after: {server.fds()}")
+            print(f"  fds after: {server.descriptors()}")
         finally:
             server.stop()
         err = server.stderr
@@ -165,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
         flood_dir = Path(tmp) / "flood"
         flood_dir.mkdir()
-        server = Server(flood_dir, nofile=args.nofile)
+        server = HttpServer(flood_dir, {"CPERSONA_AUTH_TOKEN": TOKEN}, nofile=args.nofile)
         server.start()
         try:
             start = time.monotonic()

@@ -24,10 +24,10 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "scaleout"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "http"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from load_support import percentile
 from stress_support import Book, Cluster, Workload, check, make_lanes, run_phase
+from support.load import percentile
 
 
 def private_postgres(workdir: Path) -> str:

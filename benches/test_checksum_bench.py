@@ -24,10 +24,10 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from bench_support import unit_rows, write_vector_file
 from cpersona.fts.format import put_record
 from cpersona.storage.fts import FtsRow
 from cpersona.vectors import checksums, healing
-from cpersona.vectors.format import VectorFileWriter
 
 WINDOW = 10_000
 REACH = 200_000
@@ -38,20 +38,11 @@ NONE = np.empty(0, np.uint64)
 @pytest.fixture(scope="module", params=[384, 768])
 def dataset(request: pytest.FixtureRequest):
     dim = request.param
-    rng = np.random.default_rng(dim)
-    vectors = rng.standard_normal((REACH, dim), dtype=np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = unit_rows(REACH, dim)
     query = vectors[12_345].copy()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.vec"
-        writer = VectorFileWriter.create(path, dim, REACH, bytes(16), 0)
-        ones = np.ones(REACH, np.uint64)
-        ids = np.arange(1, REACH + 1, dtype=np.int64)
-        writer.extend(
-            ids, ids, agent=ones, project=ones, channel=ones, source=ones, vectors=vectors
-        )
-        checksums.write(writer)
-        writer.close()
+        write_vector_file(path, vectors, checksummed=True)
         yield dim, path, query
 
 
@@ -83,9 +74,9 @@ def _paired(plain, checked, repeats: int) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("region", ["window", "far"])
-def test_checked_scan_cost(benchmark, backend: ModuleType, dataset, region: str) -> None:
+def test_checked_scan_cost(benchmark, kernels: ModuleType, dataset, region: str) -> None:
     dim, path, query = dataset
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
     sums = checksums.open_read(path, index.capacity)
     reach, far_k, repeats = (0, 0, 100) if region == "window" else (REACH, K, 3)
 
@@ -104,8 +95,8 @@ def test_checked_scan_cost(benchmark, backend: ModuleType, dataset, region: str)
     if benchmark.disabled:
         return
     found = _paired(plain, checked, repeats)
-    benchmark.extra_info.update(found, backend=backend.KERNEL)
-    print(f"\n{region} scan d={dim} {backend.KERNEL}: {found}")
+    benchmark.extra_info.update(found, backend=kernels.KERNEL)
+    print(f"\n{region} scan d={dim} {kernels.KERNEL}: {found}")
 
 
 def test_map_check_cost(benchmark, dataset) -> None:

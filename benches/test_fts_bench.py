@@ -26,7 +26,7 @@ from pathlib import Path
 
 import fts_bench_support as support
 import pytest
-from cpersona._backend import kernels
+from cpersona import _backend
 from cpersona.fts.index import FtsIndex
 from cpersona.fts.search import ranked
 from cpersona.models import ProjectFilter
@@ -34,6 +34,8 @@ from cpersona.retrieval.query import match_expression, match_terms
 from cpersona.storage import open_database
 from cpersona.storage import retrieval as sql
 from cpersona.storage.retrieval import ScopeSql
+
+kernels = _backend.from_environment()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

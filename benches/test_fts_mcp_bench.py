@@ -29,12 +29,14 @@ import anyio
 import fts_bench_support as support
 import numpy as np
 import pytest
-from cpersona._backend import kernels
+from cpersona import _backend
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.fts.index import FtsIndex
 from cpersona.storage import open_database
 from cpersona.vectors.index import VectorIndex
 from mcp import Client, StdioServerParameters
+
+kernels = _backend.from_environment()
 
 pytestmark = pytest.mark.timeout(3600)
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 # The workload and the server harness are shared with the load test in tests/http.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "http"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from http_support import HttpServer
-from load_support import lost_writes, percentile, run_load
+from support.http_server import HttpServer
+from support.load import lost_writes, percentile, run_load
 
 TOKEN = "bench-token"
 CLIENTS = 8
@@ -54,7 +54,9 @@ def test_http_load_bench(benchmark, tmp_path, embedder):
     assert result.errors == []
     assert lost_writes(server.db, result.ledgers) == []  # warm-up rows belong to other agents
 
-    from cpersona._backend import KERNEL
+    from cpersona import _backend
+
+    KERNEL = _backend.from_environment().KERNEL
 
     benchmark.group = f"http load clients={CLIENTS} calls={calls}"
     info = benchmark.extra_info

@@ -24,13 +24,17 @@ from datetime import timedelta
 import pg_latency
 import pytest
 import scale_support as scale
-from cpersona._backend import KERNEL
+from cpersona import _backend
 from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.memory.text import parse_utc
 from cpersona.retrieval.pipeline import RecallRequest
 from cpersona.storage import vector_models
 from cpersona.timerange import parse_range
+
+#: The kernels CPERSONA_KERNEL names: the engine runs on them and the record says which.
+KERNEL_NAME = _backend.name_of(_backend.from_environment())
+KERNEL = _backend.load(KERNEL_NAME).KERNEL
 
 pytestmark = pytest.mark.timeout(3600)
 
@@ -73,6 +77,7 @@ def engine(corpus, spec, request, tmp_path_factory) -> Iterator[Engine]:
     settings = Settings(
         db_path="" if url else str(corpus.db_path),
         embedding_mode="hashing",
+        kernel=KERNEL_NAME,
         max_memories=work.window,
         database_url=url,
     )

@@ -27,13 +27,17 @@ import numpy as np
 import pytest
 import scale_support as scale
 from bench_support import record
-from cpersona._backend import KERNEL
+from cpersona import _backend
 from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.retrieval.pipeline import RecallRequest
 from cpersona.storage import open_database
 from cpersona.vectors import search
 from cpersona.vectors.index import VectorIndex
+
+#: The kernels CPERSONA_KERNEL names: the engine runs on them and the record says which.
+KERNEL_NAME = _backend.name_of(_backend.from_environment())
+KERNEL = _backend.load(KERNEL_NAME).KERNEL
 
 META_BYTES = 8 * 4 + 1 + 4  # agent, project, channel, source, flags, order per row
 
@@ -132,6 +136,7 @@ def engine(engine_copy, request) -> Iterator[Engine]:
     settings = Settings(
         db_path=str(engine_copy.db_path),
         embedding_mode="hashing",
+        kernel=KERNEL_NAME,
         max_memories=work.window,
         vector_reach=work.reach if reach == "far" else 0,
     )

@@ -31,10 +31,14 @@ from typing import Any
 
 import pytest
 import scale_support as scale
-from cpersona._backend import KERNEL
+from cpersona import _backend
 from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.retrieval.pipeline import RecallRequest
+
+#: The kernels CPERSONA_KERNEL names: the engine runs on them and the record says which.
+KERNEL_NAME = _backend.name_of(_backend.from_environment())
+KERNEL = _backend.load(KERNEL_NAME).KERNEL
 
 DIM = 768
 STORE_SIZES = (10_000, 237_654)
@@ -78,7 +82,7 @@ class Timed:
 @pytest.fixture(scope="module")
 def write_engine(store_rows, request, tmp_path_factory) -> Iterator[tuple[Engine, scale.Corpus]]:
     corpus = _copy(store_rows, request, tmp_path_factory)
-    settings = Settings(db_path=str(corpus.db_path), embedding_mode="hashing")
+    settings = Settings(db_path=str(corpus.db_path), embedding_mode="hashing", kernel=KERNEL_NAME)
     engine = Engine(settings, embedder=scale.FixedQueryProvider(corpus.query()))
     try:
         yield engine, corpus

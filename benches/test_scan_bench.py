@@ -17,8 +17,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from bench_support import record
-from cpersona.vectors.format import VectorFileWriter
+from bench_support import record, unit_rows, write_vector_file
 
 WINDOW = 10_000
 REACH = 200_000
@@ -31,20 +30,12 @@ NONE = np.empty(0, np.uint64)
 @pytest.fixture(scope="module", params=[384, 768])
 def dataset(request: pytest.FixtureRequest):
     dim = request.param
-    rng = np.random.default_rng(dim)
-    vectors = rng.standard_normal((REACH, dim), dtype=np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = unit_rows(REACH, dim)
     query = vectors[12_345] + 0.1 * vectors[150_000]
     query = (query / np.linalg.norm(query)).astype(np.float32)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.vec"
-        writer = VectorFileWriter.create(path, dim, REACH, bytes(16), 0)
-        ones = np.ones(REACH, np.uint64)
-        ids = np.arange(1, REACH + 1, dtype=np.int64)
-        writer.extend(
-            ids, ids, agent=ones, project=ones, channel=ones, source=ones, vectors=vectors
-        )
-        writer.close()
+        write_vector_file(path, vectors)
         # Scan order is newest (highest id) first, so the window is the last WINDOW rows.
         newest_first = vectors[::-1]
         yield dim, path, newest_first, query
@@ -71,11 +62,11 @@ def blob_scan(kernels: ModuleType, rows: np.ndarray, query: np.ndarray, base: in
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_window_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
+def test_window_scan(benchmark, kernels, dataset, threads, bandwidth_gbs) -> None:
     dim, path, rows, query = dataset
-    if backend.KERNEL == "numpy" and threads != 1:
+    if kernels.KERNEL == "numpy" and threads != 1:
         pytest.skip("the numpy fallback scores on one thread")
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
 
     def run():
         return index.scan(query, 1, NONE, NONE, NONE, WINDOW, 0, -1.0, K, 0, threads=threads)
@@ -89,7 +80,7 @@ def test_window_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> Non
         benchmark,
         nbytes=WINDOW * (4 * dim + META_BYTES),
         bandwidth=bandwidth_gbs,
-        backend=backend.KERNEL,
+        backend=kernels.KERNEL,
         path="index",
         threads=threads,
         correct=correct,
@@ -97,11 +88,11 @@ def test_window_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> Non
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_far_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
+def test_far_scan(benchmark, kernels, dataset, threads, bandwidth_gbs) -> None:
     dim, path, rows, query = dataset
-    if backend.KERNEL == "numpy" and threads != 1:
+    if kernels.KERNEL == "numpy" and threads != 1:
         pytest.skip("the numpy fallback scores on one thread")
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
 
     def run():
         return index.scan(query, 1, NONE, NONE, NONE, WINDOW, REACH, -1.0, K, K, threads=threads)
@@ -115,7 +106,7 @@ def test_far_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
         benchmark,
         nbytes=REACH * (4 * dim + META_BYTES),
         bandwidth=bandwidth_gbs,
-        backend=backend.KERNEL,
+        backend=kernels.KERNEL,
         path="index",
         threads=threads,
         correct=correct,
@@ -123,7 +114,7 @@ def test_far_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
 
 
 @pytest.mark.parametrize("region", ["window", "far"])
-def test_blob_chunk_scan(benchmark, backend, dataset, region, bandwidth_gbs) -> None:
+def test_blob_chunk_scan(benchmark, kernels, dataset, region, bandwidth_gbs) -> None:
     dim, _, rows, query = dataset
     lo, hi = (0, WINDOW) if region == "window" else (WINDOW, REACH)
     block = np.ascontiguousarray(rows[lo:hi])
@@ -132,10 +123,10 @@ def test_blob_chunk_scan(benchmark, backend, dataset, region, bandwidth_gbs) -> 
 
     def run():
         if region == "window":
-            return blob_scan(backend, block, query, lo, K)
+            return blob_scan(kernels, block, query, lo, K)
         # As the index scan: the window's top k and the far region's, both scored.
-        blob_scan(backend, window, query, 0, K)
-        return blob_scan(backend, block, query, lo, K)
+        blob_scan(kernels, window, query, 0, K)
+        return blob_scan(kernels, block, query, lo, K)
 
     correct = run()[0].tolist() == reference(block, query, K, lo)
     assert correct
@@ -149,7 +140,7 @@ def test_blob_chunk_scan(benchmark, backend, dataset, region, bandwidth_gbs) -> 
         benchmark,
         nbytes=n * 4 * dim,
         bandwidth=bandwidth_gbs,
-        backend=backend.KERNEL,
+        backend=kernels.KERNEL,
         path=f"blob chunks of {BLOB_CHUNK}",
         threads=1,
         correct=correct,

@@ -24,18 +24,15 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import scale_support as scale
+from support.stdio_server import RawServer
 
 ROWS = 237_654
 DIM = 768
@@ -87,61 +84,6 @@ def embedding_stub(vector: np.ndarray) -> Iterator[str]:
         thread.join(timeout=WAIT)
 
 
-class StdioServer:
-    """`python -m cpersona` on pipes, one JSON-RPC request at a time."""
-
-    def __init__(self, env: dict[str, str], stderr: Path) -> None:
-        self._stderr = open(stderr, "wb")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cpersona"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
-        )  # fmt: skip
-        self._id = 0
-
-    def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        self._id += 1
-        line = {"jsonrpc": "2.0", "id": self._id, "method": method, "params": params}
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(line).encode() + b"\n")
-        self.proc.stdin.flush()
-        for _ in range(1000):  # notifications may come first
-            answer = json.loads(self.proc.stdout.readline() or b"null")
-            assert answer is not None, "the server closed stdout"
-            if answer.get("id") == self._id:
-                return answer
-        raise AssertionError(f"no answer to request {self._id}")
-
-    def initialize(self) -> None:
-        self.call("initialize", {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "cpersona-bench", "version": "0"},
-        })  # fmt: skip
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        self.proc.stdin.flush()
-
-    def recall(self, query: str) -> dict[str, Any]:
-        answer = self.call("tools/call", {
-            "name": "recall", "arguments": {"agent_id": scale.AGENT, "query": query},
-        })  # fmt: skip
-        assert "result" in answer and not answer["result"].get("isError"), answer
-        return json.loads(answer["result"]["content"][0]["text"])
-
-    def close(self) -> int:
-        assert self.proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError):
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=WAIT)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-        self._stderr.close()
-        return self.proc.returncode
-
-
 @pytest.fixture(scope="module")
 def served_corpus(request, tmp_path_factory) -> scale.Corpus:
     if scale.full_run(request.config):
@@ -173,7 +115,7 @@ def test_server_memory(benchmark, served_corpus, kernel, tmp_path, request) -> N
             "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1",
         }
-        server = StdioServer(env, tmp_path / "server.stderr")
+        server = RawServer(corpus.db_path, env, stderr_path=tmp_path / "server.stderr")
         try:
             server.initialize()
             time.sleep(1.0)  # let the start-up index warm-up finish
@@ -182,7 +124,8 @@ def test_server_memory(benchmark, served_corpus, kernel, tmp_path, request) -> N
             def recall_round() -> None:
                 for i in range(recalls):
                     start = time.perf_counter()
-                    out = server.recall(f"{scale.QUERY_TEXT} {i}")
+                    query = f"{scale.QUERY_TEXT} {i}"
+                    out = server.tool("recall", {"agent_id": scale.AGENT, "query": query})
                     latencies.append(time.perf_counter() - start)
                     assert out["messages"], out
                     if i + 1 in CHECKPOINTS:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 import scale_support as scale
+from support import jsonrpc
 
 SPAWNS = int(os.environ.get("CPERSONA_BENCH_SPAWNS", "30"))
 SMOKE_SPAWNS = 2
@@ -39,17 +40,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 HANDSHAKE = b"".join(
     json.dumps(m).encode() + b"\n"
     for m in (
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "cpersona-bench", "version": "0"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        jsonrpc.initialize(client="cpersona-bench"),
+        jsonrpc.INITIALIZED,
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
     )
 )

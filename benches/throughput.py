@@ -40,10 +40,10 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "scaleout"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "http"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from load_support import percentile
 from stress_support import Book, Cluster, Workload, check, make_lanes, run_phase
+from support.load import percentile
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -1,13 +1,29 @@
-"""Shared fixtures: settings on a temporary database, an Engine with the hashing embedder."""
+"""The fixtures every test directory shares, each defined once (the code is in tests/support/):
+
+- `store_backend` ("sqlite" / "postgresql"), `kernel` ("rust" / "numpy") and `kernels` (its
+  module): the backends a test runs on (support/backends.py says how they are parametrised);
+- `pg_url`, `database_url_for`, `own_pg`: PostgreSQL databases (tests/pg_support.py);
+- `sample_db`: a private copy of the CPersona 2.5.12 sample (support/fixtures.py);
+- `make_engine`, `oc_path`, `export_dir`: engines (support/engine.py), with `engine_defaults`,
+  the settings a directory's conftest may give all its engines;
+- `connect` and `tools`: black-box MCP clients over them (support/mcp_client.py).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hyp_settings
+from support import backends
+from support.engine import OC_FILE, EngineFactory
+from support.fixtures import SAMPLE, copy_database
+from support.mcp_client import Tools, in_memory
 
 hyp_settings.register_profile("dev", max_examples=50, deadline=None)
 hyp_settings.register_profile(
@@ -35,5 +51,100 @@ def _cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ["XDG_CACHE_HOME"] = before
 
 
-# PostgreSQL for the tests: `pg_url` (a fresh database) and `backend` (sqlite / postgresql).
-from pg_support import backend, database_url_for, own_pg, pg_url  # noqa: E402, F401
+# -- backends ------------------------------------------------------------------------------
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    backends.parametrize(metafunc)
+
+
+@pytest.fixture
+def store_backend(request: pytest.FixtureRequest) -> str:
+    """The database a test runs on: "sqlite" or "postgresql"."""
+    return str(request.param)
+
+
+# Session scope: a kernel holds no state, and Hypothesis refuses function-scoped fixtures.
+@pytest.fixture(scope="session")
+def kernel(request: pytest.FixtureRequest) -> str:
+    """The kernel backend a test runs on, as `Settings.kernel` names it: "rust" or "numpy"."""
+    name = str(request.param)
+    backends.load_kernels(name)  # the Rust case skips where the extension is not built
+    return name
+
+
+@pytest.fixture(scope="session")
+def kernels(kernel: str) -> ModuleType:
+    """The module of the test's `kernel` (`cpersona._core` or `cpersona._fallback`)."""
+    return backends.load_kernels(kernel)
+
+
+@pytest.fixture(scope="session")
+def rust_kernels() -> ModuleType:
+    return backends.load_kernels("rust")
+
+
+@pytest.fixture(scope="session")
+def numpy_kernels() -> ModuleType:
+    return backends.load_kernels("numpy")
+
+
+# PostgreSQL for the tests: `pg_url` (a fresh database), `database_url_for`, `own_pg`.
+from pg_support import database_url_for, own_pg, pg_url  # noqa: E402, F401
+
+# -- engines and clients -------------------------------------------------------------------
+
+
+@pytest.fixture
+def sample_db(tmp_path: Path) -> Path:
+    """A private, writable copy of the CPersona 2.5.12 sample (skips where it is absent)."""
+    return copy_database(SAMPLE, tmp_path / "sample.db")
+
+
+@pytest.fixture
+def engine_defaults() -> dict[str, Any]:
+    """Settings every engine of a test gets below its own overrides (a directory may say)."""
+    return {}
+
+
+@pytest.fixture
+def make_engine(
+    tmp_path: Path,
+    database_url_for: Callable[[str], str | None],  # noqa: F811 (the fixture imported above)
+    engine_defaults: dict[str, Any],
+) -> Iterator[EngineFactory]:
+    """`make_engine(db_path="mem.db", embedder=None, **settings_overrides)` (support/engine.py)."""
+    factory = EngineFactory(tmp_path, database_url_for, engine_defaults)
+    yield factory
+    factory.close()
+
+
+@pytest.fixture
+def oc_path(tmp_path: Path) -> Path:
+    """The operating-context file every engine of the test reads (absent until written)."""
+    return tmp_path / OC_FILE
+
+
+@pytest.fixture
+def export_dir(tmp_path: Path) -> Path:
+    """An export directory in the test's directory (portability/conftest.py gives it to every
+    engine there)."""
+    path = tmp_path / "exports"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def connect(make_engine: EngineFactory) -> Callable[..., Any]:
+    """`async with connect(**settings_overrides) as tools:` a client over a new engine."""
+
+    def open_client(**overrides: Any) -> Any:
+        return in_memory(make_engine(**overrides))
+
+    return open_client
+
+
+@pytest.fixture
+async def tools(connect: Callable[..., Any]) -> AsyncIterator[Tools]:
+    async with connect() as t:
+        yield t

@@ -6,8 +6,8 @@ gets `CREATE DATABASE ... TEMPLATE` of it (a file copy, ~25 ms), dropped after t
 fully isolated (own tables, sequences, functions) and cheap.
 
 Fixtures (registered by tests/conftest.py): `pg_url` (function scope: a fresh database's
-URL), `backend` (parametrised "sqlite" / "postgresql") and `database_url_for(db_path)` (the
-Settings.database_url for it) for the black-box tool tests that run on both backends.
+URL) and `database_url_for(db_path)` (the Settings.database_url of the test's
+`store_backend`) for the black-box tool tests that run on both backends.
 """
 
 from __future__ import annotations
@@ -116,21 +116,15 @@ def pg_url() -> Iterator[str]:
         drop_database(url)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest) -> str:
-    """The database backend a tool test runs on ("sqlite" or "postgresql")."""
-    return str(request.param)
-
-
 @pytest.fixture
-def database_url_for(backend: str) -> Iterator[Callable[[str], str | None]]:
+def database_url_for(store_backend: str) -> Iterator[Callable[[str], str | None]]:
     """`database_url_for(db_path)`: the Settings.database_url of the test's backend for the
     database a test names by its SQLite path: None on SQLite; on PostgreSQL a fresh database
     per distinct path (dropped after the test), so tests of two databases keep two."""
     made: dict[str, str] = {}
 
     def url_for(path: str) -> str | None:
-        if backend != "postgresql":
+        if store_backend != "postgresql":
             return None
         if path not in made:
             made[path] = fresh_database()
@@ -144,7 +138,7 @@ def database_url_for(backend: str) -> Iterator[Callable[[str], str | None]]:
 def pending_on_postgresql(db: Any, branch: str, what: str) -> None:
     """Skip the rest of this test on PostgreSQL: `what` arrives with helper branch `branch`
     (issue 12). The coordinator removes these calls after merging that branch. `db` is a
-    Database, or the `backend` fixture's value."""
+    Database, or the `store_backend` fixture's value."""
     if db == "postgresql" or getattr(db, "dialect", "sqlite") == "postgresql":
         pytest.skip(f"{what} on PostgreSQL: branch {branch}")
 

@@ -56,6 +56,8 @@ _VARS: tuple[_Var, ...] = (
     _v("fts_enabled", "bool", True),
     # The FTS arms from the Rust core's full-text index (docs/fts-index.md); false = FTS5 SQL.
     _v("fts_index", "bool", True),
+    # The kernel backend of the searchers (cpersona._backend): auto = Rust when built.
+    _v("kernel", "choice", "auto", choices=("auto", "rust", "numpy")),
     _v("max_content_length", "int", 16000, low=1),
     _v("max_profile_length", "int", 2000, low=1),
     _v("max_metadata_length", "int", 8000, low=1),
@@ -189,6 +191,7 @@ class Settings:
     cache_dir: str | None = None
     fts_enabled: bool = True
     fts_index: bool = True
+    kernel: str = "auto"
     max_content_length: int = 16000
     max_profile_length: int = 2000
     max_metadata_length: int = 8000
@@ -315,7 +318,7 @@ class Settings:
             values[var.field] = _parse(var, name, raw)
             explicit.add(name)
         settings = cls(**values, explicit=frozenset(explicit))
-        problem = settings.full_text_problem(env.get("CPERSONA_KERNEL", ""))
+        problem = settings.full_text_problem()
         if problem:
             raise ConfigError(problem)
         return settings
@@ -323,12 +326,13 @@ class Settings:
     def full_text_problem(self, kernel: str = "") -> str:
         """Why these settings cannot serve the full-text arms ("" = they can): on PostgreSQL
         there is no FTS5, so the arms need the Rust core's full-text index (docs/fts-index.md).
-        `kernel`: CPERSONA_KERNEL, or "numpy" when the Rust core is not there."""
+        `kernel`: the loaded kernel when it is not the one asked for ("numpy" when the Rust
+        core is not there), else `self.kernel`."""
         if not self.database_url or not self.fts_enabled:
             return ""
         if not self.fts_index:
             why = "CPERSONA_FTS_INDEX=false"
-        elif kernel.strip().lower() == "numpy":
+        elif (kernel or self.kernel) == "numpy":
             why = "the numpy kernel (CPERSONA_KERNEL=numpy)"
         else:
             return ""

@@ -380,24 +380,33 @@ def full_text_indexes(
     (rebuilt inside the call: nothing else gives the same rows), and settings that leave it out
     are refused (`Settings.full_text_problem`).
     """
+    from cpersona import _backend
     from cpersona.errors import ConfigError
     from cpersona.fts.cache import SHARED_KEEP_LOG, cache_base
     from cpersona.fts.index import open_fts_indexes
 
+    kernels = _backend.load(settings.kernel)
     caps = db.capabilities
     base = cache_base(settings.cache_dir, db.path) if caps.derived_files == "host_cache" else None
     keep_log = SHARED_KEEP_LOG if caps.shared else 0
     if caps.full_text_in_database:
         enabled = settings.fts_enabled and settings.fts_index
         return open_fts_indexes(
-            db, enabled=enabled, base=base, keep_log=keep_log, activity=activity
+            db,
+            enabled=enabled,
+            kernels=kernels,
+            base=base,
+            keep_log=keep_log,
+            activity=activity,
         )
     if not settings.fts_enabled:
         return {}
     problem = settings.full_text_problem()
     if problem:
         raise ConfigError(problem)
-    fts = open_fts_indexes(db, enabled=True, base=base, keep_log=keep_log, background=False)
+    fts = open_fts_indexes(
+        db, enabled=True, kernels=kernels, base=base, keep_log=keep_log, background=False
+    )
     if not fts:
         raise ConfigError(settings.full_text_problem("numpy"))
     return fts

@@ -27,14 +27,14 @@ def _not_applicable(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("fix", [False, True])
 async def test_sqlite_only_checks_are_not_applicable_on_postgresql(
-    connect: Any, backend: str, fix: bool
+    connect: Any, store_backend: str, fix: bool
 ) -> None:
     async with connect() as tools:
         stored = await tools("store", {"agent_id": "a", "message": {"content": "kept row"}})
         assert stored["result"] == "stored"
         report = await tools("check_health", {"fix": fix})
     marked = _not_applicable(report)
-    if backend == "sqlite":
+    if store_backend == "sqlite":
         assert marked == {}
     else:
         assert set(marked) == SQLITE_ONLY
@@ -51,18 +51,18 @@ async def test_sqlite_only_checks_are_not_applicable_on_postgresql(
     assert not [i for i in report["issues"] if i["type"] == "check_crashed"]
 
 
-async def test_one_requested_sqlite_check_on_postgresql(connect: Any, backend: str) -> None:
+async def test_one_requested_sqlite_check_on_postgresql(connect: Any, store_backend: str) -> None:
     async with connect() as tools:
         report = await tools("check_health", {"checks": ["sqlite_integrity"]})
     assert report["checks_run"] == ["sqlite_integrity"]
-    if backend == "sqlite":
+    if store_backend == "sqlite":
         assert report["issues"] == []
     else:
         assert [i["type"] for i in report["issues"]] == ["sqlite_integrity_not_applicable"]
     assert report["severity_summary"] == {"critical": 0, "warn": 0, "info": len(report["issues"])}
 
 
-async def test_data_checks_find_and_repair_the_same_rows(connect: Any, backend: str) -> None:
+async def test_data_checks_find_and_repair_the_same_rows(connect: Any, store_backend: str) -> None:
     async with connect() as tools:
         stored = await tools("store", {"agent_id": "a", "message": {"content": "broken json"}})
         with tools.engine.db.atomic() as conn:  # damage no tool can write
@@ -77,7 +77,7 @@ async def test_data_checks_find_and_repair_the_same_rows(connect: Any, backend: 
     assert after["issues"] == [] and after["status"] == "healthy"
 
 
-async def test_fix_run_re_embeds_rows_without_a_vector(connect: Any, backend: str) -> None:
+async def test_fix_run_re_embeds_rows_without_a_vector(connect: Any, store_backend: str) -> None:
     async with connect() as tools:
         stored = await tools("store", {"agent_id": "a", "message": {"content": "vector lost"}})
         assert stored["embedded"] is True

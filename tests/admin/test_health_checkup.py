@@ -130,8 +130,8 @@ def test_checkup_could_not_run_is_three(tmp_path: Path, capsys: pytest.CaptureFi
     assert "could not run" in capsys.readouterr().err
 
 
-def test_checkup_opens_a_2_5_12_database_read_only(tmp_path: Path, backend: str) -> None:
-    if backend == "postgresql":
+def test_checkup_opens_a_2_5_12_database_read_only(tmp_path: Path, store_backend: str) -> None:
+    if store_backend == "postgresql":
         pytest.skip("a CPersona 2.5.12 database is an SQLite file (migrate's tests move it)")
     fixture = Path("/work/shared/fixtures/cpersona-2.5.12-sample.db")
     if not fixture.exists():

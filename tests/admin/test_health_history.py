@@ -36,7 +36,7 @@ SCHEMA_CHECKS = [
 
 @pytest.mark.parametrize("fix", [False, True])
 async def test_healthy_database_without_its_data_directory_is_healthy(
-    connect: Any, backend: str, tmp_path: Path, fix: bool
+    connect: Any, store_backend: str, tmp_path: Path, fix: bool
 ) -> None:
     # On PostgreSQL nothing creates the SQLite path's directory (the cause of the crash).
     where = tmp_path / "never-made" / "memory.db"
@@ -48,7 +48,7 @@ async def test_healthy_database_without_its_data_directory_is_healthy(
     assert not [i for i in report["issues"] if i["type"] == "check_crashed"], report["issues"]
     assert report["status"] == "healthy", report["issues"]
     assert "file_permissions" in report["checks_run"]
-    if backend == "postgresql":
+    if store_backend == "postgresql":
         assert not where.parent.exists()
 
 
@@ -60,7 +60,7 @@ def copy_fixture(version: str, tmp_path: Path) -> Path:
     return db
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])  # the fixtures are SQLite files
+@pytest.mark.parametrize("store_backend", ["sqlite"])  # the fixtures are SQLite files
 async def test_a_store_upgraded_by_2_6_14_is_judged_as_its_2_5_12_twin(
     connect: Any, tmp_path: Path
 ) -> None:
@@ -91,7 +91,7 @@ async def test_a_store_upgraded_by_2_6_14_is_judged_as_its_2_5_12_twin(
 
 
 async def test_foreign_vectors_are_reported_without_fix_and_re_embedded_with_it(
-    connect: Any, backend: str
+    connect: Any, store_backend: str
 ) -> None:
     async with connect() as tools:
         ids = []

@@ -38,9 +38,9 @@ SQLITE_DAMAGE = {
 
 
 @pytest.fixture(autouse=True)
-def _sqlite_damage(backend: str, request: pytest.FixtureRequest) -> None:
+def _sqlite_damage(store_backend: str, request: pytest.FixtureRequest) -> None:
     why = SQLITE_DAMAGE.get(request.node.originalname)
-    if backend == "postgresql" and why is not None:
+    if store_backend == "postgresql" and why is not None:
         pytest.skip(f"SQLite-only damage: {why}")
 
 
@@ -404,7 +404,7 @@ async def test_health_embedding_model_label_of_sidecar(tools: Any) -> None:
 
 
 async def test_health_future_timestamp_repair_moves_the_row_in_time_scoped_recall(
-    tools: Any, backend: str
+    tools: Any, store_backend: str
 ) -> None:
     # The repair rewrites `timestamp`, which no log trigger watches: the index files, which
     # key each row by its instant, must still learn the row's new time (docs/vector-index.md).

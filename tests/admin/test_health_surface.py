@@ -228,8 +228,8 @@ async def test_check_update_enabled_verdicts(connect: Any) -> None:
         assert (await tools("check_update", {"refresh": True}))["state"] == "unknown"
 
 
-async def test_health_fix_on_an_in_memory_database(connect: Any, backend: str) -> None:
-    if backend == "postgresql":
+async def test_health_fix_on_an_in_memory_database(connect: Any, store_backend: str) -> None:
+    if store_backend == "postgresql":
         pytest.skip("an in-memory database is SQLite's")
     async with connect(db_path=":memory:") as tools:
         await corpus(tools)

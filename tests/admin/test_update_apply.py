@@ -22,11 +22,9 @@ from cpersona.update import install_hint
 NEWER = "99.0.0"
 
 
-@pytest.fixture
-def backend() -> str:
-    """Installing a release is no business of the database: SQLite only (a second run in one
-    session finds the release already installed by the first)."""
-    return "sqlite"
+# Installing a release is no business of the database: SQLite only (a second run in one
+# session finds the release already installed by the first).
+pytestmark = pytest.mark.runs_on(store_backend="sqlite")
 
 
 def fake_wheel(folder: Path, version: str) -> Path:

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,6 @@ from typing import Any
 import anyio
 import anyio._backends._asyncio as anyio_asyncio
 import pytest
-from child_env import inherited
 from churn_support import (
     BURSTS,
     GAP,
@@ -35,8 +31,9 @@ from churn_support import (
     short_idle_argv,
 )
 from cpersona.server.app import build_server
-from http_support import WAIT, HttpServer, connect
 from mcp import Client
+from support.http_server import HttpServer, connect
+from support.stdio_server import RawServer
 
 pytestmark = [
     pytest.mark.slow,
@@ -52,6 +49,7 @@ def _recall_args(i: int) -> dict[str, Any]:
 
 
 @pytest.mark.anyio
+@pytest.mark.runs_on(store_backend="sqlite")  # threads of this process: the database is aside
 async def test_churn_in_process_readers_close_with_their_threads(make_engine, monkeypatch):
     monkeypatch.setattr(anyio_asyncio.WorkerThread, "MAX_IDLE_TIME", IDLE)
     engine = make_engine()
@@ -86,74 +84,10 @@ async def test_churn_in_process_readers_close_with_their_threads(make_engine, mo
     assert max(connections) <= PER_BURST + 1 + 1, connections
 
 
-class _PipedServer:
-    """`cpersona` on stdio pipes with short-lived worker threads: pipelined JSON-RPC lines."""
-
-    def __init__(self, db: Path) -> None:
-        env = inherited()
-        env |= {"CPERSONA_DB_PATH": str(db), "CPERSONA_EMBEDDING_MODE": "hashing"}
-        self.proc = subprocess.Popen(
-            short_idle_argv(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            cwd=db.parent,
-        )
-        self.answers: queue.Queue[dict[str, Any]] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.next_id = 0
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in iter(self.proc.stdout.readline, b""):
-            message = json.loads(line)
-            if "id" in message:
-                self.answers.put(message)
-
-    def send(self, messages: list[dict[str, Any]]) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
-        self.proc.stdin.flush()
-
-    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        self.next_id += 1
-        return {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
-
-    def collect(self, n: int) -> list[dict[str, Any]]:
-        return [self.answers.get(timeout=WAIT) for _ in range(n)]
-
-    def tools(self, calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-        """Send every call at once, then read as many answers (in any order)."""
-        self.send([self.request("tools/call", {"name": n, "arguments": a}) for n, a in calls])
-        answers = self.collect(len(calls))
-        return [json.loads(a["result"]["content"][0]["text"]) for a in answers]
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=WAIT)
-        self._reader.join(timeout=WAIT)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-
-
 def test_churn_stdio_descriptors_and_rss_stay_flat(tmp_path):
-    server = _PipedServer(tmp_path / "mem.db")
+    server = RawServer(tmp_path / "mem.db", argv=short_idle_argv())
     try:
-        init = {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "churn", "version": "0"},
-        }
-        server.send([server.request("initialize", init)])
-        server.collect(1)
-        server.send([{"jsonrpc": "2.0", "method": "notifications/initialized"}])
+        server.initialize()
         stored = server.tools([("store", {"agent_id": AGENT, "message": {"content": f"harbor {i}"}})
                                for i in range(20)])  # fmt: skip
         assert all(s["result"] == "stored" for s in stored), stored
@@ -173,17 +107,8 @@ def test_churn_stdio_descriptors_and_rss_stay_flat(tmp_path):
 
 
 class _ShortIdleHttpServer(HttpServer):
-    def launch(self) -> subprocess.Popen[bytes]:
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                short_idle_argv("serve", "--transport", "streamable-http"),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                env=self.env,
-                cwd=self.workdir,
-            )
-        return self.proc
+    def argv(self) -> list[str]:
+        return short_idle_argv("serve", "--transport", "streamable-http")
 
 
 @pytest.mark.anyio

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from embedding_fakes import Backend
+from embedding_fakes import EmbeddingService
 
 
 @pytest.fixture
-def backend() -> Iterator[Backend]:
-    """A fresh loopback backend; it answers HTTP 500 until the test scripts it."""
-    with Backend() as server:
+def embedding_service() -> Iterator[EmbeddingService]:
+    """A fresh loopback embedding service; it answers HTTP 500 until the test scripts it."""
+    with EmbeddingService() as server:
         yield server

@@ -34,7 +34,7 @@ class Reply:
     trickle: float = 0.0  # seconds between single bytes of the body (interrupted likewise)
 
 
-class Backend:
+class EmbeddingService:
     """A loopback server on 127.0.0.1; `answer` maps each request to a `Reply`."""
 
     def __init__(self) -> None:
@@ -65,7 +65,7 @@ class Backend:
 
         self.answer = answer
 
-    def __enter__(self) -> Backend:
+    def __enter__(self) -> EmbeddingService:
         self._thread.start()
         return self
 
@@ -84,7 +84,7 @@ def unit(width: int, i: int) -> list[float]:
 
 
 class _Server(ThreadingHTTPServer):
-    backend: Backend
+    backend: EmbeddingService
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that timed out and hung up is what several tests want

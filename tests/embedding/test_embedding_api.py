@@ -10,15 +10,20 @@ import pytest
 from cpersona.embedding import EmbeddingMisconfigured
 from cpersona.embedding.api import ApiProvider
 from cpersona.errors import EmbeddingUnavailable
-from embedding_fakes import Backend, Reply, Seen
+from embedding_fakes import EmbeddingService, Reply, Seen
 
 KEY = "sk-test-s3cret"
 
 
 def provider(
-    backend: Backend, *, api_key: str = KEY, model: str = "text-embedding-3-small"
+    embedding_service: EmbeddingService,
+    *,
+    api_key: str = KEY,
+    model: str = "text-embedding-3-small",
 ) -> ApiProvider:
-    return ApiProvider(backend.url("/v1/embeddings"), api_key=api_key, model=model, timeout=5)
+    return ApiProvider(
+        embedding_service.url("/v1/embeddings"), api_key=api_key, model=model, timeout=5
+    )
 
 
 def data(vectors: list[Any], order: list[int] | None = None) -> dict[str, Any]:
@@ -28,45 +33,45 @@ def data(vectors: list[Any], order: list[int] | None = None) -> dict[str, Any]:
     return {"object": "list", "data": items, "model": "m", "usage": {"total_tokens": 3}}
 
 
-def test_api_sends_model_input_and_bearer_key(backend: Backend) -> None:
-    backend.reply(Reply(data([[1.0, 0.0], [0.0, 1.0]])))
-    p = provider(backend, model="my-model")
+def test_api_sends_model_input_and_bearer_key(embedding_service: EmbeddingService) -> None:
+    embedding_service.reply(Reply(data([[1.0, 0.0], [0.0, 1.0]])))
+    p = provider(embedding_service, model="my-model")
     assert p.name == "api:my-model" and p.available and p.dim() is None
     p.embed(["a", "b"], kind="query")
-    (seen,) = backend.requests
+    (seen,) = embedding_service.requests
     assert seen.path == "/v1/embeddings"
     assert seen.body == {"model": "my-model", "input": ["a", "b"]}
     assert seen.headers["Authorization"] == f"Bearer {KEY}"
     assert p.dim() == 2
 
 
-def test_api_without_key_sends_no_authorization(backend: Backend) -> None:
-    backend.reply(Reply(data([[1.0]])))
-    provider(backend, api_key="").embed(["a"])
-    assert "Authorization" not in backend.requests[0].headers
+def test_api_without_key_sends_no_authorization(embedding_service: EmbeddingService) -> None:
+    embedding_service.reply(Reply(data([[1.0]])))
+    provider(embedding_service, api_key="").embed(["a"])
+    assert "Authorization" not in embedding_service.requests[0].headers
 
 
-def test_api_places_items_by_index_and_normalises(backend: Backend) -> None:
-    backend.reply(Reply(data([[3.0, 4.0], [0.0, 2.0], [1.0, 1.0]], order=[2, 0, 1])))
-    out = provider(backend).embed(["a", "b", "c"])
+def test_api_places_items_by_index_and_normalises(embedding_service: EmbeddingService) -> None:
+    embedding_service.reply(Reply(data([[3.0, 4.0], [0.0, 2.0], [1.0, 1.0]], order=[2, 0, 1])))
+    out = provider(embedding_service).embed(["a", "b", "c"])
     assert out.dtype == np.float32 and out.flags["C_CONTIGUOUS"]
     np.testing.assert_allclose(out, [[0.6, 0.8], [0.0, 1.0], [2**-0.5, 2**-0.5]], rtol=1e-6)
 
 
-def test_api_leaves_near_zero_vectors_unscaled(backend: Backend) -> None:
-    backend.reply(Reply(data([[0.0, 0.0], [1e-10, 0.0], [0.0, 5.0]])))
-    out = provider(backend).embed(["a", "b", "c"])
+def test_api_leaves_near_zero_vectors_unscaled(embedding_service: EmbeddingService) -> None:
+    embedding_service.reply(Reply(data([[0.0, 0.0], [1e-10, 0.0], [0.0, 5.0]])))
+    out = provider(embedding_service).embed(["a", "b", "c"])
     np.testing.assert_array_equal(out, np.array([[0.0, 0.0], [1e-10, 0.0], [0.0, 1.0]], np.float32))
 
 
-def test_api_sends_at_most_32_texts_per_request(backend: Backend) -> None:
+def test_api_sends_at_most_32_texts_per_request(embedding_service: EmbeddingService) -> None:
     def answer(seen: Seen) -> Reply:
         n = len(seen.body["input"])
         return Reply(data([[1.0, float(i)] for i in range(n)]))
 
-    backend.answer = answer
-    out = provider(backend).embed([f"t{i}" for i in range(40)])
-    assert [len(seen.body["input"]) for seen in backend.requests] == [32, 8]
+    embedding_service.answer = answer
+    out = provider(embedding_service).embed([f"t{i}" for i in range(40)])
+    assert [len(seen.body["input"]) for seen in embedding_service.requests] == [32, 8]
     assert out.shape == (40, 2)
     np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-6)
 
@@ -111,9 +116,11 @@ BAD_ANSWERS = {
 
 
 @pytest.mark.parametrize("answer, words", BAD_ANSWERS.values(), ids=BAD_ANSWERS.keys())
-def test_api_rejects_bad_answer(backend: Backend, answer: Reply, words: str) -> None:
-    backend.reply(answer)
-    p = provider(backend)
+def test_api_rejects_bad_answer(
+    embedding_service: EmbeddingService, answer: Reply, words: str
+) -> None:
+    embedding_service.reply(answer)
+    p = provider(embedding_service)
     with pytest.raises(EmbeddingUnavailable, match=re.escape(words)) as info:
         p.embed(["a", "b"])
     assert not isinstance(info.value, EmbeddingMisconfigured)
@@ -121,11 +128,13 @@ def test_api_rejects_bad_answer(backend: Backend, answer: Reply, words: str) -> 
     assert p.dim() is None
 
 
-def test_api_rejects_a_width_other_than_the_first_accepted(backend: Backend) -> None:
-    p = provider(backend)
-    backend.reply(Reply(data([[1.0, 0.0]])))
+def test_api_rejects_a_width_other_than_the_first_accepted(
+    embedding_service: EmbeddingService,
+) -> None:
+    p = provider(embedding_service)
+    embedding_service.reply(Reply(data([[1.0, 0.0]])))
     p.embed(["a"])
-    backend.reply(Reply(data([[1.0, 0.0, 0.0]])))
+    embedding_service.reply(Reply(data([[1.0, 0.0, 0.0]])))
     with pytest.raises(EmbeddingUnavailable, match="3-wide vectors but its first answer was 2"):
         p.embed(["a"])
 
@@ -136,6 +145,6 @@ def test_api_bad_url_is_misconfigured() -> None:
         p.embed(["a"])
 
 
-def test_api_empty_input_sends_nothing(backend: Backend) -> None:
-    assert provider(backend).embed([]).shape == (0, 0)
-    assert backend.requests == []
+def test_api_empty_input_sends_nothing(embedding_service: EmbeddingService) -> None:
+    assert provider(embedding_service).embed([]).shape == (0, 0)
+    assert embedding_service.requests == []

@@ -9,12 +9,14 @@ import pytest
 from cpersona.storage import Database, open_database
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def lexical_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Database]]:
-    """`lexical_db()`: the test's database (the same one on each call), migrated and empty;
-    SQLite in the test's directory, or a fresh PostgreSQL database (`pg_url`)."""
+@pytest.fixture
+def lexical_db(
+    store_backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[[], Database]]:
+    """`lexical_db()`: the test's database (the same one on each call), migrated and empty, on
+    its `store_backend`: SQLite in the test's directory, or a fresh PostgreSQL database."""
     opened: list[Database] = []
-    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    url = request.getfixturevalue("pg_url") if store_backend == "postgresql" else None
 
     def make() -> Database:
         if not opened:

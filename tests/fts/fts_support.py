@@ -3,7 +3,7 @@ answers compared (the index's and FTS5's, the oracle)."""
 
 from __future__ import annotations
 
-from cpersona._backend import kernels
+from cpersona import _backend
 from cpersona.fts.index import FtsIndex
 from cpersona.fts.search import ranked
 from cpersona.models import ProjectFilter
@@ -12,6 +12,8 @@ from cpersona.storage import Database
 from cpersona.storage import retrieval as sql
 from cpersona.storage.errors import OperationalError
 from cpersona.storage.retrieval import ScopeSql
+
+kernels = _backend.from_environment()
 
 HAS_CORE = hasattr(kernels, "FtsIndex")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from cpersona.fts.search import ranked
 from cpersona.retrieval.query import match_terms
 from cpersona.storage import open_database
 from fts_support import HAS_CORE, fts_index, indexed, oracle, scope
+from support.commands import index_command
 
 pytestmark = pytest.mark.skipif(not HAS_CORE, reason="the full-text index needs the Rust core")
 
@@ -89,14 +89,7 @@ def test_damage_is_rebuilt_and_answers_stay_the_same(tmp_path: Path, kind: str) 
 
 
 def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CPERSONA_DB_PATH": str(db)}
-    return subprocess.run(
-        [sys.executable, "-m", "cpersona", "index", *args, "--kind", "fulltext"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return index_command(db, *args, "--kind", "fulltext")
 
 
 def test_cli_status_rebuild_verify(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 import pytest
-from cpersona._backend import kernels
+from cpersona import _backend
 from cpersona.fts.cache import cache_base
 from cpersona.fts.format import HEADER_LEN, read_header
 from cpersona.fts.index import FtsIndex
@@ -33,6 +33,8 @@ from fts_support import HAS_CORE, WORDS, indexed, scope
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
+
+kernels = _backend.from_environment()
 
 pytestmark = pytest.mark.skipif(not HAS_CORE, reason="the full-text index needs the Rust core")
 

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import cpersona.fts.index as ix
 import pytest
-from cpersona._backend import kernels
+from cpersona import _backend
 from cpersona.fts.cache import cache_base
 from cpersona.fts.format import read_header
 from cpersona.fts.index import FtsIndex
 from fts_support import HAS_CORE, indexed, scope
+
+kernels = _backend.from_environment()
 
 pytestmark = pytest.mark.skipif(not HAS_CORE, reason="the full-text index needs the Rust core")
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from child_env import inherited
 from cpersona.storage import open_database
-from http_support import WAIT, HttpServer, connect, initialize_body, post
 from mcp import Client, StdioServerParameters
 from pg_support import drop_database, fresh_database
+from support.http_server import WAIT, HttpServer, connect, initialize_body, post
 
 ADMIN = "admin-token-from-env"
 CLIENTS = {

@@ -272,6 +272,7 @@ def test_acl_guard_merge_copy_needs_read_on_source_only():
 
 
 @pytest.mark.anyio
+@pytest.mark.runs_on(store_backend="sqlite")  # the order of dispatch, not the database
 async def test_acl_guard_sits_between_schema_and_everything_else(make_engine):
     engine = make_engine()
     guard = Guard(CONFIG, lambda: "reader", export_dir_set=False)

@@ -16,18 +16,16 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from http_support import HttpServer, connect, initialize_body, post
 from mcp.shared.exceptions import MCPError
+from support.http_server import HttpServer, connect, initialize_body, post
 
 TOKEN = "test-token-s3cret"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    srv = HttpServer(tmp_path_factory.mktemp("auth"), {"CPERSONA_AUTH_TOKEN": TOKEN})
-    srv.start()
-    yield srv
-    assert srv.stop() == 0, srv.stderr
+    with HttpServer(tmp_path_factory.mktemp("auth"), {"CPERSONA_AUTH_TOKEN": TOKEN}) as srv:
+        yield srv
 
 
 def memory_count(db: Path) -> int:

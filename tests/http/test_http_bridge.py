@@ -26,8 +26,8 @@ import anyio
 import pytest
 from child_env import inherited
 from cpersona.server.tools import REGISTRATION_ORDER
-from http_support import WAIT, HttpServer
 from mcp import Client, StdioServerParameters
+from support.http_server import WAIT, HttpServer
 
 TOKEN = "bridge-token-0123"
 

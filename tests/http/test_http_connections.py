@@ -8,58 +8,15 @@ with timeouts of about a second, so a connection it never closes fails the test 
 from __future__ import annotations
 
 import contextlib
-import os
-import resource
 import select
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from http_support import WAIT, HttpServer, connect
+from support.http_server import WAIT, HttpServer, connect
 
 TOKEN = "connections-test-token"
-
-
-class Server(HttpServer):
-    """An HttpServer, optionally under a lower open-file limit (soft and hard)."""
-
-    def __init__(self, workdir: Path, env: dict[str, str], nofile: int | None = None) -> None:
-        super().__init__(workdir, {"CPERSONA_AUTH_TOKEN": TOKEN, **env})
-        self.nofile = nofile
-
-    def launch(self) -> subprocess.Popen[bytes]:
-        if self.nofile is None:
-            return super().launch()
-        limit = self.nofile
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cpersona", "serve", "--transport", "streamable-http"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                env=self.env,
-                cwd=self.workdir,
-                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
-            )
-        return self.proc
-
-    @property
-    def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1].split("/")[0])
-
-    def open_sockets(self) -> int:
-        """Open socket descriptors (the listener and the connections; not the database's)."""
-        assert self.proc is not None
-        fds = Path(f"/proc/{self.proc.pid}/fd")
-        count = 0
-        for fd in fds.iterdir():
-            with contextlib.suppress(OSError):  # closed since the listing
-                count += os.readlink(fd).startswith("socket:")
-        return count
 
 
 @contextlib.contextmanager
@@ -117,9 +74,10 @@ def log_lines(server: HttpServer, needle: str) -> int:
 
 @pytest.mark.anyio
 async def test_stalled_connections_are_closed_and_valid_clients_served(tmp_path):
-    server = Server(
+    server = HttpServer(
         tmp_path,
         {
+            "CPERSONA_AUTH_TOKEN": TOKEN,
             "CPERSONA_HTTP_HEADER_TIMEOUT_SECONDS": "1",
             "CPERSONA_HTTP_BODY_TIMEOUT_SECONDS": "1",
             "CPERSONA_HTTP_KEEPALIVE_TIMEOUT_SECONDS": "1",
@@ -192,9 +150,10 @@ async def test_at_the_bound_waiting_connections_make_room_then_newcomers_are_ref
     place of the one that waited longest, which gets 503). Ten connections with a request in
     progress (headers sent, body pending) then push the rest of the silent ones out; with no
     waiting connection left, the next one is refused with 503 at once."""
-    server = Server(
+    server = HttpServer(
         tmp_path,
         {
+            "CPERSONA_AUTH_TOKEN": TOKEN,
             "CPERSONA_HTTP_MAX_CONNECTIONS": "10",
             "CPERSONA_HTTP_HEADER_TIMEOUT_SECONDS": "600",
             "CPERSONA_HTTP_BODY_TIMEOUT_SECONDS": "600",
@@ -232,7 +191,8 @@ async def test_running_out_of_descriptors_is_a_clean_refusal(tmp_path):
     """Under a 200-descriptor limit, 300 stalled connections: the excess is refused with 503
     before accept() can fail (it used to log a traceback per failed accept, thousands a
     second), and once the stalls time out a valid client is served again."""
-    server = Server(tmp_path, {"CPERSONA_HTTP_HEADER_TIMEOUT_SECONDS": "2"}, nofile=200)
+    env = {"CPERSONA_AUTH_TOKEN": TOKEN, "CPERSONA_HTTP_HEADER_TIMEOUT_SECONDS": "2"}
+    server = HttpServer(tmp_path, env, nofile=200)
     server.start()
     try:
         refused = 0
@@ -263,7 +223,7 @@ async def test_clients_hanging_up_mid_body_cost_one_line_each_at_most(tmp_path):
     """150 clients send their headers and half a body, then hang up: no traceback (the SDK
     used to log each as an ERROR with a full ClientDisconnect traceback), at most one line
     each, and past the first few the lines are rate-limited."""
-    server = Server(tmp_path, {})
+    server = HttpServer(tmp_path, {"CPERSONA_AUTH_TOKEN": TOKEN})
     server.start()
     try:
         head = post_head(server.port) + b"Content-Length: 1000\r\n\r\n"

@@ -4,7 +4,7 @@ value stops start-up with one line, and `reject` refuses a store that holds a to
 from __future__ import annotations
 
 import pytest
-from http_support import HttpServer, connect
+from support.http_server import HttpServer, connect
 
 TOKEN = "glpat-" + "x7Rt2" * 5
 

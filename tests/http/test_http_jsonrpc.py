@@ -8,29 +8,18 @@ import json
 from typing import Any
 
 import pytest
-from http_support import HttpServer, connect, post
+from support.http_server import HttpServer, connect, post
+from support.jsonrpc import deep_json, store_with_metadata
 
 TOKEN = "jsonrpc-test-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "mcp-protocol-version": "2025-06-18"}
 
 
-def _deep(levels: int) -> str:
-    return '{"k":' * levels + "1" + "}" * levels
-
-
-def _store(request_id: int, metadata: str) -> str:
-    return (
-        f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call","params":{{"name":"store",'
-        f'"arguments":{{"agent_id":"a","message":{{"content":"deep {request_id}",'
-        f'"metadata":{metadata}}}}}}}}}'
-    )
-
-
 MALFORMED: list[tuple[str | bytes, int, Any]] = [
     ('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":"store"}', -32602, 2),
     ('{"jsonrpc":"2.0","id":"s3","method":"tools/call","params":["store",{}]}', -32602, "s3"),
-    (_store(4, _deep(200)), -32602, 4),
-    (_store(5, _deep(50_000)), -32602, 5),
+    (store_with_metadata(4, deep_json(200)), -32602, 4),
+    (store_with_metadata(5, deep_json(50_000)), -32602, 5),
     ('{"jsonrpc":"2.0","id":6}', -32600, 6),
     ('{"jsonrpc":"1.0","id":7,"method":"tools/list"}', -32600, 7),
     ('{"jsonrpc":"2.0","id":1.5,"method":"ping"}', -32600, None),
@@ -63,7 +52,7 @@ async def test_every_malformed_post_is_answered_with_its_id(server):
     note = post(server.url, b'{"jsonrpc":"2.0","method":"notifications/x","params":1}', HEADERS)
     assert note.status_code == 400 and note.json()["id"] is None
     # Nesting within the parser's reach is served, and so is everything after.
-    within = post(server.url, _store(9, _deep(190)).encode(), HEADERS)
+    within = post(server.url, store_with_metadata(9, deep_json(190)).encode(), HEADERS)
     assert within.status_code == 200 and '"id":9' in within.text and '"result"' in within.text
     async with connect(server.url, TOKEN) as tools:
         out = await tools("store", {"agent_id": "a", "message": {"content": "after"}})

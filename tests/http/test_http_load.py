@@ -10,8 +10,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from http_support import WAIT, HttpServer
-from load_support import lost_writes, run_load
+from support.http_server import WAIT, HttpServer
+from support.load import lost_writes, run_load
 
 TOKEN = "load-test-token"
 CLIENTS = 8

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx2
 import pytest
-from http_support import WAIT, HttpServer, connect
 from prometheus_client.parser import text_string_to_metric_families
+from support.http_server import WAIT, HttpServer, connect
 
 TOKEN = "metrics-token-s3cret"
 RECALL_STAGES = (
@@ -45,10 +45,8 @@ def value(found: dict[Any, float], name: str, **labels: str) -> float:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    srv = HttpServer(tmp_path_factory.mktemp("metrics"), {"CPERSONA_AUTH_TOKEN": TOKEN})
-    srv.start()
-    yield srv
-    assert srv.stop() == 0, srv.stderr
+    with HttpServer(tmp_path_factory.mktemp("metrics"), {"CPERSONA_AUTH_TOKEN": TOKEN}) as srv:
+        yield srv
 
 
 @pytest.mark.anyio

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from http_support import HttpServer, connect, initialize_body, post
 from oauth_support import (
     DROP,
     RESOURCE,
@@ -24,6 +23,7 @@ from oauth_support import (
     tamper,
     unsigned,
 )
+from support.http_server import HttpServer, connect, initialize_body, post
 
 ADMIN = "tok-admin"
 STATIC_ALPHA = "tok-static-alpha"

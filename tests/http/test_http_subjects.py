@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from child_env import inherited
-from http_support import HttpServer, connect, post
 from oauth_support import RESOURCE, TestIssuer
+from support.http_server import HttpServer, connect, post
 
 ADMIN = "tok-admin"
 ALIAS = re.compile(r"u-[0-9a-f]{12}")
@@ -342,8 +342,8 @@ def test_http_subjects_unparseable_ledger_refuses_start(tmp_path, issuer, text):
 async def test_http_subjects_stdio_local_cannot_use_reserved_ids(tmp_path, issuer):
     import sys
 
-    from http_support import WAIT
     from mcp import Client, StdioServerParameters
+    from support.http_server import WAIT
 
     acl = tmp_path / "acl.json"
     rows = [*acl_rows(issuer), {"client_id": "local", "token": None, "grants": {"*": "read-write"}}]

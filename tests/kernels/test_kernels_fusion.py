@@ -23,16 +23,16 @@ rankings_strategy = st.lists(st.lists(st.integers(-1, 25), max_size=20), max_siz
 
 
 @given(rankings_strategy, st.integers(1, 100), st.none() | st.integers(0, 30))
-def test_rrf_matches_exact_reference(backend: ModuleType, rankings, k, limit) -> None:
+def test_rrf_matches_exact_reference(kernels: ModuleType, rankings, k, limit) -> None:
     order, exact = rrf_exact(rankings, k)
-    keys, scores = backend.rrf(arrays(rankings), k=k, limit=limit)
+    keys, scores = kernels.rrf(arrays(rankings), k=k, limit=limit)
     assert keys.dtype == np.int64 and scores.dtype == np.float64
     values = sorted(set(exact.values()))
     # Distinct exact scores must be far apart for float64 to keep their order.
     assume(all(b - a > Fraction(1, 10**12) for a, b in itertools.pairwise(values)))
     # Exact ties keep first insertion, unless float64 sums of the tied terms round apart (1/15 +
     # 1/10 against 1/6): then the kernel's own float scores, checked close to exact below, decide.
-    full_keys, full_scores = backend.rrf(arrays(rankings), k=k, limit=None)
+    full_keys, full_scores = kernels.rrf(arrays(rankings), k=k, limit=None)
     floats = dict(zip(full_keys.tolist(), full_scores.tolist(), strict=True))
     want = sorted(order, key=lambda key: (-exact[key], -floats[key]))  # stable: then insertion
     if limit is not None:
@@ -41,30 +41,30 @@ def test_rrf_matches_exact_reference(backend: ModuleType, rankings, k, limit) ->
     np.testing.assert_allclose(scores, [float(exact[key]) for key in want], rtol=1e-14)
 
 
-def test_rrf_spec_example(backend: ModuleType) -> None:
-    keys, scores = backend.rrf(arrays([[2], [2], [1]]))  # 2 is first in two lists, 1 in one
+def test_rrf_spec_example(kernels: ModuleType) -> None:
+    keys, scores = kernels.rrf(arrays([[2], [2], [1]]))  # 2 is first in two lists, 1 in one
     assert keys.tolist() == [2, 1]
     assert scores[1] == pytest.approx(0.016393, abs=1e-6)
     assert scores[0] == pytest.approx(0.032787, abs=1e-6)
 
 
-def test_rrf_excluded_row_consumes_its_rank(backend: ModuleType) -> None:
-    keys, scores = backend.rrf(arrays([[-1, 7]]), k=60)
+def test_rrf_excluded_row_consumes_its_rank(kernels: ModuleType) -> None:
+    keys, scores = kernels.rrf(arrays([[-1, 7]]), k=60)
     assert keys.tolist() == [7] and scores.tolist() == [1 / 62]
 
 
-def test_rrf_weights_and_ties(backend: ModuleType) -> None:
-    keys, scores = backend.rrf(arrays([[5], [3]]), weights=[1.0, 2.0])
+def test_rrf_weights_and_ties(kernels: ModuleType) -> None:
+    keys, scores = kernels.rrf(arrays([[5], [3]]), weights=[1.0, 2.0])
     assert keys.tolist() == [3, 5] and scores.tolist() == [2 / 61, 1 / 61]
-    keys, _ = backend.rrf(arrays([[5], [3]]), weights=[1.0, 1.0])
+    keys, _ = kernels.rrf(arrays([[5], [3]]), weights=[1.0, 1.0])
     assert keys.tolist() == [5, 3]  # equal scores: first insertion wins
 
 
 @given(st.lists(st.lists(st.integers(0, 15), max_size=12), min_size=1, max_size=4), st.data())
-def test_rrf_equal_weights_is_independent_of_list_order(backend: ModuleType, rankings, data):
+def test_rrf_equal_weights_is_independent_of_list_order(kernels: ModuleType, rankings, data):
     shuffled = data.draw(st.permutations(rankings))
-    a = dict(zip(*[x.tolist() for x in backend.rrf(arrays(rankings))], strict=True))
-    b = dict(zip(*[x.tolist() for x in backend.rrf(arrays(shuffled))], strict=True))
+    a = dict(zip(*[x.tolist() for x in kernels.rrf(arrays(rankings))], strict=True))
+    b = dict(zip(*[x.tolist() for x in kernels.rrf(arrays(shuffled))], strict=True))
     assert a == b  # same keys, bit-identical scores
 
 
@@ -73,10 +73,10 @@ def test_rrf_equal_weights_is_independent_of_list_order(backend: ModuleType, ran
     st.integers(1, 80),
     st.lists(st.floats(0, 3, allow_nan=False), min_size=5, max_size=5),
 )
-def test_rrf_backends_are_bit_identical(rust, numpy_backend, rankings, k, weights) -> None:
+def test_rrf_backends_are_bit_identical(rust_kernels, numpy_kernels, rankings, k, weights) -> None:
     w = weights[: len(rankings)]
-    a = rust.rrf(arrays(rankings), k=k, weights=w)
-    b = numpy_backend.rrf(arrays(rankings), k=k, weights=w)
+    a = rust_kernels.rrf(arrays(rankings), k=k, weights=w)
+    b = numpy_kernels.rrf(arrays(rankings), k=k, weights=w)
     assert a[0].tolist() == b[0].tolist() and a[1].tobytes() == b[1].tobytes()
 
 
@@ -113,13 +113,13 @@ channel = st.lists(
 
 
 @given(st.lists(channel, max_size=4), st.none() | st.integers(0, 10))
-def test_rsf_matches_reference(backend: ModuleType, channels, limit) -> None:
+def test_rsf_matches_reference(kernels: ModuleType, channels, limit) -> None:
     rankings = [[key for key, _ in c] for c in channels]
     raw = [[s for _, s in c] for c in channels]
     order, score = rsf_reference(rankings, raw)
     values = sorted(set(score.values()))
     assume(all(b - a > 1e-9 for a, b in itertools.pairwise(values)))
-    keys, got = backend.rsf(arrays(rankings), [np.array(s, np.float64) for s in raw], limit=limit)
+    keys, got = kernels.rsf(arrays(rankings), [np.array(s, np.float64) for s in raw], limit=limit)
     want = sorted(order, key=lambda key: -score[key])
     if limit is not None:
         want = want[:limit]
@@ -128,28 +128,28 @@ def test_rsf_matches_reference(backend: ModuleType, channels, limit) -> None:
 
 
 @given(st.lists(channel, max_size=4))
-def test_rsf_backends_are_bit_identical(rust, numpy_backend, channels) -> None:
+def test_rsf_backends_are_bit_identical(rust_kernels, numpy_kernels, channels) -> None:
     rankings = arrays([[key for key, _ in c] for c in channels])
     raw = [np.array([s for _, s in c], np.float64) for c in channels]
-    a, b = rust.rsf(rankings, raw), numpy_backend.rsf(rankings, raw)
+    a, b = rust_kernels.rsf(rankings, raw), numpy_kernels.rsf(rankings, raw)
     assert a[0].tolist() == b[0].tolist() and a[1].tobytes() == b[1].tobytes()
 
 
-def test_rsf_far_channel_lowers_every_score(backend: ModuleType) -> None:
+def test_rsf_far_channel_lowers_every_score(kernels: ModuleType) -> None:
     v = np.array([1, 2], I64), np.array([0.9, 0.5])
     m = np.array([3], I64), np.array([2.0])
     far = np.array([4], I64), np.array([0.4])
     empty = np.empty(0, I64), np.empty(0)
-    keys3, s3 = backend.rsf([v[0], empty[0], m[0]], [v[1], empty[1], m[1]])
-    keys4, s4 = backend.rsf([v[0], far[0], m[0]], [v[1], far[1], m[1]])
+    keys3, s3 = kernels.rsf([v[0], empty[0], m[0]], [v[1], empty[1], m[1]])
+    keys4, s4 = kernels.rsf([v[0], far[0], m[0]], [v[1], far[1], m[1]])
     assert keys3.tolist() == [1, 3, 2] and s3.tolist() == [0.5, 0.5, 0.0]
     assert keys4.tolist() == [1, 4, 3, 2] and s4.tolist() == [1 / 3, 1 / 3, 1 / 3, 0.0]
 
 
-def test_rsf_undefined_scores(backend: ModuleType) -> None:
-    keys, scores = backend.rsf([np.array([8, 9], I64)], [np.array([np.nan, np.nan])])
+def test_rsf_undefined_scores(kernels: ModuleType) -> None:
+    keys, scores = kernels.rsf([np.array([8, 9], I64)], [np.array([np.nan, np.nan])])
     assert (keys.tolist(), scores.tolist()) == ([8, 9], [1.0, 1.0])
-    keys, scores = backend.rsf([np.array([8, 9], I64)], [np.array([np.nan, 2.0])])
+    keys, scores = kernels.rsf([np.array([8, 9], I64)], [np.array([np.nan, 2.0])])
     assert (keys.tolist(), scores.tolist()) == ([9, 8], [1.0, 0.0])
 
 
@@ -167,6 +167,6 @@ def test_rsf_undefined_scores(backend: ModuleType) -> None:
         lambda b: b.rsf([np.array([1, 2], I64)], [np.array([1.0])]),
     ],
 )
-def test_fusion_rejects_bad_arguments(backend: ModuleType, call) -> None:
+def test_fusion_rejects_bad_arguments(kernels: ModuleType, call) -> None:
     with pytest.raises(ValueError):
-        call(backend)
+        call(kernels)

@@ -107,13 +107,13 @@ def corpus(draw: st.DrawFn):
 
 @settings(max_examples=60)
 @given(corpus())
-def test_scan_matches_reference_on_both_backends(rust, numpy_backend, case) -> None:
+def test_scan_matches_reference_on_both_backends(rust_kernels, numpy_kernels, case) -> None:
     dim, slots, spec, query = case
     with tempfile.TemporaryDirectory() as tmp:
         path = write(Path(tmp) / "x.vec", dim, slots, capacity=len(slots) + 3)
         want = scan_oracle(slots, query, spec)
-        for backend in (rust, numpy_backend):
-            index = backend.VectorIndex.open(path)
+        for kernels in (rust_kernels, numpy_kernels):
+            index = kernels.VectorIndex.open(path)
             assert as_lists(run_scan(index, query, spec)) == want
             # Chunking and threads never change the answer (numpy ignores threads).
             for chunk_rows, threads in ((1, 1), (3, 2), (7, 3), (4096, 0)):
@@ -121,7 +121,9 @@ def test_scan_matches_reference_on_both_backends(rust, numpy_backend, case) -> N
                 assert as_lists(got) == want
 
 
-def test_scan_is_identical_across_chunks_and_threads_on_real_floats(rust, numpy_backend, tmp_path):
+def test_scan_is_identical_across_chunks_and_threads_on_real_floats(
+    rust_kernels, numpy_kernels, tmp_path
+):
     rng = np.random.default_rng(7)
     dim, n = 33, 3000
     slots = [
@@ -139,8 +141,8 @@ def test_scan_is_identical_across_chunks_and_threads_on_real_floats(rust, numpy_
     path = write(tmp_path / "f.vec", dim, slots)
     query = rng.standard_normal(dim).astype(np.float32)
     spec = ScanSpec(agent=1, window=1000, reach=2600, threshold=-1.0, k=25, far_k=40)
-    for backend in (rust, numpy_backend):
-        index = backend.VectorIndex.open(path)
+    for kernels in (rust_kernels, numpy_kernels):
+        index = kernels.VectorIndex.open(path)
         base = as_lists(run_scan(index, query, spec))
         for chunk_rows in (1, 63, 64, 65, 999, 100_000):
             for threads in (1, 2, 0):
@@ -149,8 +151,8 @@ def test_scan_is_identical_across_chunks_and_threads_on_real_floats(rust, numpy_
                     == base
                 )
     # Across backends the scores agree to float32 rounding.
-    a = run_scan(rust.VectorIndex.open(path), query, spec)
-    b = run_scan(numpy_backend.VectorIndex.open(path), query, spec)
+    a = run_scan(rust_kernels.VectorIndex.open(path), query, spec)
+    b = run_scan(numpy_kernels.VectorIndex.open(path), query, spec)
     np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(a[3], b[3], rtol=1e-5, atol=1e-5)
 
@@ -159,7 +161,7 @@ def one(id: int, key: int, vec, *, agent=1, project=0, channel=0, source=0, **kw
     return SlotSpec(id, key, agent, project, channel, source, np.array(vec, np.float32), **kw)
 
 
-def test_scope_rules_and_positions(backend: ModuleType, tmp_path: Path) -> None:
+def test_scope_rules_and_positions(kernels: ModuleType, tmp_path: Path) -> None:
     a, b = scope_hash("alice"), scope_hash("bob")
     p, empty = scope_hash("proj"), scope_hash("")
     slots = [
@@ -171,7 +173,7 @@ def test_scope_rules_and_positions(backend: ModuleType, tmp_path: Path) -> None:
         one(6, 105, [6], agent=a, project=p, foreign=True),  # foreign: position, no score
         one(7, 106, [7], agent=a, project=p, source=scope_hash("s1")),
     ]
-    index = backend.VectorIndex.open(write(tmp_path / "s.vec", 1, slots))
+    index = kernels.VectorIndex.open(write(tmp_path / "s.vec", 1, slots))
     q = np.ones(1, np.float32)
     projects = np.array([p, empty], np.uint64)
     # Scan order newest first: 7, 6(foreign), 3, 1. Window of 2 = {7, 6}; far = {3, 1}.
@@ -191,10 +193,10 @@ def test_scope_rules_and_positions(backend: ModuleType, tmp_path: Path) -> None:
     assert near_ids.tolist() == [2]
 
 
-def test_same_second_rows_newest_id_first(backend: ModuleType, tmp_path: Path) -> None:
+def test_same_second_rows_newest_id_first(kernels: ModuleType, tmp_path: Path) -> None:
     # Three rows in one second: the window of 2 keeps the two highest ids (spec §19.1).
     slots = [one(i, 50, [1.0]) for i in (10, 11, 12)]
-    index = backend.VectorIndex.open(write(tmp_path / "t.vec", 1, slots))
+    index = kernels.VectorIndex.open(write(tmp_path / "t.vec", 1, slots))
     near_ids, near_scores, *_ = index.scan(
         np.ones(1, np.float32), 1, NONE, NONE, NONE, 2, 0, 0.0, 5, 0
     )
@@ -202,24 +204,24 @@ def test_same_second_rows_newest_id_first(backend: ModuleType, tmp_path: Path) -
     assert near_scores.tolist() == [1.0, 1.0]
 
 
-def test_masked_out_rows_do_not_change_results(backend: ModuleType, tmp_path: Path) -> None:
+def test_masked_out_rows_do_not_change_results(kernels: ModuleType, tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     base = [one(i + 1, i, rng.integers(-3, 4, 7)) for i in range(200)]
     noise = [one(1000 + i, i, rng.integers(-3, 4, 7), agent=9) for i in range(300)]
     deleted = [one(5000 + i, i, rng.integers(-3, 4, 7), deleted=True) for i in range(50)]
     q = rng.integers(-3, 4, 7).astype(np.float32)
     spec = ScanSpec(agent=1, window=50, reach=150, threshold=-1e30, k=20, far_k=20)
-    plain = backend.VectorIndex.open(write(tmp_path / "a.vec", 7, base))
-    mixed = backend.VectorIndex.open(write(tmp_path / "b.vec", 7, noise + base + deleted))
+    plain = kernels.VectorIndex.open(write(tmp_path / "a.vec", 7, base))
+    mixed = kernels.VectorIndex.open(write(tmp_path / "b.vec", 7, noise + base + deleted))
     assert as_lists(run_scan(plain, q, spec)) == as_lists(run_scan(mixed, q, spec))
 
 
-def test_header_properties_and_live_counters(backend: ModuleType, tmp_path: Path) -> None:
+def test_header_properties_and_live_counters(kernels: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "h.vec"
     writer = VectorFileWriter.create(path, 4, 8, UID, 1)
     writer.append(1, 10, agent=1, project=0, channel=0, source=0, vector=np.ones(4, np.float32))
     writer.flush()
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
     assert (index.dim, index.capacity, index.count, index.live, index.table) == (4, 8, 1, 1, 1)
     assert index.db_uid == UID and index.applied_seq == 0 and index.dirty == 0
     # The sync appends in place; an open index sees it without reopening.
@@ -237,7 +239,7 @@ def test_header_properties_and_live_counters(backend: ModuleType, tmp_path: Path
     writer.close()
 
 
-def test_grow_keeps_every_slot(backend: ModuleType, tmp_path: Path) -> None:
+def test_grow_keeps_every_slot(kernels: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "g.vec"
     writer = VectorFileWriter.create(path, 3, 2, UID, 0)
     rows = [(1, 5, [1, 0, 0]), (2, 7, [0, 1, 0])]
@@ -252,7 +254,7 @@ def test_grow_keeps_every_slot(backend: ModuleType, tmp_path: Path) -> None:
     )
     writer.close()
     assert os.path.getsize(path) == Layout.of(3, 10).file_len
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
     assert (index.capacity, index.count, index.applied_seq) == (10, 3, 9)
     near_ids, *_ = index.scan(np.ones(3, np.float32), 1, NONE, NONE, NONE, 10, 0, -1.0, 10, 0)
     assert near_ids.tolist() == [2, 3, 1]  # equal scores: newest key first
@@ -296,28 +298,28 @@ CORRUPTIONS = {
 
 
 @pytest.mark.parametrize("name", sorted(CORRUPTIONS))
-def test_corrupt_files_raise_store_corrupt(backend: ModuleType, tmp_path: Path, name) -> None:
+def test_corrupt_files_raise_store_corrupt(kernels: ModuleType, tmp_path: Path, name) -> None:
     path = tmp_path / f"{name}.vec"
     path.write_bytes(CORRUPTIONS[name](good_file(tmp_path)))
     with pytest.raises(StoreCorrupt):
-        backend.VectorIndex.open(path)
+        kernels.VectorIndex.open(path)
 
 
-def test_good_file_opens(backend: ModuleType, tmp_path: Path) -> None:
+def test_good_file_opens(kernels: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "ok.vec"
     path.write_bytes(good_file(tmp_path))
-    assert backend.VectorIndex.open(path).count == 2
+    assert kernels.VectorIndex.open(path).count == 2
 
 
-def test_missing_file_is_file_not_found(backend: ModuleType, tmp_path: Path) -> None:
+def test_missing_file_is_file_not_found(kernels: ModuleType, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
-        backend.VectorIndex.open(tmp_path / "absent.vec")
+        kernels.VectorIndex.open(tmp_path / "absent.vec")
 
 
-def test_count_corrupted_after_open_raises_on_scan(backend: ModuleType, tmp_path: Path) -> None:
+def test_count_corrupted_after_open_raises_on_scan(kernels: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "late.vec"
     path.write_bytes(good_file(tmp_path))
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
     with open(path, "r+b") as f:  # another process scribbles over the header
         f.seek(16)
         f.write((99).to_bytes(8, "little"))
@@ -325,24 +327,24 @@ def test_count_corrupted_after_open_raises_on_scan(backend: ModuleType, tmp_path
         index.scan(np.ones(2, np.float32), 1, NONE, NONE, NONE, 10, 0, -1.0, 5, 0)
 
 
-def test_scan_rejects_wrong_query_width(backend: ModuleType, tmp_path: Path) -> None:
+def test_scan_rejects_wrong_query_width(kernels: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "w.vec"
     path.write_bytes(good_file(tmp_path))
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
     with pytest.raises(ValueError):
         index.scan(np.ones(3, np.float32), 1, NONE, NONE, NONE, 10, 0, -1.0, 5, 0)
 
 
-def test_create_over_a_mapped_file_leaves_the_reader_intact(backend, tmp_path: Path) -> None:
+def test_create_over_a_mapped_file_leaves_the_reader_intact(kernels, tmp_path: Path) -> None:
     path = write(tmp_path / "r.vec", 2, [one(1, 1, [1, 2])])
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
     VectorFileWriter.create(path, 2, 1, UID, 0).close()  # a rebuild written in place
     near_ids, *_ = index.scan(np.ones(2, np.float32), 1, NONE, NONE, NONE, 5, 0, -1.0, 5, 0)
     assert near_ids.tolist() == [1]  # the old file, still mapped, not a SIGBUS
-    assert backend.VectorIndex.open(path).count == 0
+    assert kernels.VectorIndex.open(path).count == 0
 
 
-def test_extend_matches_appending_one_by_one(backend, tmp_path: Path) -> None:
+def test_extend_matches_appending_one_by_one(kernels, tmp_path: Path) -> None:
     rng = np.random.default_rng(11)
     n, dim = 300, 5
     ids = np.arange(1, n + 1, dtype=np.int64)
@@ -369,6 +371,6 @@ def test_extend_matches_appending_one_by_one(backend, tmp_path: Path) -> None:
     single = write(tmp_path / "single.vec", dim, slots)
     q = rng.integers(-3, 4, dim).astype(np.float32)
     spec = ScanSpec(agent=1, projects=[2], window=40, reach=120, k=15, far_k=15)
-    a = as_lists(run_scan(backend.VectorIndex.open(tmp_path / "bulk.vec"), q, spec))
-    b = as_lists(run_scan(backend.VectorIndex.open(single), q, spec))
+    a = as_lists(run_scan(kernels.VectorIndex.open(tmp_path / "bulk.vec"), q, spec))
+    b = as_lists(run_scan(kernels.VectorIndex.open(single), q, spec))
     assert a == b == scan_oracle(slots, q, spec)

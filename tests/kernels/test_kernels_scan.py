@@ -46,26 +46,26 @@ def assert_close_to_reference(scores: np.ndarray, rows: np.ndarray, query: np.nd
 
 
 @given(block(integer=False))
-def test_scan_dot_matches_float64_reference(backend: ModuleType, data) -> None:
+def test_scan_dot_matches_float64_reference(kernels: ModuleType, data) -> None:
     rows, query = data
-    assert_close_to_reference(backend.scan_dot(rows, query), rows, query)
+    assert_close_to_reference(kernels.scan_dot(rows, query), rows, query)
 
 
 @given(block(integer=True))
 def test_scan_dot_integer_vectors_are_exact_on_both_backends(
-    rust: ModuleType, numpy_backend: ModuleType, data
+    rust_kernels: ModuleType, numpy_kernels: ModuleType, data
 ) -> None:
     rows, query = data
     exact = dot64(rows, query).astype(np.float32)
-    for backend in (rust, numpy_backend):
-        got = backend.scan_dot(rows, query)
+    for kernels in (rust_kernels, numpy_kernels):
+        got = kernels.scan_dot(rows, query)
         assert got.tobytes() == exact.tobytes()  # +0.0, never -0.0, for zero sums
 
 
-def test_scan_dot_zero_vectors_score_positive_zero(backend: ModuleType) -> None:
+def test_scan_dot_zero_vectors_score_positive_zero(kernels: ModuleType) -> None:
     rows = np.zeros((3, 17), np.float32)
     query = -np.arange(17, dtype=np.float32)
-    assert backend.scan_dot(rows, query).tobytes() == np.zeros(3, np.float32).tobytes()
+    assert kernels.scan_dot(rows, query).tobytes() == np.zeros(3, np.float32).tobytes()
 
 
 score_values = st.sampled_from(
@@ -74,20 +74,20 @@ score_values = st.sampled_from(
 
 
 @given(st.lists(score_values, max_size=60), st.data())
-def test_top_k_matches_sorted_reference(backend: ModuleType, values, data) -> None:
+def test_top_k_matches_sorted_reference(kernels: ModuleType, values, data) -> None:
     scores = np.array(values, np.float32)
     n = len(values)
     k = data.draw(st.sampled_from(sorted({0, 1, max(n - 1, 0), n, n + 1})))
-    positions, got = backend.top_k(scores, k)
+    positions, got = kernels.top_k(scores, k)
     want = ranked([float(s) for s in scores], list(range(n)), k)
     assert positions.dtype == np.int64 and got.dtype == np.float32
     assert positions.tolist() == [p for p, _ in want]
     assert got.tobytes() == np.array([s for _, s in want], np.float32).tobytes()
 
 
-def test_top_k_orders_nan_and_signed_zero_like_total_cmp(backend: ModuleType) -> None:
+def test_top_k_orders_nan_and_signed_zero_like_total_cmp(kernels: ModuleType) -> None:
     scores = np.array([0.5, 1.0, 0.5, np.nan, -0.0, 0.0, -np.inf], np.float32)
-    positions, _ = backend.top_k(scores, 7)
+    positions, _ = kernels.top_k(scores, 7)
     assert positions.tolist() == [3, 1, 0, 2, 5, 4, 6]
     assert total_key(-0.0) < total_key(0.0)
 
@@ -106,22 +106,22 @@ def streamed(draw: st.DrawFn, integer: bool):
     return rows, query, chunk, k, threshold
 
 
-def stream(backend: ModuleType, rows, query, chunk, k, threshold, base=0):
+def stream(kernels: ModuleType, rows, query, chunk, k, threshold, base=0):
     """A window scored in blocks of `chunk` rows and merged, as the no-index path does."""
     parts = [
-        backend.scan_chunk(rows[i : i + chunk], query, threshold, k, base + i)
+        kernels.scan_chunk(rows[i : i + chunk], query, threshold, k, base + i)
         for i in range(0, rows.shape[0], chunk)
     ]
     if not parts:
         return np.empty(0, np.int64), np.empty(0, np.float32)
-    return backend.merge_top_k(
+    return kernels.merge_top_k(
         np.concatenate([p for p, _ in parts]), np.concatenate([s for _, s in parts]), k
     )
 
 
 @given(streamed(integer=True))
 def test_scan_chunk_integer_vectors_match_reference_for_any_chunking(
-    rust: ModuleType, numpy_backend: ModuleType, case
+    rust_kernels: ModuleType, numpy_kernels: ModuleType, case
 ) -> None:
     rows, query, chunk, k, threshold = case
     exact = dot64(rows, query)
@@ -129,18 +129,18 @@ def test_scan_chunk_integer_vectors_match_reference_for_any_chunking(
     want = ranked([float(exact[i]) for i in keep], keep, k)
     want_pos = [p + 7 for p, _ in want]
     want_scores = np.array([s for _, s in want], np.float32).tobytes()
-    for backend in (rust, numpy_backend):
+    for kernels in (rust_kernels, numpy_kernels):
         for c in (chunk, max(rows.shape[0], 1)):
-            positions, scores = stream(backend, rows, query, c, k, threshold, base=7)
+            positions, scores = stream(kernels, rows, query, c, k, threshold, base=7)
             assert positions.tolist() == want_pos
             assert scores.tobytes() == want_scores
 
 
 @given(streamed(integer=False))
-def test_scan_chunk_float_vectors_give_a_valid_top_k(backend: ModuleType, case) -> None:
+def test_scan_chunk_float_vectors_give_a_valid_top_k(kernels: ModuleType, case) -> None:
     rows, query, chunk, k, threshold = case
-    single = backend.scan_chunk(rows, query, threshold, k, 0)
-    chunked = stream(backend, rows, query, chunk, k, threshold)
+    single = kernels.scan_chunk(rows, query, threshold, k, 0)
+    chunked = stream(kernels, rows, query, chunk, k, threshold)
     # Same backend, same per-row score: chunking changes nothing, bit for bit.
     assert single[0].tolist() == chunked[0].tolist()
     assert single[1].tobytes() == chunked[1].tobytes()
@@ -159,49 +159,49 @@ def test_scan_chunk_float_vectors_give_a_valid_top_k(backend: ModuleType, case) 
 
 @given(block(integer=False), st.integers(0, 45), st.sampled_from([-1e30, -0.2, 0.0, 0.3]))
 def test_scan_chunk_scores_each_row_as_scan_dot_does(
-    backend: ModuleType, data, k, threshold
+    kernels: ModuleType, data, k, threshold
 ) -> None:
     """The block scan (the Rust one scores four rows per pass, then the rest one by one) keeps
     exactly the rows and scores that scoring each row alone and ranking gives, bit for bit."""
     rows, query = data
-    scores = backend.scan_dot(rows, query)
+    scores = kernels.scan_dot(rows, query)
     keep = [i for i in range(rows.shape[0]) if float(scores[i]) >= threshold]
     want = ranked([float(scores[i]) for i in keep], keep, k)
-    positions, got = backend.scan_chunk(rows, query, threshold, k, 0)
+    positions, got = kernels.scan_chunk(rows, query, threshold, k, 0)
     assert positions.tolist() == [p for p, _ in want]
     assert got.tobytes() == scores[positions].tobytes()
 
 
-def test_scan_chunk_threshold_compares_the_widened_score(backend: ModuleType) -> None:
+def test_scan_chunk_threshold_compares_the_widened_score(kernels: ModuleType) -> None:
     # 0.3 as float32 is 0.30000001192...; the float64 threshold 0.3 is below it.
     rows = np.array([[0.3]], np.float32)
     one = np.ones(1, np.float32)
-    assert backend.scan_chunk(rows, one, 0.3, 1, 0)[0].tolist() == [0]
-    assert backend.scan_chunk(rows, one, 0.30000002, 1, 0)[0].tolist() == []
+    assert kernels.scan_chunk(rows, one, 0.3, 1, 0)[0].tolist() == [0]
+    assert kernels.scan_chunk(rows, one, 0.30000002, 1, 0)[0].tolist() == []
 
 
 @settings(max_examples=20)
 @given(block(integer=True), st.integers(0, 50))
 def test_merge_top_k_is_top_k_of_the_union(
-    rust: ModuleType, numpy_backend: ModuleType, data, k
+    rust_kernels: ModuleType, numpy_kernels: ModuleType, data, k
 ) -> None:
     rows, query = data
     scores = dot64(rows, query).astype(np.float32)
     positions = np.arange(scores.shape[0], dtype=np.int64)[::-1].copy()
     want = ranked([float(s) for s in scores], positions.tolist(), k)
-    for backend in (rust, numpy_backend):
-        got_pos, got_scores = backend.merge_top_k(positions, scores, k)
+    for kernels in (rust_kernels, numpy_kernels):
+        got_pos, got_scores = kernels.merge_top_k(positions, scores, k)
         assert got_pos.tolist() == [p for p, _ in want]
         assert got_scores.tolist() == [s for _, s in want]
 
 
 @pytest.mark.parametrize("dim", [1, 7, 384])
-def test_scan_chunk_is_independent_of_buffer_offset(backend: ModuleType, dim: int) -> None:
+def test_scan_chunk_is_independent_of_buffer_offset(kernels: ModuleType, dim: int) -> None:
     rng = np.random.default_rng(dim)
     rows = rng.standard_normal((50, dim)).astype(np.float32)
     query = rng.standard_normal(dim).astype(np.float32)
     raw = bytearray(b"\0\0\0\0" + rows.tobytes())
     shifted = np.frombuffer(raw, dtype=np.float32, offset=4).reshape(50, dim)
-    a = backend.scan_chunk(rows, query, -1e30, 50, 0)
-    b = backend.scan_chunk(shifted, query, -1e30, 50, 0)
+    a = kernels.scan_chunk(rows, query, -1e30, 50, 0)
+    b = kernels.scan_chunk(shifted, query, -1e30, 50, 0)
     assert a[0].tolist() == b[0].tolist() and a[1].tobytes() == b[1].tobytes()

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
 from cpersona import _backend, _fallback
+from cpersona.config import Settings
+from cpersona.embedding.hashing import HashingProvider
+from cpersona.engine import Engine
+from cpersona.errors import ConfigError
 
 F32, I64, U64 = np.float32, np.int64, np.uint64
 
@@ -34,24 +39,24 @@ def params(fn) -> list[tuple[str, object, object]]:
     return [(p.name, p.kind, p.default) for p in sig.parameters.values() if p.name != "self"]
 
 
-def test_surface_names_match(rust: ModuleType) -> None:
+def test_surface_names_match(rust_kernels: ModuleType) -> None:
     for name in KERNEL_API + CONSTANTS:
-        assert hasattr(rust, name), name
+        assert hasattr(rust_kernels, name), name
         assert hasattr(_fallback, name), name
-    assert public(rust) == public(_fallback)
-    assert rust.DEFAULT_CHUNK_ROWS == _fallback.DEFAULT_CHUNK_ROWS
-    assert isinstance(rust.KERNEL, str) and isinstance(rust.DEBUG_BUILD, bool)
+    assert public(rust_kernels) == public(_fallback)
+    assert rust_kernels.DEFAULT_CHUNK_ROWS == _fallback.DEFAULT_CHUNK_ROWS
+    assert isinstance(rust_kernels.KERNEL, str) and isinstance(rust_kernels.DEBUG_BUILD, bool)
 
 
 @pytest.mark.parametrize(
     "name", ["scan_dot", "top_k", "scan_chunk", "merge_top_k", "rrf", "rsf", "layout"]
 )
-def test_function_signatures_match(rust: ModuleType, name: str) -> None:
-    assert params(getattr(rust, name)) == params(getattr(_fallback, name))
+def test_function_signatures_match(rust_kernels: ModuleType, name: str) -> None:
+    assert params(getattr(rust_kernels, name)) == params(getattr(_fallback, name))
 
 
-def test_vector_index_surface_matches(rust: ModuleType) -> None:
-    rust_ix, np_ix = rust.VectorIndex, _fallback.VectorIndex
+def test_vector_index_surface_matches(rust_kernels: ModuleType) -> None:
+    rust_ix, np_ix = rust_kernels.VectorIndex, _fallback.VectorIndex
     assert params(rust_ix.open) == params(np_ix.open)
     # pyo3 marks `self` positional-only; compare the rest.
     assert params(rust_ix.scan) == params(np_ix.scan)
@@ -109,15 +114,15 @@ BAD_CALLS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CALLS))
-def test_bad_input_raises_same_type(rust: ModuleType, case: str) -> None:
+def test_bad_input_raises_same_type(rust_kernels: ModuleType, case: str) -> None:
     call, expected = BAD_CALLS[case]
-    for backend in (rust, _fallback):
+    for kernels in (rust_kernels, _fallback):
         with pytest.raises(expected) as info:
-            call(backend)
-        assert type(info.value) is expected, (backend.__name__, info.value)
+            call(kernels)
+        assert type(info.value) is expected, (kernels.__name__, info.value)
 
 
-def test_scan_bad_arguments_raise_same_type(rust: ModuleType, tmp_path) -> None:
+def test_scan_bad_arguments_raise_same_type(rust_kernels: ModuleType, tmp_path) -> None:
     from cpersona.vectors.format import VectorFileWriter
 
     path = tmp_path / "s.vec"
@@ -137,18 +142,40 @@ def test_scan_bad_arguments_raise_same_type(rust: ModuleType, tmp_path) -> None:
         ((q(5), *good[1:]), {}, ValueError),
     ]
     for args, kwargs, expected in cases:
-        for backend in (rust, _fallback):
-            index = backend.VectorIndex.open(path)
+        for kernels in (rust_kernels, _fallback):
+            index = kernels.VectorIndex.open(path)
             with pytest.raises(expected) as info:
                 index.scan(*args, **kwargs)
-            assert type(info.value) is expected, (backend.__name__, args, kwargs)
+            assert type(info.value) is expected, (kernels.__name__, args, kwargs)
 
 
-def test_backend_selection(monkeypatch: pytest.MonkeyPatch, rust: ModuleType) -> None:
+def test_backend_selection(monkeypatch: pytest.MonkeyPatch, rust_kernels: ModuleType) -> None:
+    assert _backend.load("numpy") is _fallback
+    assert _backend.load("rust") is rust_kernels
+    assert _backend.load("auto") is rust_kernels  # built: auto is the extension
+    assert [_backend.name_of(m) for m in (rust_kernels, _fallback)] == ["rust", "numpy"]
+    with pytest.raises(ValueError, match="fortran"):
+        _backend.load("fortran")
+    # Code without an engine (benchmarks, child processes) reads CPERSONA_KERNEL when it asks.
     monkeypatch.setenv("CPERSONA_KERNEL", "numpy")
-    assert _backend._select() == ("numpy", _fallback)
+    assert _backend.from_environment() is _fallback
     monkeypatch.setenv("CPERSONA_KERNEL", "rust")
-    assert _backend._select() == ("rust", rust)
-    monkeypatch.setenv("CPERSONA_KERNEL", "fortran")
-    with pytest.raises(ImportError):
-        _backend._select()
+    assert _backend.from_environment() is rust_kernels
+
+
+def test_engine_searches_with_the_kernels_its_settings_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str, kernels: ModuleType
+) -> None:
+    """The setting, not the environment, chooses: two engines of one process may differ."""
+    monkeypatch.setenv("CPERSONA_KERNEL", "numpy" if kernel == "rust" else "rust")
+    settings = Settings(db_path=str(tmp_path / "mem.db"), embedding_mode="hashing", kernel=kernel)
+    engine = Engine(settings, embedder=HashingProvider())
+    try:
+        assert engine.recaller.kernels is kernels
+        # The numpy twin has no full-text index: FTS5 answers the full-text arms there.
+        assert bool(engine.services.fts) is (kernel == "rust")
+    finally:
+        engine.close()
+    assert Settings.from_env({"CPERSONA_KERNEL": kernel}).kernel == kernel
+    with pytest.raises(ConfigError, match="CPERSONA_KERNEL"):
+        Settings.from_env({"CPERSONA_KERNEL": "fortran"})

@@ -67,8 +67,8 @@ def build(module: ModuleType, pieces: list[str] = PIECES, scores: list[float] = 
 
 
 @pytest.fixture(scope="module")
-def tok(backend: ModuleType) -> object:
-    return build(backend)
+def tok(kernels: ModuleType) -> object:
+    return build(kernels)
 
 
 def test_best_split_beats_greedy(tok: object) -> None:
@@ -85,8 +85,8 @@ def test_normalisation_spaces_and_unknowns(tok: object) -> None:
     assert tok.encode("") == [4]  # type: ignore[attr-defined]
 
 
-def test_inconsistent_tables_are_refused(backend: ModuleType) -> None:
-    module = backend
+def test_inconsistent_tables_are_refused(kernels: ModuleType) -> None:
+    module = kernels
     u32 = np.uint32
     with pytest.raises(ValueError, match="offsets"):
         module.Unigram(
@@ -124,8 +124,8 @@ TEXT = st.text(alphabet="ab ce\u00e9\u3000\u3042\u3044z\u0001", max_size=40)
 
 
 @given(text=TEXT)
-def test_rust_matches_the_twin(rust: ModuleType, text: str) -> None:
-    native, twin = build(rust), build(_fallback)
+def test_rust_matches_the_twin(rust_kernels: ModuleType, text: str) -> None:
+    native, twin = build(rust_kernels), build(_fallback)
     assert native.normalize(text) == twin.normalize(text)  # type: ignore[attr-defined]
     assert native.encode(text) == twin.encode(text)  # type: ignore[attr-defined]
 
@@ -137,8 +137,8 @@ def test_rust_matches_the_twin(rust: ModuleType, text: str) -> None:
     text=TEXT,
 )
 def test_rust_matches_the_twin_on_any_scores(
-    rust: ModuleType, scores: list[float], text: str
+    rust_kernels: ModuleType, scores: list[float], text: str
 ) -> None:
     # Random scores make near-ties: both must break them the same way.
-    native, twin = build(rust, scores=scores), build(_fallback, scores=scores)
+    native, twin = build(rust_kernels, scores=scores), build(_fallback, scores=scores)
     assert native.encode(text) == twin.encode(text)  # type: ignore[attr-defined]

@@ -1,22 +1,12 @@
-"""Fixtures of the migrate tests: the 2.5.12 fixture database (a copy) and a generated one."""
+"""Fixtures of the migrate tests: a generated 2.5.x database (the 2.5.12 sample's copy is
+the shared `sample_db`)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from migrate_support import FIXTURE, generate
-
-
-@pytest.fixture
-def fixture_copy(tmp_path: Path) -> Path:
-    if not FIXTURE.exists():
-        pytest.skip(f"{FIXTURE} is not available")
-    for suffix in ("", "-wal", "-shm"):
-        if Path(f"{FIXTURE}{suffix}").exists():
-            shutil.copyfile(f"{FIXTURE}{suffix}", tmp_path / f"fixture.db{suffix}")
-    return tmp_path / "fixture.db"
+from migrate_support import generate
 
 
 @pytest.fixture

@@ -207,7 +207,6 @@ def fingerprint(
 
 # -- running the command and reading answers ------------------------------------------------
 
-FIXTURE = Path("/work/shared/fixtures/cpersona-2.5.12-sample.db")
 KILLED = Path(__file__).with_name("killed_migration.py")
 WAIT = 240
 #: For the 2.5.12 fixture and the generated databases (each answers some of them).

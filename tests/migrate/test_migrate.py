@@ -25,27 +25,27 @@ from migrate_support import (
 pytestmark = pytest.mark.anyio
 
 
-async def test_the_fixture_migrates_whole_and_unchanged(fixture_copy, tmp_path):
-    before = digest(fixture_copy)
+async def test_the_fixture_migrates_whole_and_unchanged(sample_db, tmp_path):
+    before = digest(sample_db)
     target = tmp_path / "out" / "copy.db"
-    done = migrate_cli("--from", str(fixture_copy), "--to", str(target))
+    done = migrate_cli("--from", str(sample_db), "--to", str(target))
     assert done.returncode == 0, done.stderr
     summary = done.stderr.strip().splitlines()[-1]
     assert "copied 63 rows (59 memories, 3 episodes, 1 profiles)" in summary
     assert "verified row counts and 63 sampled rows" in summary
     # The 2.5.x file is read, never written (SQLite's read-only open of a WAL file may leave
     # an empty -wal and its -shm index beside it).
-    assert digest(fixture_copy) == before
-    wal = Path(f"{fixture_copy}-wal")
+    assert digest(sample_db) == before
+    wal = Path(f"{sample_db}-wal")
     assert not wal.exists() or wal.stat().st_size == 0
-    assert dump(target) == dump(fixture_copy)
+    assert dump(target) == dump(sample_db)
     # Ids deleted in the source (the fixture's 60th memory) are not handed out again.
-    assert sequences(target)["memories"] == sequences(fixture_copy)["memories"] == 60
+    assert sequences(target)["memories"] == sequences(sample_db)["memories"] == 60
     # The target is an ordinary cpersona database now: no progress record is left.
     with closing(sqlite3.connect(target)) as conn:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert "cpersona_migrate_progress" not in names and "cpersona_meta" in names
-    assert await recall_answers(target) == await recall_answers(fixture_copy)
+    assert await recall_answers(target) == await recall_answers(sample_db)
 
 
 async def test_a_generated_database_round_trips_with_every_table(generated, tmp_path):
@@ -84,9 +84,9 @@ def test_a_killed_migration_resumes_where_it_stopped(generated, tmp_path):
     assert sequences(target) == sequences(generated)
 
 
-def test_a_target_holding_rows_is_refused_unless_forced(generated, fixture_copy, tmp_path):
+def test_a_target_holding_rows_is_refused_unless_forced(generated, sample_db, tmp_path):
     target = tmp_path / "target.db"
-    assert migrate_cli("--from", str(fixture_copy), "--to", str(target)).returncode == 0
+    assert migrate_cli("--from", str(sample_db), "--to", str(target)).returncode == 0
     before = dump(target)
     refused = migrate_cli("--from", str(generated), "--to", str(target))
     assert refused.returncode == 2
@@ -100,10 +100,10 @@ def test_a_target_holding_rows_is_refused_unless_forced(generated, fixture_copy,
     assert dump(target) == dump(generated)
 
 
-def test_an_unfinished_migration_from_another_source_is_refused(generated, fixture_copy, tmp_path):
+def test_an_unfinished_migration_from_another_source_is_refused(generated, sample_db, tmp_path):
     target = tmp_path / "target.db"
     assert run(str(KILLED), str(generated), str(target), "100", "2").returncode == -9
-    other = migrate_cli("--from", str(fixture_copy), "--to", str(target))
+    other = migrate_cli("--from", str(sample_db), "--to", str(target))
     assert other.returncode == 2
     line = one_line(other.stderr)
     assert line.startswith("cpersona migrate: refused: the target holds an unfinished migration")

@@ -41,8 +41,8 @@ def without_odd_blobs(rows: dict[str, list[tuple[object, ...]]]) -> dict[str, li
     return out
 
 
-async def test_the_fixture_goes_to_postgresql_and_back_whole(fixture_copy, pg_url, tmp_path):
-    there = migrate_cli("--from", str(fixture_copy), "--to", pg_url)
+async def test_the_fixture_goes_to_postgresql_and_back_whole(sample_db, pg_url, tmp_path):
+    there = migrate_cli("--from", str(sample_db), "--to", pg_url)
     assert there.returncode == 0, there.stderr
     assert "copied 63 rows (59 memories, 3 episodes, 1 profiles)" in there.stderr
     assert pg_count(pg_url, "memories") == 59
@@ -50,11 +50,11 @@ async def test_the_fixture_goes_to_postgresql_and_back_whole(fixture_copy, pg_ur
     home = migrate_cli("--from", pg_url, "--to", str(back))
     assert home.returncode == 0, home.stderr
     # Every row of every table the 2.5.12 file holds, field by field (FTS5's are derived).
-    assert uncompared_tables(fixture_copy) == set() == uncompared_tables(back)
-    assert dump(back) == dump(fixture_copy)
+    assert uncompared_tables(sample_db) == set() == uncompared_tables(back)
+    assert dump(back) == dump(sample_db)
     # The identity travelled through PostgreSQL's sequence: id 60 (deleted) stays used.
     assert sequences(back)["memories"] == 60
-    assert await recall_answers(back) == await recall_answers(fixture_copy)
+    assert await recall_answers(back) == await recall_answers(sample_db)
 
 
 async def test_a_generated_database_goes_to_postgresql_and_back(generated, pg_url, tmp_path):
@@ -84,10 +84,10 @@ async def test_recall_answers_the_same_after_a_round_trip(tmp_path, pg_url):
     assert await recall_answers(back) == want
 
 
-async def test_recall_answers_the_same_on_postgresql(fixture_copy, pg_url):
-    assert migrate_cli("--from", str(fixture_copy), "--to", pg_url).returncode == 0
-    want = await recall_answers(fixture_copy)
-    assert await recall_answers(fixture_copy, database_url=pg_url) == want
+async def test_recall_answers_the_same_on_postgresql(sample_db, pg_url):
+    assert migrate_cli("--from", str(sample_db), "--to", pg_url).returncode == 0
+    want = await recall_answers(sample_db)
+    assert await recall_answers(sample_db, database_url=pg_url) == want
 
 
 def test_a_killed_migration_to_postgresql_resumes(generated, pg_url, tmp_path):
@@ -115,7 +115,7 @@ def test_a_killed_migration_from_postgresql_resumes(generated, pg_url, tmp_path)
     assert dump(target) == without_odd_blobs(dump(generated))
 
 
-def test_postgresql_refusals_are_one_line(generated, fixture_copy, pg_url, tmp_path):
+def test_postgresql_refusals_are_one_line(generated, sample_db, pg_url, tmp_path):
     nobody = "postgresql://someone:s3cret@127.0.0.1:9/nowhere"
     unused = tmp_path / "x.db"
     for args in (
@@ -136,15 +136,15 @@ def test_postgresql_refusals_are_one_line(generated, fixture_copy, pg_url, tmp_p
         "cpersona migrate: refused: the target holds 3308 rows; pass --force to replace them"
     )
     assert not unused.exists()
-    forced = migrate_cli("--from", str(fixture_copy), "--to", pg_url, "--force")
+    forced = migrate_cli("--from", str(sample_db), "--to", pg_url, "--force")
     assert forced.returncode == 0, forced.stderr
     assert pg_count(pg_url, "memories") == 59 and pg_count(pg_url, "episodes") == 3
 
 
-def test_text_postgresql_cannot_hold_is_named(fixture_copy, pg_url):
-    with closing(sqlite3.connect(fixture_copy)) as conn, conn:
+def test_text_postgresql_cannot_hold_is_named(sample_db, pg_url):
+    with closing(sqlite3.connect(sample_db)) as conn, conn:
         conn.execute("UPDATE memories SET content = 'a' || char(0) || 'b' WHERE id = 7")
-    done = migrate_cli("--from", str(fixture_copy), "--to", pg_url)
+    done = migrate_cli("--from", str(sample_db), "--to", pg_url)
     assert done.returncode == 1
     assert (
         done.stderr.strip()

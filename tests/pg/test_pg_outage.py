@@ -21,20 +21,15 @@ No assertion on time: waits are bounded, phases are told apart by what the test 
 from __future__ import annotations
 
 import re
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
 import psycopg
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "http"))
-
-from http_support import WAIT, HttpServer, connect
+from support.http_server import WAIT, HttpServer, connect
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ rows alone, and globalizes the unrecoverable ones only when asked."""
 from __future__ import annotations
 
 import pytest
-from portability_support import Tools
+from support.mcp_client import Tools
 
 pytestmark = pytest.mark.anyio
 

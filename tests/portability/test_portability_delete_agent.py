@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from portability_support import Tools
+from support.mcp_client import Tools
 
 pytestmark = pytest.mark.anyio
 

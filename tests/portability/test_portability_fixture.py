@@ -6,7 +6,6 @@ the import embeds every row with the restoring server's model instead of keeping
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -18,8 +17,6 @@ from cpersona.storage import open_database
 from portability_support import read_jsonl
 
 pytestmark = pytest.mark.anyio
-
-FIXTURE = Path("/work/shared/fixtures/cpersona-2.5.12-sample.db")
 
 
 _ROWS = (
@@ -48,24 +45,13 @@ def restored_rows(settings: Settings) -> dict[tuple[str, str, str, str], tuple[o
     return {tuple(r[:4]): tuple(r[4:]) for r in rows}
 
 
-@pytest.fixture
-def fixture_copy(tmp_path: Path) -> Path:
-    if not FIXTURE.exists():
-        pytest.skip(f"{FIXTURE} is not available")
-    # Never written in place: cpersona migrates what it opens.
-    for suffix in ("", "-wal", "-shm"):
-        if Path(f"{FIXTURE}{suffix}").exists():
-            shutil.copyfile(f"{FIXTURE}{suffix}", tmp_path / f"fixture.db{suffix}")
-    return tmp_path / "fixture.db"
-
-
 async def test_portability_fixture_export_imports_with_embeddings(
-    open_client, fixture_copy: Path, tmp_path: Path, export_dir: Path
+    connect, sample_db: Path, tmp_path: Path, export_dir: Path
 ):
-    original = memory_rows(fixture_copy)  # read before cpersona opens (and migrates) it
+    original = memory_rows(sample_db)  # read before cpersona opens (and migrates) it
     assert len(original) == 59 and all(row[-1] for row in original.values())
     # The 2.5.x file is SQLite whatever the backend; its export restores into the backend.
-    async with open_client(db_path=str(fixture_copy), database_url=None) as old:
+    async with connect(db_path=str(sample_db), database_url=None) as old:
         out = await old(
             "export_memories",
             {"agent_id": "", "output_path": "v2512.jsonl", "include_embeddings": True},
@@ -75,7 +61,7 @@ async def test_portability_fixture_export_imports_with_embeddings(
     assert all("embedding_b64" in r for r in exported if r["_type"] in ("memory", "episode"))
 
     restored_db = tmp_path / "restored.db"
-    async with open_client(db_path=str(restored_db)) as new:
+    async with connect(db_path=str(restored_db)) as new:
         out = await new("import_memories", {"input_path": "v2512.jsonl"})
         hint = out.pop("foreign_vectors_hint")
         assert out == {

@@ -3,7 +3,6 @@ file written outside the export directory."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
@@ -15,10 +14,9 @@ import pytest
 from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
-from cpersona.server.app import build_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mcp import Client
+from support.mcp_client import call_all, documented_answer
 
 TOOL_ARGS = {
     "export_memories": ["agent_id", "output_path", "include_embeddings"],
@@ -99,15 +97,8 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
 
 
 def check(tool: str, result: Any) -> None:
-    assert len(result.content) == 1
-    text = result.content[0].text
-    if result.is_error:
-        assert text.startswith("Input validation error: "), text
-        return
-    out = json.loads(text)
-    assert isinstance(out, dict)
-    if "error" in out:
-        assert out.get("ok") is False, (tool, out)
+    out = documented_answer(tool, result)
+    if out is None or "error" in out:
         return
     if tool == "migrate_channel_axis":
         assert "ok" not in out and isinstance(out["recoverable_by_channel"], list)
@@ -124,9 +115,4 @@ def check(tool: str, result: Any) -> None:
 )
 @given(batch=st.lists(calls(), min_size=1, max_size=8))
 def test_portability_fuzz_documented_shapes(engine, batch):
-    async def run() -> None:
-        async with Client(build_server(engine), raise_exceptions=True) as client:
-            for tool, args in batch:
-                check(tool, await client.call_tool(tool, args))
-
-    anyio.run(run)
+    anyio.run(call_all, engine, batch, check)

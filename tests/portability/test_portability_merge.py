@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from portability_support import Tools
+from support.mcp_client import Tools
 
 pytestmark = pytest.mark.anyio
 

@@ -82,8 +82,8 @@ async def test_portability_paths_inside_and_symlinks_within(tools, export_dir):
     assert [p.name for p in (export_dir / "nested").iterdir()] == ["a.jsonl"]  # no temp left
 
 
-async def test_portability_paths_without_export_dir(open_client, tmp_path, outside):
-    async with open_client(export_dir=None) as tools:
+async def test_portability_paths_without_export_dir(connect, tmp_path, outside):
+    async with connect(export_dir=None) as tools:
         await tools("store", {"agent_id": "a", "message": {"content": "anywhere"}})
         out = await tools(
             "export_memories", {"agent_id": "", "output_path": str(outside / "abs.jsonl")}
@@ -96,8 +96,8 @@ async def test_portability_paths_without_export_dir(open_client, tmp_path, outsi
         assert out["error"] == "input_path " + REFUSED + traversal
 
 
-async def test_portability_paths_import_prechecks(open_client, export_dir):
-    async with open_client(max_import_bytes=64) as tools:
+async def test_portability_paths_import_prechecks(connect, export_dir):
+    async with connect(max_import_bytes=64) as tools:
         before = tools.rows()
         out = await tools("import_memories", {"input_path": "missing.jsonl"})
         assert out["error"] == "File not found: missing.jsonl"
@@ -146,9 +146,9 @@ async def test_portability_paths_export_to_a_directory_writes_nothing(tools, exp
     assert _tree(tmp_path) == before | {"exports/taken/x.jsonl"}
 
 
-async def test_portability_paths_export_dir_not_created_yet(open_client, tmp_path):
+async def test_portability_paths_export_dir_not_created_yet(connect, tmp_path):
     later = tmp_path / "later"
-    async with open_client(export_dir=str(later)) as tools:
+    async with connect(export_dir=str(later)) as tools:
         before = _tree(tmp_path)
         for path in [".", str(later)]:
             out = await tools("export_memories", {"agent_id": "", "output_path": path})
@@ -158,7 +158,7 @@ async def test_portability_paths_export_dir_not_created_yet(open_client, tmp_pat
         assert _tree(tmp_path) == before | {"later", "later/x.jsonl"}
 
 
-async def test_portability_paths_errors_never_show_server_paths(open_client, export_dir, tmp_path):
+async def test_portability_paths_errors_never_show_server_paths(connect, export_dir, tmp_path):
     (export_dir / "afile").write_text("not a directory")
     (export_dir / "locked").mkdir(mode=0o500)
     calls = [
@@ -170,7 +170,7 @@ async def test_portability_paths_errors_never_show_server_paths(open_client, exp
     ]
     if os.geteuid() != 0:  # root writes through a 0500 directory
         calls.append(("export_memories", {"agent_id": "", "output_path": "locked/x.jsonl"}))
-    async with open_client() as tools:
+    async with connect() as tools:
         for name, args in calls:
             out = await tools(name, args)
             assert out["ok"] is False, (name, args, out)

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from cpersona.embedding.none import NoneProvider
-from portability_support import Tools, blobs, read_jsonl
+from portability_support import blobs, read_jsonl
+from support.mcp_client import Tools
 
 pytestmark = pytest.mark.anyio
 
@@ -81,8 +82,8 @@ def comparable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if k != "id"} for r in records if r["_type"] != "header"]
 
 
-async def test_portability_roundtrip_every_field(open_client, tmp_path, export_dir: Path):
-    async with open_client() as source:
+async def test_portability_roundtrip_every_field(connect, tmp_path, export_dir: Path):
+    async with connect() as source:
         await build_corpus(source)
         out = await source(
             "export_memories",
@@ -109,7 +110,7 @@ async def test_portability_roundtrip_every_field(open_client, tmp_path, export_d
     assert all("embedding_b64" in r for r in exported[1:7])
     assert (export_dir / "full.jsonl").stat().st_mode & 0o777 == 0o600
 
-    async with open_client(db_path=str(tmp_path / "restored.db")) as target:
+    async with connect(db_path=str(tmp_path / "restored.db")) as target:
         out = await target("import_memories", {"input_path": "full.jsonl"})
         assert out == {
             "ok": True,
@@ -129,11 +130,11 @@ async def test_portability_roundtrip_every_field(open_client, tmp_path, export_d
     assert comparable(read_jsonl(export_dir / "again.jsonl")) == comparable(exported)
 
 
-async def test_portability_import_twice_changes_nothing(open_client, tmp_path, export_dir):
-    async with open_client() as source:
+async def test_portability_import_twice_changes_nothing(connect, tmp_path, export_dir):
+    async with connect() as source:
         await build_corpus(source)
         await source("export_memories", {"agent_id": "", "output_path": "x.jsonl"})
-    async with open_client(db_path=str(tmp_path / "b.db")) as target:
+    async with connect(db_path=str(tmp_path / "b.db")) as target:
         preview = await target("import_memories", {"input_path": "x.jsonl", "dry_run": True})
         assert target.rows()["memories"] == []
         first = await target("import_memories", {"input_path": "x.jsonl"})
@@ -163,15 +164,15 @@ async def test_portability_import_twice_changes_nothing(open_client, tmp_path, e
         assert repeat["imported_memories"] == 0 and repeat["skipped_memories"] == 4
 
 
-async def test_portability_import_embeds_rows_without_vectors(open_client, tmp_path, export_dir):
+async def test_portability_import_embeds_rows_without_vectors(connect, tmp_path, export_dir):
     query = {"agent_id": "alice", "query": "how big is the Postgres pool"}
-    async with open_client() as source:
+    async with connect() as source:
         await build_corpus(source)
         await source("export_memories", {"agent_id": "alice", "output_path": "bare.jsonl"})
         expected = await source("recall", query)
     assert not any("embedding_b64" in r for r in read_jsonl(export_dir / "bare.jsonl"))
     db = tmp_path / "embedded.db"
-    async with open_client(db_path=str(db)) as target:
+    async with connect(db_path=str(db)) as target:
         out = await target("import_memories", {"input_path": "bare.jsonl"})
         assert out["imported_memories"] == 3 and out["embedded_on_import"] == 4  # + 1 episode
         assert "missing_embeddings" not in out
@@ -182,12 +183,12 @@ async def test_portability_import_embeds_rows_without_vectors(open_client, tmp_p
     assert all(blob is not None for blob in blobs(target.engine.settings, "episodes").values())
 
 
-async def test_portability_import_counts_rows_left_without_vectors(open_client, tmp_path):
-    async with open_client() as source:
+async def test_portability_import_counts_rows_left_without_vectors(connect, tmp_path):
+    async with connect() as source:
         await build_corpus(source)
         await source("export_memories", {"agent_id": "bob", "output_path": "bob.jsonl"})
     db = tmp_path / "none.db"
-    async with open_client(db_path=str(db), embedder=NoneProvider()) as target:
+    async with connect(db_path=str(db), embedder=NoneProvider()) as target:
         out = await target("import_memories", {"input_path": "bob.jsonl"})
         assert out["ok"] and out["imported_memories"] == 1 and out["imported_episodes"] == 1
         assert out["missing_embeddings"] == 2

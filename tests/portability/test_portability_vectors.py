@@ -73,12 +73,12 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 async def test_a_foreign_vector_is_not_kept_and_the_row_is_embedded_here(
-    open_client: Any, export_dir: Path, case: str
+    connect: Any, export_dir: Path, case: str
 ) -> None:
     models, width, why = CASES[case]
     other = HashingProvider(width).embed([OTHER_PHRASE])[0]
     write_export(export_dir / "hostile.jsonl", models, other)
-    async with open_client() as tools:
+    async with connect() as tools:
         # Give the table its model first, as a database in use has.
         await tools("store", {"agent_id": "a", "message": {"content": "an earlier note"}})
         dry = await tools("import_memories", {"input_path": "hostile.jsonl", "dry_run": True})
@@ -100,21 +100,19 @@ async def test_a_foreign_vector_is_not_kept_and_the_row_is_embedded_here(
         assert CONTENT in top["content"] and top["match_reason"]["cosine"] > 0.999
 
 
-async def test_the_tables_own_model_is_kept_byte_for_byte(
-    open_client: Any, export_dir: Path
-) -> None:
+async def test_the_tables_own_model_is_kept_byte_for_byte(connect: Any, export_dir: Path) -> None:
     vector = MODEL.embed([CONTENT])[0] * np.float32(1.0)  # exactly what this model makes
     write_export(export_dir / "ours.jsonl", OURS, vector)
-    async with open_client() as tools:
+    async with connect() as tools:
         out = await tools("import_memories", {"input_path": "ours.jsonl"})
         assert "foreign_vectors" not in out and "embedded_on_import" not in out
         assert stored_vectors(tools) == [vector.astype("<f4").tobytes()] * 2
 
 
 async def test_an_export_names_its_model_and_round_trips_its_vectors(
-    open_client: Any, export_dir: Path, tmp_path: Path
+    connect: Any, export_dir: Path, tmp_path: Path
 ) -> None:
-    async with open_client() as tools:
+    async with connect() as tools:
         await tools("store", {"agent_id": "a", "message": {"content": CONTENT}})
         out = await tools(
             "export_memories",
@@ -124,17 +122,17 @@ async def test_an_export_names_its_model_and_round_trips_its_vectors(
         before = stored_vectors(tools)
     header = json.loads((export_dir / "mine.jsonl").read_text().splitlines()[0])
     assert header["embedding_models"]["memories"] == {"model": MODEL.name, "dim": 384}
-    async with open_client(db_path=str(tmp_path / "restored.db")) as tools:
+    async with connect(db_path=str(tmp_path / "restored.db")) as tools:
         out = await tools("import_memories", {"input_path": "mine.jsonl"})
         assert out["imported_memories"] == 1 and "foreign_vectors" not in out
         assert stored_vectors(tools) == before
 
 
 async def test_without_an_embedding_model_the_rows_wait_for_one(
-    open_client: Any, export_dir: Path
+    connect: Any, export_dir: Path
 ) -> None:
     write_export(export_dir / "old.jsonl", None, MODEL.embed([OTHER_PHRASE])[0])
-    async with open_client(embedding_mode="none", embedder=_Unavailable()) as tools:
+    async with connect(embedding_mode="none", embedder=_Unavailable()) as tools:
         out = await tools("import_memories", {"input_path": "old.jsonl"})
         assert out["foreign_vectors"] == {"model_not_named": 2}
         assert out["missing_embeddings"] == 2  # check_health(fix=true) fills them later

@@ -8,29 +8,27 @@ draw identical (each draw uses up to 40 pseudo-queries, i.e. all of them).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.embedding.none import NoneProvider
 from cpersona.engine import Engine
 from cpersona.retrieval.scoring import heuristic_gate
 from cpersona.retrieval.sidecar import SCORING_VERSION
-from cpersona.server.app import build_server
-from mcp import Client
+from support.mcp_client import Tools, in_memory
 
-pytestmark = pytest.mark.anyio
+# The calibration sidecar is a file beside a SQLite database; the kernels are the extension's.
+pytestmark = [pytest.mark.anyio, pytest.mark.runs_on(kernel="rust", store_backend="sqlite")]
 
 TOPICS = {
     "garden": ["tomato", "basil", "compost", "seedlings", "watering", "trellis"],
@@ -59,65 +57,20 @@ def corpus() -> list[tuple[str, str]]:
 # -- fixtures ---------------------------------------------------------------------------------
 
 
-class Tools:
-    def __init__(self, client: Client, engine: Engine) -> None:
-        self.client = client
-        self.engine = engine
-
-    async def raw(self, name: str, args: dict[str, Any]) -> Any:
-        return await self.client.call_tool(name, args)
-
-    async def __call__(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        result = await self.raw(name, args)
-        assert not result.is_error, result.content[0].text
-        return json.loads(result.content[0].text)
-
-    async def fill(self, agent_id: str = "a", rows: list[tuple[str, str]] | None = None) -> None:
-        for content, stamp in corpus() if rows is None else rows:
-            out = await self(
-                "store", {"agent_id": agent_id, "message": {"content": content, "timestamp": stamp}}
-            )
-            assert out["result"] == "stored", out
+async def fill(
+    tools: Tools, agent_id: str = "a", rows: list[tuple[str, str]] | None = None
+) -> None:
+    for content, stamp in corpus() if rows is None else rows:
+        out = await tools(
+            "store", {"agent_id": agent_id, "message": {"content": content, "timestamp": stamp}}
+        )
+        assert out["result"] == "stored", out
 
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> str:
+    """The database of the engines `make_engine` makes (its default `db_path`)."""
     return str(tmp_path / "mem.db")
-
-
-@pytest.fixture
-def make_engine(db_path: str) -> Iterator[Callable[..., Engine]]:
-    engines: list[Engine] = []
-
-    def make(*, embedder: Any = None, **overrides: Any) -> Engine:
-        # The spec's fusion default (cpersona's own is rsf, docs/quality.md).
-        base = Settings(db_path=db_path, embedding_mode="hashing", recall_mode="rrf")
-        engine = Engine(
-            dataclasses.replace(base, **overrides), embedder=embedder or HashingProvider()
-        )
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.close()
-
-
-@pytest.fixture
-def connect(make_engine: Callable[..., Engine]) -> Callable[..., Any]:
-    @contextlib.asynccontextmanager
-    async def open_client(**overrides: Any) -> AsyncIterator[Tools]:
-        engine = make_engine(**overrides)
-        async with Client(build_server(engine), raise_exceptions=True) as client:
-            yield Tools(client, engine)
-
-    return open_client
-
-
-@pytest.fixture
-async def tools(connect: Callable[..., Any]) -> AsyncIterator[Tools]:
-    async with connect() as t:
-        yield t
 
 
 # -- the independent oracle -------------------------------------------------------------------
@@ -162,7 +115,7 @@ def close(a: float, b: float) -> bool:
 
 
 async def test_calibrate_zscore_matches_numpy(tools: Tools) -> None:
-    await tools.fill()
+    await fill(tools)
     out = await tools("calibrate_threshold", {"agent_id": "a", "method": "zscore", "z_factor": 1.5})
     x = null_scores(vectors(corpus()))
     expected = round(max(x.mean() + 1.5 * x.std(), 0.05), 4)
@@ -185,7 +138,7 @@ async def test_calibrate_zscore_matches_numpy(tools: Tools) -> None:
 
 @pytest.mark.parametrize(("given", "p"), [(95, 0.95), (0.8, 0.8), (100, 1.0)])
 async def test_calibrate_percentile_accepts_a_percent(tools: Tools, given: float, p: float) -> None:
-    await tools.fill()
+    await fill(tools)
     out = await tools(
         "calibrate_threshold", {"agent_id": "a", "method": "percentile", "percentile": given}
     )
@@ -195,7 +148,7 @@ async def test_calibrate_percentile_accepts_a_percent(tools: Tools, given: float
 
 
 async def test_calibrate_separation_temporal_matches_numpy(tools: Tools) -> None:
-    await tools.fill()
+    await fill(tools)
     out = await tools("calibrate_threshold", {"agent_id": "a"})  # separation is the default
     v = vectors(corpus())
     x, y = null_scores(v), temporal(corpus(), v)
@@ -214,7 +167,7 @@ async def test_calibrate_separation_falls_back_to_nearest_neighbours(tools: Tool
         (content, f"2024-03-{1 + i // 24:02d}T{i % 24:02d}:00:00Z")
         for i, (content, _) in enumerate(corpus()[:20])
     ]
-    await tools.fill(rows=rows)
+    await fill(tools, rows=rows)
     out = await tools("calibrate_threshold", {"agent_id": "a", "method": "separation"})
     v = vectors(rows)
     gram = v @ v.T
@@ -226,8 +179,8 @@ async def test_calibrate_separation_falls_back_to_nearest_neighbours(tools: Tool
 
 async def test_calibrate_global_uses_every_agent(tools: Tools) -> None:
     rows = corpus()
-    await tools.fill("a", rows[:18])
-    await tools.fill("b", rows[18:])
+    await fill(tools, "a", rows[:18])
+    await fill(tools, "b", rows[18:])
     out = await tools(
         "calibrate_threshold", {"agent_id": "", "method": "percentile", "percentile": 0.9}
     )
@@ -239,19 +192,19 @@ async def test_calibrate_global_uses_every_agent(tools: Tools) -> None:
 
 
 async def test_calibrate_needs_ten_embeddings(tools: Tools) -> None:
-    await tools.fill(rows=corpus()[:9])
+    await fill(tools, rows=corpus()[:9])
     out = await tools("calibrate_threshold", {"agent_id": "a"})
     assert out == {"ok": False, "error": "Need at least 10 embeddings, found 9"}
     out = await tools("calibrate_threshold", {"agent_id": "nobody"})
     assert out == {"ok": False, "error": "Need at least 10 embeddings, found 0"}
-    await tools.fill(rows=corpus()[9:12])
+    await fill(tools, rows=corpus()[9:12])
     out = await tools("calibrate_threshold", {"agent_id": "a", "sample_size": 4})
     assert out == {"ok": False, "error": "Need at least 10 embeddings, found 4"}
     assert (await tools("calibrate_threshold", {"agent_id": "a"}))["sampled_embeddings"] == 12
 
 
 async def test_calibrate_needs_ten_of_one_width(tools: Tools) -> None:
-    await tools.fill(rows=corpus()[:12])
+    await fill(tools, rows=corpus()[:12])
     with tools.engine.db.atomic() as conn:  # six rows of another width (a model change)
         conn.execute(
             "UPDATE memories SET embedding = ? WHERE id <= 6", (np.ones(8, dtype="<f4").tobytes(),)
@@ -262,7 +215,7 @@ async def test_calibrate_needs_ten_of_one_width(tools: Tools) -> None:
 
 
 async def test_calibrate_argument_errors(tools: Tools) -> None:
-    await tools.fill(rows=corpus()[:12])
+    await fill(tools, rows=corpus()[:12])
     for given, shown in ((150, "150"), (-0.5, "-0.5"), (1000.5, "1000.5")):
         out = await tools("calibrate_threshold", {"agent_id": "a", "percentile": given})
         assert out == {
@@ -284,7 +237,7 @@ async def test_calibrate_argument_errors(tools: Tools) -> None:
 
 async def test_calibrate_clamps_sample_and_z(connect: Callable[..., Any]) -> None:
     async with connect(calibrate_max_sample=12) as tools:
-        await tools.fill()
+        await fill(tools)
         out = await tools(
             "calibrate_threshold",
             {"agent_id": "a", "sample_size": 10**6, "method": "zscore", "z_factor": 99},
@@ -298,7 +251,7 @@ async def test_calibrate_clamps_sample_and_z(connect: Callable[..., Any]) -> Non
 
 
 async def test_calibrate_paused_hook_changes_nothing(tools: Tools) -> None:
-    await tools.fill()
+    await fill(tools)
     cal = tools.engine.calibrator
     assert cal.calibrate("a", percentile=200, paused=True)["ok"] is False  # validated first
     out = cal.calibrate("a", paused=True)
@@ -351,7 +304,7 @@ async def test_quality_tools_published_schemas(tools: Tools) -> None:
 
 async def test_precision_orders_the_fused_gate(connect: Callable[..., Any]) -> None:
     async with connect(recall_mode="rsf") as tools:
-        await tools.fill()
+        await fill(tools)
         gates = {}
         for level, beta in (("lenient", 0.5), ("balanced", 1.0), ("strict", 2.0)):
             out = await tools("set_recall_precision", {"agent_id": "a", "precision": level})
@@ -372,7 +325,7 @@ async def test_precision_orders_the_fused_gate(connect: Callable[..., Any]) -> N
 
 
 async def test_precision_clear_and_get_shapes(tools: Tools, db_path: str) -> None:
-    await tools.fill()
+    await fill(tools)
     get = await tools("get_recall_precision", {"agent_id": "a"})
     assert get == {
         "ok": True,
@@ -428,7 +381,7 @@ async def test_precision_refusals(tools: Tools) -> None:
         "error": "Unknown precision ' strict'; expected strict / balanced / lenient",
     }
     # Too few embeddings: the calibration cannot run, so the override is rolled back.
-    await tools.fill(rows=corpus()[:5])
+    await fill(tools, rows=corpus()[:5])
     out = await tools("set_recall_precision", {"agent_id": "a", "precision": "strict"})
     assert out == {
         "ok": False,
@@ -456,7 +409,7 @@ async def test_calibrated_gate_keeps_what_the_heuristic_dropped(
     connect: Callable[..., Any],
 ) -> None:
     async with connect(recall_mode="rsf") as tools:
-        await tools.fill()
+        await fill(tools)
         query = {"agent_id": "a", "query": "garden log: basil today", "limit": 30}
         before = scored((await tools("recall", query))["messages"], "rsf")
         heuristic = heuristic_gate(36)
@@ -475,11 +428,12 @@ async def test_calibrated_rrf_gate_is_on_the_rrf_scale(connect: Callable[..., An
     async with connect() as tools:  # rrf: only rows without a vector hit are gated on rrf
         # A long row that names the query once: found by full-text search only.
         filler = " ".join(f"item{i} shelf{i}" for i in range(40))
-        await tools.fill(
+        await fill(
+            tools,
             rows=[
                 *corpus(),
                 (f"warehouse inventory {filler} zucchini crate", "2024-03-01T10:30:00Z"),
-            ]
+            ],
         )
         query = {"agent_id": "a", "query": "zucchini", "limit": 30}
         before = scored((await tools("recall", query))["messages"], "rrf")
@@ -502,7 +456,7 @@ def sidecar(db_path: str) -> dict[str, Any]:
 
 async def test_sidecar_written_owner_only(connect: Callable[..., Any], db_path: str) -> None:
     async with connect(recall_mode="rsf") as tools:
-        await tools.fill()
+        await fill(tools)
         out = await tools("set_recall_precision", {"agent_id": "a", "precision": "strict"})
         glob = await tools("calibrate_threshold", {"agent_id": "", "method": "zscore"})
     path = Path(db_path + ".calibration.json")
@@ -534,7 +488,7 @@ async def test_sidecar_restored_after_restart(
     connect: Callable[..., Any], make_engine: Callable[..., Engine], db_path: str
 ) -> None:
     async with connect(recall_mode="rsf") as tools:
-        await tools.fill()
+        await fill(tools)
         await tools("set_recall_precision", {"agent_id": "a", "precision": "strict"})
         await tools("calibrate_threshold", {"agent_id": "", "method": "zscore"})
         first = tools.engine.thresholds
@@ -584,8 +538,8 @@ def write_sidecar(db_path: str, **changes: Any) -> dict[str, Any]:
 
 async def seeded(make_engine: Callable[..., Engine]) -> None:
     engine = make_engine(recall_mode="rsf")
-    async with Client(build_server(engine), raise_exceptions=True) as client:
-        await Tools(client, engine).fill()
+    async with in_memory(engine) as tools:
+        await fill(tools)
 
 
 async def test_startup_restores_current_values(
@@ -673,9 +627,9 @@ async def test_sidecar_merges_with_another_process(
     rows = corpus()
     engine_a = make_engine()
     engine_b = make_engine()  # a second server process on the same database file
-    async with Client(build_server(engine_a), raise_exceptions=True) as client:
-        await Tools(client, engine_a).fill("a", rows[:18])
-        await Tools(client, engine_a).fill("b", rows[18:])
+    async with in_memory(engine_a) as tools:
+        await fill(tools, "a", rows[:18])
+        await fill(tools, "b", rows[18:])
     assert engine_a.calibrator.calibrate("a")["sidecar_persisted"]
     assert engine_b.calibrator.calibrate("b")["sidecar_persisted"]
     assert set(sidecar(db_path)["agent_thresholds"]) == {"a", "b"}  # b carried a forward
@@ -689,9 +643,8 @@ async def test_memory_database_keeps_no_sidecar(
     make_engine: Callable[..., Engine], tmp_path: Path
 ) -> None:
     engine = make_engine(db_path=":memory:")
-    async with Client(build_server(engine), raise_exceptions=True) as client:
-        tools = Tools(client, engine)
-        await tools.fill()
+    async with in_memory(engine) as tools:
+        await fill(tools)
         out = await tools("calibrate_threshold", {"agent_id": "a"})
     assert out["ok"] is True and out["sidecar_persisted"] is False
     assert engine.thresholds.agent_thresholds["a"] == out["new_threshold"]

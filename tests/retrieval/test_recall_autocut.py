@@ -9,7 +9,7 @@ measured nor cut. Spec: retrieval.md §11.
 from __future__ import annotations
 
 import pytest
-from recall_support import AGENT
+from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,8 @@ from datetime import UTC, datetime, timedelta
 
 import cpersona.retrieval.pipeline as pipeline
 import pytest
-from recall_support import AGENT, hours_before
+from recall_support import hours_before
+from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio
 
@@ -97,8 +98,8 @@ CONF = {"confidence_enabled": True, "autocut_enabled": False}
 @pytest.mark.parametrize("deep", [False, True])
 async def test_rrf_and_rsf_agree_under_confidence(connect, frozen, deep):
     async with (
-        connect(path="rrf.db", recall_mode="rrf", **CONF) as rrf,
-        connect(path="rsf.db", recall_mode="rsf", **CONF) as rsf,
+        connect(db_path="rrf.db", recall_mode="rrf", **CONF) as rrf,
+        connect(db_path="rsf.db", recall_mode="rsf", **CONF) as rsf,
     ):
         await _corpus(rrf)
         await _corpus(rsf)
@@ -112,8 +113,8 @@ async def test_rrf_and_rsf_agree_under_confidence(connect, frozen, deep):
 
 async def test_rrf_and_rsf_differ_without_confidence(connect):
     async with (
-        connect(path="rrf.db", recall_mode="rrf") as rrf,
-        connect(path="rsf.db", recall_mode="rsf") as rsf,
+        connect(db_path="rrf.db", recall_mode="rrf") as rrf,
+        connect(db_path="rsf.db", recall_mode="rsf") as rsf,
     ):
         await _corpus(rrf)
         await _corpus(rsf)
@@ -154,7 +155,7 @@ async def test_every_row_carries_confidence(connect):
     [("rrf", "cosine", "rrf"), ("rsf", "rsf", "rsf"), ("cascade", "cosine", None)],
 )
 async def test_signal_precedence_without_confidence(
-    connect, mode, vector_signal, keyword_signal, backend
+    connect, mode, vector_signal, keyword_signal, store_backend
 ):
     # A row the vector arm cannot see (threshold above any cosine) but FTS can.
     async with connect(recall_mode=mode, autocut_enabled=False) as t:

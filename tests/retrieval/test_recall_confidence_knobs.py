@@ -21,7 +21,7 @@ import pytest
 from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
-from recall_support import AGENT, parse
+from support.mcp_client import AGENT, parse_utc
 
 pytestmark = pytest.mark.anyio
 
@@ -48,7 +48,7 @@ def expected(
     span = max(0.0, hours(T_MAX - T_MIN))
     newest_age = max(0.0, hours(now - T_MAX))
     stamp = msg.get("timestamp")
-    age = max(0.0, hours(now - parse(stamp))) if stamp else newest_age + span / 2
+    age = max(0.0, hours(now - parse_utc(stamp))) if stamp else newest_age + span / 2
     count, last = history
     boost = math.log(1 + count) * s.recall_boost
     if boost > 0 and last is not None:
@@ -105,8 +105,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def corpus(template: Path, tmp_path: Path, backend: str, make_engine: Any) -> None:
-    if backend == "postgresql":  # the test's own database: written through the tools' writer
+def corpus(template: Path, tmp_path: Path, store_backend: str, make_engine: Any) -> None:
+    if store_backend == "postgresql":  # the test's own database: written through the tools' writer
         _write_corpus(make_engine())
         return
     src, dst = sqlite3.connect(template), sqlite3.connect(tmp_path / "mem.db")

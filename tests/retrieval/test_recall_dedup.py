@@ -8,7 +8,7 @@ caller's msg_id as `id`. Spec: contracts §5, retrieval.md §3.2.
 from __future__ import annotations
 
 import pytest
-from recall_support import AGENT
+from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio
 

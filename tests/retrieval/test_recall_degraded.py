@@ -17,7 +17,7 @@ from cpersona.embedding.hashing import HashingProvider
 from cpersona.embedding.http import HttpProvider
 from cpersona.embedding.none import NoneProvider
 from cpersona.errors import EmbeddingUnavailable
-from recall_support import AGENT
+from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio
 

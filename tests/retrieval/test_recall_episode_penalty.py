@@ -160,7 +160,7 @@ async def test_in_scope_episode_in_another_channel_applies_without_a_channel_fil
     )
 
 
-async def test_penalty_resorts_fused_rows_without_confidence(connect, backend):
+async def test_penalty_resorts_fused_rows_without_confidence(connect, store_backend):
     # An exact match stamped long before the boundary loses half its rrf; a fresh partial match
     # overtakes it. With the penalty off the exact match stays last (best).
     async with connect(episode_penalty_enabled=False) as off, connect() as on:

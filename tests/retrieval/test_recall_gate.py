@@ -78,7 +78,7 @@ NOTES = ["ledger note alpha", "ledger note beta", "ledger note gamma"]
 
 async def test_confidence_recall_marks_returned_memories_only(connect):
     knobs = {"confidence_enabled": True, "autocut_enabled": False}
-    async with connect(path="a.db", **knobs) as a, connect(path="b.db", **knobs) as b:
+    async with connect(db_path="a.db", **knobs) as a, connect(db_path="b.db", **knobs) as b:
         for t in (a, b):
             await t.store_all(NOTES)
         fresh = await _scores(b, "ledger note alpha")
@@ -96,9 +96,9 @@ async def test_confidence_recall_marks_returned_memories_only(connect):
 )
 async def test_no_bookkeeping_for_deep_or_confidence_off(connect, first):
     async with (
-        connect(path="a.db", confidence_enabled=True) as a,
-        connect(path="a.db") as plain,
-        connect(path="b.db", confidence_enabled=True) as b,
+        connect(db_path="a.db", confidence_enabled=True) as a,
+        connect(db_path="a.db") as plain,
+        connect(db_path="b.db", confidence_enabled=True) as b,
     ):
         for t in (a, b):
             await t.store_all(NOTES)

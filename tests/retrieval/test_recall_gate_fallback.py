@@ -9,7 +9,8 @@ the key never appears; an all-below-gate recall is simply empty. Spec: retrieval
 from __future__ import annotations
 
 import pytest
-from recall_support import AGENT, IDENT, LEXICAL
+from recall_support import IDENT, LEXICAL
+from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio
 
@@ -90,8 +91,8 @@ async def test_a_rescue_writes_no_recall_counts(connect):
     # A recall that returned LEXICAL normally would mark it recalled (a 0.7 penalty on its
     # next confidence within 5 minutes); the rescue does not. Compare with a twin database.
     async with (
-        connect(path="a.db", confidence_enabled=True) as a,
-        connect(path="b.db", confidence_enabled=True) as b,
+        connect(db_path="a.db", confidence_enabled=True) as a,
+        connect(db_path="b.db", confidence_enabled=True) as b,
     ):
         for t in (a, b):
             await t.store_all([LEXICAL, *OTHERS])

@@ -12,7 +12,7 @@ import pytest
 from cpersona.fts.search import ranked
 from cpersona.models import ProjectFilter
 from cpersona.storage.retrieval import ScopeSql
-from recall_support import AGENT
+from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +62,7 @@ async def test_three_character_query_takes_trigram_match(connect):
     assert [m["content"] for m in mixed] == ["CPersona の設定ファイルを確認する"]
 
 
-async def test_rsf_ranks_the_bm25_strongest_row_last(connect, backend):
+async def test_rsf_ranks_the_bm25_strongest_row_last(connect, store_backend):
     await _corpus(connect)
     query = "会議室の予約"
     async with connect() as t:

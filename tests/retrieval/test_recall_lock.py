@@ -7,7 +7,7 @@ every fusion mode and under confidence. Spec: contracts §9.
 from __future__ import annotations
 
 import pytest
-from recall_support import AGENT
+from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio
 

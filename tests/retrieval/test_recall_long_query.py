@@ -10,7 +10,7 @@ keyword arm still finds a memory holding the whole query, ASCII case folded like
 from __future__ import annotations
 
 import pytest
-from recall_support import AGENT
+from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio
 

@@ -39,7 +39,7 @@ def ascending(values: list[float]) -> bool:
         ({"recall_mode": "rsf", "confidence_enabled": True, "autocut_enabled": False}, "score"),
     ],
 )
-async def test_scores_ascend_and_the_exact_match_is_last(connect, overrides, key, backend):
+async def test_scores_ascend_and_the_exact_match_is_last(connect, overrides, key, store_backend):
     async with connect(**overrides) as t:
         await t.store_all(CORPUS)
         messages = await t.messages(EXACT, deep=True)

@@ -9,7 +9,7 @@ and carries match_reason. Spec: retrieval.md §8, §7.3, §18.1-3.
 from __future__ import annotations
 
 import pytest
-from recall_support import AGENT
+from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ episode source rule), §4.10 (exclude_contents, rank positions under rrf).
 from __future__ import annotations
 
 import pytest
-from recall_support import AGENT
+from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio
 

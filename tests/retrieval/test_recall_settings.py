@@ -11,7 +11,8 @@ cap (test_recall_preview), the advisory (test_recall_degraded), the external-con
 from __future__ import annotations
 
 import pytest
-from recall_support import AGENT, IDENT, LEXICAL
+from recall_support import IDENT, LEXICAL
+from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio
 
@@ -167,15 +168,15 @@ async def test_scope_stats_cache(connect, settings, fresh):
 
 
 @pytest.mark.parametrize("mode", ["rrf", "rsf", "cascade"])
-async def test_fts_enabled(connect, mode, backend):
+async def test_fts_enabled(connect, mode, store_backend):
     notes = [*NOTES, LEXICAL]
     if mode == "cascade":
         notes += [f"filler {i}" for i in range(100)]  # a pool of 100: unscored rows pass
     results = {}
     for enabled in (True, False):
         path = f"fts-{enabled}.db"
-        await _corpus(connect, notes, path=path, fts_enabled=enabled)
-        async with connect(path=path, fts_enabled=enabled, recall_mode=mode) as t:
+        await _corpus(connect, notes, db_path=path, fts_enabled=enabled)
+        async with connect(db_path=path, fts_enabled=enabled, recall_mode=mode) as t:
             await t.episode(f"{IDENT} retro", keywords="security")
             results[enabled] = [m["content"] for m in await t.messages(IDENT, deep=True)]
             lexical_episode = [m["content"] for m in await t.messages("security", deep=True)]

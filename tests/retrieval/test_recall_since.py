@@ -4,7 +4,7 @@ A row's time is the instant its `timestamp` names (episodes: the history's start
 `created_at`; `since` is inclusive, `until` exclusive, an offset-less instant is UTC and a bare
 date is its 00:00 UTC. The range is applied inside each retriever, so the vector window of a
 range in the past is that range's newest rows, not the table's. Runs on the Rust kernels and
-the numpy twin over SQLite, and over PostgreSQL (the `backend` fixture).
+the numpy twin over SQLite, and over PostgreSQL (the `kernel` and `store_backend` fixtures).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _instant(stamp: str) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
-async def test_a_past_range_has_a_window_of_its_own(connect, backend):
+async def test_a_past_range_has_a_window_of_its_own(connect, store_backend):
     async with connect(max_memories=3) as t:
         await t.store(X, timestamp=OLD)
         for filler in FILLERS:
@@ -57,7 +57,7 @@ async def test_a_past_range_has_a_window_of_its_own(connect, backend):
         assert [m["content"] for m in out["messages"]] == [X, "hi"]
 
 
-async def test_every_arm_returns_only_rows_in_the_range(connect, backend):
+async def test_every_arm_returns_only_rows_in_the_range(connect, store_backend):
     stamps = [f"2024-0{m}-15T12:00:00+00:00" for m in range(1, 8)]
     async with connect() as t:
         for i, stamp in enumerate(stamps):
@@ -93,7 +93,7 @@ async def test_every_arm_returns_only_rows_in_the_range(connect, backend):
         assert set(ranged) < set(everything)
 
 
-async def test_offsets_dates_and_offsetless_instants(tools, backend):
+async def test_offsets_dates_and_offsetless_instants(tools, store_backend):
     # 2024-03-10T23:30-02:00 is 2024-03-11T01:30Z.
     await tools.store("zephyr offset row", timestamp="2024-03-10T23:30:00-02:00")
 
@@ -112,7 +112,7 @@ async def test_offsets_dates_and_offsetless_instants(tools, backend):
     assert recalled == ["zephyr offset row"]
 
 
-async def test_a_row_without_a_readable_timestamp_is_timed_by_created_at(tools, backend):
+async def test_a_row_without_a_readable_timestamp_is_timed_by_created_at(tools, store_backend):
     await tools.store("quokka undated row", timestamp="sometime last spring")
     today = datetime.now(UTC).date()
     recent = {"since": (today - timedelta(days=1)).isoformat()}
@@ -133,7 +133,9 @@ async def test_a_row_without_a_readable_timestamp_is_timed_by_created_at(tools, 
         ({"since": "2024-05-01T00:00:00+02:00", "until": "2024-04-30T22:00:00Z"}, "until"),
     ],
 )
-async def test_malformed_and_reversed_ranges_are_refused(tools, backend, tmp_path, bounds, named):
+async def test_malformed_and_reversed_ranges_are_refused(
+    tools, store_backend, tmp_path, bounds, named
+):
     await tools.store("kept row", timestamp=OLD)
     before = await tools("list_memories", {"agent_id": "alice"})
     calls = {
@@ -151,12 +153,12 @@ async def test_malformed_and_reversed_ranges_are_refused(tools, backend, tmp_pat
     assert await tools("list_memories", {"agent_id": "alice"}) == before
 
 
-async def test_a_non_string_bound_is_a_schema_error(tools, backend):
+async def test_a_non_string_bound_is_a_schema_error(tools, store_backend):
     result = await tools.raw("recall", {"agent_id": "alice", "query": "x", "since": 20240501})
     assert result.is_error and "since" in result.content[0].text
 
 
-async def test_time_scoped_listings_and_export(tools, backend, tmp_path: Path):
+async def test_time_scoped_listings_and_export(tools, store_backend, tmp_path: Path):
     for month in range(1, 7):
         await tools.store(f"monthly note {month}", timestamp=f"2024-0{month}-10T00:00:00Z")
     for month in (2, 5):

@@ -36,7 +36,7 @@ async def answer(connect, query: str = QUERY, **settings) -> dict[str, dict]:
         return {m["content"]: m.get("match_reason") for m in await t.messages(query, deep=True)}
 
 
-async def test_a_row_leaves_the_vector_window_but_stays_reachable(connect, backend):
+async def test_a_row_leaves_the_vector_window_but_stays_reachable(connect, store_backend):
     await _corpus(connect)
     inside = await answer(connect, max_memories=WINDOW + 1)
     assert inside[X]["signal"] == "cosine"
@@ -104,7 +104,7 @@ async def test_far_limit_caps_the_far_votes_only(connect):
             assert got[c] == full[c]  # never changes a score
 
 
-async def test_raising_the_reach_never_removes_a_row(connect, backend):
+async def test_raising_the_reach_never_removes_a_row(connect, store_backend):
     # An old row returned through FTS (gated on its rrf score) that the far list also ranks,
     # with a cosine below the gate: the far vote must not make it disappear (§19.2).
     old = "invoice 4471 paid late; parking, coffee, weather, holidays, travel, offsite, agenda"
@@ -155,7 +155,7 @@ async def test_the_window_holds_the_newest_rows_of_a_burst(connect):
     assert {c for c in got if c in rows} == set(rows[-2:])
 
 
-async def test_zero_window_leaves_fts_and_keyword_only(connect, backend):
+async def test_zero_window_leaves_fts_and_keyword_only(connect, store_backend):
     await _corpus(connect)
     got = await answer(connect, "kubernetes rollout", max_memories=0)
     assert got and all("cosine" not in r for r in got.values())

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from recall_support import AGENT
+from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio
 

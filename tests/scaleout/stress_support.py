@@ -2,7 +2,7 @@
 
 Shared by the stress test (`test_stress.py`, the issue's 4 servers x 8 clients x 500 calls) and
 `benches/stress.py` (larger runs). The servers are real processes: stdio ones spawned by the
-official MCP client (as an MCP host spawns them), HTTP ones by `http_support.HttpServer`; all
+official MCP client (as an MCP host spawns them), HTTP ones by `support.http_server.HttpServer`; all
 of them get the same `CPERSONA_DB_PATH` (SQLite, several processes on one file) or the same
 `CPERSONA_DATABASE_URL` (PostgreSQL), and each its own cache directory, as on separate hosts.
 
@@ -46,10 +46,7 @@ import anyio
 from child_env import inherited
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "http"))
-
-from http_support import WAIT, HttpServer, Tools, connect
+from support.http_server import WAIT, HttpServer, Tools, connect
 
 TOKEN = "stress-token"
 PROJECTS = ("", "alpha", "beta")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stdio_support import RawServer
+from support.stdio_server import RawServer
 
 SECRETS = {
     "github_token": "ghp_" + "Lk7" * 12,

@@ -71,7 +71,7 @@ def overwrite_vectors(index: VectorIndex, how: str) -> None:
             f.write(data)
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])  # PostgreSQL scans in the database: no file
+@pytest.mark.parametrize("store_backend", ["sqlite"])  # PostgreSQL scans in the database: no file
 @pytest.mark.parametrize("how", ["another-row", "random-bytes"])
 async def test_vector_body_overwritten_in_place_never_changes_an_answer(
     connect: Callable[..., Any], how: str
@@ -89,7 +89,7 @@ async def test_vector_body_overwritten_in_place_never_changes_an_answer(
 
 
 async def test_fulltext_records_overwritten_never_change_an_answer(
-    connect: Callable[..., Any], backend: str
+    connect: Callable[..., Any], store_backend: str
 ) -> None:
     queries = ["quartz7 meadow3", "zircon7 meadow3", content(7), "quartz7"]
 
@@ -112,7 +112,7 @@ async def test_fulltext_records_overwritten_never_change_an_answer(
         f.write(b"zircon7")
     async with connect() as tools:  # a server that loads the damaged file
         during = await answers(tools)
-        if backend == "sqlite":  # FTS5 answers while the file is rebuilt: the same rows
+        if store_backend == "sqlite":  # FTS5 answers while the file is rebuilt: the same rows
             assert during == before
         else:  # no FTS5: the keyword arm falls back to LIKE, never to the damaged text
             for got, want in zip(during, before, strict=True):

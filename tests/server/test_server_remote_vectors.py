@@ -10,12 +10,10 @@ are kept, recall runs its local scan.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -24,23 +22,9 @@ import pytest
 from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
-from cpersona.server.app import build_server
-from mcp import Client
+from support.engine import FROM_SETTINGS
 
 Search = Callable[[dict[str, Any]], tuple[int, bytes]]
-
-
-class Tools:
-    """Calls tools over one client and decodes their single JSON text content."""
-
-    def __init__(self, client: Client, engine: Engine) -> None:
-        self.client = client
-        self.engine = engine
-
-    async def __call__(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        result = await self.client.call_tool(name, args)
-        assert not result.is_error, result.content[0].text
-        return json.loads(result.content[0].text)
 
 
 class Service:
@@ -100,26 +84,20 @@ def service() -> Iterator[Service]:
     svc.close()
 
 
-@pytest.fixture
-def connect(tmp_path: Path, service: Service) -> Callable[..., Any]:
-    @contextlib.asynccontextmanager
-    async def open_client(**overrides: Any) -> AsyncIterator[Tools]:
-        base = Settings(
-            db_path=str(tmp_path / "mem.db"),
-            embedding_mode="http",
-            embedding_url=service.url,
-            vector_search_mode="remote",
-            recall_mode="rsf",
-            export_dir=str(tmp_path),
-        )
-        engine = Engine(dataclasses.replace(base, **overrides))
-        try:
-            async with Client(build_server(engine), raise_exceptions=True) as client:
-                yield Tools(client, engine)
-        finally:
-            engine.close()
+# The vector service is a fake in this process, beside a SQLite database.
+pytestmark = pytest.mark.runs_on(store_backend="sqlite")
 
-    return open_client
+
+@pytest.fixture
+def engine_defaults(tmp_path: Path, service: Service) -> dict[str, Any]:
+    return {
+        "embedding_mode": "http",
+        "embedding_url": service.url,
+        "vector_search_mode": "remote",
+        "recall_mode": "rsf",
+        "export_dir": str(tmp_path),
+        "embedder": FROM_SETTINGS,
+    }
 
 
 def stored(out: dict[str, Any]) -> int:

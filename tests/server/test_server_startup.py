@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from child_env import inherited
+from support import jsonrpc
 
 WAIT = 60.0  # seconds the whole exchange may take before the test fails (never a timing claim)
 
@@ -34,17 +35,8 @@ HEAVY = (
     "cpersona.memory.writes",
 )
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "cpersona-tests", "version": "0"},
-    },
-}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+INITIALIZE = jsonrpc.initialize()
+INITIALIZED = jsonrpc.INITIALIZED
 LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 STORE = {
     "jsonrpc": "2.0",

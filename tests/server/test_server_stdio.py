@@ -21,7 +21,8 @@ import anyio
 import pytest
 from cpersona import __version__
 from mcp import Client, StdioServerParameters
-from stdio_support import WAIT, RawServer, server_env
+from support.jsonrpc import deep_json, store_with_metadata
+from support.stdio_server import WAIT, RawServer, server_env
 
 MY_TOOLS = {
     "store", "archive_episode", "update_memory", "lock_memory", "unlock_memory", "delete_memory",
@@ -208,27 +209,15 @@ def test_lone_surrogates_on_the_wire_are_answered_and_refused(raw_server, tmp_pa
     assert server.close() == 0
 
 
-def _deep(levels: int) -> str:
-    return '{"k":' * levels + "1" + "}" * levels
-
-
-def _store_with_metadata(request_id: int, metadata: str) -> str:
-    return (
-        f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call","params":{{"name":"store",'
-        f'"arguments":{{"agent_id":"a","message":{{"content":"deep {request_id}",'
-        f'"metadata":{metadata}}}}}}}}}'
-    )
-
-
 #: (line, the code of its answer, the id of its answer): every malformed request with an id is
 #: answered, with that id when it is a valid one (JSON-RPC 2.0 §5).
 MALFORMED: list[tuple[str | bytes, int, Any]] = [
     ('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":"store"}', -32602, 2),
     ('{"jsonrpc":"2.0","id":"s3","method":"tools/call","params":["store",{}]}', -32602, "s3"),
     ('{"jsonrpc":"2.0","id":4,"method":"tools/list","params":7}', -32602, 4),
-    (_store_with_metadata(5, _deep(200)), -32602, 5),  # 205 levels with the envelope
-    (_store_with_metadata(6, _deep(100_000)), -32602, 6),  # past Python's json too
-    ('{"jsonrpc":"2.0","id":7,"method":"ping","params":{},"x":' + _deep(300) + "}", -32600, 7),
+    (store_with_metadata(5, deep_json(200)), -32602, 5),  # 205 levels with the envelope
+    (store_with_metadata(6, deep_json(100_000)), -32602, 6),  # past Python's json too
+    ('{"jsonrpc":"2.0","id":7,"method":"ping","params":{},"x":' + deep_json(300) + "}", -32600, 7),
     ('{"jsonrpc":"2.0","id":8}', -32600, 8),
     ('{"jsonrpc":"1.0","id":9,"method":"tools/list"}', -32600, 9),
     ('{"jsonrpc":"2.0","id":10,"method":42}', -32600, 10),
@@ -262,7 +251,7 @@ def test_every_malformed_request_with_an_id_is_answered(raw_server, tmp_path):
         {"name": "store", "arguments": {"agent_id": "a", "message": {"content": "x"}}},
     )
     assert json.loads(ok["result"]["content"][0]["text"])["result"] == "stored"
-    server.send(_store_with_metadata(15, _deep(195)))
+    server.send(store_with_metadata(15, deep_json(195)))
     assert "result" in server.answer(15)
     # Notifications get no answer, malformed or not; blank lines are not messages.
     for line in ('{"jsonrpc":"2.0","method":"notifications/x","params":"p"}', "", "   "):

@@ -1,19 +1,11 @@
-"""Storage fixtures: fresh databases, a private copy of the CPersona 2.5.12 sample, engines."""
+"""Storage fixtures: fresh databases (the 2.5.12 sample's copy is the shared `sample_db`)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
-from cpersona.config import Settings
-from cpersona.embedding.hashing import HashingProvider
-from cpersona.engine import Engine
 from cpersona.storage import Database, open_database
-from storage_helpers import SAMPLE
 
 
 @pytest.fixture
@@ -22,33 +14,3 @@ def fresh_db() -> Iterator[Database]:
     db = open_database(":memory:")
     yield db
     db.close()
-
-
-@pytest.fixture
-def sample_path(tmp_path: Path) -> Path:
-    """A writable private copy of the 2.5.12 sample (the shared file is never opened for write)."""
-    if not SAMPLE.exists():
-        pytest.skip(f"fixture database not found: {SAMPLE}")
-    target = tmp_path / "sample.db"
-    shutil.copyfile(SAMPLE, target)  # copyfile: no mode bits (the shared copy is read-only)
-    for suffix in ("-wal", "-shm"):
-        side = SAMPLE.with_name(SAMPLE.name + suffix)
-        if side.exists() and side.stat().st_size:
-            shutil.copyfile(side, target.with_name(target.name + suffix))
-    os.chmod(target, 0o600)
-    return target
-
-
-@pytest.fixture
-def open_engine() -> Iterator[Callable[..., Engine]]:
-    engines: list[Engine] = []
-
-    def make(path: Path | str, **overrides: Any) -> Engine:
-        settings = Settings(db_path=str(path), embedding_mode="hashing", **overrides)
-        engine = Engine(settings, embedder=HashingProvider())
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.close()

@@ -14,10 +14,6 @@ from cpersona.engine import Engine
 from cpersona.server.app import build_server
 from mcp import Client
 
-SAMPLE = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "cpersona-2.5.12-sample.db"
-if not SAMPLE.exists():  # a checkout that is not beside shared/
-    SAMPLE = Path("/work/shared/fixtures/cpersona-2.5.12-sample.db")
-
 DATA_TABLES = ("memories", "episodes", "profiles", "pending_memory_tasks", "schema_version")
 
 

@@ -28,6 +28,7 @@ from cpersona.storage.db import DISK_FULL
 from cpersona.vectors.index import VectorIndex
 from full_disk import Disk, small_disk
 from mcp import Client
+from support.commands import index_command
 
 IMPORTED = 200
 
@@ -127,20 +128,10 @@ async def test_full_disk_store_and_import_answer_clearly_and_recover(disk: Disk,
             check.close()
 
 
-def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cpersona", "index", *args],
-        env={**os.environ, "CPERSONA_DB_PATH": str(db)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def rebuild(disk: Disk, db: Path) -> tuple[int, str]:
     """`cpersona index rebuild` on a real mount; the same call in process when simulated."""
     if disk.real:
-        done = cli(db, "rebuild", "--table", "memories")
+        done = index_command(db, "rebuild", "--table", "memories")
         assert "Traceback" not in done.stderr, done.stderr
         return done.returncode, done.stdout
     engine = new_engine(db)
@@ -191,7 +182,7 @@ async def test_full_disk_index_sync_and_rebuild(disk: Disk):
         # with the space the close released taken too, it cannot be opened at all.
         disk.free()
         disk.fill()
-        done = cli(db, "rebuild")
+        done = index_command(db, "rebuild")
         assert done.returncode == 2, (done.stdout, done.stderr)
         assert "the disk holding the database is full: free space and try again" in done.stderr
 

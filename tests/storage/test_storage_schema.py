@@ -22,6 +22,9 @@ from storage_helpers import (
     table_rows,
 )
 
+# The schema of SQLite files (tests/pg covers PostgreSQL's): engines here open SQLite only.
+pytestmark = pytest.mark.runs_on(store_backend="sqlite")
+
 _ANY = ProjectFilter(None)
 V13_TABLES = {"schema_version", "memories", "profiles", "episodes", "pending_memory_tasks"}
 FTS_TABLES = {
@@ -109,9 +112,9 @@ def test_fresh_database_has_exactly_the_v13_objects_plus_cpersonas(tmp_path):
     assert names(objects, "view") == set()
 
 
-def test_fresh_schema_is_byte_for_byte_that_of_2_5_12(tmp_path, sample_path):
+def test_fresh_schema_is_byte_for_byte_that_of_2_5_12(tmp_path, sample_db):
     """Every object the 2.5.12 sample has exists in a fresh file with the same SQL text."""
-    theirs = file_schema(sample_path)
+    theirs = file_schema(sample_db)
     ours = file_schema(fresh_file(tmp_path))
     assert set(theirs) <= set(ours)
     for key, sql in theirs.items():
@@ -200,21 +203,21 @@ def test_pending_fts_rebuild_flag_is_honoured_and_cleared(tmp_path):
 # -- the CPersona 2.5.12 sample ------------------------------------------------------------------
 
 
-def test_sample_opens_with_every_row_unchanged(sample_path, open_engine):
-    before = table_rows(sample_path)
-    schema_before = file_schema(sample_path)
+def test_sample_opens_with_every_row_unchanged(sample_db, make_engine):
+    before = table_rows(sample_db)
+    schema_before = file_schema(sample_db)
     assert len(before["memories"]) == 59
-    engine = open_engine(sample_path)
+    engine = make_engine(db_path=sample_db)
     engine.close()
-    assert table_rows(sample_path) == before
+    assert table_rows(sample_db) == before
     # 2.5.12's objects are untouched; only cpersona's own are added.
-    after = file_schema(sample_path)
+    after = file_schema(sample_db)
     assert {k: after[k] for k in schema_before} == schema_before
-    assert integrity(sample_path) == "ok"
+    assert integrity(sample_db) == "ok"
 
 
-def test_sample_counts_and_embeddings(sample_path, open_engine):
-    engine = open_engine(sample_path)
+def test_sample_counts_and_embeddings(sample_db, make_engine):
+    engine = make_engine(db_path=sample_db)
     db = engine.db
     assert db.query_one("SELECT COUNT(*) FROM memories")[0] == 59
     assert db.query_one("SELECT COUNT(*) FROM memories WHERE agent_id = 'alice'")[0] == 39
@@ -234,8 +237,8 @@ def test_sample_counts_and_embeddings(sample_path, open_engine):
         ("ビルド", "%ビルド%"),
     ],
 )
-def test_sample_fts_finds_rows(sample_path, open_engine, term, like):
-    engine = open_engine(sample_path)
+def test_sample_fts_finds_rows(sample_db, make_engine, term, like):
+    engine = make_engine(db_path=sample_db)
     found = sorted(m.id for m in memory_sql.search_fts(engine.db, f'"{term}"', "alice", 100))
     expected = [
         r[0]
@@ -248,8 +251,8 @@ def test_sample_fts_finds_rows(sample_path, open_engine, term, like):
     assert found == expected and found
 
 
-def test_sample_episode_fts_finds_rows(sample_path, open_engine):
-    engine = open_engine(sample_path)
+def test_sample_episode_fts_finds_rows(sample_db, make_engine):
+    engine = make_engine(db_path=sample_db)
     rows = engine.db.query(
         "SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH '\"deploys\"' ORDER BY rowid"
     )
@@ -257,10 +260,10 @@ def test_sample_episode_fts_finds_rows(sample_path, open_engine):
 
 
 @pytest.mark.anyio
-async def test_sample_lists_through_mcp(sample_path, open_engine):
-    snapshot = table_rows(sample_path)["memories"]
+async def test_sample_lists_through_mcp(sample_db, make_engine):
+    snapshot = table_rows(sample_db)["memories"]
     by_id = {dict(r)["id"]: dict(r) for r in snapshot}
-    engine = open_engine(sample_path)
+    engine = make_engine(db_path=sample_db)
     async with mcp_tools(engine) as call:
         everyone = await call("list_memories", {"limit": 500})
         assert everyone["count"] == 59
@@ -290,15 +293,15 @@ async def test_sample_lists_through_mcp(sample_path, open_engine):
     found = memory_sql.search_fts(engine.db, '"one click"', "alice", 5)
     assert [m.id for m in found] == [48]
     engine.close()
-    assert integrity(sample_path) == "ok"
+    assert integrity(sample_db) == "ok"
 
 
-def test_sample_reopen_is_idempotent(sample_path, open_engine):
-    open_engine(sample_path).close()
+def test_sample_reopen_is_idempotent(sample_db, make_engine):
+    make_engine(db_path=sample_db).close()
     extra = ("cpersona_migrations", "cpersona_meta", "vector_log", "fts_log")
-    before = (file_schema(sample_path), table_rows(sample_path, DATA_TABLES + extra))
-    open_engine(sample_path).close()
-    assert (file_schema(sample_path), table_rows(sample_path, DATA_TABLES + extra)) == before
+    before = (file_schema(sample_db), table_rows(sample_db, DATA_TABLES + extra))
+    make_engine(db_path=sample_db).close()
+    assert (file_schema(sample_db), table_rows(sample_db, DATA_TABLES + extra)) == before
 
 
 # -- migrating older databases -------------------------------------------------------------------
@@ -423,11 +426,11 @@ def make_old_db(path: Path, *, fts: bool) -> None:
 
 
 @pytest.mark.parametrize("fts", [False, True], ids=["v2-no-fts", "v4-unicode61-fts"])
-def test_old_database_migrates_to_v13_with_data_kept(tmp_path, open_engine, fts):
+def test_old_database_migrates_to_v13_with_data_kept(tmp_path, make_engine, fts):
     path = tmp_path / "old.db"
     make_old_db(path, fts=fts)
     before = table_rows(path, ("memories", "episodes", "profiles", "pending_memory_tasks"))
-    engine = open_engine(path)
+    engine = make_engine(db_path=path)
     engine.close()
 
     # Schema: the objects of a fresh file. Columns added by ALTER TABLE come last (surface.md
@@ -467,10 +470,10 @@ def test_old_database_migrates_to_v13_with_data_kept(tmp_path, open_engine, fts)
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("fts", [False, True], ids=["v2-no-fts", "v4-unicode61-fts"])
-async def test_migrated_database_serves(tmp_path, open_engine, fts):
+async def test_migrated_database_serves(tmp_path, make_engine, fts):
     path = tmp_path / "old.db"
     make_old_db(path, fts=fts)
-    engine = open_engine(path)
+    engine = make_engine(db_path=path)
     # Trigram FTS over the old rows, Japanese included.
     jp = memory_sql.search_fts(engine.db, '"火曜日"', "alice", 10)
     assert [m.content for m in jp] == ["会議は毎週火曜日の10時から"]
@@ -490,14 +493,14 @@ async def test_migrated_database_serves(tmp_path, open_engine, fts):
     engine.close()
     assert integrity(path) == "ok"
     before = (file_schema(path), table_rows(path))
-    open_engine(path).close()
+    make_engine(db_path=path).close()
     assert (file_schema(path), table_rows(path)) == before
 
 
-def test_sample_stays_writable_by_a_2_5_client_after_cpersona_opened_it(sample_path, open_engine):
+def test_sample_stays_writable_by_a_2_5_client_after_cpersona_opened_it(sample_db, make_engine):
     """Writes made without cpersona (as 2.5.x makes them) keep working and are seen by it."""
-    open_engine(sample_path).close()
-    with closing(sqlite3.connect(sample_path)) as conn:
+    make_engine(db_path=sample_db).close()
+    with closing(sqlite3.connect(sample_db)) as conn:
         conn.execute("PRAGMA busy_timeout=5000")
         conn.execute(
             "INSERT INTO memories (agent_id, project_id, msg_id, content, source, timestamp, "
@@ -513,18 +516,18 @@ def test_sample_stays_writable_by_a_2_5_client_after_cpersona_opened_it(sample_p
             "ORDER BY rowid"
         ).fetchall()
         assert [r[0] for r in fts] == [2, 61]
-    assert integrity(sample_path) == "ok"
-    engine = open_engine(sample_path)
+    assert integrity(sample_db) == "ok"
+    engine = make_engine(db_path=sample_db)
     listed = {m.id: m.content for m in memory_sql.list_newest(engine.db, "alice", _ANY, 500)}
     assert listed[61] == "written by the old server" and listed[2] == "old server edit"
     assert 3 not in listed and len(listed) == 39
 
 
-def test_a_newer_schema_version_is_opened_as_is(tmp_path, open_engine):
+def test_a_newer_schema_version_is_opened_as_is(tmp_path, make_engine):
     path = fresh_file(tmp_path)
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("INSERT INTO schema_version(version) VALUES (14)")
         conn.commit()
     before = (file_schema(path), table_rows(path))
-    open_engine(path).close()
+    make_engine(db_path=path).close()
     assert (file_schema(path), table_rows(path)) == before

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-import cpersona.vectors.search as search
 import numpy as np
 import pytest
 from cpersona import _fallback
@@ -184,11 +183,6 @@ def sqlite_db() -> Iterator[Database]:
     db.close()
 
 
-@pytest.fixture
-def numpy_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(search, "kernels", _fallback)
-
-
 @dataclass(frozen=True)
 class Probe:
     table: str
@@ -227,7 +221,9 @@ def both(sqlite_db: Database, pg_db: Database, p: Probe) -> tuple[Hits, pg_vecto
         scope = Scope(scope.agent_id, scope.project, scope.channel, "")
     query = np.asarray(p.query, np.float32)
     kw = {"window": p.window, "reach": p.reach, "threshold": p.threshold, "k": p.k}
-    want = scan_sqlite(sqlite_db, p.table, query, scope, far_k=p.far_k, chunk_rows=7, **kw)
+    want = scan_sqlite(
+        sqlite_db, p.table, query, scope, far_k=p.far_k, chunk_rows=7, kernels=_fallback, **kw
+    )
     got = pg_vectors.window_scan(
         pg_db,  # type: ignore[arg-type]
         p.table,
@@ -256,7 +252,7 @@ SMALL = st.integers(-3, 3).map(float)
 )
 @given(data=st.data())
 def test_integer_vectors_give_the_fallback_scan_exactly(
-    pg_db: Database, sqlite_db: Database, numpy_kernels: None, data: st.DataObject
+    pg_db: Database, sqlite_db: Database, data: st.DataObject
 ) -> None:
     probe = data.draw(probes(4, SMALL), label="probe")
     rows = data.draw(rows_strategy(4, SMALL), label="rows")
@@ -292,7 +288,7 @@ def _agree_within_tolerance(
 )
 @given(data=st.data())
 def test_float_vectors_agree_with_the_fallback_scan_within_rounding(
-    pg_db: Database, sqlite_db: Database, numpy_kernels: None, data: st.DataObject
+    pg_db: Database, sqlite_db: Database, data: st.DataObject
 ) -> None:
     dim = data.draw(st.sampled_from([3, 16, 37]), label="dim")
     probe = data.draw(probes(dim, UNIT), label="probe")
@@ -308,7 +304,7 @@ def test_float_vectors_agree_with_the_fallback_scan_within_rounding(
 )
 @given(data=st.data())
 def test_time_scoped_scan_gives_the_fallback_scan_exactly(
-    pg_db: Database, sqlite_db: Database, numpy_kernels: None, data: st.DataObject
+    pg_db: Database, sqlite_db: Database, data: st.DataObject
 ) -> None:
     """span_scan (issue 22) against scan_sqlite with the same range: stamps in many forms,
     integer vectors, so ids, order and scores are identical."""
@@ -326,7 +322,7 @@ def test_time_scoped_scan_gives_the_fallback_scan_exactly(
     query = np.asarray(probe.query, np.float32)
     kw = {"window": probe.window, "reach": probe.reach, "threshold": probe.threshold}
     kw |= {"k": probe.k, "far_k": probe.far_k}
-    want = scan_sqlite(sqlite_db, probe.table, query, scope, chunk_rows=7, **kw)
+    want = scan_sqlite(sqlite_db, probe.table, query, scope, chunk_rows=7, kernels=_fallback, **kw)
     got = pg_vectors.span_scan(
         pg_db,  # type: ignore[arg-type]
         probe.table,

@@ -30,7 +30,7 @@ from vecindex_support import Probe, check_probe
 @settings(
     max_examples=60,
     deadline=None,
-    # backend only patches the kernel module, the same for every example
+    # kernels is session-scoped; tmp_path_factory gives each example its own directory
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(
@@ -43,7 +43,7 @@ from vecindex_support import Probe, check_probe
     seed=st.integers(0, 2**16),
 )
 def test_index_scan_equals_sqlite_and_reference_in_a_range(
-    tmp_path_factory, backend, table, rows, since, until, window, reach, k, seed
+    tmp_path_factory, kernels, table, rows, since, until, window, reach, k, seed
 ):
     db = open_database(str(tmp_path_factory.mktemp("span") / "db.sqlite"))
     index = VectorIndex(db, table)
@@ -53,7 +53,8 @@ def test_index_scan_equals_sqlite_and_reference_in_a_range(
         load(db, table, rows[len(rows) // 2 :])
         query = np.array(random.Random(seed).choices([-1.0, 0.0, 1.0, 2.0], k=4), np.float32)
         scope = Scope("a", ProjectFilter(None), "", "", span_of(since, until))
-        check_probe(db, {table: index}, Probe(table, query, scope, window, reach, -1.0, k, k))
+        probe = Probe(table, query, scope, window, reach, -1.0, k, k)
+        check_probe(db, {table: index}, probe, kernels=kernels)
         assert index.verify() == []
     finally:
         index.close()

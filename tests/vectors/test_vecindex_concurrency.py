@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.vectors.search import scan
+from support.commands import index_command
 from vecindex_support import TABLES, Probe, check_probe, new_engine, scope
 
 HERE = Path(__file__).parent
@@ -52,15 +53,8 @@ def test_two_processes_write_and_scan(tmp_path: Path, tiny: bool) -> None:
         for seed, name in enumerate(("left", "right"), start=1)
     ]
     # Meanwhile an operator rebuilds the files from the command line, three times.
-    cli_env = {**os.environ, "CPERSONA_DB_PATH": str(db)}
     for _ in range(3):
-        rebuild = subprocess.run(
-            [sys.executable, "-m", "cpersona", "index", "rebuild", "--kind", "vector"],
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        rebuild = index_command(db, "rebuild", "--kind", "vector")
         assert rebuild.returncode == 0, rebuild.stderr
     outputs = []
     for proc in procs:
@@ -88,14 +82,7 @@ def test_two_processes_write_and_scan(tmp_path: Path, tiny: bool) -> None:
                 assert known[r["scan"]][row] == r["agent"], f"row of another agent: {r}"
     assert scans > 50
 
-    env = {**os.environ, "CPERSONA_DB_PATH": str(db)}
-    verify = subprocess.run(
-        [sys.executable, "-m", "cpersona", "index", "verify", "--kind", "vector"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    verify = index_command(db, "verify", "--kind", "vector")
     assert (verify.returncode, verify.stdout) == (0, "memories: OK\nepisodes: OK\n"), verify.stderr
 
     engine = new_engine(db)

@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from vecindex_support import header_field, kernel_module, new_engine
+from support.backends import load_kernels
+from vecindex_support import header_field, new_engine
 
 HERE = Path(__file__).parent
 WRITER = HERE / "vecindex_writer.py"
@@ -118,8 +119,8 @@ def crash_state(db: Path) -> dict[str, object]:
     return {"log_seq": log_seq, "files": files, "tmp": tmps}
 
 
-def read_back(db: Path, seed: int, backend: str) -> dict[str, object]:
-    env = {**os.environ, "CPERSONA_KERNEL": backend}
+def read_back(db: Path, seed: int, kernel: str) -> dict[str, object]:
+    env = {**os.environ, "CPERSONA_KERNEL": kernel}
     r = subprocess.run(
         [sys.executable, str(READER), str(db), str(seed)],
         env=env,
@@ -156,10 +157,10 @@ def test_kill_at_random_and_chosen_points(tmp_path: Path) -> None:
         elif pause == "mid_rebuild":
             assert "memories" not in state["files"] and state["tmp"], state
 
-        backend = ("rust", "numpy")[seed % 2]
-        kernel_module(backend)  # the Rust case skips without the extension (fails in CI)
-        result = read_back(db, seed, backend)
-        assert result["backend"] == backend
+        kernel = ("rust", "numpy")[seed % 2]
+        load_kernels(kernel)  # the Rust case skips without the extension (fails in CI)
+        result = read_back(db, seed, kernel)
+        assert result["kernel"] == kernel
         assert result["checked"] == 12
         assert result["problems"] == [], (pause, state, result["problems"])
         memories = set(result["ids"]["memories"])

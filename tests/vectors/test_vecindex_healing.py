@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import cpersona.vectors.index as index_mod
 import numpy as np
@@ -17,6 +17,7 @@ from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from cpersona.vectors.format import HEADER_LEN, Layout
 from cpersona.vectors.search import scan
+from support.commands import index_command
 from vecindex_support import TABLES, Probe, as_lists, check_probe, header_field, new_engine, scope
 
 AGENTS = ("a", "b")
@@ -65,10 +66,12 @@ def probes(table: str) -> list[Probe]:
 
 
 def answers(
-    engine: Engine, table: str
+    engine: Engine, table: str, kernels: ModuleType
 ) -> list[tuple[list[int], list[float], list[int], list[float]]]:
+    index = engine.indexes[table]
     return [
-        as_lists(scan(engine.indexes[table], p.query, p.scope, **p.kwargs())) for p in probes(table)
+        as_lists(scan(index, p.query, p.scope, kernels=kernels, **p.kwargs()))
+        for p in probes(table)
     ]
 
 
@@ -155,15 +158,15 @@ def damaged_world(world_dir: Path) -> Iterator[tuple[Engine, Path]]:
 @pytest.mark.parametrize("kind", list(DAMAGE))
 @pytest.mark.parametrize("table", TABLES)
 def test_damaged_file_is_rebuilt_on_next_scan(
-    backend: str, damaged_world: tuple[Engine, Path], kind: str, table: str
+    kernels: ModuleType, damaged_world: tuple[Engine, Path], kind: str, table: str
 ) -> None:
     engine, other_db = damaged_world
     index = engine.indexes[table]
     index.rebuild()
-    fresh = answers(engine, table)
+    fresh = answers(engine, table, kernels)
     DAMAGE[kind](index.path, other_db)
     # The first scan after the damage answers like the fresh rebuild ...
-    assert answers(engine, table) == fresh
+    assert answers(engine, table, kernels) == fresh
     # ... and has left a sound, current file behind (damage found at open, rather than by
     # the sync, is rebuilt in the background: wait for it).
     index.wait_for_healing()
@@ -171,7 +174,7 @@ def test_damaged_file_is_rebuilt_on_next_scan(
     assert status.usable and status.reason == "current", status
     assert index.verify() == []
     for p in probes(table):
-        check_probe(engine.db, engine.indexes, p, exact_ref=False)
+        check_probe(engine.db, engine.indexes, p, exact_ref=False, kernels=kernels)
 
 
 @pytest.mark.parametrize(
@@ -222,14 +225,7 @@ def test_silent_corruption_is_found_by_verify(world_dir: Path) -> None:
 
 
 def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CPERSONA_DB_PATH": str(db)}
-    return subprocess.run(
-        [sys.executable, "-m", "cpersona", "index", *args, "--kind", "vector"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return index_command(db, *args, "--kind", "vector")
 
 
 @pytest.fixture
@@ -392,14 +388,14 @@ def more_writes(engine: Engine) -> None:
         engine.writer.archive_episode("a", f"later episode {i}", [], "", False, "", "")
 
 
-def check_all(engine: Engine) -> None:
+def check_all(engine: Engine, kernels: ModuleType | None = None) -> None:
     for table in TABLES:
         for p in probes(table):
-            check_probe(engine.db, engine.indexes, p, exact_ref=False)
+            check_probe(engine.db, engine.indexes, p, exact_ref=False, kernels=kernels)
         assert engine.indexes[table].verify() == []
 
 
-def test_database_restored_from_an_older_backup(backend: str, world_dir: Path) -> None:
+def test_database_restored_from_an_older_backup(kernels: ModuleType, world_dir: Path) -> None:
     """The database goes back in time, its index files (same db_uid) do not: the files are
     ahead of the database's log and must not be trusted."""
     db = world_dir / "m.db"
@@ -412,13 +408,13 @@ def test_database_restored_from_an_older_backup(backend: str, world_dir: Path) -
     shutil.copy2(world_dir / "backup.db", db)
     engine = new_engine(db)
     try:
-        check_all(engine)
+        check_all(engine, kernels)
     finally:
         engine.close()
 
 
 def test_older_index_file_after_the_log_was_trimmed(
-    backend: str, world_dir: Path, monkeypatch: pytest.MonkeyPatch
+    kernels: ModuleType, world_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An index file from before the log entries it still needs were trimmed (a restored or
     rewound file): the log can no longer bring it current, so it must be rebuilt."""
@@ -431,7 +427,7 @@ def test_older_index_file_after_the_log_was_trimmed(
         assert engine.db.query_one("SELECT COUNT(*) FROM vector_log")[0] < 20  # trimmed
         for table in TABLES:
             Path(f"{db}.{table}.vec").write_bytes(saved[table])
-        check_all(engine)
+        check_all(engine, kernels)
     finally:
         engine.close()
 
@@ -491,7 +487,7 @@ def test_rebuild_while_rows_arrive(world_dir: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_unwritable_index_falls_back_to_sqlite(
-    backend: str, world_dir: Path, monkeypatch: pytest.MonkeyPatch
+    kernels: ModuleType, world_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The index is optional (retrieval.md §4.4: any doubt falls back to the scan): when its file
     cannot be written (disk full), scans answer from SQLite and writes still succeed."""
@@ -511,9 +507,9 @@ def test_unwritable_index_falls_back_to_sqlite(
         assert out["result"] == "stored"
         for table in TABLES:
             for p in probes(table):
-                check_probe(engine.db, engine.indexes, p, exact_ref=False)
+                check_probe(engine.db, engine.indexes, p, exact_ref=False, kernels=kernels)
         monkeypatch.undo()
-        check_all(engine)
+        check_all(engine, kernels)
     finally:
         engine.close()
 

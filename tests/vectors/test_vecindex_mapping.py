@@ -5,6 +5,7 @@ a growth renames a new file in. Every answer still equals the SQL window's."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import cpersona.vectors.index as index_mod
 import numpy as np
@@ -17,11 +18,11 @@ SCOPE = Scope("a", ProjectFilter(None))
 KW = {"window": 4, "reach": 9, "threshold": -100.0, "k": 3, "far_k": 3}
 
 
-def both(engine, query: np.ndarray) -> tuple[object, object]:
+def both(engine, query: np.ndarray, kernels: ModuleType) -> tuple[object, object]:
     index = engine.indexes["memories"]
     return (
-        as_lists(scan(index, query, SCOPE, **KW)),
-        as_lists(scan_sqlite(engine.db, "memories", query, SCOPE, **KW)),
+        as_lists(scan(index, query, SCOPE, kernels=kernels, **KW)),
+        as_lists(scan_sqlite(engine.db, "memories", query, SCOPE, kernels=kernels, **KW)),
     )
 
 
@@ -36,20 +37,22 @@ def handle(engine) -> object:
     return cached[1][0]  # (kernel handle, checksums)
 
 
-def test_mapping_is_kept_across_scans_and_in_place_writes(backend: str, tmp_path: Path) -> None:
+def test_mapping_is_kept_across_scans_and_in_place_writes(
+    kernels: ModuleType, tmp_path: Path
+) -> None:
     engine = new_engine(tmp_path / "m.db", IntEmbedder())
     try:
         query = IntEmbedder().embed(["query"])[0]
         store(engine, 0, 6)
-        got, want = both(engine, query)
+        got, want = both(engine, query, kernels)
         assert got == want
         first = handle(engine)
         store(engine, 6, 5)  # appended in place: same file
-        got, want = both(engine, query)
+        got, want = both(engine, query, kernels)
         assert got == want
         assert handle(engine) is first
         engine.indexes["memories"].rebuild()  # a new file renamed in
-        got, want = both(engine, query)
+        got, want = both(engine, query, kernels)
         assert got == want
         assert handle(engine) is not first
     finally:
@@ -57,7 +60,7 @@ def test_mapping_is_kept_across_scans_and_in_place_writes(backend: str, tmp_path
 
 
 def test_mapping_is_replaced_when_the_file_grows(
-    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kernels: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(index_mod, "HEADROOM", 1)
     engine = new_engine(tmp_path / "m.db", IntEmbedder())
@@ -65,11 +68,11 @@ def test_mapping_is_replaced_when_the_file_grows(
         query = IntEmbedder().embed(["query"])[0]
         store(engine, 0, 3)
         engine.indexes["memories"].rebuild()  # capacity 4
-        assert both(engine, query)[0] == both(engine, query)[1]
+        assert both(engine, query, kernels)[0] == both(engine, query, kernels)[1]
         first = handle(engine)
         capacity = engine.indexes["memories"].status().count + 1
         store(engine, 3, 4)  # beyond the capacity: the file grows (renamed in)
-        got, want = both(engine, query)
+        got, want = both(engine, query, kernels)
         assert got == want
         assert handle(engine) is not first
         assert handle(engine).capacity > capacity

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import cpersona.vectors.index as index_mod
@@ -292,7 +293,7 @@ class World:
         return int_vector(data.draw(texts), DIM)
 
 
-def run_model(data: st.DataObject, max_steps: int) -> None:
+def run_model(data: st.DataObject, max_steps: int, kernels: ModuleType) -> None:
     with tempfile.TemporaryDirectory(prefix="cpersona-model-") as tmp:
         engine = new_engine(Path(tmp) / "m.db", IntEmbedder(DIM))
         try:
@@ -303,7 +304,7 @@ def run_model(data: st.DataObject, max_steps: int) -> None:
                 note = getattr(world, step)(data)
                 data.draw(st.just(note), label="did")
                 for _ in range(2):
-                    check_probe(engine.db, engine.indexes, world.probe(data))
+                    check_probe(engine.db, engine.indexes, world.probe(data), kernels=kernels)
             for table in TABLES:
                 assert engine.indexes[table].verify() == []
                 status = engine.indexes[table].status()
@@ -316,17 +317,17 @@ def run_model(data: st.DataObject, max_steps: int) -> None:
 @settings_model
 @given(data=st.data())
 def test_index_scan_equals_sqlite_scan(
-    backend: str, small: bool, data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+    kernels: ModuleType, small: bool, data: st.DataObject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """tiny-headroom: every few writes grow the file, compact it, and trim the log."""
     with monkeypatch.context() as m:
         if small:
             m.setattr(index_mod, "HEADROOM", 1)
             m.setattr(index_mod, "TRIM_EVERY", 3)
-        run_model(data, max_steps=25)
+        run_model(data, max_steps=25, kernels=kernels)
 
 
-def test_in_memory_database(backend: str) -> None:
+def test_in_memory_database(kernels: ModuleType) -> None:
     """A `:memory:` database keeps its index in a private temporary directory, same answers."""
     engine = new_engine(":memory:", IntEmbedder(DIM))
     directory = engine.indexes["memories"].path.parent
@@ -344,7 +345,7 @@ def test_in_memory_database(backend: str) -> None:
                     probe = Probe(
                         table, int_vector("alpha 1", DIM), scope(agent), window, reach, 0.0, 4, 4
                     )
-                    check_probe(engine.db, engine.indexes, probe)
+                    check_probe(engine.db, engine.indexes, probe, kernels=kernels)
             assert engine.indexes[table].verify() == []
         assert directory.exists()
     finally:

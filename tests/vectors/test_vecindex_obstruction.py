@@ -10,14 +10,12 @@ reads SQLite, and the index catches up once the path is clear.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from cpersona.server.app import build_server
 from mcp import Client
+from support.commands import index_command
 from vecindex_support import new_engine
 
 WHERE = {"index": "", "lock": ".lock"}
@@ -45,16 +43,6 @@ def db(tmp_path: Path) -> Path:
     return path
 
 
-def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cpersona", "index", *args],
-        env={**os.environ, "CPERSONA_DB_PATH": str(db)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 #: `cpersona index verify` covers the vector and the full-text index of both tables.
 ALL_OK = "memories: OK\nepisodes: OK\nmemories full-text: OK\nepisodes full-text: OK\n"
 
@@ -63,7 +51,7 @@ ALL_OK = "memories: OK\nepisodes: OK\nmemories full-text: OK\nepisodes full-text
 def test_vecindex_obstruction_empty_directory_is_repaired(db: Path, where: str) -> None:
     for table in ("memories", "episodes"):
         obstruct(index_path(db, table, where), contents=False)
-    r = cli(db, "verify")
+    r = index_command(db, "verify")
     assert (r.returncode, r.stdout) == (0, ALL_OK), r.stderr
     for table in ("memories", "episodes"):
         assert index_path(db, table, where).is_file()
@@ -74,7 +62,7 @@ def test_vecindex_obstruction_directory_with_contents_is_named(db: Path, where: 
     blocked = index_path(db, "memories", where)
     obstruct(blocked, contents=True)
     for action in ("verify", "rebuild"):
-        r = cli(db, action)
+        r = index_command(db, action)
         assert r.returncode == 1, (r.stdout, r.stderr)
         assert "Traceback" not in r.stderr, r.stderr
         assert (
@@ -84,7 +72,7 @@ def test_vecindex_obstruction_directory_with_contents_is_named(db: Path, where: 
         assert "episodes: " in r.stdout  # the other table is still served
     assert (blocked / "keep.txt").read_text() == "someone's file"
     blocked.rename(blocked.with_name("moved-away"))
-    r = cli(db, "verify")
+    r = index_command(db, "verify")
     assert (r.returncode, r.stdout) == (0, ALL_OK), r.stderr
 
 
@@ -117,5 +105,5 @@ async def test_vecindex_obstruction_server_keeps_serving(db: Path, where: str) -
     finally:
         engine.close()
     assert (blocked.with_name("moved-away") / "keep.txt").exists()
-    r = cli(db, "verify")
+    r = index_command(db, "verify")
     assert (r.returncode, r.stdout) == (0, ALL_OK), r.stderr

@@ -2,7 +2,7 @@
 
 Opens the database, checks `scan` == `scan_sqlite` (ids, order, scores) for seeded random
 probes on both tables, runs `verify()`, and prints one JSON object: the ids of each table and
-the problems verify found. The kernel backend is whatever `CPERSONA_KERNEL` selects.
+the problems verify found. The kernels are those `CPERSONA_KERNEL` names.
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import json
 import random
 import sys
 
-from cpersona._backend import BACKEND
+from cpersona import _backend
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.storage import open_database
 from cpersona.vectors.index import VectorIndex
 from vecindex_support import TABLES, Probe, check_probe, scope
+
+KERNEL = _backend.name_of(_backend.from_environment())
 
 
 def main() -> None:
@@ -49,7 +51,7 @@ def main() -> None:
         check_probe(db, indexes, probe, exact_ref=False)
         checked += 1
     result = {
-        "backend": BACKEND,
+        "kernel": KERNEL,
         "checked": checked,
         "problems": [p for t in TABLES for p in indexes[t].verify()],
         "ids": {t: [int(r[0]) for r in db.query(f"SELECT id FROM {t}")] for t in TABLES},

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import numpy as np
-import pytest
 from cpersona.config import Settings
 from cpersona.embedding.base import check_texts, empty
 from cpersona.embedding.hashing import HashingProvider
@@ -66,21 +64,6 @@ def int_vector(text: str, dim: int) -> np.ndarray:
 
 def blob(vector: Sequence[float] | np.ndarray) -> bytes:
     return np.asarray(vector, dtype="<f4").tobytes()
-
-
-def kernel_module(name: str) -> ModuleType:
-    """`cpersona._core` or `cpersona._fallback`; a missing extension skips (fails in CI)."""
-    if name == "numpy":
-        from cpersona import _fallback
-
-        return _fallback
-    try:
-        from cpersona import _core
-    except ImportError:
-        if os.environ.get("CPERSONA_REQUIRE_RUST") == "1":
-            raise
-        pytest.skip("the Rust extension is not built")
-    return _core
 
 
 def new_engine(db_path: Any, embedder: Any = None) -> Engine:
@@ -222,12 +205,19 @@ def as_lists(hits: Hits) -> tuple[list[int], list[float], list[int], list[float]
 
 
 def check_probe(
-    db: Database, indexes: dict[str, Any], probe: Probe, *, exact_ref: bool = True
+    db: Database,
+    indexes: dict[str, Any],
+    probe: Probe,
+    *,
+    exact_ref: bool = True,
+    kernels: ModuleType | None = None,
 ) -> None:
-    """scan (index) == scan_sqlite (SQL window) [== reference], ids, order and scores."""
+    """scan (index) == scan_sqlite (SQL window) [== reference], ids, order and scores, on
+    `kernels` (None: those CPERSONA_KERNEL names)."""
     index = indexes[probe.table]
-    fast = as_lists(scan(index, probe.query, probe.scope, **probe.kwargs()))
-    sql = as_lists(scan_sqlite(db, probe.table, probe.query, probe.scope, **probe.kwargs()))
+    kw = {**probe.kwargs(), "kernels": kernels}
+    fast = as_lists(scan(index, probe.query, probe.scope, **kw))
+    sql = as_lists(scan_sqlite(db, probe.table, probe.query, probe.scope, **kw))
     assert fast == sql, f"index scan != SQLite scan for {probe!r}"
     if exact_ref:
         ref = as_lists(reference(db, probe))

@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx2
 import pytest
 from child_env import inherited
-from web_support import NOTES, WAIT, WebServer, fill, fingerprint
+from support.http_server import WAIT
+from web_support import NOTES, WebServer, fill, fingerprint
 
 TOKEN = "web-token-9d2f"
 ROUTES = [

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import re
-import signal
 import sqlite3
-import subprocess
 import sys
-import time
 from contextlib import closing
 from pathlib import Path
 
-from child_env import inherited
 from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
+from support.http_server import HttpServer
 
-WAIT = 30.0
-_URL = re.compile(r"^  url: (http://127\.0\.0\.1:\d+/)$", re.MULTILINE)
 NOTES = 120  # alice's English notes: three pages of 50
 
 
@@ -49,51 +44,20 @@ def fingerprint(db: Path) -> list[tuple[object, ...]]:
     return sorted(rows, key=repr)
 
 
-class WebServer:
+class WebServer(HttpServer):
+    """`cpersona web` over a database the test filled; `start(*args)` passes its arguments."""
+
+    url_pattern = re.compile(r"^  url: (http://127\.0\.0\.1:\d+/)$", re.MULTILINE)
+
     def __init__(self, db: Path, env: dict[str, str] | None = None) -> None:
-        base = inherited()
-        self.env = {
-            **base,
-            "CPERSONA_DB_PATH": str(db),
-            "CPERSONA_EMBEDDING_MODE": "hashing",
-            "CPERSONA_WEB_PORT": "0",
-            **(env or {}),
-        }
-        self.stderr_path = db.with_suffix(".web.stderr")
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = ""
+        web = {"CPERSONA_DB_PATH": str(db), "CPERSONA_WEB_PORT": "0", **(env or {})}
+        super().__init__(db.parent, web, name=f"{db.stem}.web")
+        self.db = db
+        self.args: tuple[str, ...] = ()
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "cpersona", "web", *self.args]
 
     def start(self, *args: str) -> str:
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cpersona", "web", *args],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                env=self.env,
-            )
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            found = _URL.search(self.stderr)
-            if found:
-                self.url = found.group(1)
-                return self.url
-            if self.proc.poll() is not None:
-                raise AssertionError(f"web exited {self.proc.returncode}:\n{self.stderr}")
-            time.sleep(0.05)
-        self.stop()
-        raise AssertionError(f"no URL within {WAIT}s:\n{self.stderr}")
-
-    @property
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=WAIT)
+        self.args = args
+        return super().start()

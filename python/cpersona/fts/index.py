@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
@@ -487,8 +488,10 @@ class FtsIndex:
         The index is first brought current; the comparison reads a fresh copy of the file
         (not this process's in-memory core), so it checks what every process would load.
         """
-        from cpersona._backend import kernels
+        from cpersona import _backend
 
+        # The index's core is the Rust extension's (there is no other), and so is its fold.
+        kernels = _backend.load("rust")
         with contextlib.suppress(StoreCorrupt):  # damaged records: named below
             self.current(heal=False)
         if self.healing:  # a rebuild it needed (or one running): compare what it installs
@@ -553,16 +556,15 @@ def open_fts_indexes(
     db: Store,
     *,
     enabled: bool,
+    kernels: ModuleType,
     base: Path | None = None,
     keep_log: int = 0,
     background: bool = True,
     activity: CallActivity | None = None,
 ) -> dict[str, FtsIndex]:
-    """Both tables' full-text indexes, or none: without the Rust core, with FTS disabled, or
-    with `CPERSONA_FTS_INDEX=false`, the FTS arms run the FTS5 statements. `background`,
-    `activity`: as `FtsIndex` takes them."""
-    from cpersona._backend import kernels
-
+    """Both tables' full-text indexes, or none: on the numpy kernels (`_backend.load`), with
+    FTS disabled, or with `CPERSONA_FTS_INDEX=false`, the FTS arms run the FTS5 statements.
+    `background`, `activity`: as `FtsIndex` takes them."""
     core = getattr(kernels, "FtsIndex", None)
     if core is None or not enabled:
         return {}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cpersona._backend import kernels
+from cpersona import _backend
 from cpersona.config import Settings
 from cpersona.embedding.base import EmbeddingMisconfigured
 from cpersona.errors import EmbeddingUnavailable, FullTextUnavailable
@@ -114,6 +114,8 @@ class Recaller:
         self.indexes = indexes
         self.thresholds = thresholds
         self.health = health
+        #: The kernels of the vector scan, fusion and backfill: those the settings name.
+        self.kernels = _backend.load(settings.kernel)
         self._stats: dict[tuple[str, str | None, str], tuple[float, int, tuple[Any, Any]]] = {}
         self._stats_lock = threading.Lock()
 
@@ -263,6 +265,7 @@ class Recaller:
                     k=limit,
                     far_k=far_k,
                     chunk_rows=s.vector_scan_chunk_rows,
+                    kernels=self.kernels,
                 )
                 per_table[table] = (
                     list(zip(hits.near_ids.tolist(), hits.near_scores.tolist(), strict=True)),
@@ -467,7 +470,7 @@ class Recaller:
                 np.array([-1 if (filt and excluded(r)) else r.key for r in rows], dtype=np.int64)
                 for rows, filt in fused
             ]
-            keys, scores = kernels.rrf(rankings, k=s.rrf_k)
+            keys, scores = self.kernels.rrf(rankings, k=s.rrf_k)
             attr = "rrf"
         else:
             rankings, raws = [], []
@@ -487,7 +490,7 @@ class Recaller:
                         dtype=np.float64,
                     )
                 )
-            keys, scores = kernels.rsf(rankings, raws)
+            keys, scores = self.kernels.rsf(rankings, raws)
             attr = "rsf"
         out = []
         for key, score in zip(keys.tolist(), scores.tolist(), strict=True):
@@ -533,7 +536,7 @@ class Recaller:
                 vec = np.frombuffer(blob, dtype="<f4").reshape(1, -1)
                 if not np.all(np.isfinite(vec)):
                     continue
-                row.cosine = float(kernels.scan_dot(np.ascontiguousarray(vec), qvec)[0])
+                row.cosine = float(self.kernels.scan_dot(np.ascontiguousarray(vec), qvec)[0])
                 row.backfilled = True
 
     def _score(

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
-from cpersona._backend import kernels
+from cpersona import _backend
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
 from cpersona.models import ProjectFilter
 from cpersona.storage import Store, database_scan
@@ -75,15 +76,17 @@ def scan_table(
     k: int,
     far_k: int,
     chunk_rows: int = 512,
+    kernels: ModuleType | None = None,
 ) -> Hits:
     """Scan `table` the way this database can: in the database when its capabilities say so,
-    else through `index` (None: the SQLite window without an index)."""
+    else through `index` (None: the SQLite window without an index). `kernels`: from
+    `_backend.load` (None: CPERSONA_KERNEL's)."""
     kw = {"window": window, "reach": reach, "threshold": threshold, "k": k, "far_k": far_k}
     if db.capabilities.vector_arm == "database":
         return scan_database(db, table, query, scope, **kw)
     if index is None:
-        return scan_sqlite(db, table, query, scope, chunk_rows=chunk_rows, **kw)
-    return scan(index, query, scope, chunk_rows=chunk_rows, **kw)
+        return scan_sqlite(db, table, query, scope, chunk_rows=chunk_rows, kernels=kernels, **kw)
+    return scan(index, query, scope, chunk_rows=chunk_rows, kernels=kernels, **kw)
 
 
 def scan_database(
@@ -139,8 +142,10 @@ def scan(
     k: int,
     far_k: int,
     chunk_rows: int = 512,
+    kernels: ModuleType | None = None,
 ) -> Hits:
     """Scan one table for `query` within `scope` (see the module docstring)."""
+    kernels = _backend.from_environment() if kernels is None else kernels
     query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
     sources = _ANY
     if scope.source_prefix:
@@ -157,7 +162,7 @@ def scan(
     # meanwhile, and the call does not wait for the rebuild.
     if not index.healing:
         args = (projects, channels, sources, window, reach, threshold, k, far_k, chunk_rows)
-        hits = _scan_file(index, query, scope, *args)
+        hits = _scan_file(kernels, index, query, scope, *args)
         if hits is not None:
             return hits
     return scan_sqlite(
@@ -171,10 +176,12 @@ def scan(
         k=k,
         far_k=far_k,
         chunk_rows=chunk_rows,
+        kernels=kernels,
     )
 
 
 def _scan_file(
+    kernels: ModuleType,
     index: VectorIndex,
     query: np.ndarray,
     scope: Scope,
@@ -239,6 +246,7 @@ def scan_sqlite(
     k: int,
     far_k: int,
     chunk_rows: int = 512,
+    kernels: ModuleType | None = None,
 ) -> Hits:
     """The no-index path: the window's ids in order from SQLite, then their BLOBs `chunk_rows`
     at a time, each chunk scored and cut to its top k, all in one read transaction. Memory is
@@ -246,6 +254,7 @@ def scan_sqlite(
 
     Rows whose BLOB is not `len(query)` floats take a position and are never scored.
     """
+    kernels = _backend.from_environment() if kernels is None else kernels
     query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
     span = max(window, reach)
     with vector_sql.snapshot(db):
@@ -259,9 +268,11 @@ def scan_sqlite(
             span,
             scope.span,
         )
-        near = _score_region(db, table, ids[:window], 0, query, threshold, k, chunk_rows)
+        near = _score_region(kernels, db, table, ids[:window], 0, query, threshold, k, chunk_rows)
         far = (
-            _score_region(db, table, ids[window:], window, query, threshold, far_k, chunk_rows)
+            _score_region(
+                kernels, db, table, ids[window:], window, query, threshold, far_k, chunk_rows
+            )
             if reach > window
             else (_NONE_I, _NONE_F)
         )
@@ -269,6 +280,7 @@ def scan_sqlite(
 
 
 def _score_region(
+    kernels: ModuleType,
     db: Store,
     table: str,
     ids: list[int],

@@ -1,6 +1,6 @@
 """A mixed store / recall / update / delete workload from N concurrent HTTP clients.
 
-Shared by the load test (`test_http_load.py`, small) and the load benchmark
+Shared by the load test (`tests/http/test_http_load.py`, small) and the load benchmark
 (`benches/test_http_load_bench.py`, large). Each client owns one agent and keeps a ledger of
 what the server acknowledged, so the database can be checked against it afterwards: every
 acknowledged write present with its last acknowledged content, every acknowledged delete gone.
@@ -15,9 +15,11 @@ from collections import defaultdict
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
-from http_support import connect
+
+from support.http_server import connect
 
 #: The repeating pattern of one client's calls (3 stores : 1 recall : 1 update : 1 delete).
 PATTERN = ("store", "store", "recall", "update_memory", "store", "delete_memory")
@@ -67,35 +69,45 @@ async def run_client(
     ledger = Ledger(agent=f"{tag}-{client}")
     async with connect(url, token, mode=mode) as tools:
         for step in range(calls):
-            op = PATTERN[step % len(PATTERN)]
-            mine = sorted(ledger.live)
-            if op in ("update_memory", "delete_memory") and not mine:
-                op = "store"
-            if op == "store":
-                args = {
-                    "agent_id": ledger.agent,
-                    "message": {
-                        "id": f"{tag}-{client}-{step}",
-                        "content": f"{tag}: {sentence(client, step)}",
-                    },
-                }
-            elif op == "recall":
-                args = {"agent_id": ledger.agent, "query": WORDS[step % len(WORDS)], "limit": 5}
-            elif op == "update_memory":
-                target = mine[step % len(mine)]
-                args = {
-                    "agent_id": ledger.agent,
-                    "memory_id": target,
-                    "content": f"{tag}: {sentence(client, step)} (edited)",
-                }
-            else:
-                target = mine[0]
-                args = {"agent_id": ledger.agent, "memory_id": target}
-            start = time.perf_counter()
-            answer = await tools(op, args)
-            latencies[op].append(time.perf_counter() - start)
-            _record(ledger, op, args, answer)
+            op, args = next_call(
+                ledger,
+                step,
+                store=(f"{tag}-{client}-{step}", f"{tag}: {sentence(client, step)}"),
+                query=WORDS[step % len(WORDS)],
+                edit=f"{tag}: {sentence(client, step)} (edited)",
+            )
+            await call(tools, ledger, op, args, latencies)
     return ledger
+
+
+def next_call(
+    ledger: Ledger, step: int, *, store: tuple[str, str], query: str, edit: str
+) -> tuple[str, dict[str, Any]]:
+    """The call PATTERN makes at `step` for the ledger's agent (an update or a delete with no
+    row left to change stores instead): `store` is the new message's (id, content), `query`
+    the recall's, `edit` the update's new content."""
+    op = PATTERN[step % len(PATTERN)]
+    mine = sorted(ledger.live)
+    if op in ("update_memory", "delete_memory") and not mine:
+        op = "store"
+    agent = ledger.agent
+    if op == "store":
+        return op, {"agent_id": agent, "message": {"id": store[0], "content": store[1]}}
+    if op == "recall":
+        return op, {"agent_id": agent, "query": query, "limit": 5}
+    if op == "update_memory":
+        return op, {"agent_id": agent, "memory_id": mine[step % len(mine)], "content": edit}
+    return op, {"agent_id": agent, "memory_id": mine[0]}
+
+
+async def call(
+    tools: Any, ledger: Ledger, op: str, args: dict[str, Any], latencies: dict[str, list[float]]
+) -> None:
+    """One call, timed into `latencies[op]`, its answer recorded in the ledger."""
+    start = time.perf_counter()
+    answer = await tools(op, args)
+    latencies[op].append(time.perf_counter() - start)
+    _record(ledger, op, args, answer)
 
 
 def _record(ledger: Ledger, op: str, args: dict, answer: dict) -> None:

@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import resource
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx2
 from child_env import inherited
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+
+from support import jsonrpc
+from support.mcp_client import Tools
 
 WAIT = 30.0  # seconds any start, stop or answer may take before the test fails (no timing claim)
 _URL = re.compile(r"^  url: (http://127\.0\.0\.1:\d+/mcp)$", re.MULTILINE)
@@ -30,8 +34,20 @@ _URL = re.compile(r"^  url: (http://127\.0\.0\.1:\d+/mcp)$", re.MULTILINE)
 class HttpServer:
     """One server process; `start()` returns once the banner names the URL."""
 
-    def __init__(self, workdir: Path, env: dict[str, str] | None = None, name: str = "server"):
+    #: The banner line that names the URL to connect to.
+    url_pattern = _URL
+
+    def __init__(
+        self,
+        workdir: Path,
+        env: dict[str, str] | None = None,
+        name: str = "server",
+        *,
+        nofile: int | None = None,
+    ) -> None:
+        """`nofile`: the process's open-file limit (soft and hard), lowered from the inherited."""
         self.workdir = workdir
+        self.nofile = nofile
         self.db = workdir / f"{name}.db"
         base = inherited("SYSTEMROOT")
         self.env = {
@@ -46,23 +62,51 @@ class HttpServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "cpersona", "serve", "--transport", "streamable-http"]
+
     def launch(self) -> subprocess.Popen[bytes]:
+        limit = self.nofile
+
+        def lower_nofile() -> None:
+            assert limit is not None
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cpersona", "serve", "--transport", "streamable-http"],
+                self.argv(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 env=self.env,
                 cwd=self.workdir,
+                preexec_fn=None if limit is None else lower_nofile,
             )
         return self.proc
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/")[0])
+
+    def descriptors(self) -> int:
+        """The process's open descriptors, of every kind."""
+        assert self.proc is not None
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def open_sockets(self) -> int:
+        """Open socket descriptors (the listener and the connections; not the database's)."""
+        assert self.proc is not None
+        count = 0
+        for fd in Path(f"/proc/{self.proc.pid}/fd").iterdir():
+            with contextlib.suppress(OSError):  # closed since the listing
+                count += os.readlink(fd).startswith("socket:")
+        return count
 
     def start(self) -> str:
         proc = self.launch()
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
-            found = _URL.search(self.stderr)
+            found = self.url_pattern.search(self.stderr)
             if found:
                 self.url = found.group(1)
                 return self.url
@@ -71,6 +115,14 @@ class HttpServer:
             time.sleep(0.05)
         self.stop()
         raise AssertionError(f"no URL in the banner within {WAIT}s:\n{self.stderr}")
+
+    def __enter__(self) -> HttpServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """A clean exit: status 0 after SIGTERM (with the log when not)."""
+        assert self.stop() == 0, self.stderr
 
     def wait_exit(self) -> int:
         assert self.proc is not None
@@ -90,22 +142,6 @@ class HttpServer:
             self.proc.kill()
             self.proc.wait(timeout=WAIT)
             raise AssertionError(f"server ignored SIGTERM:\n{self.stderr}") from None
-
-
-class Tools:
-    """Calls tools over one MCP connection and decodes their single JSON text content."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-
-    async def raw(self, name: str, args: dict[str, Any] | None = None) -> Any:
-        return await self.client.call_tool(name, args or {})
-
-    async def __call__(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = await self.raw(name, args)
-        assert not result.is_error, result.content[0].text
-        assert len(result.content) == 1
-        return json.loads(result.content[0].text)
 
 
 @contextlib.asynccontextmanager
@@ -129,8 +165,4 @@ def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> httpx2
 
 
 def initialize_body() -> bytes:
-    return json.dumps({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "tests", "version": "1"}},
-    }).encode()  # fmt: skip
+    return json.dumps(jsonrpc.initialize(client="tests")).encode()

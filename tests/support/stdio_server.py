@@ -1,5 +1,5 @@
-"""A real `python -m cpersona` stdio server on pipes, for tests that need the process: its
-stdout read line by line, its stderr (the server's log) kept in a file beside the database."""
+"""A real `python -m cpersona` stdio server on pipes, for tests and benchmarks that need the
+process: its stdout read line by line, its stderr (the server's log) kept in a file."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from typing import Any
 
 from child_env import inherited
 
+from support import jsonrpc
+
 WAIT = 30.0  # seconds any single answer may take before the test fails (never a timing claim)
-PROTOCOL = "2025-06-18"
 
 
 def server_env(db: Path) -> dict[str, str]:
@@ -26,17 +27,24 @@ def server_env(db: Path) -> dict[str, str]:
 class RawServer:
     """`python -m cpersona` on pipes: write any line, read answers by JSON-RPC id."""
 
-    def __init__(self, db: Path, extra_env: dict[str, str] | None = None) -> None:
-        env = inherited()
-        env.update(extra_env or {})
-        self.stderr_path = db.with_name(db.name + f".{id(self)}.stderr")
+    def __init__(
+        self,
+        db: Path,
+        extra_env: dict[str, str] | None = None,
+        *,
+        argv: list[str] | None = None,
+        stderr_path: Path | None = None,
+    ) -> None:
+        """`extra_env` wins over the test defaults (`server_env`); `argv`: another command than
+        `python -m cpersona`; `stderr_path`: where the log goes (default: beside `db`)."""
+        self.stderr_path = stderr_path or db.with_name(db.name + f".{id(self)}.stderr")
         self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cpersona"],
+            argv or [sys.executable, "-m", "cpersona"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            env={**env, **server_env(db)},
+            env={**inherited(), **server_env(db), **(extra_env or {})},
             cwd=db.parent,
         )
         self.lines: list[bytes] = []
@@ -89,16 +97,25 @@ class RawServer:
         assert "result" in message, message
         return json.loads(message["result"]["content"][0]["text"])
 
+    def tools(self, calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Send every call at once (one write of pipelined lines), then read as many answers,
+        in the order they come."""
+        self._next_id += len(calls)
+        first = self._next_id - len(calls) + 1
+        lines = [
+            {"jsonrpc": "2.0", "id": first + i, "method": "tools/call",
+             "params": {"name": name, "arguments": arguments}}
+            for i, (name, arguments) in enumerate(calls)
+        ]  # fmt: skip
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+        self.proc.stdin.flush()
+        answers = [self._answers.get(timeout=WAIT) for _ in calls]
+        return [json.loads(a["result"]["content"][0]["text"]) for a in answers]
+
     def initialize(self) -> dict[str, Any]:
-        answer = self.call(
-            "initialize",
-            {
-                "protocolVersion": PROTOCOL,
-                "capabilities": {},
-                "clientInfo": {"name": "cpersona-tests", "version": "0"},
-            },
-        )
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        answer = self.call("initialize", jsonrpc.initialize()["params"])
+        self.send(jsonrpc.INITIALIZED)
         return answer
 
     def close(self) -> int:
