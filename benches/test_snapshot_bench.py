@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 import scale_support as scale
-from cpersona._backend import KERNEL
+from cpersona import _backend
 from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.retrieval.pipeline import RecallRequest
@@ -129,7 +129,13 @@ def test_recall_snapshot_cost(benchmark, engine, spec, mode, run, monkeypatch) -
     benchmark.pedantic(
         engine.recaller.recall, args=(req,), rounds=200, iterations=1, warmup_rounds=5
     )
-    benchmark.extra_info.update(backend=KERNEL, mode=mode, rows=spec[0], dim=spec[1], run=run)
+    benchmark.extra_info.update(
+        backend=_backend.name_of(_backend.from_environment()),
+        mode=mode,
+        rows=spec[0],
+        dim=spec[1],
+        run=run,
+    )
 
 
 @pytest.mark.parametrize("run", [1, 2], ids=["pass1", "pass2"])

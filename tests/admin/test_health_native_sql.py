@@ -1,4 +1,4 @@
-"""The health checks speak each backend's own SQL (issue 18): on PostgreSQL no statement they
+"""The health checks speak each store_backend's own SQL (issue 18): on PostgreSQL no statement they
 send needs the SQLite emulation (storage/pg/legacy.py), and the time and JSON checks find and
 repair the same rows on both backends."""
 
@@ -21,7 +21,7 @@ SQLITE_CALL = re.compile(
 
 
 async def test_time_and_json_checks_in_native_sql(
-    connect: Any, backend: str, monkeypatch: pytest.MonkeyPatch
+    connect: Any, store_backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[str] = []
     execute = Handle.execute
@@ -85,7 +85,7 @@ async def test_time_and_json_checks_in_native_sql(
     for check in ("future_timestamp", "invalid_timestamp", "stale_pending_tasks", "invalid_json"):
         assert not of(after, check), of(after, check)
     assert sent, "the checks read through their handle"
-    if backend == "postgresql":
+    if store_backend == "postgresql":
         # PostgreSQL has none of SQLite's functions (tests/pg/test_pg_schema_native.py): a
         # statement calling one would have failed above; none is even spelled.
         assert [s for s in sent if SQLITE_CALL.search(s)] == []

@@ -127,7 +127,7 @@ async def test_pause_is_not_persisted_across_restart(connect: Any) -> None:
 
 
 async def test_pause_of_a_declared_key_is_every_servers_on_a_shared_database(
-    connect: Any, backend: str, monkeypatch: pytest.MonkeyPatch
+    connect: Any, store_backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two servers on one database, the second host's clock an hour off either way: on
     PostgreSQL the pause lives in the database and is measured by its clock, so the second
@@ -135,7 +135,7 @@ async def test_pause_of_a_declared_key_is_every_servers_on_a_shared_database(
     the process's own (surface.md §10.2)."""
     import cpersona.session
 
-    shared = backend == "postgresql"
+    shared = store_backend == "postgresql"
     async with connect() as a, connect() as b:
         taken = await a("pause_persistence", {"session_key": "k", "ttl_seconds": 600})
         real = cpersona.session.time.time

@@ -20,9 +20,9 @@ from typing import Any
 import anyio
 import pytest
 from child_env import inherited
-from http_support import HttpServer, connect
 from oauth_support import RESOURCE, TestIssuer
 from pg_support import drop_database, fresh_database
+from support.http_server import HttpServer, connect
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_a_store_between_the_counts_and_the_body_of_an_export_is_in_neither(
-    backend: str,
+    store_backend: str,
     open_client: Callable[..., Any],
     make_engine: Callable[..., Engine],
     export_dir: Path,

@@ -90,7 +90,8 @@ def injector(monkeypatch: pytest.MonkeyPatch) -> Injector:
 
 
 async def test_a_write_between_two_statements_of_a_recall_is_seen_whole_or_not_at_all(
-    backend: str,
+    kernel: str,
+    store_backend: str,
     connect: Callable[..., Any],
     make_engine: Callable[..., Engine],
     injector: Injector,
@@ -161,7 +162,8 @@ async def _get(app: Any, path: str) -> str:
 
 
 async def test_a_write_between_the_count_and_the_rows_of_a_listing_page_is_not_half_seen(
-    backend: str,
+    kernel: str,
+    store_backend: str,
     connect: Callable[..., Any],
     make_engine: Callable[..., Engine],
     monkeypatch: pytest.MonkeyPatch,

@@ -52,7 +52,7 @@ class Gate:
 
 
 async def test_recall_during_the_rebuild_answers_at_once_with_the_same_rows(
-    connect: Callable[..., Any], backend: str, monkeypatch: pytest.MonkeyPatch
+    connect: Callable[..., Any], store_backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with connect() as tools:
         await store_rows(tools)
@@ -65,13 +65,13 @@ async def test_recall_during_the_rebuild_answers_at_once_with_the_same_rows(
     monkeypatch.setattr(healing, "STEP_ROWS", 1)
     vectors = Gate(monkeypatch, healing, "append_row")
     fulltext = Gate(monkeypatch, fts_rebuild, "put_record")
-    if backend == "postgresql":
+    if store_backend == "postgresql":
         fulltext.go.set()  # rebuilt inside the first recall: nothing to hold it for
     try:
         async with connect() as tools:
             assert await answers(tools) == after_rebuild
             fts = tools.engine.fts["memories"]
-            if backend == "sqlite":
+            if store_backend == "sqlite":
                 index = tools.engine.indexes["memories"]
                 assert vectors.held.wait(60) and fulltext.held.wait(60)
                 assert index.healing and fts.healing  # held: the recalls did not wait

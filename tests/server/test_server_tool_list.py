@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from stdio_support import RawServer
+from support.stdio_server import RawServer
 
 GOLDEN = Path(__file__).with_name("golden")
 

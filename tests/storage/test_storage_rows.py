@@ -30,7 +30,7 @@ from cpersona.storage.upkeep.texts import MemoryFlag
 
 @pytest.fixture
 def db(
-    backend: str, tmp_path: Path, database_url_for: Callable[[str], str | None]
+    store_backend: str, tmp_path: Path, database_url_for: Callable[[str], str | None]
 ) -> Iterator[Database]:
     database = open_database(str(tmp_path / "rows.db"), database_url=database_url_for("rows.db"))
     yield database

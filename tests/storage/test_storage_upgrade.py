@@ -26,8 +26,8 @@ pytestmark = pytest.mark.anyio
 class Release:
     """The release's database on the test's backend, and every row of it read past cpersona."""
 
-    def __init__(self, backend: str, path: Path, url: str | None) -> None:
-        self.backend, self.path, self.url = backend, path, url
+    def __init__(self, store_backend: str, path: Path, url: str | None) -> None:
+        self.store_backend, self.path, self.url = store_backend, path, url
 
     def rows(self) -> dict[str, list[dict[str, object]]]:
         return pg_rows(self.url) if self.url else sqlite_rows(self.path)
@@ -37,15 +37,15 @@ class Release:
 
 
 @pytest.fixture
-def release(backend: str, tmp_path: Path) -> Iterator[Release]:
+def release(store_backend: str, tmp_path: Path) -> Iterator[Release]:
     path = copy_release_db(tmp_path / "release.db")
-    if backend == "sqlite":
-        yield Release(backend, path, None)
+    if store_backend == "sqlite":
+        yield Release(store_backend, path, None)
         return
     url = empty_database()
     try:
         load_release_pg(url)
-        yield Release(backend, path, url)
+        yield Release(store_backend, path, url)
     finally:
         drop_database(url)
 
@@ -57,7 +57,7 @@ async def test_the_upgrade_keeps_every_row_and_the_answers(release, open_engine)
     async with mcp_tools(engine) as call:
         answers = [await call(name, args) for name, args in READS]
     engine.close()
-    assert answers == release_answers(release.backend)
+    assert answers == release_answers(release.store_backend)
     upgraded = release.rows()
     assert lost_rows(before, upgraded) == {}
     # Starting again on the upgraded database changes nothing.

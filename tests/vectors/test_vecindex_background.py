@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import cpersona.vectors.healing as healing
@@ -87,7 +88,7 @@ def engine(world: Path) -> Iterator[Engine]:
 @pytest.mark.parametrize("kind", STALE)
 @pytest.mark.parametrize("table", TABLES)
 def test_a_scan_during_the_rebuild_answers_at_once_with_the_same_rows(
-    backend: str,
+    kernels: ModuleType,
     world: Path,
     engine: Engine,
     monkeypatch: pytest.MonkeyPatch,
@@ -95,26 +96,26 @@ def test_a_scan_during_the_rebuild_answers_at_once_with_the_same_rows(
     table: str,
 ) -> None:
     index = engine.indexes[table]
-    after_rebuild = answers(engine, table)
+    after_rebuild = answers(engine, table, kernels)
     STALE[kind](index.path, world / "other.db")
     gate = Gate(monkeypatch)
-    during = answers(engine, table)  # starts the rebuild, which the gate holds
+    during = answers(engine, table, kernels)  # starts the rebuild, which the gate holds
     assert gate.held.wait(60)
     # The rebuild is still held: the scans above did not wait for it.
     assert index.healing
     assert during == after_rebuild
-    assert answers(engine, table) == after_rebuild
+    assert answers(engine, table, kernels) == after_rebuild
     gate.release()
     index.wait_for_healing()
     assert not index.healing
     status = index.status()
     assert (status.usable, status.reason, status.rebuild) == (True, "current", None), status
     assert index.verify() == []
-    assert answers(engine, table) == after_rebuild
+    assert answers(engine, table, kernels) == after_rebuild
 
 
 def test_writes_during_the_rebuild_are_in_the_rebuilt_file(
-    world: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    rust_kernels: ModuleType, world: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     index = engine.indexes["memories"]
     index.path.unlink()
@@ -124,20 +125,20 @@ def test_writes_during_the_rebuild_are_in_the_rebuilt_file(
     for i in range(5):  # land between the rebuild's snapshot and its swap
         engine.writer.store("a", {"content": f"written while the rebuild runs {i}"}, "", "")
     engine.writer.delete_memory(1, "a")
-    during = answers(engine, "memories")
+    during = answers(engine, "memories", rust_kernels)
     gate.release()
     index.wait_for_healing()
     assert index.verify() == []
-    assert answers(engine, "memories") == during
+    assert answers(engine, "memories", rust_kernels) == during
 
 
 def test_progress_in_index_status_and_check_health(
-    world: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    rust_kernels: ModuleType, world: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     index = engine.indexes["memories"]
     index.path.unlink()
     gate = Gate(monkeypatch)
-    answers(engine, "memories")
+    answers(engine, "memories", rust_kernels)
     assert gate.held.wait(60)
     live = 40 - 3
     progress = index.status().rebuild
@@ -177,10 +178,14 @@ def leftovers(world: Path, table: str) -> list[str]:
 
 @pytest.mark.parametrize("kind", ["missing", "bad-version"])
 def test_a_rebuild_that_fails_half_way_leaves_the_old_file_or_none(
-    world: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch, kind: str
+    rust_kernels: ModuleType,
+    world: Path,
+    engine: Engine,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
 ) -> None:
     index = engine.indexes["memories"]
-    after_rebuild = answers(engine, "memories")
+    after_rebuild = answers(engine, "memories", rust_kernels)
     DAMAGE[kind](index.path, world / "other.db")
     old = index.path.read_bytes() if index.path.exists() else None
     original = healing.append_row
@@ -193,15 +198,15 @@ def test_a_rebuild_that_fails_half_way_leaves_the_old_file_or_none(
         return original(*args, **kwargs)
 
     monkeypatch.setattr(healing, "append_row", full_disk)
-    assert answers(engine, "memories") == after_rebuild
+    assert answers(engine, "memories", rust_kernels) == after_rebuild
     index.wait_for_healing()
     assert rows[0] == 10  # it failed half way
     assert (index.path.read_bytes() if index.path.exists() else None) == old
     assert leftovers(world, "memories") == []
-    assert answers(engine, "memories") == after_rebuild  # the old file is not used
+    assert answers(engine, "memories", rust_kernels) == after_rebuild  # the old file is not used
     monkeypatch.setattr(healing, "append_row", original)
     index.wait_for_healing()
-    assert answers(engine, "memories") == after_rebuild
+    assert answers(engine, "memories", rust_kernels) == after_rebuild
     index.wait_for_healing()
     assert index.verify() == []
 
@@ -226,10 +231,12 @@ def rebuilder(db: Path, table: str) -> Iterator[subprocess.Popen[str]]:
                 child.kill()
 
 
-def test_a_killed_rebuild_leaves_no_file_that_is_used(world: Path) -> None:
+def test_a_killed_rebuild_leaves_no_file_that_is_used(
+    rust_kernels: ModuleType, world: Path
+) -> None:
     db = world / "m.db"
     reference = new_engine(db)
-    after_rebuild = answers(reference, "memories")
+    after_rebuild = answers(reference, "memories", rust_kernels)
     reference.close()
     Path(f"{db}.memories.vec").unlink()
     with rebuilder(db, "memories") as child:
@@ -241,19 +248,21 @@ def test_a_killed_rebuild_leaves_no_file_that_is_used(world: Path) -> None:
         index = engine.indexes["memories"]
         status = index.status()
         assert (status.usable, status.reason, status.rebuild) == (False, "missing", None)
-        assert answers(engine, "memories") == after_rebuild  # from SQLite, rebuilding
+        assert answers(engine, "memories", rust_kernels) == after_rebuild  # from SQLite, rebuilding
         index.wait_for_healing()
         assert leftovers(world, "memories") == []  # the dead process's file is removed
         assert index.verify() == []
-        assert answers(engine, "memories") == after_rebuild
+        assert answers(engine, "memories", rust_kernels) == after_rebuild
     finally:
         engine.close()
 
 
-def test_one_process_rebuilds_the_others_use_its_file(world: Path) -> None:
+def test_one_process_rebuilds_the_others_use_its_file(
+    rust_kernels: ModuleType, world: Path
+) -> None:
     db = world / "m.db"
     reference = new_engine(db)
-    after_rebuild = answers(reference, "memories")
+    after_rebuild = answers(reference, "memories", rust_kernels)
     reference.close()
     Path(f"{db}.memories.vec").unlink()
     with rebuilder(db, "memories") as child:
@@ -261,7 +270,7 @@ def test_one_process_rebuilds_the_others_use_its_file(world: Path) -> None:
         try:
             index = engine.indexes["memories"]
             # The child holds the rebuild: this process answers from SQLite, and waits its turn.
-            assert answers(engine, "memories") == after_rebuild
+            assert answers(engine, "memories", rust_kernels) == after_rebuild
             assert index.healing
             progress = index.status().rebuild
             assert progress is not None and progress.pid == child.pid
@@ -273,7 +282,7 @@ def test_one_process_rebuilds_the_others_use_its_file(world: Path) -> None:
             index.wait_for_healing()
             # This process did not build a file of its own: the child's is the one in place.
             assert done == ["DONE", str(os.stat(index.path).st_ino)]
-            assert answers(engine, "memories") == after_rebuild
+            assert answers(engine, "memories", rust_kernels) == after_rebuild
             assert index.verify() == []
         finally:
             engine.close()
