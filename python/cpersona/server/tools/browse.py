@@ -10,7 +10,7 @@ from cpersona.credentials import tool_note
 from cpersona.memory import listing
 from cpersona.models import ProjectFilter
 from cpersona.server.access import Access
-from cpersona.server.registry import Annotations, ToolSpec, arg
+from cpersona.server.registry import READS, Annotations, ToolSpec, arg
 from cpersona.server.tools.memory import SESSION_KEY, SINCE, STR, UNTIL, span_of
 from cpersona.timerange import RangeError
 
@@ -127,47 +127,41 @@ def _list_episodes_description(settings: Settings) -> str:
     )
 
 
+_ABOUT_GET_PROFILE = (
+    "Read the agent's single profile text (`{profile}`; '' when none). A successful "
+    "read carries no `ok` key."
+)
+
 TOOLS = (
+    ToolSpec("get_profile", 9, _ABOUT_GET_PROFILE, AgentArgs, Access.read(), _get_profile, READS),
     ToolSpec(
-        name="get_profile",
-        position=9,
-        description=(
-            "Read the agent's single profile text (`{profile}`; '' when none). A successful "
-            "read carries no `ok` key."
-        ),
-        args=AgentArgs,
-        access=Access.read(),
-        handler=_get_profile,
-        annotations=Annotations(read_only=True),
-    ),
-    ToolSpec(
-        name="update_profile",
-        position=10,
-        description=_update_profile_description,
-        args=UpdateProfileArgs,
-        access=Access.write(),
-        handler=_update_profile,
-        annotations=Annotations(read_only=False, destructive=False),
+        "update_profile",
+        10,
+        _update_profile_description,
+        UpdateProfileArgs,
+        Access.write(),
+        _update_profile,
+        Annotations(read_only=False, destructive=False),
         failure=_profile_failure,
     ),
     ToolSpec(
-        name="list_memories",
-        position=12,
-        description=_list_memories_description,
-        args=ListMemoriesArgs,
-        access=Access.read(sweeping=True),
-        handler=_list_memories,
-        annotations=Annotations(read_only=True),
+        "list_memories",
+        12,
+        _list_memories_description,
+        ListMemoriesArgs,
+        Access.read(sweeping=True),
+        _list_memories,
+        READS,
         failure=_memories_failure,
     ),
     ToolSpec(
-        name="list_episodes",
-        position=13,
-        description=_list_episodes_description,
-        args=ListEpisodesArgs,
-        access=Access.read(sweeping=True),
-        handler=_list_episodes,
-        annotations=Annotations(read_only=True),
+        "list_episodes",
+        13,
+        _list_episodes_description,
+        ListEpisodesArgs,
+        Access.read(sweeping=True),
+        _list_episodes,
+        READS,
         failure=_episodes_failure,
     ),
 )
