@@ -29,7 +29,7 @@ from cpersona.errors import ConfigError
 from cpersona.server.auth import BearerAuth, BodyBudget, current_client
 from cpersona.server.jsonrpc import JsonRpcGuard
 from cpersona.server.metrics import MetricsRoute
-from cpersona.storage import database_label, open_failure_reason
+from cpersona.server.startup import bind, open_engine
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
@@ -59,7 +59,6 @@ def serve_http(
     Returns the process exit code: 0 after a clean stop, 1 when the port or the database
     cannot be opened, 2 when the configuration refuses to serve.
     """
-    from cpersona.engine import Engine
     from cpersona.server.acl import Guard
     from cpersona.server.app import build_server
     from cpersona.server.auth import preflight_refusal
@@ -79,21 +78,12 @@ def serve_http(
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         # The SDK logs every stateless request's end at INFO: one line per tool call.
         logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
-    try:
-        sock = listen(settings.http_host, settings.http_port)
-    except OSError as exc:
-        print(
-            f"cpersona: cannot listen on {settings.http_host}:{settings.http_port}: {exc}",
-            file=sys.stderr,
-        )
+    sock = bind(settings.http_host, settings.http_port)
+    if sock is None:
         return 1
     try:
-        try:
-            engine = Engine(settings)
-        except Exception as exc:  # an unusable database path, a locked or corrupt file
-            where = database_label(settings.db_path, settings.database_url)
-            reason = open_failure_reason(settings.db_path, settings.database_url, exc)
-            print(f"cpersona: cannot open the database {where}: {reason}", file=sys.stderr)
+        engine = open_engine(settings)
+        if engine is None:
             return 1
         try:
             guard: Authorize | None = None
@@ -215,22 +205,6 @@ class _AnyPath:
         if scope["type"] == "http" and scope.get("path") != MCP_PATH:
             scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode("ascii")}
         await self.app(scope, receive, send)
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port (port 0: any free port; the banner shows which)."""
-    family, kind, proto, _, addr = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-        sock.listen(2048)
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 class _Terminated(Exception):

@@ -30,31 +30,20 @@ def refusal(settings: Settings, acl: AclConfig | None) -> str | None:
 
 
 def serve_web(settings: Settings, acl: AclConfig | None) -> int:
-    from cpersona.engine import Engine
-    from cpersona.server.http import _run, endpoint_url, listen
+    from cpersona.server.http import _run, endpoint_url
+    from cpersona.server.startup import bind, open_engine
     from cpersona.web.app import LOOPBACK_HOSTS, Access, build_web_app
 
     problem = refusal(settings, acl)
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
-    try:
-        sock = listen(settings.web_host, settings.web_port)
-    except OSError as exc:
-        print(
-            f"cpersona: cannot listen on {settings.web_host}:{settings.web_port}: {exc}",
-            file=sys.stderr,
-        )
+    sock = bind(settings.web_host, settings.web_port)
+    if sock is None:
         return 1
     try:
-        try:
-            engine = Engine(settings)
-        except Exception as exc:  # an unusable database path, a locked or corrupt file
-            from cpersona.storage import open_failure_reason
-
-            reason = open_failure_reason(settings.db_path, settings.database_url, exc)
-            where = settings.db_path
-            print(f"cpersona: cannot open the database {where}: {reason}", file=sys.stderr)
+        engine = open_engine(settings)
+        if engine is None:
             return 1
         try:
             access = Access(None if acl is not None else settings.auth_token, acl)
