@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -11,11 +12,16 @@ from cpersona.memory import listing
 from cpersona.models import ProjectFilter
 from cpersona.server.access import Access
 from cpersona.server.registry import READS, Annotations, ToolSpec, arg
-from cpersona.server.tools.memory import SESSION_KEY, SINCE, STR, UNTIL, span_of
+from cpersona.server.tools.memory import SESSION_KEY, SINCE, STR, UNTIL, span_of, unless_paused
 from cpersona.timerange import RangeError
 
 if TYPE_CHECKING:
     from cpersona.engine import Engine
+    from cpersona.storage import Store
+    from cpersona.timerange import TimeRange
+
+#: memory/listing.py's list_memories or list_episodes.
+Lister = Callable[["Store", Settings, str, ProjectFilter, int, "TimeRange | None"], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -51,25 +57,27 @@ class ListEpisodesArgs(ListMemoriesArgs):
 
 
 def _list_memories(engine: Engine, a: ListMemoriesArgs) -> dict[str, Any]:
-    try:
-        span = span_of(a)
-    except RangeError as exc:
-        return _memories_failure(str(exc))
-    # Reads never refuse at the OC gate (surface.md §6.6); they only resolve and warn.
-    gate = engine.operating_context.gate(a.project_id, a.agent_id, write=False)
-    project = ProjectFilter(gate.project_id)
-    out = listing.list_memories(engine.db, engine.settings, a.agent_id, project, a.limit, span)
-    return {**out, **gate.extra}
+    return _listed(engine, a, listing.list_memories, _memories_failure)
 
 
 def _list_episodes(engine: Engine, a: ListEpisodesArgs) -> dict[str, Any]:
+    return _listed(engine, a, listing.list_episodes, _episodes_failure)
+
+
+def _listed(
+    engine: Engine,
+    a: ListMemoriesArgs,
+    lister: Lister,
+    failure: Callable[[str], dict[str, Any]],
+) -> dict[str, Any]:
     try:
         span = span_of(a)
     except RangeError as exc:
-        return _episodes_failure(str(exc))
+        return failure(str(exc))
+    # Reads never refuse at the OC gate (surface.md §6.6); they only resolve and warn.
     gate = engine.operating_context.gate(a.project_id, a.agent_id, write=False)
     project = ProjectFilter(gate.project_id)
-    out = listing.list_episodes(engine.db, engine.settings, a.agent_id, project, a.limit, span)
+    out = lister(engine.db, engine.settings, a.agent_id, project, a.limit, span)
     return {**out, **gate.extra}
 
 
@@ -78,10 +86,10 @@ def _get_profile(engine: Engine, a: AgentArgs) -> dict[str, Any]:
 
 
 def _update_profile(engine: Engine, a: UpdateProfileArgs) -> dict[str, Any]:
-    skip = engine.pause.skip("update_profile", a.session_key, profiles_updated=0)
-    if skip is not None:
-        return skip
-    return engine.writer.update_profile(a.agent_id, a.profile)
+    def write() -> dict[str, Any]:
+        return engine.writer.update_profile(a.agent_id, a.profile)
+
+    return unless_paused(engine, "update_profile", a.session_key, write, profiles_updated=0)
 
 
 # Refusals keep the documented collection keys present (surface.md §1.3).

@@ -126,7 +126,7 @@ def _store(engine: Engine, a: StoreArgs) -> dict[str, Any]:
     return {**out, **gate.extra}
 
 
-def _unless_paused(
+def unless_paused(
     engine: Engine, tool: str, session_key: str, write: Callable[[], dict[str, Any]], **skipped: Any
 ) -> dict[str, Any]:
     """The write's answer, or while the caller's bucket is paused the skip shape with
@@ -139,28 +139,28 @@ def _update_memory(engine: Engine, a: UpdateMemoryArgs) -> dict[str, Any]:
     def write() -> dict[str, Any]:
         return engine.writer.update_memory(a.memory_id, a.content, a.agent_id)
 
-    return _unless_paused(engine, "update_memory", a.session_key, write, updated_id=None)
+    return unless_paused(engine, "update_memory", a.session_key, write, updated_id=None)
 
 
 def _delete_memory(engine: Engine, a: MemoryRowArgs) -> dict[str, Any]:
     def write() -> dict[str, Any]:
         return engine.writer.delete_memory(a.memory_id, a.agent_id)
 
-    return _unless_paused(engine, "delete_memory", a.session_key, write, deleted_id=None)
+    return unless_paused(engine, "delete_memory", a.session_key, write, deleted_id=None)
 
 
 def _lock(engine: Engine, a: MemoryRowArgs) -> dict[str, Any]:
     def write() -> dict[str, Any]:
         return engine.writer.set_lock(a.memory_id, a.agent_id, True)
 
-    return _unless_paused(engine, "lock_memory", a.session_key, write, locked_id=None)
+    return unless_paused(engine, "lock_memory", a.session_key, write, locked_id=None)
 
 
 def _unlock(engine: Engine, a: MemoryRowArgs) -> dict[str, Any]:
     def write() -> dict[str, Any]:
         return engine.writer.set_lock(a.memory_id, a.agent_id, False)
 
-    return _unless_paused(engine, "unlock_memory", a.session_key, write, unlocked_id=None)
+    return unless_paused(engine, "unlock_memory", a.session_key, write, unlocked_id=None)
 
 
 def _archive_episode(engine: Engine, a: ArchiveEpisodeArgs) -> dict[str, Any]:
@@ -193,7 +193,7 @@ def _delete_episode(engine: Engine, a: EpisodeRowArgs) -> dict[str, Any]:
     def write() -> dict[str, Any]:
         return engine.writer.delete_episode(a.episode_id, a.agent_id)
 
-    return _unless_paused(engine, "delete_episode", a.session_key, write, deleted_id=None)
+    return unless_paused(engine, "delete_episode", a.session_key, write, deleted_id=None)
 
 
 def _store_failure(error: str) -> dict[str, Any]:
