@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import json
 import statistics
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from cpersona.engine import Engine
 from cpersona.server.app import build_server
 from mcp import Client
 
+from benches.bench_support import timed_tool_call
 from benches.quality import datasets
 
 CONFIGS = {
@@ -43,12 +43,7 @@ KINDS = ("store LoCoMo turn", "store JSQuAD paragraph", "recall LoCoMo", "recall
 
 
 async def _timed(client: Client, name: str, args: dict[str, Any]) -> float:
-    started = time.perf_counter()
-    result = await client.call_tool(name, args)
-    spent = (time.perf_counter() - started) * 1000
-    payload = json.loads(result.content[0].text)
-    if result.is_error or ("result" not in payload and "messages" not in payload):
-        raise RuntimeError(f"{name} failed: {payload}")
+    spent, _ = await timed_tool_call(client, name, args)
     return spent
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import sqlite3
 import statistics
 import sys
@@ -42,6 +41,7 @@ from cpersona.vectors import search
 from mcp import Client
 
 from benches import scale_support as scale
+from benches.bench_support import timed_tool_call
 
 DIM = 384
 WINDOW = 10_000
@@ -91,12 +91,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 async def _timed(client: Client, name: str, args: dict[str, Any]) -> float:
-    started = time.perf_counter()
-    result = await client.call_tool(name, args)
-    spent = (time.perf_counter() - started) * 1000
-    payload = json.loads(result.content[0].text)
-    if result.is_error or ("result" not in payload and "messages" not in payload):
-        raise RuntimeError(f"{name} failed: {payload}")
+    spent, payload = await timed_tool_call(client, name, args)
     if name == "recall" and (not payload["messages"] or "advisory" in payload):
         raise RuntimeError(f"recall found nothing or is degraded: {payload.get('advisory')}")
     return spent

@@ -11,14 +11,12 @@ from __future__ import annotations
 import os
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
-from bench_support import record
-from cpersona.vectors.format import VectorFileWriter
+from bench_support import best_of, record, unit_vectors, write_vector_file
 
 WINDOW = 10_000
 REACH = 200_000
@@ -31,20 +29,12 @@ NONE = np.empty(0, np.uint64)
 @pytest.fixture(scope="module", params=[384, 768])
 def dataset(request: pytest.FixtureRequest):
     dim = request.param
-    rng = np.random.default_rng(dim)
-    vectors = rng.standard_normal((REACH, dim), dtype=np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = unit_vectors(REACH, dim)
     query = vectors[12_345] + 0.1 * vectors[150_000]
     query = (query / np.linalg.norm(query)).astype(np.float32)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.vec"
-        writer = VectorFileWriter.create(path, dim, REACH, bytes(16), 0)
-        ones = np.ones(REACH, np.uint64)
-        ids = np.arange(1, REACH + 1, dtype=np.int64)
-        writer.extend(
-            ids, ids, agent=ones, project=ones, channel=ones, source=ones, vectors=vectors
-        )
-        writer.close()
+        write_vector_file(path, vectors)
         # Scan order is newest (highest id) first, so the window is the last WINDOW rows.
         newest_first = vectors[::-1]
         yield dim, path, newest_first, query
@@ -156,15 +146,6 @@ def test_blob_chunk_scan(benchmark, backend, dataset, region, bandwidth_gbs) -> 
     )
 
 
-def _best(run, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 def test_kernels_against_blas(benchmark, dataset, request) -> None:
     """The Rust scans against single-threaded BLAS sgemv (``rows @ query``) over the same rows.
 
@@ -211,8 +192,8 @@ def test_kernels_against_blas(benchmark, dataset, request) -> None:
             for name, (blas, rust, repeats) in pairs.items():
                 blas_s, rust_s, paired = [], [], []
                 for _ in range(7 if full else 1):
-                    blas_s.append(_best(blas, repeats if full else 1))
-                    rust_s.append(_best(rust, repeats if full else 1))
+                    blas_s.append(best_of(blas, repeats if full else 1))
+                    rust_s.append(best_of(rust, repeats if full else 1))
                     paired.append(rust_s[-1] / blas_s[-1])
                 results[name] = {
                     "sgemv_ms": round(min(blas_s) * 1e3, 3),
