@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cpersona.storage import database_label, open_failure_reason
@@ -12,6 +13,26 @@ from cpersona.storage import database_label, open_failure_reason
 if TYPE_CHECKING:
     from cpersona.config import Settings
     from cpersona.engine import Engine
+
+
+def serve_on(
+    settings: Settings, host: str, port: int, serve: Callable[[socket.socket, Engine], int]
+) -> int:
+    """Bind host:port, open the Engine, then `serve` on both (its exit code is returned); both
+    are closed after. 1 when either cannot be had, the reason printed."""
+    sock = bind(host, port)
+    if sock is None:
+        return 1
+    try:
+        engine = open_engine(settings)
+        if engine is None:
+            return 1
+        try:
+            return serve(sock, engine)
+        finally:
+            engine.close()
+    finally:
+        sock.close()
 
 
 def open_engine(settings: Settings) -> Engine | None:
