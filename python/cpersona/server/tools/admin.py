@@ -68,6 +68,7 @@ _ABOUT_GET_QUEUE_STATUS = (
 #: Reading the version is a read of the whole server; installing changes it for all.
 _CHECK_UPDATE_ACCESS = Access.every_agent(writes_when=flag("apply"))
 
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
         "get_operating_context",

@@ -140,6 +140,7 @@ _ABOUT_GET_PROFILE = (
     "read carries no `ok` key."
 )
 
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec("get_profile", 9, _ABOUT_GET_PROFILE, AgentArgs, Access.read(), _get_profile, READS),
     ToolSpec(

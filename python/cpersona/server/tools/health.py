@@ -133,6 +133,7 @@ _ABOUT_DEEP_CHECK = (
     "or fewer) act on `fix=true`; while persistence is paused fix is forced off."
 )
 
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
         "check_health",

@@ -257,6 +257,7 @@ _ABOUT_DELETE_EPISODE = "Delete one episode (episodes have no lock)."
 #: Each tool here writes the rows of the agent its `agent_id` names.
 _WRITE = Access.write()
 
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
         "store", 5, _store_description, StoreArgs, _WRITE, _store, EDITS, failure=_store_failure

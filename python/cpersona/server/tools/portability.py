@@ -258,6 +258,7 @@ _ABOUT_MIGRATE_CHANNEL_AXIS = (
     "pause forces the dry run."
 )
 
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
         "delete_agent_data",

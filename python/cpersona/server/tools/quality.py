@@ -141,6 +141,7 @@ _ABOUT_GET_RECALL_PRECISION = (
     "set_recall_precision, and the server-wide default. Read-only."
 )
 
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
         "calibrate_threshold",

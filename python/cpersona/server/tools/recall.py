@@ -217,6 +217,7 @@ _ABOUT_GET_CONTENTS = (
     "next. Unknown or foreign refs are listed in `missing`."
 )
 
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec("recall", 6, _recall_description, RecallArgs, Access.read(), _recall, READS),
     ToolSpec(

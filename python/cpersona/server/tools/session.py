@@ -80,6 +80,7 @@ _ABOUT_PERSISTENCE_STATUS = (
     "shared keyless pause)."
 )
 
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
         "pause_persistence",
