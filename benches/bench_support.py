@@ -1,15 +1,18 @@
-"""Helpers shared by the benchmarks: the bandwidth probe, the extra_info recorder and a timed
-tool call."""
+"""Helpers shared by the benchmarks: the bandwidth probe, the extra_info recorder, best-of-n
+timing, the scan benchmarks' unit-vector dataset and a timed MCP tool call."""
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from cpersona.vectors import checksums
-from cpersona.vectors.format import VectorFileWriter
+
+if TYPE_CHECKING:
+    from mcp import Client
 
 #: Bytes summed by the bandwidth probe: far larger than the last-level cache (32 MiB here).
 PROBE_BYTES = 1 << 30
@@ -41,9 +44,44 @@ def record(benchmark, *, nbytes: int, bandwidth: float, **info: object) -> None:
     benchmark.extra_info["ratio_to_floor"] = round(seconds / floor, 2)
 
 
-async def timed_call(client: Any, name: str, args: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-    """Milliseconds one tool call took through `client` (an MCP client), and its answer; a
-    failed call (neither stored nor recalled) raises."""
+def unit_vectors(n: int, dim: int) -> np.ndarray:
+    """`n` random float32 unit rows of `dim` dimensions, seeded by `dim` (the same each run)."""
+    rng = np.random.default_rng(dim)
+    vectors = rng.standard_normal((n, dim), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors
+
+
+def write_vector_file(path: Path, vectors: np.ndarray, *, checksummed: bool = False) -> None:
+    """A vector file of `vectors` with ids 1..n and one agent, project, channel and source;
+    `checksummed` adds the content checksums (vectors/checksums.py)."""
+    from cpersona.vectors import checksums
+    from cpersona.vectors.format import VectorFileWriter
+
+    n, dim = vectors.shape
+    writer = VectorFileWriter.create(path, dim, n, bytes(16), 0)
+    ones = np.ones(n, np.uint64)
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    writer.extend(ids, ids, agent=ones, project=ones, channel=ones, source=ones, vectors=vectors)
+    if checksummed:
+        checksums.write(writer)
+    writer.close()
+
+
+def best_of(run: Callable[[], object], repeats: int) -> float:
+    """The fastest of `repeats` calls of `run`, in seconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+async def timed_tool_call(
+    client: Client, name: str, args: dict[str, Any]
+) -> tuple[float, dict[str, Any]]:
+    """Milliseconds one tool call took, and its answer; a failed store or recall raises."""
     started = time.perf_counter()
     result = await client.call_tool(name, args)
     spent = (time.perf_counter() - started) * 1000
@@ -51,22 +89,3 @@ async def timed_call(client: Any, name: str, args: dict[str, Any]) -> tuple[floa
     if result.is_error or ("result" not in payload and "messages" not in payload):
         raise RuntimeError(f"{name} failed: {payload}")
     return spent, payload
-
-
-def unit_rows(rows: int, dim: int) -> np.ndarray:
-    """`rows` random unit vectors of `dim` floats, the same for the same `dim`."""
-    vectors = np.random.default_rng(dim).standard_normal((rows, dim), dtype=np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors
-
-
-def write_vector_file(path: Any, vectors: np.ndarray, *, checksummed: bool = False) -> None:
-    """A vector index file of `vectors`, ids 1..n, every row in one scope."""
-    rows, dim = vectors.shape
-    writer = VectorFileWriter.create(path, dim, rows, bytes(16), 0)
-    ones = np.ones(rows, np.uint64)
-    ids = np.arange(1, rows + 1, dtype=np.int64)
-    writer.extend(ids, ids, agent=ones, project=ones, channel=ones, source=ones, vectors=vectors)
-    if checksummed:
-        checksums.write(writer)
-    writer.close()

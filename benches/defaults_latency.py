@@ -29,7 +29,7 @@ from cpersona.engine import Engine
 from cpersona.server.app import build_server
 from mcp import Client
 
-from benches.bench_support import timed_call
+from benches.bench_support import timed_tool_call
 from benches.quality import datasets
 
 CONFIGS = {
@@ -43,7 +43,8 @@ KINDS = ("store LoCoMo turn", "store JSQuAD paragraph", "recall LoCoMo", "recall
 
 
 async def _timed(client: Client, name: str, args: dict[str, Any]) -> float:
-    return (await timed_call(client, name, args))[0]
+    spent, _ = await timed_tool_call(client, name, args)
+    return spent
 
 
 async def main_async(args: argparse.Namespace) -> int:

@@ -41,7 +41,7 @@ from cpersona.vectors import search
 from mcp import Client
 
 from benches import scale_support as scale
-from benches.bench_support import timed_call
+from benches.bench_support import timed_tool_call
 
 DIM = 384
 WINDOW = 10_000
@@ -91,7 +91,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 async def _timed(client: Client, name: str, args: dict[str, Any]) -> float:
-    spent, payload = await timed_call(client, name, args)
+    spent, payload = await timed_tool_call(client, name, args)
     if name == "recall" and (not payload["messages"] or "advisory" in payload):
         raise RuntimeError(f"recall found nothing or is degraded: {payload.get('advisory')}")
     return spent

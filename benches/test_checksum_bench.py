@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 import zlib
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
-from bench_support import unit_rows, write_vector_file
+from bench_support import best_of, unit_vectors, write_vector_file
 from cpersona.fts.format import put_record
 from cpersona.storage.fts import FtsRow
+from cpersona.timerange import NO_TIME
 from cpersona.vectors import checksums, healing
 
 WINDOW = 10_000
@@ -38,7 +38,7 @@ NONE = np.empty(0, np.uint64)
 @pytest.fixture(scope="module", params=[384, 768])
 def dataset(request: pytest.FixtureRequest):
     dim = request.param
-    vectors = unit_rows(REACH, dim)
+    vectors = unit_vectors(REACH, dim)
     query = vectors[12_345].copy()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.vec"
@@ -46,23 +46,14 @@ def dataset(request: pytest.FixtureRequest):
         yield dim, path, query
 
 
-def _best(run, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 def _paired(plain, checked, repeats: int) -> dict[str, float]:
     mins_plain, mins_checked, ratios = [], [], []
     for turn in range(7):
         # Alternate which side goes first, so neither always runs on a warmer cache.
         if turn % 2:
-            b, a = _best(checked, repeats), _best(plain, repeats)
+            b, a = best_of(checked, repeats), best_of(plain, repeats)
         else:
-            a, b = _best(plain, repeats), _best(checked, repeats)
+            a, b = best_of(plain, repeats), best_of(checked, repeats)
         mins_plain.append(a)
         mins_checked.append(b)
         ratios.append(b / a)
@@ -74,9 +65,9 @@ def _paired(plain, checked, repeats: int) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("region", ["window", "far"])
-def test_checked_scan_cost(benchmark, kernels: ModuleType, dataset, region: str) -> None:
+def test_checked_scan_cost(benchmark, backend: ModuleType, dataset, region: str) -> None:
     dim, path, query = dataset
-    index = kernels.VectorIndex.open(path)
+    index = backend.VectorIndex.open(path)
     sums = checksums.open_read(path, index.capacity)
     reach, far_k, repeats = (0, 0, 100) if region == "window" else (REACH, K, 3)
 
@@ -95,8 +86,8 @@ def test_checked_scan_cost(benchmark, kernels: ModuleType, dataset, region: str)
     if benchmark.disabled:
         return
     found = _paired(plain, checked, repeats)
-    benchmark.extra_info.update(found, backend=kernels.KERNEL)
-    print(f"\n{region} scan d={dim} {kernels.KERNEL}: {found}")
+    benchmark.extra_info.update(found, backend=backend.KERNEL)
+    print(f"\n{region} scan d={dim} {backend.KERNEL}: {found}")
 
 
 def test_map_check_cost(benchmark, dataset) -> None:
@@ -116,14 +107,14 @@ def test_fts_load_crc_cost(benchmark) -> None:
     rng = np.random.default_rng(1)
     words = [f"w{i}" for i in range(5000)]
     data = b"".join(
-        put_record(FtsRow(i, i, "a", "", "", None, (" ".join(rng.choice(words, 24)),)))
+        put_record(FtsRow(i, i, "a", "", "", None, (" ".join(rng.choice(words, 24)),), NO_TIME))
         for i in range(1, 100_001)
     )
 
     def load():
         core_type().apply(data)
 
-    load_s, crc_s = _best(load, 3), _best(lambda: zlib.crc32(data), 5)
+    load_s, crc_s = best_of(load, 3), best_of(lambda: zlib.crc32(data), 5)
     benchmark.group = "fts load crc n=100000"
     benchmark.pedantic(lambda: zlib.crc32(data), rounds=5, iterations=1)
     benchmark.extra_info.update(

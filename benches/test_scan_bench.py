@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
-from bench_support import record, unit_rows, write_vector_file
+from bench_support import best_of, record, unit_vectors, write_vector_file
 
 WINDOW = 10_000
 REACH = 200_000
@@ -30,7 +29,7 @@ NONE = np.empty(0, np.uint64)
 @pytest.fixture(scope="module", params=[384, 768])
 def dataset(request: pytest.FixtureRequest):
     dim = request.param
-    vectors = unit_rows(REACH, dim)
+    vectors = unit_vectors(REACH, dim)
     query = vectors[12_345] + 0.1 * vectors[150_000]
     query = (query / np.linalg.norm(query)).astype(np.float32)
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,11 +61,11 @@ def blob_scan(kernels: ModuleType, rows: np.ndarray, query: np.ndarray, base: in
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_window_scan(benchmark, kernels, dataset, threads, bandwidth_gbs) -> None:
+def test_window_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
     dim, path, rows, query = dataset
-    if kernels.KERNEL == "numpy" and threads != 1:
+    if backend.KERNEL == "numpy" and threads != 1:
         pytest.skip("the numpy fallback scores on one thread")
-    index = kernels.VectorIndex.open(path)
+    index = backend.VectorIndex.open(path)
 
     def run():
         return index.scan(query, 1, NONE, NONE, NONE, WINDOW, 0, -1.0, K, 0, threads=threads)
@@ -80,7 +79,7 @@ def test_window_scan(benchmark, kernels, dataset, threads, bandwidth_gbs) -> Non
         benchmark,
         nbytes=WINDOW * (4 * dim + META_BYTES),
         bandwidth=bandwidth_gbs,
-        backend=kernels.KERNEL,
+        backend=backend.KERNEL,
         path="index",
         threads=threads,
         correct=correct,
@@ -88,11 +87,11 @@ def test_window_scan(benchmark, kernels, dataset, threads, bandwidth_gbs) -> Non
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_far_scan(benchmark, kernels, dataset, threads, bandwidth_gbs) -> None:
+def test_far_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
     dim, path, rows, query = dataset
-    if kernels.KERNEL == "numpy" and threads != 1:
+    if backend.KERNEL == "numpy" and threads != 1:
         pytest.skip("the numpy fallback scores on one thread")
-    index = kernels.VectorIndex.open(path)
+    index = backend.VectorIndex.open(path)
 
     def run():
         return index.scan(query, 1, NONE, NONE, NONE, WINDOW, REACH, -1.0, K, K, threads=threads)
@@ -106,7 +105,7 @@ def test_far_scan(benchmark, kernels, dataset, threads, bandwidth_gbs) -> None:
         benchmark,
         nbytes=REACH * (4 * dim + META_BYTES),
         bandwidth=bandwidth_gbs,
-        backend=kernels.KERNEL,
+        backend=backend.KERNEL,
         path="index",
         threads=threads,
         correct=correct,
@@ -114,7 +113,7 @@ def test_far_scan(benchmark, kernels, dataset, threads, bandwidth_gbs) -> None:
 
 
 @pytest.mark.parametrize("region", ["window", "far"])
-def test_blob_chunk_scan(benchmark, kernels, dataset, region, bandwidth_gbs) -> None:
+def test_blob_chunk_scan(benchmark, backend, dataset, region, bandwidth_gbs) -> None:
     dim, _, rows, query = dataset
     lo, hi = (0, WINDOW) if region == "window" else (WINDOW, REACH)
     block = np.ascontiguousarray(rows[lo:hi])
@@ -123,10 +122,10 @@ def test_blob_chunk_scan(benchmark, kernels, dataset, region, bandwidth_gbs) -> 
 
     def run():
         if region == "window":
-            return blob_scan(kernels, block, query, lo, K)
+            return blob_scan(backend, block, query, lo, K)
         # As the index scan: the window's top k and the far region's, both scored.
-        blob_scan(kernels, window, query, 0, K)
-        return blob_scan(kernels, block, query, lo, K)
+        blob_scan(backend, window, query, 0, K)
+        return blob_scan(backend, block, query, lo, K)
 
     correct = run()[0].tolist() == reference(block, query, K, lo)
     assert correct
@@ -140,20 +139,11 @@ def test_blob_chunk_scan(benchmark, kernels, dataset, region, bandwidth_gbs) -> 
         benchmark,
         nbytes=n * 4 * dim,
         bandwidth=bandwidth_gbs,
-        backend=kernels.KERNEL,
+        backend=backend.KERNEL,
         path=f"blob chunks of {BLOB_CHUNK}",
         threads=1,
         correct=correct,
     )
-
-
-def _best(run, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def test_kernels_against_blas(benchmark, dataset, request) -> None:
@@ -202,8 +192,8 @@ def test_kernels_against_blas(benchmark, dataset, request) -> None:
             for name, (blas, rust, repeats) in pairs.items():
                 blas_s, rust_s, paired = [], [], []
                 for _ in range(7 if full else 1):
-                    blas_s.append(_best(blas, repeats if full else 1))
-                    rust_s.append(_best(rust, repeats if full else 1))
+                    blas_s.append(best_of(blas, repeats if full else 1))
+                    rust_s.append(best_of(rust, repeats if full else 1))
                     paired.append(rust_s[-1] / blas_s[-1])
                 results[name] = {
                     "sgemv_ms": round(min(blas_s) * 1e3, 3),

@@ -1029,6 +1029,24 @@ mod tests {
         }
     }
 
+    /// A window-only scan of agent 1 (ten rows, the best five, one thread) at `threshold`.
+    fn window_scan(threshold: f64) -> (ScanParams, Scope) {
+        let params = ScanParams {
+            window: 10,
+            reach: 0,
+            threshold,
+            k: 5,
+            far_k: 0,
+            chunk_rows: 1,
+            threads: 1,
+        };
+        let scope = Scope {
+            agent: 1,
+            ..Scope::default()
+        };
+        (params, scope)
+    }
+
     #[test]
     fn checked_scan_refuses_a_scored_slot_whose_bytes_changed() {
         let slot = |id: i64, vector: Vec<f32>| Slot {
@@ -1050,19 +1068,7 @@ mod tests {
             .wrapping_add(1 + 1 + 1);
         assert_eq!(slot_checksum(&store, 0), want);
         let sums = [slot_checksum(&store, 0), slot_checksum(&store, 1)];
-        let params = ScanParams {
-            window: 10,
-            reach: 0,
-            threshold: -10.0,
-            k: 5,
-            far_k: 0,
-            chunk_rows: 1,
-            threads: 1,
-        };
-        let scope = Scope {
-            agent: 1,
-            ..Scope::default()
-        };
+        let (params, scope) = window_scan(-10.0);
         let query = [1.0f32, 1.0];
         assert_eq!(
             scan_index_checked(&store, &query, &scope, &params, Some(&sums)).unwrap(),
@@ -1094,19 +1100,7 @@ mod tests {
             vector: Some(vec![1.0, 2.0]),
         }];
         let store = Store::open(&write_temp("width.vec", &build(2, 1, &slots))).unwrap();
-        let params = ScanParams {
-            window: 10,
-            reach: 0,
-            threshold: 0.0,
-            k: 5,
-            far_k: 0,
-            chunk_rows: 1,
-            threads: 1,
-        };
-        let scope = Scope {
-            agent: 1,
-            ..Scope::default()
-        };
+        let (params, scope) = window_scan(0.0);
         assert!(matches!(
             scan_index(&store, &[1.0], &scope, &params),
             Err(CoreError::DimensionMismatch { .. })

@@ -36,6 +36,12 @@ FETCH_TIMEOUT = 3.0
 FETCH_LIMIT = 1 << 20
 OUTPUT_TAIL_LINES = 40
 
+#: The health issue a cached verdict's state raises: its type, severity and the verdict key
+#: it quotes.
+_VERDICT_ISSUES = {
+    "newer": ("update_available", "info", "available"),
+    "yanked": ("version_yanked", "warn", "reason"),
+}
 _FILENAME = re.compile(r"cpersona-([0-9][^-]*?)(?:\.tar\.gz|-py|\.zip|-cp)")
 
 #: (versions listed -> {version: every file yanked}) for a test to replace the network.
@@ -309,24 +315,16 @@ class UpdateCheck:
         if cached is None:
             return []
         v = cached.get("verdict", {})
-        if v.get("state") == "newer":
-            return [
-                {
-                    "type": "update_available",
-                    "severity": "info",
-                    "check": "update_status",
-                    "running": __version__,
-                    "available": v.get("available"),
-                }
-            ]
-        if v.get("state") == "yanked":
-            return [
-                {
-                    "type": "version_yanked",
-                    "severity": "warn",
-                    "check": "update_status",
-                    "running": __version__,
-                    "reason": v.get("reason"),
-                }
-            ]
-        return []
+        issue = _VERDICT_ISSUES.get(v.get("state"))
+        if issue is None:
+            return []
+        kind, severity, detail = issue
+        return [
+            {
+                "type": kind,
+                "severity": severity,
+                "check": "update_status",
+                "running": __version__,
+                detail: v.get(detail),
+            }
+        ]

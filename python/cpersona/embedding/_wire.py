@@ -129,6 +129,30 @@ def post_json(
         raise EmbeddingUnavailable(f"{label} answered with a body that is not JSON") from None
 
 
+def answer_items(answer: object, key: str, label: str, count: int, *, wrong: str) -> list[object]:
+    """The list under `key` of a JSON answer to a request for `count` texts: one item per
+    text, at most MAX_VECTORS (`wrong` says what came instead of a list, in the error).
+
+    Raises:
+        EmbeddingUnavailable: the answer is no object, or the list is missing, empty, not a
+            list, or of another length.
+    """
+    if not isinstance(answer, dict):
+        raise EmbeddingUnavailable(f"{label} answered with JSON that is not an object")
+    items = answer.get(key)
+    if items is None or items == []:
+        raise EmbeddingUnavailable(f"{label} returned no embeddings")
+    if not isinstance(items, list):
+        raise EmbeddingUnavailable(f"{label} returned {wrong}")
+    if len(items) > MAX_VECTORS:
+        raise EmbeddingUnavailable(
+            f"{label} returned {len(items)} vectors, more than {MAX_VECTORS}"
+        )
+    if len(items) != count:
+        raise EmbeddingUnavailable(f"{label} returned {len(items)} vectors for {count} texts")
+    return items
+
+
 def to_matrix(vectors: list[object], label: str) -> np.ndarray:
     """Check the vectors of one answer and stack them.
 

@@ -39,21 +39,9 @@ class ApiProvider(_wire.PostingProvider):
         label = endpoint.label
         payload = {"model": self._model, "input": texts}
         answer = _wire.post_json(endpoint, payload, timeout=self._timeout, headers=self._headers)
-        if not isinstance(answer, dict):
-            raise EmbeddingUnavailable(f"{label} answered with JSON that is not an object")
-        items = answer.get("data")
-        if items is None or items == []:
-            raise EmbeddingUnavailable(f"{label} returned no embeddings")
-        if not isinstance(items, list):
-            raise EmbeddingUnavailable(f"{label} returned `data` that is not a list")
-        if len(items) > _wire.MAX_VECTORS:
-            raise EmbeddingUnavailable(
-                f"{label} returned {len(items)} vectors, more than {_wire.MAX_VECTORS}"
-            )
-        if len(items) != len(texts):
-            raise EmbeddingUnavailable(
-                f"{label} returned {len(items)} vectors for {len(texts)} texts"
-            )
+        items = _wire.answer_items(
+            answer, "data", label, len(texts), wrong="`data` that is not a list"
+        )
         matrix = _wire.to_matrix(_placed(items, label), label)
         self._width.accept(matrix.shape[1], label)
         return l2_normalise(matrix, floor=_NORM_FLOOR)

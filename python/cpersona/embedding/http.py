@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from cpersona.embedding import _wire
-from cpersona.errors import EmbeddingUnavailable
 
 SETTING = "CPERSONA_EMBEDDING_URL"
 
@@ -33,21 +32,9 @@ class HttpProvider(_wire.PostingProvider):
     def _request(self, endpoint: _wire.Endpoint, texts: list[str]) -> np.ndarray:
         label = endpoint.label
         answer = _wire.post_json(endpoint, {"texts": texts}, timeout=self._timeout)
-        if not isinstance(answer, dict):
-            raise EmbeddingUnavailable(f"{label} answered with JSON that is not an object")
-        vectors = answer.get("embeddings")
-        if vectors is None or vectors == []:
-            raise EmbeddingUnavailable(f"{label} returned no embeddings")
-        if not isinstance(vectors, list):
-            raise EmbeddingUnavailable(f"{label} returned embeddings that are not a list")
-        if len(vectors) > _wire.MAX_VECTORS:
-            raise EmbeddingUnavailable(
-                f"{label} returned {len(vectors)} vectors, more than {_wire.MAX_VECTORS}"
-            )
-        if len(vectors) != len(texts):
-            raise EmbeddingUnavailable(
-                f"{label} returned {len(vectors)} vectors for {len(texts)} texts"
-            )
+        vectors = _wire.answer_items(
+            answer, "embeddings", label, len(texts), wrong="embeddings that are not a list"
+        )
         matrix = _wire.to_matrix(vectors, label)
         self._width.accept(matrix.shape[1], label)
         return matrix

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cpersona.config import LOCAL_MODEL_NAMES
-from cpersona.embedding.base import MAX_BATCH, EmbeddingMisconfigured, Kind, check_texts, empty
+from cpersona.embedding.base import (
+    MAX_BATCH,
+    EmbeddingMisconfigured,
+    Kind,
+    check_texts,
+    empty,
+    length_runs,
+)
 from cpersona.errors import EmbeddingUnavailable
 
 if TYPE_CHECKING:
@@ -88,7 +95,8 @@ class MiniLMProvider:
         try:
             encodings = tokenizer.encode_batch([_well_formed(text) for text in batch])
             out = np.empty((len(batch), DIM), dtype=np.float32)
-            for rows in _runs(encodings):
+            lengths = [len(e.ids) for e in encodings]
+            for rows in length_runs(lengths, _MAX_BATCH_TOKENS, MAX_BATCH):
                 out[rows] = _embed_run(session, [encodings[i] for i in rows])
         except Exception as exc:  # onnxruntime and tokenizers raise their own, unrelated types
             raise EmbeddingUnavailable(f"the local embedding model failed: {exc}") from exc
@@ -154,24 +162,6 @@ def _well_formed(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     return text
-
-
-def _runs(encodings: list[Encoding]) -> list[list[int]]:
-    """Group text positions into model runs of similar length, so little of a run is padding."""
-    order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
-    runs: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        length = len(encodings[i].ids)
-        # Sorted ascending, so the newest text sets the run's padded length.
-        full = len(current) == MAX_BATCH or (len(current) + 1) * length > _MAX_BATCH_TOKENS
-        if current and full:
-            runs.append(current)
-            current = []
-        current.append(i)
-    if current:
-        runs.append(current)
-    return runs
 
 
 def _embed_run(session: Any, encodings: list[Encoding]) -> np.ndarray:

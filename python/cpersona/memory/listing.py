@@ -55,13 +55,7 @@ def list_memories(
     with db.snapshot():  # one state, however many statements the listing takes
         rows = memory_sql.list_newest(db, agent_id or None, project, limit, span=span)
     out = [_memory_row(m) for m in rows]
-    degraded = _over_budget(
-        out, ("content",), MEMORY_LIST_BUDGET, settings.recall_preview_chars, "mem"
-    )
-    result: dict[str, Any] = {"memories": out, "count": len(out)}
-    if degraded:
-        result["budget_chars"] = MEMORY_LIST_BUDGET
-    return result
+    return _listed("memories", out, ("content",), MEMORY_LIST_BUDGET, settings, "mem")
 
 
 def _episode_row(e: Episode) -> dict[str, Any]:
@@ -89,12 +83,24 @@ def list_episodes(
     with db.snapshot():
         rows = episode_sql.list_newest(db, agent_id or None, project, limit, span=span)
     out = [_episode_row(e) for e in rows]
-    degraded = _over_budget(
-        out, ("summary", "keywords"), EPISODE_LIST_BUDGET, settings.recall_preview_chars, "ep"
-    )
-    result: dict[str, Any] = {"episodes": out, "count": len(out)}
+    fields = ("summary", "keywords")
+    return _listed("episodes", out, fields, EPISODE_LIST_BUDGET, settings, "ep")
+
+
+def _listed(
+    key: str,
+    rows: list[dict[str, Any]],
+    fields: tuple[str, ...],
+    budget: int,
+    settings: Settings,
+    kind: str,
+) -> dict[str, Any]:
+    """A listing's answer: the rows under `key` with their count, cut to previews (and
+    `budget_chars` said) when their `fields` together exceed `budget`."""
+    degraded = _over_budget(rows, fields, budget, settings.recall_preview_chars, kind)
+    result: dict[str, Any] = {key: rows, "count": len(rows)}
     if degraded:
-        result["budget_chars"] = EPISODE_LIST_BUDGET
+        result["budget_chars"] = budget
     return result
 
 

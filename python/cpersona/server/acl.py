@@ -319,10 +319,10 @@ class Guard:
     def __call__(self, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any] | None:
         client_id = self._principal()
         if client_id is None:
-            return self._deny(tool, None, detail="the request carries no authenticated client")
+            return denial(tool, None, detail="the request carries no authenticated client")
         needs = demands(tool, arguments, export_dir_set=self._export_dir_set)
         if needs is None:
-            return self._deny(tool, client_id, detail="tool not classified for ACL enforcement")
+            return denial(tool, client_id, detail="tool not classified for ACL enforcement")
         if not needs:
             return None
         client = self.config.client(client_id)
@@ -339,21 +339,8 @@ class Guard:
                     f"client {client_id!r} holds {_name(held)} on {need.agent!r}; "
                     f"{tool} needs {need.required}"
                 )
-            return self._deny(
-                tool, client_id, agent=need.agent, required=need.required, detail=detail
-            )
+            return denial(tool, client_id, agent=need.agent, required=need.required, detail=detail)
         return None
-
-    def _deny(
-        self,
-        tool: str,
-        client_id: str | None,
-        *,
-        agent: str | None = None,
-        required: str | None = None,
-        detail: str | None = None,
-    ) -> dict[str, Any]:
-        return denial(tool, client_id, agent=agent, required=required, detail=detail)
 
 
 def denial(

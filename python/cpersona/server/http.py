@@ -29,12 +29,13 @@ from cpersona.errors import ConfigError
 from cpersona.server.auth import BearerAuth, BodyBudget, current_client
 from cpersona.server.jsonrpc import JsonRpcGuard
 from cpersona.server.metrics import MetricsRoute
-from cpersona.storage import database_label, open_failure_reason
+from cpersona.server.startup import serve_on
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
 
     from cpersona.config import Settings
+    from cpersona.engine import Engine
     from cpersona.server.acl import AclConfig, Authorize
     from cpersona.server.metrics import Metrics
     from cpersona.server.oauth import OAuthConfig
@@ -59,7 +60,6 @@ def serve_http(
     Returns the process exit code: 0 after a clean stop, 1 when the port or the database
     cannot be opened, 2 when the configuration refuses to serve.
     """
-    from cpersona.engine import Engine
     from cpersona.server.acl import Guard
     from cpersona.server.app import build_server
     from cpersona.server.auth import preflight_refusal
@@ -79,55 +79,36 @@ def serve_http(
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         # The SDK logs every stateless request's end at INFO: one line per tool call.
         logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
-    try:
-        sock = listen(settings.http_host, settings.http_port)
-    except OSError as exc:
-        print(
-            f"cpersona: cannot listen on {settings.http_host}:{settings.http_port}: {exc}",
-            file=sys.stderr,
-        )
-        return 1
-    try:
-        try:
-            engine = Engine(settings)
-        except Exception as exc:  # an unusable database path, a locked or corrupt file
-            where = database_label(settings.db_path, settings.database_url)
-            reason = open_failure_reason(settings.db_path, settings.database_url, exc)
-            print(f"cpersona: cannot open the database {where}: {reason}", file=sys.stderr)
-            return 1
-        try:
-            guard: Authorize | None = None
-            if acl is not None:
-                guard = Guard(acl, current_client, export_dir_set=bool(settings.export_dir))
-                if ledger is not None:  # per-subject mode (server/subjects.py)
-                    from cpersona.server.subjects import per_subject_guard
 
-                    try:
-                        guard = per_subject_guard(guard, ledger, engine.db)
-                    except ConfigError as exc:  # the database holds reserved agent ids
-                        print(f"cpersona: {exc}", file=sys.stderr)
-                        return 2
-            url = endpoint_url(settings.http_host, sock.getsockname()[1])
-            print(
-                http_banner(settings, engine.embedder.name, url, acl), file=sys.stderr, flush=True
-            )
-            notice = engine.router.notice()
-            if notice is not None:  # the stored vectors are another model's (one line)
-                print(notice, file=sys.stderr, flush=True)
-            metrics = server_metrics(engine)
-            server = build_server(engine, authorize=guard, metrics=metrics)
-            engine.start_index_warmup()
-            engine.start_calibration()
-            engine.tasks.start()  # drains legacy pending_memory_tasks rows (§9.6)
-            # Start-up read on this thread, the event loop's from now on: a reader bound to it
-            # for good would keep the idle readers from ever being recycled (storage/db.py).
-            engine.db.release_reader()
-            _run(build_app(server, settings, acl, metrics, oauth=oauth), sock, settings)
-        finally:
-            engine.close()
-    finally:
-        sock.close()
-    return 0
+    def serve(sock: socket.socket, engine: Engine) -> int:
+        guard: Authorize | None = None
+        if acl is not None:
+            guard = Guard(acl, current_client, export_dir_set=bool(settings.export_dir))
+            if ledger is not None:  # per-subject mode (server/subjects.py)
+                from cpersona.server.subjects import per_subject_guard
+
+                try:
+                    guard = per_subject_guard(guard, ledger, engine.db)
+                except ConfigError as exc:  # the database holds reserved agent ids
+                    print(f"cpersona: {exc}", file=sys.stderr)
+                    return 2
+        url = endpoint_url(settings.http_host, sock.getsockname()[1])
+        print(http_banner(settings, engine.embedder.name, url, acl), file=sys.stderr, flush=True)
+        notice = engine.router.notice()
+        if notice is not None:  # the stored vectors are another model's (one line)
+            print(notice, file=sys.stderr, flush=True)
+        metrics = server_metrics(engine)
+        server = build_server(engine, authorize=guard, metrics=metrics)
+        engine.start_index_warmup()
+        engine.start_calibration()
+        engine.tasks.start()  # drains legacy pending_memory_tasks rows (§9.6)
+        # Start-up read on this thread, the event loop's from now on: a reader bound to it
+        # for good would keep the idle readers from ever being recycled (storage/db.py).
+        engine.db.release_reader()
+        _run(build_app(server, settings, acl, metrics, oauth=oauth), sock, settings)
+        return 0
+
+    return serve_on(settings, settings.http_host, settings.http_port, serve)
 
 
 def build_app(
@@ -215,22 +196,6 @@ class _AnyPath:
         if scope["type"] == "http" and scope.get("path") != MCP_PATH:
             scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode("ascii")}
         await self.app(scope, receive, send)
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port (port 0: any free port; the banner shows which)."""
-    family, kind, proto, _, addr = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-        sock.listen(2048)
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 class _Terminated(Exception):

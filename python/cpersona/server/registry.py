@@ -88,9 +88,25 @@ class Annotations:
     idempotent: bool | None = None
 
 
+#: The hint sets most tools publish (a hint left None is not sent).
+READS = Annotations(read_only=True)
+#: Writes that leave the same state when repeated (store skips a duplicate; a lock relocks).
+EDITS = Annotations(read_only=False, destructive=False, idempotent=True)
+#: Writes that add a new row each call.
+APPENDS = Annotations(read_only=False, destructive=False, idempotent=False)
+#: Writes that remove rows; repeating one removes nothing more.
+DELETES = Annotations(read_only=False, destructive=True, idempotent=True)
+#: Tools that may write (a flag such as `fix` decides), publishing no further hint.
+MAY_WRITE = Annotations(read_only=False)
+
+
 @dataclass(frozen=True)
 class ToolSpec(Generic[A]):
-    """One MCP tool, whole: everything any layer needs to list, guard and call it."""
+    """One MCP tool, whole: everything any layer needs to list, guard and call it.
+
+    The group modules declare each tool positionally, in field order: name, position,
+    description, argument model, access, handler, annotations, then `failure` by keyword.
+    """
 
     name: str
     #: Its place in `tools/list` (1-based; CPersona 2.5.12's order, surface.md §2's # column).

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from cpersona.config import LOCAL_MODEL_NAMES, Settings, cache_root
 from cpersona.engine import Engine
 from cpersona.server.handshake import Handshake, Record, record_key
-from cpersona.storage import database_label, open_failure_reason
+from cpersona.server.startup import open_engine
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
@@ -40,12 +40,8 @@ def serve_stdio(
     alias ledger when the ACL file has per-subject clients (their ids stay reserved here too)."""
     from cpersona.server.banner import stdio_banner
 
-    try:
-        engine = Engine(settings)
-    except Exception as exc:  # an unusable database path, a locked or corrupt file
-        where = database_label(settings.db_path, settings.database_url)
-        reason = open_failure_reason(settings.db_path, settings.database_url, exc)
-        print(f"cpersona: cannot open the database {where}: {reason}", file=sys.stderr)
+    engine = open_engine(settings)
+    if engine is None:
         return 1
     guard: Authorize | None = authorize
     if authorize is not None and ledger is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,7 @@ from cpersona.server.auth import _is_loopback
 
 if TYPE_CHECKING:
     from cpersona.config import Settings
+    from cpersona.engine import Engine
     from cpersona.server.acl import AclConfig
 
 log = logging.getLogger("cpersona.web")
@@ -30,49 +32,30 @@ def refusal(settings: Settings, acl: AclConfig | None) -> str | None:
 
 
 def serve_web(settings: Settings, acl: AclConfig | None) -> int:
-    from cpersona.engine import Engine
-    from cpersona.server.http import _run, endpoint_url, listen
+    from cpersona.server.http import _run, endpoint_url
+    from cpersona.server.startup import serve_on
     from cpersona.web.app import LOOPBACK_HOSTS, Access, build_web_app
 
     problem = refusal(settings, acl)
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
-    try:
-        sock = listen(settings.web_host, settings.web_port)
-    except OSError as exc:
-        print(
-            f"cpersona: cannot listen on {settings.web_host}:{settings.web_port}: {exc}",
-            file=sys.stderr,
-        )
-        return 1
-    try:
-        try:
-            engine = Engine(settings)
-        except Exception as exc:  # an unusable database path, a locked or corrupt file
-            from cpersona.storage import open_failure_reason
 
-            reason = open_failure_reason(settings.db_path, settings.database_url, exc)
-            where = settings.db_path
-            print(f"cpersona: cannot open the database {where}: {reason}", file=sys.stderr)
-            return 1
-        try:
-            access = Access(None if acl is not None else settings.auth_token, acl)
-            url = endpoint_url(settings.web_host, sock.getsockname()[1]).removesuffix("mcp")
-            lines = [
-                f"cpersona web view (read-only) of {settings.db_path}",
-                f"  url: {url}",
-            ]
-            if not access.open:
-                lines.append(f"  open once as: {url}?token=<your token>")
-            print("\n".join(lines), file=sys.stderr, flush=True)
-            engine.start_index_warmup()
-            engine.start_calibration()
-            loopback = _is_loopback(settings.web_host) or settings.web_host == "localhost"
-            hosts = LOOPBACK_HOSTS if loopback else None
-            _run(build_web_app(engine, access, hosts=hosts), sock, settings)
-        finally:
-            engine.close()
-    finally:
-        sock.close()
-    return 0
+    def serve(sock: socket.socket, engine: Engine) -> int:
+        access = Access(None if acl is not None else settings.auth_token, acl)
+        url = endpoint_url(settings.web_host, sock.getsockname()[1]).removesuffix("mcp")
+        lines = [
+            f"cpersona web view (read-only) of {settings.db_path}",
+            f"  url: {url}",
+        ]
+        if not access.open:
+            lines.append(f"  open once as: {url}?token=<your token>")
+        print("\n".join(lines), file=sys.stderr, flush=True)
+        engine.start_index_warmup()
+        engine.start_calibration()
+        loopback = _is_loopback(settings.web_host) or settings.web_host == "localhost"
+        hosts = LOOPBACK_HOSTS if loopback else None
+        _run(build_web_app(engine, access, hosts=hosts), sock, settings)
+        return 0
+
+    return serve_on(settings, settings.web_host, settings.web_port, serve)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
 from cpersona.server.access import Access, flag
-from cpersona.server.registry import Annotations, NoArguments, ToolSpec, arg
+from cpersona.server.registry import MAY_WRITE, READS, NoArguments, ToolSpec, arg
 
 if TYPE_CHECKING:
     from cpersona.engine import Engine
@@ -51,45 +51,50 @@ def _check_update_description(settings: Settings) -> str:
     )
 
 
+_ABOUT_GET_OPERATING_CONTEXT = (
+    "Read the operator's operating context (a TOML file the operator edits on "
+    "disk; re-read when it changes). Without `section`: the revision, the "
+    "instructions summary, the project registry and its enforcement, the agent -> "
+    "default project map used by project_id '@auto', and the doctrine section "
+    "names. With `section`: that doctrine section's body. `ok: false, enabled: "
+    "false` while no usable file exists."
+)
+_ABOUT_GET_QUEUE_STATUS = (
+    "The legacy pending-task queue: `enabled`, `pending` rows, `max_retries`, "
+    "`retry_delay` (seconds). Nothing enqueues any more; the server only drains "
+    "rows an older version left behind, so `pending: 0` is normal. While the queue "
+    "is disabled `pending` reads 0."
+)
+#: Reading the version is a read of the whole server; installing changes it for all.
+_CHECK_UPDATE_ACCESS = Access.every_agent(writes_when=flag("apply"))
+
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
-        name="get_operating_context",
-        position=4,
-        description=(
-            "Read the operator's operating context (a TOML file the operator edits on "
-            "disk; re-read when it changes). Without `section`: the revision, the "
-            "instructions summary, the project registry and its enforcement, the agent -> "
-            "default project map used by project_id '@auto', and the doctrine section "
-            "names. With `section`: that doctrine section's body. `ok: false, enabled: "
-            "false` while no usable file exists."
-        ),
-        args=OperatingContextArgs,
-        access=Access.anyone(),
-        handler=_operating_context,
-        annotations=Annotations(read_only=True),
+        "get_operating_context",
+        4,
+        _ABOUT_GET_OPERATING_CONTEXT,
+        OperatingContextArgs,
+        Access.anyone(),
+        _operating_context,
+        READS,
     ),
     ToolSpec(
-        name="get_queue_status",
-        position=23,
-        description=(
-            "The legacy pending-task queue: `enabled`, `pending` rows, `max_retries`, "
-            "`retry_delay` (seconds). Nothing enqueues any more; the server only drains "
-            "rows an older version left behind, so `pending: 0` is normal. While the queue "
-            "is disabled `pending` reads 0."
-        ),
-        args=NoArguments,
-        access=Access.anyone(),
-        handler=_queue_status,
-        annotations=Annotations(read_only=True),
+        "get_queue_status",
+        23,
+        _ABOUT_GET_QUEUE_STATUS,
+        NoArguments,
+        Access.anyone(),
+        _queue_status,
+        READS,
     ),
     ToolSpec(
-        name="check_update",
-        position=31,
-        description=_check_update_description,
-        args=CheckUpdateArgs,
-        # Reading the version is a read of the whole server; installing changes it for all.
-        access=Access.every_agent(writes_when=flag("apply")),
-        handler=_check_update,
-        annotations=Annotations(read_only=False),
+        "check_update",
+        31,
+        _check_update_description,
+        CheckUpdateArgs,
+        _CHECK_UPDATE_ACCESS,
+        _check_update,
+        MAY_WRITE,
     ),
 )

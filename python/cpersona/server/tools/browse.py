@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -10,12 +11,17 @@ from cpersona.credentials import tool_note
 from cpersona.memory import listing
 from cpersona.models import ProjectFilter
 from cpersona.server.access import Access
-from cpersona.server.registry import Annotations, ToolSpec, arg
-from cpersona.server.tools.memory import SESSION_KEY, SINCE, STR, UNTIL, span_of
+from cpersona.server.registry import READS, Annotations, ToolSpec, arg
+from cpersona.server.tools.memory import SESSION_KEY, SINCE, STR, UNTIL, span_of, unless_paused
 from cpersona.timerange import RangeError
 
 if TYPE_CHECKING:
     from cpersona.engine import Engine
+    from cpersona.storage import Store
+    from cpersona.timerange import TimeRange
+
+#: memory/listing.py's list_memories or list_episodes.
+Lister = Callable[["Store", Settings, str, ProjectFilter, int, "TimeRange | None"], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -51,25 +57,27 @@ class ListEpisodesArgs(ListMemoriesArgs):
 
 
 def _list_memories(engine: Engine, a: ListMemoriesArgs) -> dict[str, Any]:
-    try:
-        span = span_of(a)
-    except RangeError as exc:
-        return _memories_failure(str(exc))
-    # Reads never refuse at the OC gate (surface.md §6.6); they only resolve and warn.
-    gate = engine.operating_context.gate(a.project_id, a.agent_id, write=False)
-    project = ProjectFilter(gate.project_id)
-    out = listing.list_memories(engine.db, engine.settings, a.agent_id, project, a.limit, span)
-    return {**out, **gate.extra}
+    return _listed(engine, a, listing.list_memories, _memories_failure)
 
 
 def _list_episodes(engine: Engine, a: ListEpisodesArgs) -> dict[str, Any]:
+    return _listed(engine, a, listing.list_episodes, _episodes_failure)
+
+
+def _listed(
+    engine: Engine,
+    a: ListMemoriesArgs,
+    lister: Lister,
+    failure: Callable[[str], dict[str, Any]],
+) -> dict[str, Any]:
     try:
         span = span_of(a)
     except RangeError as exc:
-        return _episodes_failure(str(exc))
+        return failure(str(exc))
+    # Reads never refuse at the OC gate (surface.md §6.6); they only resolve and warn.
     gate = engine.operating_context.gate(a.project_id, a.agent_id, write=False)
     project = ProjectFilter(gate.project_id)
-    out = listing.list_episodes(engine.db, engine.settings, a.agent_id, project, a.limit, span)
+    out = lister(engine.db, engine.settings, a.agent_id, project, a.limit, span)
     return {**out, **gate.extra}
 
 
@@ -78,10 +86,10 @@ def _get_profile(engine: Engine, a: AgentArgs) -> dict[str, Any]:
 
 
 def _update_profile(engine: Engine, a: UpdateProfileArgs) -> dict[str, Any]:
-    skip = engine.pause.skip("update_profile", a.session_key, profiles_updated=0)
-    if skip is not None:
-        return skip
-    return engine.writer.update_profile(a.agent_id, a.profile)
+    def write() -> dict[str, Any]:
+        return engine.writer.update_profile(a.agent_id, a.profile)
+
+    return unless_paused(engine, "update_profile", a.session_key, write, profiles_updated=0)
 
 
 # Refusals keep the documented collection keys present (surface.md §1.3).
@@ -127,47 +135,42 @@ def _list_episodes_description(settings: Settings) -> str:
     )
 
 
+_ABOUT_GET_PROFILE = (
+    "Read the agent's single profile text (`{profile}`; '' when none). A successful "
+    "read carries no `ok` key."
+)
+
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
+    ToolSpec("get_profile", 9, _ABOUT_GET_PROFILE, AgentArgs, Access.read(), _get_profile, READS),
     ToolSpec(
-        name="get_profile",
-        position=9,
-        description=(
-            "Read the agent's single profile text (`{profile}`; '' when none). A successful "
-            "read carries no `ok` key."
-        ),
-        args=AgentArgs,
-        access=Access.read(),
-        handler=_get_profile,
-        annotations=Annotations(read_only=True),
-    ),
-    ToolSpec(
-        name="update_profile",
-        position=10,
-        description=_update_profile_description,
-        args=UpdateProfileArgs,
-        access=Access.write(),
-        handler=_update_profile,
-        annotations=Annotations(read_only=False, destructive=False),
+        "update_profile",
+        10,
+        _update_profile_description,
+        UpdateProfileArgs,
+        Access.write(),
+        _update_profile,
+        Annotations(read_only=False, destructive=False),
         failure=_profile_failure,
     ),
     ToolSpec(
-        name="list_memories",
-        position=12,
-        description=_list_memories_description,
-        args=ListMemoriesArgs,
-        access=Access.read(sweeping=True),
-        handler=_list_memories,
-        annotations=Annotations(read_only=True),
+        "list_memories",
+        12,
+        _list_memories_description,
+        ListMemoriesArgs,
+        Access.read(sweeping=True),
+        _list_memories,
+        READS,
         failure=_memories_failure,
     ),
     ToolSpec(
-        name="list_episodes",
-        position=13,
-        description=_list_episodes_description,
-        args=ListEpisodesArgs,
-        access=Access.read(sweeping=True),
-        handler=_list_episodes,
-        annotations=Annotations(read_only=True),
+        "list_episodes",
+        13,
+        _list_episodes_description,
+        ListEpisodesArgs,
+        Access.read(sweeping=True),
+        _list_episodes,
+        READS,
         failure=_episodes_failure,
     ),
 )

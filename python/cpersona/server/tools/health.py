@@ -11,7 +11,7 @@ from cpersona.health.context import from_engine
 from cpersona.health.deep import DEEP_NAMES, deep_check, session_findings
 from cpersona.health.registry import NAMES, REPORT_ONLY, check_health
 from cpersona.server.access import READ, READ_WRITE, Access, flag
-from cpersona.server.registry import Annotations, ToolSpec, arg
+from cpersona.server.registry import MAY_WRITE, READS, ToolSpec, arg
 from cpersona.server.tools.memory import SESSION_KEY, STR
 from cpersona.session import bucket
 
@@ -94,69 +94,74 @@ def _health_failure(error: str) -> dict[str, Any]:
     return {"ok": False, "error": error, "checks_run": []}
 
 
+_ABOUT_CHECK_HEALTH = (
+    f"Check the database with {len(NAMES)} checks, in this order: "
+    f"{', '.join(NAMES)}. Each issue has `type`, `severity` (critical / warn / "
+    "info) and `check`. `status` is the verdict: `unhealthy` if any critical, "
+    "else `degraded` if any warn, else `healthy` (info never degrades). It judges "
+    "what is stored, not whether embedding works: a corpus without vectors can be "
+    "healthy. `agent_id` '' checks every agent. `checks` picks names (an unknown "
+    "name refuses the call). `fix=true` repairs what the fixable checks found and "
+    "reports what it did per issue (`fixed`, `fix_error`, ...); `status` then "
+    "judges the state after the repairs. Repairs skip locked rows and stay within "
+    "`agent_id`, except: the embedding repairs rewrite vectors of locked rows "
+    f"too, `{CROSS_AGENT_CHECK}` acts across all agents, schema / FTS / index-file "
+    "repairs act on the whole database, `file_permissions` chmods files. "
+    "`oversized_content` and `oversized_profile` are lossy (they cut text), and so "
+    "is `stored_credentials` (it replaces credentials with `[REDACTED:<kind>]`; "
+    "findings name row ids and kinds, never a value). "
+    f"Report-only (fix accepted, nothing written): {', '.join(REPORT_ONLY)}; "
+    "critical file-integrity findings are never auto-repaired. While persistence "
+    "is paused, fix is forced off (`repairs_skipped`)."
+)
+_CHECK_HEALTH_ACCESS = Access.read(sweeping=True, writes_when=flag("fix")) + Access.every_agent(
+    READ_WRITE,
+    applies_when=_repairs_every_agent,
+    because=f"check_health fix of {CROSS_AGENT_CHECK} repairs every agent's rows; "
+    "name the checks to run without it",
+)
+_ABOUT_GET_SESSION_FINDINGS = (
+    "Every check_health check, read-only, over the whole database, as findings "
+    "grouped by `kind` (at most `per_kind_limit` each, default 5; `capped_kinds` "
+    "lists the kinds that had more), with counts by kind and severity and, unless "
+    "`include_summary` is false, the `status` verdict. Never writes."
+)
+_ABOUT_DEEP_CHECK = (
+    f"Data-quality heuristics for one agent ('' is the empty-agent bucket): "
+    f"{', '.join(DEEP_NAMES)}. Only anonymous_source (recover names written as "
+    "'[name] ...') and short_content (DELETES unlocked memories of 5 characters "
+    "or fewer) act on `fix=true`; while persistence is paused fix is forced off."
+)
+
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
-        name="check_health",
-        position=27,
-        description=(
-            f"Check the database with {len(NAMES)} checks, in this order: "
-            f"{', '.join(NAMES)}. Each issue has `type`, `severity` (critical / warn / "
-            "info) and `check`. `status` is the verdict: `unhealthy` if any critical, "
-            "else `degraded` if any warn, else `healthy` (info never degrades). It judges "
-            "what is stored, not whether embedding works: a corpus without vectors can be "
-            "healthy. `agent_id` '' checks every agent. `checks` picks names (an unknown "
-            "name refuses the call). `fix=true` repairs what the fixable checks found and "
-            "reports what it did per issue (`fixed`, `fix_error`, ...); `status` then "
-            "judges the state after the repairs. Repairs skip locked rows and stay within "
-            "`agent_id`, except: the embedding repairs rewrite vectors of locked rows "
-            f"too, `{CROSS_AGENT_CHECK}` acts across all agents, schema / FTS / index-file "
-            "repairs act on the whole database, `file_permissions` chmods files. "
-            "`oversized_content` and `oversized_profile` are lossy (they cut text), and so "
-            "is `stored_credentials` (it replaces credentials with `[REDACTED:<kind>]`; "
-            "findings name row ids and kinds, never a value). "
-            f"Report-only (fix accepted, nothing written): {', '.join(REPORT_ONLY)}; "
-            "critical file-integrity findings are never auto-repaired. While persistence "
-            "is paused, fix is forced off (`repairs_skipped`)."
-        ),
-        args=CheckHealthArgs,
-        access=Access.read(sweeping=True, writes_when=flag("fix"))
-        + Access.every_agent(
-            READ_WRITE,
-            applies_when=_repairs_every_agent,
-            because=f"check_health fix of {CROSS_AGENT_CHECK} repairs every agent's rows; "
-            "name the checks to run without it",
-        ),
-        handler=_check_health,
-        annotations=Annotations(read_only=False),
+        "check_health",
+        27,
+        _ABOUT_CHECK_HEALTH,
+        CheckHealthArgs,
+        _CHECK_HEALTH_ACCESS,
+        _check_health,
+        MAY_WRITE,
         failure=_health_failure,
     ),
     ToolSpec(
-        name="get_session_findings",
-        position=28,
-        description=(
-            "Every check_health check, read-only, over the whole database, as findings "
-            "grouped by `kind` (at most `per_kind_limit` each, default 5; `capped_kinds` "
-            "lists the kinds that had more), with counts by kind and severity and, unless "
-            "`include_summary` is false, the `status` verdict. Never writes."
-        ),
-        args=FindingsArgs,
-        access=Access.every_agent(READ),
-        handler=_findings,
-        annotations=Annotations(read_only=True),
+        "get_session_findings",
+        28,
+        _ABOUT_GET_SESSION_FINDINGS,
+        FindingsArgs,
+        Access.every_agent(READ),
+        _findings,
+        READS,
     ),
     ToolSpec(
-        name="deep_check",
-        position=29,
-        description=(
-            f"Data-quality heuristics for one agent ('' is the empty-agent bucket): "
-            f"{', '.join(DEEP_NAMES)}. Only anonymous_source (recover names written as "
-            "'[name] ...') and short_content (DELETES unlocked memories of 5 characters "
-            "or fewer) act on `fix=true`; while persistence is paused fix is forced off."
-        ),
-        args=DeepCheckArgs,
-        access=Access.read(writes_when=flag("fix")),
-        handler=_deep_check,
-        annotations=Annotations(read_only=False),
+        "deep_check",
+        29,
+        _ABOUT_DEEP_CHECK,
+        DeepCheckArgs,
+        Access.read(writes_when=flag("fix")),
+        _deep_check,
+        MAY_WRITE,
         failure=_health_failure,
     ),
 )

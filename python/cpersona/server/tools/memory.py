@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cpersona.config import Settings
 from cpersona.credentials import tool_note
 from cpersona.server.access import Access
-from cpersona.server.registry import Annotations, ToolSpec, arg
+from cpersona.server.registry import APPENDS, DELETES, EDITS, ToolSpec, arg
 from cpersona.timerange import TimeRange, parse_range
 
 if TYPE_CHECKING:
@@ -125,32 +126,41 @@ def _store(engine: Engine, a: StoreArgs) -> dict[str, Any]:
     return {**out, **gate.extra}
 
 
+def unless_paused(
+    engine: Engine, tool: str, session_key: str, write: Callable[[], dict[str, Any]], **skipped: Any
+) -> dict[str, Any]:
+    """The write's answer, or while the caller's bucket is paused the skip shape with
+    `skipped` (the ids the write would have answered, as null)."""
+    skip = engine.pause.skip(tool, session_key, **skipped)
+    return write() if skip is None else skip
+
+
 def _update_memory(engine: Engine, a: UpdateMemoryArgs) -> dict[str, Any]:
-    skip = engine.pause.skip("update_memory", a.session_key, updated_id=None)
-    if skip is not None:
-        return skip
-    return engine.writer.update_memory(a.memory_id, a.content, a.agent_id)
+    def write() -> dict[str, Any]:
+        return engine.writer.update_memory(a.memory_id, a.content, a.agent_id)
+
+    return unless_paused(engine, "update_memory", a.session_key, write, updated_id=None)
 
 
 def _delete_memory(engine: Engine, a: MemoryRowArgs) -> dict[str, Any]:
-    skip = engine.pause.skip("delete_memory", a.session_key, deleted_id=None)
-    if skip is not None:
-        return skip
-    return engine.writer.delete_memory(a.memory_id, a.agent_id)
+    def write() -> dict[str, Any]:
+        return engine.writer.delete_memory(a.memory_id, a.agent_id)
+
+    return unless_paused(engine, "delete_memory", a.session_key, write, deleted_id=None)
 
 
 def _lock(engine: Engine, a: MemoryRowArgs) -> dict[str, Any]:
-    skip = engine.pause.skip("lock_memory", a.session_key, locked_id=None)
-    if skip is not None:
-        return skip
-    return engine.writer.set_lock(a.memory_id, a.agent_id, True)
+    def write() -> dict[str, Any]:
+        return engine.writer.set_lock(a.memory_id, a.agent_id, True)
+
+    return unless_paused(engine, "lock_memory", a.session_key, write, locked_id=None)
 
 
 def _unlock(engine: Engine, a: MemoryRowArgs) -> dict[str, Any]:
-    skip = engine.pause.skip("unlock_memory", a.session_key, unlocked_id=None)
-    if skip is not None:
-        return skip
-    return engine.writer.set_lock(a.memory_id, a.agent_id, False)
+    def write() -> dict[str, Any]:
+        return engine.writer.set_lock(a.memory_id, a.agent_id, False)
+
+    return unless_paused(engine, "unlock_memory", a.session_key, write, unlocked_id=None)
 
 
 def _archive_episode(engine: Engine, a: ArchiveEpisodeArgs) -> dict[str, Any]:
@@ -180,10 +190,10 @@ def _archive_episode(engine: Engine, a: ArchiveEpisodeArgs) -> dict[str, Any]:
 
 
 def _delete_episode(engine: Engine, a: EpisodeRowArgs) -> dict[str, Any]:
-    skip = engine.pause.skip("delete_episode", a.session_key, deleted_id=None)
-    if skip is not None:
-        return skip
-    return engine.writer.delete_episode(a.episode_id, a.agent_id)
+    def write() -> dict[str, Any]:
+        return engine.writer.delete_episode(a.episode_id, a.agent_id)
+
+    return unless_paused(engine, "delete_episode", a.session_key, write, deleted_id=None)
 
 
 def _store_failure(error: str) -> dict[str, Any]:
@@ -232,77 +242,51 @@ def _update_description(settings: Settings) -> str:
     )
 
 
+_ABOUT_LOCK_MEMORY = (
+    "Protect a memory from update_memory, delete_memory and maintenance repairs. "
+    "A lock never changes ranking, and does not survive delete_agent_data or a "
+    "merge move."
+)
+_ABOUT_UNLOCK_MEMORY = "Remove the protection lock_memory set; unlocking an unlocked row succeeds."
+_ABOUT_DELETE_MEMORY = (
+    "Delete one memory. A locked memory refuses. With `agent_id`, only that agent's "
+    "row can be deleted; without it the call is unscoped (logged)."
+)
+_ABOUT_DELETE_EPISODE = "Delete one episode (episodes have no lock)."
+
+#: Each tool here writes the rows of the agent its `agent_id` names.
+_WRITE = Access.write()
+
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
-        name="store",
-        position=5,
-        description=_store_description,
-        args=StoreArgs,
-        access=Access.write(),
-        handler=_store,
-        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
-        failure=_store_failure,
+        "store", 5, _store_description, StoreArgs, _WRITE, _store, EDITS, failure=_store_failure
     ),
     ToolSpec(
-        name="archive_episode",
-        position=11,
-        description=_archive_description,
-        args=ArchiveEpisodeArgs,
-        access=Access.write(),
-        handler=_archive_episode,
-        annotations=Annotations(read_only=False, destructive=False, idempotent=False),
+        "archive_episode",
+        11,
+        _archive_description,
+        ArchiveEpisodeArgs,
+        _WRITE,
+        _archive_episode,
+        APPENDS,
         failure=_archive_failure,
     ),
     ToolSpec(
-        name="update_memory",
-        position=20,
-        description=_update_description,
-        args=UpdateMemoryArgs,
-        access=Access.write(),
-        handler=_update_memory,
-        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+        "update_memory", 20, _update_description, UpdateMemoryArgs, _WRITE, _update_memory, EDITS
+    ),
+    ToolSpec("lock_memory", 21, _ABOUT_LOCK_MEMORY, MemoryRowArgs, _WRITE, _lock, EDITS),
+    ToolSpec("unlock_memory", 22, _ABOUT_UNLOCK_MEMORY, MemoryRowArgs, _WRITE, _unlock, EDITS),
+    ToolSpec(
+        "delete_memory", 18, _ABOUT_DELETE_MEMORY, MemoryRowArgs, _WRITE, _delete_memory, DELETES
     ),
     ToolSpec(
-        name="lock_memory",
-        position=21,
-        description=(
-            "Protect a memory from update_memory, delete_memory and maintenance repairs. "
-            "A lock never changes ranking, and does not survive delete_agent_data or a "
-            "merge move."
-        ),
-        args=MemoryRowArgs,
-        access=Access.write(),
-        handler=_lock,
-        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
-    ),
-    ToolSpec(
-        name="unlock_memory",
-        position=22,
-        description="Remove the protection lock_memory set; unlocking an unlocked row succeeds.",
-        args=MemoryRowArgs,
-        access=Access.write(),
-        handler=_unlock,
-        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
-    ),
-    ToolSpec(
-        name="delete_memory",
-        position=18,
-        description=(
-            "Delete one memory. A locked memory refuses. With `agent_id`, only that agent's "
-            "row can be deleted; without it the call is unscoped (logged)."
-        ),
-        args=MemoryRowArgs,
-        access=Access.write(),
-        handler=_delete_memory,
-        annotations=Annotations(read_only=False, destructive=True, idempotent=True),
-    ),
-    ToolSpec(
-        name="delete_episode",
-        position=19,
-        description="Delete one episode (episodes have no lock).",
-        args=EpisodeRowArgs,
-        access=Access.write(),
-        handler=_delete_episode,
-        annotations=Annotations(read_only=False, destructive=True, idempotent=True),
+        "delete_episode",
+        19,
+        _ABOUT_DELETE_EPISODE,
+        EpisodeRowArgs,
+        _WRITE,
+        _delete_episode,
+        DELETES,
     ),
 )

@@ -12,7 +12,7 @@ from cpersona.config import Settings
 from cpersona.credentials import tool_note
 from cpersona.portability.import_ import failure_shape as import_failure
 from cpersona.server.access import Access
-from cpersona.server.registry import Annotations, ToolSpec, arg
+from cpersona.server.registry import DELETES, MAY_WRITE, Annotations, ToolSpec, arg
 from cpersona.server.tools.memory import SESSION_KEY, SINCE, STR, UNTIL, span_of
 from cpersona.session import marked
 from cpersona.timerange import RangeError
@@ -221,82 +221,91 @@ def _import_description(settings: Settings) -> str:
     )
 
 
+_ABOUT_DELETE_AGENT_DATA = (
+    "Delete everything belonging to one agent: all its memories (locked ones too: "
+    "a lock does not protect against this), episodes, profile and pending tasks, "
+    "in every project and channel, in one transaction. Its calibrated recall "
+    "thresholds are dropped as well. Other agents are untouched. `agent_id` must "
+    "be non-empty. Answers the number of rows deleted of each kind. Irreversible: "
+    "export_memories first if the data may be needed again."
+)
+_IMPORT_MEMORIES_ACCESS = Access.write("target_agent_id", files=True)
+_ABOUT_MERGE_MEMORIES = (
+    "Copy (`mode` 'copy', the default) or move ('move') one agent's memories, "
+    "episodes and profile into another agent: an export and import without a file, "
+    "atomic (one transaction: on any failure neither agent changes). Rows are "
+    "copied verbatim with their project, channel, timestamps, vectors, lock flag "
+    "and recall stats. Duplicates are skipped and the target's version kept "
+    "(`strategy` 'skip', the only one): a memory with the same msg_id in the same "
+    "project or the same content in the same project and channel, an episode with "
+    "the same summary in the same project and channel, or a profile when the "
+    "target already has one. A move deletes from the source exactly the rows it "
+    "copied, locked ones included (a lock does not stop a move); skipped rows stay "
+    "and are counted in `left_at_source`. `dry_run` counts without writing."
+)
+_MERGE_MEMORIES_ACCESS = Access.read("source_agent_id", writes_when=_moves) + Access.write(
+    "target_agent_id"
+)
+_ABOUT_MIGRATE_CHANNEL_AXIS = (
+    "One-time repair for memories filed under the literal channel 'discord' by old "
+    "Discord bridges: where a row's metadata.session_id starts with a numeric "
+    "channel id ('<channel>:...'), that id becomes its channel. Dry run by default "
+    "(`dry_run` true): reports the recoverable rows per channel, the unrecoverable "
+    "ones and rows with invalid metadata, with samples. Non-destructive (only the "
+    "channel changes; a row that would duplicate another stays) and idempotent. "
+    "`globalize_unrecoverable` also moves the unrecoverable rows to channel '' "
+    "(visible from every channel). `agent_id` '' covers every agent. A persistence "
+    "pause forces the dry run."
+)
+
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
-        name="delete_agent_data",
-        position=14,
-        description=(
-            "Delete everything belonging to one agent: all its memories (locked ones too: "
-            "a lock does not protect against this), episodes, profile and pending tasks, "
-            "in every project and channel, in one transaction. Its calibrated recall "
-            "thresholds are dropped as well. Other agents are untouched. `agent_id` must "
-            "be non-empty. Answers the number of rows deleted of each kind. Irreversible: "
-            "export_memories first if the data may be needed again."
-        ),
-        args=DeleteAgentArgs,
-        access=Access.write(),
-        handler=_delete_agent,
-        annotations=Annotations(read_only=False, destructive=True, idempotent=True),
+        "delete_agent_data",
+        14,
+        _ABOUT_DELETE_AGENT_DATA,
+        DeleteAgentArgs,
+        Access.write(),
+        _delete_agent,
+        DELETES,
         failure=_delete_failure,
     ),
     ToolSpec(
-        name="export_memories",
-        position=24,
-        description=_export_description,
-        args=ExportArgs,
-        access=Access.write(sweeping=True, files=True),
-        handler=_export,
-        annotations=Annotations(read_only=False, destructive=True),
+        "export_memories",
+        24,
+        _export_description,
+        ExportArgs,
+        Access.write(sweeping=True, files=True),
+        _export,
+        Annotations(read_only=False, destructive=True),
     ),
     ToolSpec(
-        name="import_memories",
-        position=25,
-        description=_import_description,
-        args=ImportArgs,
-        access=Access.write("target_agent_id", files=True),
-        handler=_import,
-        annotations=Annotations(read_only=False, destructive=True, idempotent=True),
+        "import_memories",
+        25,
+        _import_description,
+        ImportArgs,
+        _IMPORT_MEMORIES_ACCESS,
+        _import,
+        DELETES,
         failure=import_failure,
     ),
     ToolSpec(
-        name="merge_memories",
-        position=26,
-        description=(
-            "Copy (`mode` 'copy', the default) or move ('move') one agent's memories, "
-            "episodes and profile into another agent: an export and import without a file, "
-            "atomic (one transaction: on any failure neither agent changes). Rows are "
-            "copied verbatim with their project, channel, timestamps, vectors, lock flag "
-            "and recall stats. Duplicates are skipped and the target's version kept "
-            "(`strategy` 'skip', the only one): a memory with the same msg_id in the same "
-            "project or the same content in the same project and channel, an episode with "
-            "the same summary in the same project and channel, or a profile when the "
-            "target already has one. A move deletes from the source exactly the rows it "
-            "copied, locked ones included (a lock does not stop a move); skipped rows stay "
-            "and are counted in `left_at_source`. `dry_run` counts without writing."
-        ),
-        args=MergeArgs,
-        access=Access.read("source_agent_id", writes_when=_moves) + Access.write("target_agent_id"),
-        handler=_merge,
-        annotations=Annotations(read_only=False, destructive=True, idempotent=True),
+        "merge_memories",
+        26,
+        _ABOUT_MERGE_MEMORIES,
+        MergeArgs,
+        _MERGE_MEMORIES_ACCESS,
+        _merge,
+        DELETES,
         failure=_merge_failure,
     ),
     ToolSpec(
-        name="migrate_channel_axis",
-        position=30,
-        description=(
-            "One-time repair for memories filed under the literal channel 'discord' by old "
-            "Discord bridges: where a row's metadata.session_id starts with a numeric "
-            "channel id ('<channel>:...'), that id becomes its channel. Dry run by default "
-            "(`dry_run` true): reports the recoverable rows per channel, the unrecoverable "
-            "ones and rows with invalid metadata, with samples. Non-destructive (only the "
-            "channel changes; a row that would duplicate another stays) and idempotent. "
-            "`globalize_unrecoverable` also moves the unrecoverable rows to channel '' "
-            "(visible from every channel). `agent_id` '' covers every agent. A persistence "
-            "pause forces the dry run."
-        ),
-        args=MigrateArgs,
-        access=Access.write(sweeping=True),
-        handler=_migrate,
-        annotations=Annotations(read_only=False),
+        "migrate_channel_axis",
+        30,
+        _ABOUT_MIGRATE_CHANNEL_AXIS,
+        MigrateArgs,
+        Access.write(sweeping=True),
+        _migrate,
+        MAY_WRITE,
     ),
 )

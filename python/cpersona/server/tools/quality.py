@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from cpersona.config import PRECISION_BETAS, Settings
 from cpersona.retrieval.thresholds import MIN_EMBEDDINGS
 from cpersona.server.access import Access
-from cpersona.server.registry import Annotations, ToolSpec, arg
+from cpersona.server.registry import APPENDS, EDITS, READS, ToolSpec, arg
 from cpersona.server.tools.browse import AgentArgs
 from cpersona.server.tools.memory import SESSION_KEY, STR
 from cpersona.session import marked
@@ -124,46 +124,50 @@ def _calibrate_description(s: Settings) -> str:
     )
 
 
+_ABOUT_SET_RECALL_PRECISION = (
+    "Set how strict recall's quality gate is for one agent: this is the knob that "
+    "moves the fused gate (under rrf or rsf without confidence scoring, autocut "
+    "never trims, so this gate is what decides which weak rows are dropped). "
+    f"`precision`: {_levels()} (case-insensitive); or a custom `beta` > 0, which "
+    "wins. beta weighs rejecting unrelated rows against keeping related ones: "
+    "higher = stricter gate (fewer stray rows, more misses); it does not set a "
+    "threshold directly. Neither given clears the agent's override back to the "
+    "server default. The agent is recalibrated at once; if that cannot run (too "
+    "few embeddings) the override is rolled back and `ok` is false."
+)
+_ABOUT_GET_RECALL_PRECISION = (
+    "Read one agent's effective recall precision: its `beta` and label "
+    "(strict / balanced / lenient / custom), whether it is an override set with "
+    "set_recall_precision, and the server-wide default. Read-only."
+)
+
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
-        name="calibrate_threshold",
-        position=15,
-        description=_calibrate_description,
-        args=CalibrateArgs,
-        access=Access.write(sweeping=True),
-        handler=_calibrate,
-        annotations=Annotations(read_only=False, destructive=False, idempotent=False),
+        "calibrate_threshold",
+        15,
+        _calibrate_description,
+        CalibrateArgs,
+        Access.write(sweeping=True),
+        _calibrate,
+        APPENDS,
     ),
     ToolSpec(
-        name="set_recall_precision",
-        position=16,
-        description=(
-            "Set how strict recall's quality gate is for one agent: this is the knob that "
-            "moves the fused gate (under rrf or rsf without confidence scoring, autocut "
-            "never trims, so this gate is what decides which weak rows are dropped). "
-            f"`precision`: {_levels()} (case-insensitive); or a custom `beta` > 0, which "
-            "wins. beta weighs rejecting unrelated rows against keeping related ones: "
-            "higher = stricter gate (fewer stray rows, more misses); it does not set a "
-            "threshold directly. Neither given clears the agent's override back to the "
-            "server default. The agent is recalibrated at once; if that cannot run (too "
-            "few embeddings) the override is rolled back and `ok` is false."
-        ),
-        args=SetPrecisionArgs,
-        access=Access.write(),
-        handler=_set_precision,
-        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+        "set_recall_precision",
+        16,
+        _ABOUT_SET_RECALL_PRECISION,
+        SetPrecisionArgs,
+        Access.write(),
+        _set_precision,
+        EDITS,
     ),
     ToolSpec(
-        name="get_recall_precision",
-        position=17,
-        description=(
-            "Read one agent's effective recall precision: its `beta` and label "
-            "(strict / balanced / lenient / custom), whether it is an override set with "
-            "set_recall_precision, and the server-wide default. Read-only."
-        ),
-        args=AgentArgs,
-        access=Access.read(),
-        handler=_get_precision,
-        annotations=Annotations(read_only=True),
+        "get_recall_precision",
+        17,
+        _ABOUT_GET_RECALL_PRECISION,
+        AgentArgs,
+        Access.read(),
+        _get_precision,
+        READS,
     ),
 )

@@ -11,7 +11,7 @@ from cpersona.operating_context import Gate
 from cpersona.retrieval import context as ctx
 from cpersona.retrieval import messages as msgs
 from cpersona.server.access import Access
-from cpersona.server.registry import Annotations, ToolSpec, arg
+from cpersona.server.registry import READS, ToolSpec, arg
 from cpersona.server.tools.memory import SESSION_KEY, SINCE, STR, UNTIL, span_of
 from cpersona.session import bucket
 from cpersona.timerange import RangeError, TimeRange
@@ -202,44 +202,34 @@ def _recall_description(settings: Settings) -> str:
     )
 
 
+_ABOUT_RECALL_WITH_CONTEXT = (
+    "Recall, then merge your conversation turns (`external_context`: {role, "
+    "content, name?, user_id?, timestamp?}) into one chronological list by the "
+    "instant each timestamp names (any offset; offset-less = UTC); undated "
+    "messages come first, so the last message is the newest. Recalled rows that "
+    "repeat a turn's content are left out. Only user and assistant turns are "
+    "merged."
+)
+_ABOUT_GET_CONTENTS = (
+    "Expand preview refs (`mem:<id>`, `ep:<id>`) of one agent to their full text. "
+    f"At most {msgs.CONTENTS_MAX_REFS} refs; items are returned whole until "
+    f"{msgs.CONTENTS_BUDGET} characters, the rest listed in `deferred` to fetch "
+    "next. Unknown or foreign refs are listed in `missing`."
+)
+
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
+    ToolSpec("recall", 6, _recall_description, RecallArgs, Access.read(), _recall, READS),
     ToolSpec(
-        name="recall",
-        position=6,
-        description=_recall_description,
-        args=RecallArgs,
-        access=Access.read(),
-        handler=_recall,
-        annotations=Annotations(read_only=True),
+        "recall_with_context",
+        7,
+        _ABOUT_RECALL_WITH_CONTEXT,
+        RecallWithContextArgs,
+        Access.read(),
+        _recall_with_context,
+        READS,
     ),
     ToolSpec(
-        name="recall_with_context",
-        position=7,
-        description=(
-            "Recall, then merge your conversation turns (`external_context`: {role, "
-            "content, name?, user_id?, timestamp?}) into one chronological list by the "
-            "instant each timestamp names (any offset; offset-less = UTC); undated "
-            "messages come first, so the last message is the newest. Recalled rows that "
-            "repeat a turn's content are left out. Only user and assistant turns are "
-            "merged."
-        ),
-        args=RecallWithContextArgs,
-        access=Access.read(),
-        handler=_recall_with_context,
-        annotations=Annotations(read_only=True),
-    ),
-    ToolSpec(
-        name="get_contents",
-        position=8,
-        description=(
-            "Expand preview refs (`mem:<id>`, `ep:<id>`) of one agent to their full text. "
-            f"At most {msgs.CONTENTS_MAX_REFS} refs; items are returned whole until "
-            f"{msgs.CONTENTS_BUDGET} characters, the rest listed in `deferred` to fetch "
-            "next. Unknown or foreign refs are listed in `missing`."
-        ),
-        args=GetContentsArgs,
-        access=Access.read(),
-        handler=_get_contents,
-        annotations=Annotations(read_only=True),
+        "get_contents", 8, _ABOUT_GET_CONTENTS, GetContentsArgs, Access.read(), _get_contents, READS
     ),
 )

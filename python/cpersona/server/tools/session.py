@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cpersona.server.access import READ_WRITE, Access
-from cpersona.server.registry import Annotations, ToolSpec, arg
+from cpersona.server.registry import EDITS, READS, ToolSpec, arg
 from cpersona.server.tools.memory import SESSION_KEY
 from cpersona.session import DEFAULT_TTL, MAX_LIVE, MAX_TTL
 
@@ -57,51 +57,56 @@ def _status(engine: Engine, a: SessionArgs) -> dict[str, Any]:
     return result
 
 
+_ABOUT_PAUSE_PERSISTENCE = (
+    "Stop writing for a while (no-persist mode): until `ttl_seconds` elapse "
+    f"(default {DEFAULT_TTL}, 1 to {MAX_TTL}) or resume_persistence, these tools "
+    f"write nothing: {_AFFECTED}. They answer their success shape with "
+    "`persisted: false`, `dry_run: true` and a `reason`; branch on `persisted`. "
+    "check_health and deep_check run with fix forced off; recall does not count "
+    "recalls. Reads and export are unaffected. The pause belongs to your "
+    "`session_key` (`scope: session`); callers without a key share one pause "
+    "(`scope: process`). Pausing again replaces the deadline. It lives in this "
+    f"server process only (a restart clears it); at most {MAX_LIVE} live pauses."
+)
+_ABOUT_RESUME_PERSISTENCE = (
+    "End the no-persist pause of your `session_key` (or of the shared keyless "
+    "pause): writes persist again at once. `was_active` says whether a pause was "
+    "in force."
+)
+_ABOUT_PERSISTENCE_STATUS = (
+    "Whether writes are paused for your `session_key`: `paused`, `expires_at` "
+    "(UTC) and `ttl_remaining_seconds` (whole seconds; both null when not "
+    "paused), and `scope` (`session` for a declared key, `process` for the "
+    "shared keyless pause)."
+)
+
+# Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
-        name="pause_persistence",
-        position=1,
-        description=(
-            "Stop writing for a while (no-persist mode): until `ttl_seconds` elapse "
-            f"(default {DEFAULT_TTL}, 1 to {MAX_TTL}) or resume_persistence, these tools "
-            f"write nothing: {_AFFECTED}. They answer their success shape with "
-            "`persisted: false`, `dry_run: true` and a `reason`; branch on `persisted`. "
-            "check_health and deep_check run with fix forced off; recall does not count "
-            "recalls. Reads and export are unaffected. The pause belongs to your "
-            "`session_key` (`scope: session`); callers without a key share one pause "
-            "(`scope: process`). Pausing again replaces the deadline. It lives in this "
-            f"server process only (a restart clears it); at most {MAX_LIVE} live pauses."
-        ),
-        args=PauseArgs,
-        access=Access.every_agent(READ_WRITE),
-        handler=_pause,
-        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+        "pause_persistence",
+        1,
+        _ABOUT_PAUSE_PERSISTENCE,
+        PauseArgs,
+        Access.every_agent(READ_WRITE),
+        _pause,
+        EDITS,
     ),
     ToolSpec(
-        name="resume_persistence",
-        position=2,
-        description=(
-            "End the no-persist pause of your `session_key` (or of the shared keyless "
-            "pause): writes persist again at once. `was_active` says whether a pause was "
-            "in force."
-        ),
-        args=SessionArgs,
-        access=Access.every_agent(READ_WRITE),
-        handler=_resume,
-        annotations=Annotations(read_only=False, destructive=False, idempotent=True),
+        "resume_persistence",
+        2,
+        _ABOUT_RESUME_PERSISTENCE,
+        SessionArgs,
+        Access.every_agent(READ_WRITE),
+        _resume,
+        EDITS,
     ),
     ToolSpec(
-        name="persistence_status",
-        position=3,
-        description=(
-            "Whether writes are paused for your `session_key`: `paused`, `expires_at` "
-            "(UTC) and `ttl_remaining_seconds` (whole seconds; both null when not "
-            "paused), and `scope` (`session` for a declared key, `process` for the "
-            "shared keyless pause)."
-        ),
-        args=SessionArgs,
-        access=Access.anyone(),
-        handler=_status,
-        annotations=Annotations(read_only=True),
+        "persistence_status",
+        3,
+        _ABOUT_PERSISTENCE_STATUS,
+        SessionArgs,
+        Access.anyone(),
+        _status,
+        READS,
     ),
 )
