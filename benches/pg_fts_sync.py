@@ -41,8 +41,8 @@ from cpersona.fts.search import ranked
 from cpersona.models import ProjectFilter
 from cpersona.retrieval.query import match_terms
 from cpersona.storage import Database, open_database
-from cpersona.storage import retrieval as sql
-from cpersona.storage.retrieval import ScopeSql
+from cpersona.storage import search as sql
+from cpersona.storage.search import ScopeSql
 
 from benches.fts_bench_support import COMMON, weights
 

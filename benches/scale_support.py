@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import pytest
 from cpersona.models import ProjectFilter
+from cpersona.storage import embeddings as vector_sql
 from cpersona.storage import open_database
-from cpersona.storage import vectors as vector_sql
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.search import Scope
 

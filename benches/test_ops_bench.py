@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import scale_support as scale
-from cpersona import bundle
+from cpersona.commands import bundle
 from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine

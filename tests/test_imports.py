@@ -116,3 +116,28 @@ def test_the_package_has_no_import_cycle():
 def test_the_cycle_finder_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_storage_module_is_named_after_a_room_above_storage():
+    """storage/ modules are named after what they store or do, not after their callers: a
+    `storage/X.py` beside a package or module `X` (storage/retrieval.py and retrieval/, ...)
+    made two rooms of one name (issue 23)."""
+    above = {p.stem for p in PACKAGE.glob("*.py")} | {
+        p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()
+    }
+    below = {p.stem for p in (PACKAGE / "storage").glob("*.py")} | {
+        p.name for p in (PACKAGE / "storage").iterdir() if (p / "__init__.py").exists()
+    }
+    assert below & above - {"__init__"} == set()
+
+
+def test_the_package_root_holds_no_subcommand():
+    """The subcommands live in commands/; the root keeps `checkup` and `proxy_stdio` only as
+    the `python -m` entry points the contract names, each a few lines over its command."""
+    for entry in ("checkup", "proxy_stdio"):
+        text = (PACKAGE / f"{entry}.py").read_text(encoding="utf-8")
+        assert "from cpersona.commands." in text
+        assert len(text.splitlines()) <= 15
+    for command in ("bundle", "migrate", "reembed", "policy"):
+        assert not (PACKAGE / f"{command}.py").exists()
+        assert (PACKAGE / "commands" / f"{command}.py").exists()

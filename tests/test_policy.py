@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cpersona import policy
+from cpersona.commands import policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

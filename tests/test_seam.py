@@ -121,7 +121,7 @@ def test_the_checker_sees_a_backend_asked_for() -> None:
         ".dialect",
     ]
     fine = (
-        "from cpersona.storage import database_scan, vectors\n"
+        "from cpersona.storage import database_scan, embeddings\n"
         "from cpersona.storage.pgx import y\n"
         "local = engine.db.capabilities.vector_arm == 'index_file'\n"
     )

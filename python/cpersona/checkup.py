@@ -1,10 +1,10 @@
-"""`python -m cpersona.checkup`: the health CLI (see cpersona.health.checkup)."""
+"""`python -m cpersona.checkup`: the health CLI (the command is cpersona.commands.checkup)."""
 
 from __future__ import annotations
 
 import sys
 
-from cpersona.health.checkup import main
+from cpersona.commands.checkup import main
 
 if __name__ == "__main__":
     sys.exit(main())

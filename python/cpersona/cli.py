@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         transport = getattr(args, "transport", None) or settings.transport
         return _serve(settings, transport)
     if command == "proxy":
-        from cpersona.proxy_stdio import run
+        from cpersona.commands.proxy import run
 
         return run(settings)
     if command == "web":
@@ -155,11 +155,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_index_command(settings, args.action, args.table, args.kind)
     if command == "reembed":
-        from cpersona.reembed import run_reembed
+        from cpersona.commands.reembed import run_reembed
 
         return run_reembed(settings, dry_run=args.dry_run, batch=args.batch)
     if command == "migrate":
-        from cpersona.migrate import run_migrate
+        from cpersona.commands.migrate import run_migrate
 
         return run_migrate(
             settings,
@@ -170,17 +170,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             sample=args.sample,
         )
     if command in ("export", "import"):
-        from cpersona import portability_cli as commands
+        from cpersona.commands import portability as commands
 
         if command == "export":
             return commands.run_export(settings, args.path, args.agent, args.embeddings)
         return commands.run_import(settings, args.path, args.agent, args.dry_run)
     if command == "backup":
-        from cpersona.bundle import run_backup
+        from cpersona.commands.bundle import run_backup
 
         return run_backup(settings, args.dest, args.db)
     if command == "restore":
-        from cpersona.bundle import run_restore
+        from cpersona.commands.bundle import run_restore
 
         return run_restore(
             args.bundle,

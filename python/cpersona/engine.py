@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from cpersona.embedding.routing import ModelRouter
     from cpersona.fts.index import FtsIndex
     from cpersona.memory.writes import Writer
+    from cpersona.retrieval.advisory import EmbeddingHealth
     from cpersona.retrieval.calibration import Calibrator
-    from cpersona.retrieval.health import EmbeddingHealth
     from cpersona.retrieval.pipeline import Recaller
     from cpersona.retrieval.thresholds import Thresholds
     from cpersona.tasks import TaskQueue
@@ -114,8 +114,8 @@ class Engine:
         from cpersona.embedding.cache import CachedProvider
         from cpersona.embedding.routing import ModelRouter, QueryModel, local_provider
         from cpersona.memory.writes import Writer
+        from cpersona.retrieval.advisory import EmbeddingHealth
         from cpersona.retrieval.calibration import Calibrator
-        from cpersona.retrieval.health import EmbeddingHealth
         from cpersona.retrieval.pipeline import Recaller
         from cpersona.retrieval.sidecar import DatabaseSidecar, Sidecar, sidecar_path
         from cpersona.retrieval.thresholds import Thresholds

@@ -25,7 +25,7 @@ from cpersona.config import Settings
 from cpersona.memory.writes import Writer
 from cpersona.session import Pauses
 from cpersona.storage import Store
-from cpersona.storage import tasks as task_sql
+from cpersona.storage import pending_tasks as task_sql
 
 log = logging.getLogger("cpersona.tasks")
 

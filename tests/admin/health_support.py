@@ -43,3 +43,10 @@ async def corpus(tools: Any, n: int = 6, agent: str = "a") -> list[int]:
         ids.append(out["id"])
     await tools("update_profile", {"agent_id": agent, "profile": "likes trains"})
     return ids
+
+
+def hours_ago(hours: int) -> str:
+    """UTC `hours` ago in SQLite's `datetime('now')` text, as a literal both backends store."""
+    from datetime import UTC, datetime, timedelta
+
+    return (datetime.now(UTC) - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S")

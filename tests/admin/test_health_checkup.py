@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cpersona.commands.checkup import main
 from cpersona.engine import Engine
-from cpersona.health.checkup import main
-from health_support import plant
+from health_support import hours_ago, plant
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +98,7 @@ def test_checkup_degraded_is_one_and_json(
     path = _database(
         make_engine,
         "INSERT INTO pending_memory_tasks(task_type, agent_id, payload, created_at) "
-        "VALUES ('update_profile', 'a', '{}', datetime('now', '-3 hours'))",
+        f"VALUES ('update_profile', 'a', '{{}}', '{hours_ago(3)}')",
     )
     assert main(["--db", path, "--fix", "--json", "--deep"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -108,7 +108,7 @@ def test_checkup_degraded_is_one_and_json(
     plant(
         engine,
         "INSERT INTO pending_memory_tasks(task_type, agent_id, payload, created_at) "
-        "VALUES ('update_profile', 'a', '{}', datetime('now', '-3 hours'))",
+        f"VALUES ('update_profile', 'a', '{{}}', '{hours_ago(3)}')",
     )
     engine.close()
     assert main(["--db", path, "--json"]) == 1

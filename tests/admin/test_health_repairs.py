@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from cpersona.vectors.format import HEADER_DTYPE, HEADER_LEN, Layout
-from health_support import corpus, of, plant, rows
+from health_support import corpus, hours_ago, of, plant, rows
 
 pytestmark = pytest.mark.anyio
 
@@ -216,7 +216,7 @@ async def test_health_stale_pending_task(tools: Any) -> None:
     plant(
         tools.engine,
         "INSERT INTO pending_memory_tasks(task_type, agent_id, payload, created_at) "
-        "VALUES ('update_profile', 'a', '{}', datetime('now', '-2 hours'))",
+        f"VALUES ('update_profile', 'a', '{{}}', '{hours_ago(2)}')",
         "INSERT INTO pending_memory_tasks(task_type, agent_id, payload) "
         "VALUES ('update_profile', 'a', '{}')",
     )

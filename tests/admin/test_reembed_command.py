@@ -13,10 +13,10 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from cpersona.commands.reembed import Converter, exclusive, run_reembed
 from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
-from cpersona.reembed import Converter, exclusive, run_reembed
 from cpersona.server.app import build_server
 from mcp import Client
 

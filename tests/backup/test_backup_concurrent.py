@@ -20,7 +20,7 @@ import threading
 from contextlib import closing
 from pathlib import Path
 
-from cpersona import bundle
+from cpersona.commands import bundle
 from cpersona.config import Settings
 
 HERE = Path(__file__).resolve().parent

@@ -9,9 +9,9 @@ from cpersona.fts.search import ranked
 from cpersona.models import ProjectFilter
 from cpersona.retrieval.query import match_expression, match_terms
 from cpersona.storage import Database
-from cpersona.storage import retrieval as sql
-from cpersona.storage.errors import OperationalError
-from cpersona.storage.retrieval import ScopeSql
+from cpersona.storage import search as sql
+from cpersona.storage.error_kinds import OperationalError
+from cpersona.storage.search import ScopeSql
 
 kernels = _backend.from_environment()
 
@@ -83,7 +83,7 @@ def oracle(
             hits = sql.memory_fts(db, scope, source, match, limit)
         else:
             hits = sql.episode_fts(db, scope, match, limit)  # type: ignore[assignment]
-    except OperationalError:  # the storage layer's kind of FTS5's refusal (storage/errors.py)
+    except OperationalError:  # the storage layer's kind of FTS5's refusal (storage/error_kinds.py)
         return None
     return [(h.id, h.bm25) for h in hits]  # type: ignore[misc]
 

@@ -26,9 +26,9 @@ from cpersona import _backend
 from cpersona.fts.cache import cache_base
 from cpersona.fts.format import HEADER_LEN, read_header
 from cpersona.fts.index import FtsIndex
-from cpersona.storage import fts as fts_sql
+from cpersona.storage import fulltext as fts_sql
 from cpersona.storage import open_database
-from cpersona.storage import retrieval as sql
+from cpersona.storage import search as sql
 from fts_support import HAS_CORE, WORDS, indexed, scope
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -11,8 +11,8 @@ import pytest
 from cpersona.models import ProjectFilter
 from cpersona.retrieval.query import match_expression
 from cpersona.storage import open_database
-from cpersona.storage import retrieval as sql
-from cpersona.storage.retrieval import ScopeSql
+from cpersona.storage import search as sql
+from cpersona.storage.search import ScopeSql
 from fts_support import HAS_CORE, fts_index, indexed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

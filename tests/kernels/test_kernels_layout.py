@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from cpersona import _fallback
 from cpersona.fts import format as fts_format
-from cpersona.storage.fts import FtsRow
+from cpersona.storage.fulltext import FtsRow
 from cpersona.vectors import checksums
 from cpersona.vectors import format as vector_format
 

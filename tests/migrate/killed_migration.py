@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from cpersona.migrate import migrate, open_source, open_target
+from cpersona.commands.migrate import migrate, open_source, open_target
 
 
 def main() -> None:

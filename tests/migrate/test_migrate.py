@@ -9,7 +9,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from cpersona.migrate import migrate, open_source, open_target
+from cpersona.commands.migrate import migrate, open_source, open_target
 from cpersona.storage import open_database
 from migrate_support import (
     KILLED,

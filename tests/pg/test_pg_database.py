@@ -179,7 +179,7 @@ def test_dead_connections_are_replaced_not_handed_out_again(pg_url: str, db: PgD
 
 def test_a_pool_with_every_connection_in_use_answers_busy(pg_url: str) -> None:
     """The wait for a pooled connection is bounded by the connect timeout, and says why."""
-    from cpersona.storage.errors import BusyError
+    from cpersona.storage.error_kinds import BusyError
 
     db = open_database("", database_url=pg_url, pool_size=1, connect_timeout=0.3)
     holding, release = threading.Event(), threading.Event()
@@ -208,7 +208,7 @@ def test_a_commit_cut_off_says_whether_it_was_stored_is_unknown(pg_url: str) -> 
     """The connection dies as COMMIT is sent: the write may or may not have been stored,
     and the error says so (never that it was rolled back)."""
     import psycopg
-    from cpersona.storage.errors import InDoubtError
+    from cpersona.storage.error_kinds import InDoubtError
     from pg_support import _server_uri
 
     doomed: list[int] = []

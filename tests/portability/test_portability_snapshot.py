@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from cpersona.engine import Engine
-from cpersona.storage import portability as portability_sql
+from cpersona.storage import bulk as portability_sql
 from portability_support import read_jsonl
 
 pytestmark = pytest.mark.anyio

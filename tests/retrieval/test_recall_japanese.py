@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from cpersona.fts.search import ranked
 from cpersona.models import ProjectFilter
-from cpersona.storage.retrieval import ScopeSql
+from cpersona.storage.search import ScopeSql
 from support.mcp_client import AGENT
 
 pytestmark = pytest.mark.anyio

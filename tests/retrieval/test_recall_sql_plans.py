@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from cpersona.models import ProjectFilter
 from cpersona.storage import Database, open_database
-from cpersona.storage import retrieval as sql
-from cpersona.storage.retrieval import ScopeSql
+from cpersona.storage import search as sql
+from cpersona.storage.search import ScopeSql
 
 
 @pytest.fixture

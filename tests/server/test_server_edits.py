@@ -14,7 +14,7 @@ from cpersona.embedding.hashing import HashingProvider
 from cpersona.fts.search import ranked
 from cpersona.models import ProjectFilter
 from cpersona.storage import memories as memory_sql
-from cpersona.storage.retrieval import ScopeSql
+from cpersona.storage.search import ScopeSql
 
 pytestmark = pytest.mark.anyio
 

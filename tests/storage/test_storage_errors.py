@@ -1,4 +1,4 @@
-"""Backend-neutral storage errors (storage/errors.py): real driver failures of both backends
+"""Backend-neutral storage errors (storage/error_kinds.py): real driver failures of both backends
 arrive above storage/ as the same kinds, with the driver's message and the driver's error
 chained."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from cpersona.models import NewMemory
-from cpersona.storage import errors, open_database
+from cpersona.storage import error_kinds, open_database
 from cpersona.storage import writes as sql
-from cpersona.storage.errors import (
+from cpersona.storage.error_kinds import (
     BusyError,
     ConstraintError,
     CorruptError,
@@ -64,7 +64,7 @@ def test_sqlite_constraint_missing_table_busy_and_corrupt(tmp_path: Path) -> Non
 def test_untranslatable_errors_pass_unchanged() -> None:
     with pytest.raises(KeyError), translated():
         raise KeyError("not a driver error")
-    assert errors.translate(ValueError("x")) is None
+    assert error_kinds.translate(ValueError("x")) is None
 
 
 def test_translating_covers_generators_midway(tmp_path: Path) -> None:
@@ -136,12 +136,12 @@ def test_postgresql_states_map_to_the_same_kinds() -> None:
         psycopg.errors.InternalError_: StorageError,
     }
     for pg_class, kind in cases.items():
-        assert errors.kind_of(pg_class("boom")) is kind, pg_class
+        assert error_kinds.kind_of(pg_class("boom")) is kind, pg_class
         # PgDatabase re-raises psycopg's error as the sqlite3 class SQLite would raise,
         # chained (storage/pg/db.py): the more specific kind of the cause wins.
         cause = pg_class("boom")
         mapped = _mapped(cause)
         mapped.__cause__ = cause
         assert isinstance(mapped, sqlite3.Error)
-        assert errors.kind_of(mapped) is kind, pg_class
+        assert error_kinds.kind_of(mapped) is kind, pg_class
         assert is_disk_full(mapped) is (kind is DiskFullError)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from cpersona import models
 from cpersona.storage import Database, open_database
-from cpersona.storage import fts as fts_sql
-from cpersona.storage import portability as portability_sql
-from cpersona.storage import retrieval as retrieval_sql
-from cpersona.storage import vectors as vector_sql
+from cpersona.storage import bulk as portability_sql
+from cpersona.storage import embeddings as vector_sql
+from cpersona.storage import fulltext as fts_sql
+from cpersona.storage import search as retrieval_sql
 from cpersona.storage.rows import (
     TABLE,
     EpisodeRow,

@@ -15,7 +15,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cpersona.storage.fts import FtsRow
+from cpersona.storage.fulltext import FtsRow
 from cpersona.vectors import format as vector_format
 
 #: Scope values repeat across rows (agents, projects, channels): hash each once.

@@ -42,8 +42,8 @@ from cpersona.fts.format import (
 )
 from cpersona.fts.rebuild import Built
 from cpersona.storage import Store
-from cpersona.storage import fts as fts_sql
-from cpersona.storage import vectors as vector_sql
+from cpersona.storage import embeddings as vector_sql
+from cpersona.storage import fulltext as fts_sql
 from cpersona.vectors import healing
 from cpersona.vectors.format import scope_hash
 from cpersona.vectors.healing import Healer, RebuildProgress, orphaned

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from cpersona.fts import checksums
 from cpersona.fts.format import HEADER_LEN, Header, put_record, records_for
-from cpersona.storage import fts as fts_sql
-from cpersona.storage import vectors as vector_sql
+from cpersona.storage import embeddings as vector_sql
+from cpersona.storage import fulltext as fts_sql
 from cpersona.vectors import healing
 from cpersona.vectors.healing import Step
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from cpersona.errors import StoreCorrupt
 from cpersona.fts.index import FtsIndex
-from cpersona.storage import vectors as vector_sql
-from cpersona.storage.retrieval import ScopeSql
+from cpersona.storage import embeddings as vector_sql
+from cpersona.storage.search import ScopeSql
 from cpersona.vectors.format import scope_hash
 
 log = logging.getLogger("cpersona.fts")

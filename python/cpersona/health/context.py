@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from cpersona.config import Settings
 from cpersona.errors import EmbeddingUnavailable
 from cpersona.operating_context import OperatingContext
-from cpersona.retrieval.health import EmbeddingHealth
+from cpersona.retrieval.advisory import EmbeddingHealth
 from cpersona.retrieval.sidecar import Sidecar
 from cpersona.storage import Database
 from cpersona.storage.upkeep.embedding_rows import recorded_models

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
 from cpersona.health.issue import INTERNAL, UNSET, Issue
-from cpersona.storage import credentials as sql
+from cpersona.storage import secret_scan
 from cpersona.storage.upkeep.embedding_rows import texts_by_id
 from cpersona.storage.upkeep.handle import reading
 
@@ -67,7 +67,7 @@ def detect(ctx: HealthContext) -> list[StoredCredentials]:
     allow = ctx.settings.secrets == "allow"
     plan: list[tuple[str, str, int, dict[str, str]]] = []
     tables: dict[str, dict[str, Any]] = {}
-    for row in sql.stored_texts(ctx.c, ctx.agent_id):
+    for row in secret_scan.stored_texts(ctx.c, ctx.agent_id):
         changes: dict[str, str] = {}
         kinds: dict[str, int] = {}
         for column, text in row.texts.items():
@@ -111,7 +111,7 @@ def repair(ctx: HealthContext, issues: list[StoredCredentials]) -> None:
     for i in issues:
         done: dict[str, list[int]] = {}
         for agent_id, row_id, changes in i.plan:
-            outcome = sql.redact_row(handle, i.table, row_id, changes)
+            outcome = secret_scan.redact_row(handle, i.table, row_id, changes)
             done.setdefault(outcome, []).append(row_id)
             ctx.redacted.append((i.table, agent_id, row_id, outcome))
         updated, deleted = done.get("updated", []), done.get("deleted", [])

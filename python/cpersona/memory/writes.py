@@ -27,10 +27,9 @@ from cpersona.memory.text import (
     utc_now_iso,
 )
 from cpersona.models import Memory, NewEpisode, NewMemory
-from cpersona.storage import Store
+from cpersona.storage import Store, writes
 from cpersona.storage import memories as memory_sql
-from cpersona.storage import writes as sql
-from cpersona.storage.errors import ConstraintError, unreachable_in
+from cpersona.storage.error_kinds import ConstraintError, unreachable_in
 from cpersona.storage.writes import Vector as _Vector
 from cpersona.vectors.remote import Item, RemoteVectors
 
@@ -85,7 +84,7 @@ class Writer:
         vec = self._embed(text, table)
         if vec is None:
             return False
-        return sql.fill_late_vector(self.db, table, row_id, text, vec)
+        return writes.fill_late_vector(self.db, table, row_id, text, vec)
 
     def _memory_vector(self, text: str) -> _Vector | None:
         """A memory's local vector: not kept in remote mode with CPERSONA_STORE_BLOB=false."""
@@ -154,11 +153,11 @@ class Writer:
             channel=channel,
             embedding=None,
         )
-        dup = sql.find_duplicate(self.db, new)
+        dup = writes.find_duplicate(self.db, new)
         if dup is not None:
             return _skipped(dup)
         vec = self._memory_vector(content)
-        stored = sql.store_memory(self.db, new, vec)
+        stored = writes.store_memory(self.db, new, vec)
         if stored.duplicate is not None:
             return _skipped(stored.duplicate)
         new_id = stored.id
@@ -216,7 +215,7 @@ class Writer:
             return _fail("Content cannot be empty after sanitization")
         vec = self._memory_vector(text)
         try:
-            changed, embedded = sql.update_memory(self.db, memory_id, text, vec)
+            changed, embedded = writes.update_memory(self.db, memory_id, text, vec)
         except ConstraintError:
             return _fail(
                 f"Memory {memory_id} cannot take this content: another memory in the same "
@@ -241,7 +240,7 @@ class Writer:
         refused = _ownership_error(memory_id, current, agent_id, "deleted")
         if refused is not None:
             return refused
-        deleted = sql.delete_memory(self.db, memory_id, agent_id or None)
+        deleted = writes.delete_memory(self.db, memory_id, agent_id or None)
         if deleted == 0:
             return _fail(_ambiguous(memory_id))
         self._written()
@@ -251,7 +250,7 @@ class Writer:
 
     def set_lock(self, memory_id: int, agent_id: str, locked: bool) -> dict[str, Any]:
         key = "locked_id" if locked else "unlocked_id"
-        current = sql.lock_memory(self.db, memory_id, agent_id, locked)
+        current = writes.lock_memory(self.db, memory_id, agent_id, locked)
         if current is None or (agent_id and current.agent_id != agent_id):
             msg = _ambiguous(memory_id) if agent_id else f"Memory {memory_id} not found"
             return _fail(msg)
@@ -302,7 +301,7 @@ class Writer:
             channel=channel,
             embedding=None,
         )
-        episode_id, embedded = sql.insert_episode(self.db, new, vec)
+        episode_id, embedded = writes.insert_episode(self.db, new, vec)
         if vec is not None and not embedded:
             self._late_vector("episodes", episode_id, text)
         self._written()
@@ -315,7 +314,7 @@ class Writer:
 
     def delete_episode(self, episode_id: int, agent_id: str) -> dict[str, Any]:
         # Read in the deleting transaction: the service's namespace is the row's agent.
-        deleted, owner = sql.delete_episode(
+        deleted, owner = writes.delete_episode(
             self.db, episode_id, agent_id or None, read_owner=self.remote is not None
         )
         if deleted == 0:
@@ -353,7 +352,7 @@ class Writer:
                 "reason": "empty after sanitization",
                 "error": "empty after sanitization",
             }
-        sql.upsert_profile(self.db, agent_id, text)
+        writes.upsert_profile(self.db, agent_id, text)
         out: dict[str, Any] = screen.mark({"ok": True, "profiles_updated": 1})
         if truncated:
             out["truncated"] = True
@@ -368,7 +367,7 @@ def _rejected(reason: str) -> dict[str, Any]:
     return {"ok": False, "result": "rejected", "reason": reason}
 
 
-def _skipped(dup: sql.Duplicate) -> dict[str, Any]:
+def _skipped(dup: writes.Duplicate) -> dict[str, Any]:
     return {"ok": True, "result": "skipped", "reason": dup.reason, "id": dup.id}
 
 

@@ -3,7 +3,7 @@
 `export`: JSONL backup of one or every agent. `import_`: reading it back, idempotently.
 `merge`: copy or move one agent's rows into another in one transaction. `channels`: the
 one-time `discord` channel repair. `agents`: deleting every row of one agent. SQL lives in
-`storage/portability.py`; these modules hold the rules and answer in the tools' shapes.
+`storage/bulk.py`; these modules hold the rules and answer in the tools' shapes.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from cpersona.storage import portability as sql
-from cpersona.storage.errors import StorageError
+from cpersona.storage import bulk
+from cpersona.storage.error_kinds import StorageError
 
 if TYPE_CHECKING:
     from cpersona.portability.host import Host
@@ -26,11 +26,11 @@ def delete_agent_data(engine: Host, agent_id: str, *, paused: bool = False) -> d
     back; the pause feature adds its markers.
     """
     if paused:  # checked first (surface.md §4.9)
-        return _counts(agent_id, sql.AgentRows(0, 0, 0, 0))
+        return _counts(agent_id, bulk.AgentRows(0, 0, 0, 0))
     if not agent_id:
         return {"ok": False, "error": "agent_id is required for bulk deletion"}
     try:
-        removed = sql.delete_agent_rows(engine.db, agent_id)
+        removed = bulk.delete_agent_rows(engine.db, agent_id)
     except StorageError as exc:
         return {"ok": False, "error": f"could not delete agent {agent_id!r}: {exc}"}
     forget_agent(engine, agent_id)
@@ -56,7 +56,7 @@ def forget_agent(engine: Host, agent_id: str) -> None:
         log.exception("could not drop the calibration of agent %r", agent_id)
 
 
-def _counts(agent_id: str, rows: sql.AgentRows) -> dict[str, Any]:
+def _counts(agent_id: str, rows: bulk.AgentRows) -> dict[str, Any]:
     return {
         "ok": True,
         "agent_id": agent_id,

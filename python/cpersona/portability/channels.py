@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cpersona.storage import portability as sql
+from cpersona.storage import bulk
 
 if TYPE_CHECKING:
     from cpersona.portability.host import Host
@@ -40,10 +40,10 @@ def migrate_channel_axis(
     scope = agent_id or None
     migrated = globalized = 0
     if effective_dry_run:
-        with sql.snapshot(engine.db) as rows:
+        with bulk.snapshot(engine.db) as rows:
             report = rows.channel_report(scope, sample=SAMPLES, invalid_ids=INVALID_IDS)
     else:
-        with sql.transaction(engine.db) as rows:
+        with bulk.transaction(engine.db) as rows:
             report = rows.channel_report(scope, sample=SAMPLES, invalid_ids=INVALID_IDS)
             migrated = rows.rechannel_recoverable(scope)
             unrecoverable = report.discord_total - report.recoverable_total

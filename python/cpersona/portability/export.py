@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from cpersona.portability import records
 from cpersona.portability import vectors as kept
 from cpersona.portability.paths import confine, names_directory, os_reason, refusal
-from cpersona.storage import portability as sql
-from cpersona.storage.errors import StorageError
+from cpersona.storage import bulk
+from cpersona.storage.error_kinds import StorageError
 from cpersona.timerange import TimeRange, row_time
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def _write(
     written = [0, 0, 0]
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
-            with sql.snapshot(engine.db) as rows:
+            with bulk.snapshot(engine.db) as rows:
                 totals = rows.count_rows(scope)
                 n_mem, n_ep = totals.memories, totals.episodes
                 if span is not None:  # the header counts what the body holds
@@ -111,16 +111,16 @@ def _write(
 
 
 def _mems(
-    rows: sql.Rows, scope: str | None, embeddings: bool, span: TimeRange | None
-) -> Iterator[sql.MemoryRecord]:
+    rows: bulk.Rows, scope: str | None, embeddings: bool, span: TimeRange | None
+) -> Iterator[bulk.MemoryRecord]:
     for mem in rows.iter_memories(scope, with_embeddings=embeddings):
         if span is None or span.admits(row_time(mem.timestamp, mem.created_at)):
             yield mem
 
 
 def _eps(
-    rows: sql.Rows, scope: str | None, embeddings: bool, span: TimeRange | None
-) -> Iterator[sql.EpisodeRecord]:
+    rows: bulk.Rows, scope: str | None, embeddings: bool, span: TimeRange | None
+) -> Iterator[bulk.EpisodeRecord]:
     for ep in rows.iter_episodes(scope, with_embeddings=embeddings):
         if span is None or span.admits(row_time(ep.start_time, ep.created_at)):
             yield ep

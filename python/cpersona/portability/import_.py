@@ -32,9 +32,9 @@ from cpersona.memory.text import parse_utc, sanitize, utc_now_iso
 from cpersona.portability import records
 from cpersona.portability import vectors as kept
 from cpersona.portability.paths import confine, read_bounded, refusal
-from cpersona.storage import portability as sql
-from cpersona.storage.errors import DISK_FULL, is_disk_full
-from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRecord
+from cpersona.storage import bulk
+from cpersona.storage.bulk import EpisodeRecord, MemoryRecord, ProfileRecord
+from cpersona.storage.error_kinds import DISK_FULL, is_disk_full
 from cpersona.vectors.remote import Item
 
 if TYPE_CHECKING:
@@ -155,15 +155,15 @@ def import_memories(
     tally = _Tally(skipped_memories=plan.skipped_memories, skipped_episodes=plan.skipped_episodes)
     try:
         if dry_run or mismatch is not None:
-            with sql.snapshot(engine.db) as rows:
+            with bulk.snapshot(engine.db) as rows:
                 _apply(rows, plan, tally, s, write=False, report=report)
             if mismatch is not None:
                 raise _Aborted(mismatch)
         else:
-            with sql.snapshot(engine.db) as rows:
+            with bulk.snapshot(engine.db) as rows:
                 _apply(rows, plan, _Tally(), s, write=False, report=None, keep=tally.written)
             kept.embed(engine, [i for i in tally.written if i.needs_vector], report)
-            with sql.transaction(engine.db) as rows:
+            with bulk.transaction(engine.db) as rows:
                 kept.admit(rows, tally.written, target)
                 _apply(rows, plan, tally, s, write=True, report=report)
     except Exception as exc:  # one transaction: everything rolled back
@@ -388,7 +388,7 @@ def _plan_profile(plan: _Plan, number: int, record: dict[str, Any], agent: str, 
 
 
 def _apply(
-    rows: sql.Rows,
+    rows: bulk.Rows,
     plan: _Plan,
     tally: _Tally,
     settings: Any,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cpersona.portability.agents import forget_agent
-from cpersona.storage import portability as sql
+from cpersona.storage import bulk
 from cpersona.vectors.remote import Item, RemoteVectors
 
 if TYPE_CHECKING:
@@ -88,10 +88,10 @@ def merge_memories(
     moved: dict[str, Any] | None = None
     try:
         if dry_run:
-            with sql.snapshot(engine.db) as rows:
+            with bulk.snapshot(engine.db) as rows:
                 _copy_all(rows, source, target, tally, write=False)
         else:
-            with sql.transaction(engine.db) as rows:
+            with bulk.transaction(engine.db) as rows:
                 _copy_all(rows, source, target, tally, write=True)
                 if mode == "move":
                     moved = _delete_copied(rows, source, tally)
@@ -165,7 +165,7 @@ def _success(
     }
 
 
-def _copy_all(rows: sql.Rows, source: str, target: str, tally: _Tally, *, write: bool) -> None:
+def _copy_all(rows: bulk.Rows, source: str, target: str, tally: _Tally, *, write: bool) -> None:
     """Decide (and when `write`, perform) every copy. A preview remembers what it would have
     copied, so a duplicate later in the source is counted as a real run counts it."""
     seen_msg: set[tuple[str, str]] = set()
@@ -229,7 +229,7 @@ def _copy_all(rows: sql.Rows, source: str, target: str, tally: _Tally, *, write:
         tally.copied["profiles"].append(prof.id)
 
 
-def _delete_copied(rows: sql.Rows, source: str, tally: _Tally) -> dict[str, Any]:
+def _delete_copied(rows: bulk.Rows, source: str, tally: _Tally) -> dict[str, Any]:
     """Remove from the source exactly what was copied; the counts and what is left."""
     deleted = {
         f"deleted_{table}": rows.delete_ids(table, source, ids)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from cpersona.memory.text import parse_utc
-from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRecord
+from cpersona.storage.bulk import EpisodeRecord, MemoryRecord, ProfileRecord
 
 if TYPE_CHECKING:
     import numpy as np

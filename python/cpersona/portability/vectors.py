@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from cpersona.errors import EmbeddingUnavailable
 from cpersona.portability import records
-from cpersona.storage.portability import EpisodeRecord, MemoryRecord, ProfileRecord
+from cpersona.storage.bulk import EpisodeRecord, MemoryRecord, ProfileRecord
 
 if TYPE_CHECKING:
     from cpersona.portability.host import Host
-    from cpersona.storage import portability as sql
+    from cpersona.storage import bulk
 
 log = logging.getLogger("cpersona.portability")
 
@@ -135,7 +135,7 @@ def screen(
         item.needs_vector = True
 
 
-def admit(rows: sql.Rows, items: list[PlannedRow], target: dict[str, Model | None]) -> None:
+def admit(rows: bulk.Rows, items: list[PlannedRow], target: dict[str, Model | None]) -> None:
     """Inside the write transaction: claim each table for the model of the vectors about to
     be written (a table without vectors takes it, as a store's first vector does); if the
     table's vectors became another model's since (a conversion cut over), the rows go in

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from cpersona.storage.retrieval import EpisodeHit, MemoryHit
+from cpersona.storage.search import EpisodeHit, MemoryHit
 
 PROFILE_ID = -1
 

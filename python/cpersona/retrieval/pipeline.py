@@ -24,6 +24,7 @@ from cpersona.fts.index import FtsIndex
 from cpersona.memory.text import parse_utc
 from cpersona.models import ProjectFilter
 from cpersona.retrieval import scoring
+from cpersona.retrieval.advisory import EmbeddingHealth
 from cpersona.retrieval.candidates import (
     Candidate,
     dedupe,
@@ -32,7 +33,6 @@ from cpersona.retrieval.candidates import (
     merged_vector_list,
     profile_row,
 )
-from cpersona.retrieval.health import EmbeddingHealth
 from cpersona.retrieval.query import (
     is_excluded,
     match_expression,
@@ -40,11 +40,10 @@ from cpersona.retrieval.query import (
     normalise_exclusions,
 )
 from cpersona.retrieval.thresholds import Thresholds
-from cpersona.storage import Store
+from cpersona.storage import Store, search
 from cpersona.storage import profiles as profile_sql
-from cpersona.storage import retrieval as sql
-from cpersona.storage.errors import OperationalError, StorageError, UnreachableError
-from cpersona.storage.retrieval import EpisodeHit, MemoryHit, ScopeSql
+from cpersona.storage.error_kinds import OperationalError, StorageError, UnreachableError
+from cpersona.storage.search import EpisodeHit, MemoryHit, ScopeSql
 from cpersona.timerange import TimeRange
 from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
@@ -300,8 +299,8 @@ class Recaller:
     def _hydrate(
         self, hits: list[tuple[str, int, float]], scope: ScopeSql, source: str
     ) -> list[Candidate]:
-        mems = sql.memories_by_id(self.db, [i for k, i, _ in hits if k == "mem"], scope, source)
-        eps = sql.episodes_by_id(self.db, [i for k, i, _ in hits if k == "ep"], scope)
+        mems = search.memories_by_id(self.db, [i for k, i, _ in hits if k == "mem"], scope, source)
+        eps = search.episodes_by_id(self.db, [i for k, i, _ in hits if k == "ep"], scope)
         out = []
         for kind, row_id, score in hits:
             hit = mems.get(row_id) if kind == "mem" else eps.get(row_id)
@@ -318,18 +317,18 @@ class Recaller:
         if index is not None:
             ranked = fts_search.ranked(index, match_terms_of(match), scope, source, limit)
             if ranked is not None:
-                rows = sql.memories_by_id(self.db, [i for i, _ in ranked], scope, source)
+                rows = search.memories_by_id(self.db, [i for i, _ in ranked], scope, source)
                 return [replace(rows[i], bm25=b) for i, b in ranked if i in rows]
-        return sql.memory_fts(self.db, scope, source, match, limit)
+        return search.memory_fts(self.db, scope, source, match, limit)
 
     def _episode_hits(self, scope: ScopeSql, match: str, limit: int) -> list[EpisodeHit]:
         index = self.fts.get("episodes")
         if index is not None:
             ranked = fts_search.ranked(index, match_terms_of(match), scope, "", limit)
             if ranked is not None:
-                rows = sql.episodes_by_id(self.db, [i for i, _ in ranked], scope)
+                rows = search.episodes_by_id(self.db, [i for i, _ in ranked], scope)
                 return [replace(rows[i], bm25=b) for i, b in ranked if i in rows]
-        return sql.episode_fts(self.db, scope, match, limit)
+        return search.episode_fts(self.db, scope, match, limit)
 
     def _episode_fts(self, scope: ScopeSql, match: str, limit: int) -> list[Candidate]:
         if not (self.s.fts_enabled and match and limit > 0):
@@ -349,7 +348,9 @@ class Recaller:
         if limit <= 0:
             return []
         if blank:
-            return [from_memory(h) for h in sql.memory_recent(self.db, scope, req.source_id, limit)]
+            return [
+                from_memory(h) for h in search.memory_recent(self.db, scope, req.source_id, limit)
+            ]
         hits: list[Any] = []
         if self.s.fts_enabled and match:
             try:
@@ -361,7 +362,7 @@ class Recaller:
                 hits = []
         if not hits:
             read = min(self.s.max_memories, max(5 * limit, 50))
-            hits = sql.memory_like(self.db, scope, req.source_id, req.query, read)
+            hits = search.memory_like(self.db, scope, req.source_id, req.query, read)
             hits = hits[:limit]
         return [from_memory(h) for h in hits]
 
@@ -509,8 +510,8 @@ class Recaller:
                 hit = self._stats.get(key)
                 if hit is not None and now - hit[0] < self.s.scope_stats_ttl_seconds:
                     return hit[1], hit[2]
-        pool = sql.pool_count(self.db, scope)
-        span = sql.timestamp_span(self.db, scope)
+        pool = search.pool_count(self.db, scope)
+        span = search.timestamp_span(self.db, scope)
         if self.s.scope_stats_cache:
             with self._stats_lock:
                 if len(self._stats) >= 256:
@@ -528,7 +529,7 @@ class Recaller:
             need = [r for r in rows if r.kind == kind and r.cosine is None and r.id > 0]
             if not need:
                 continue
-            blobs = sql.embeddings(self.db, table, [r.id for r in need])
+            blobs = search.embeddings(self.db, table, [r.id for r in need])
             for row in need:
                 blob = blobs.get(row.id)
                 if blob is None or len(blob) != 4 * qvec.shape[0]:
@@ -550,7 +551,7 @@ class Recaller:
         s = self.s
         if s.confidence_enabled:
             self._backfill(rows, qvec)
-        boundary = parse_utc(sql.latest_episode_created(self.db, scope))
+        boundary = parse_utc(search.latest_episode_created(self.db, scope))
         penalised = scoring.episode_penalty(rows, boundary, s)
         if penalised and not s.confidence_enabled:
             rows = scoring.penalty_resort(rows)
@@ -558,7 +559,7 @@ class Recaller:
         if s.confidence_enabled:
             now = datetime.now(UTC)
             span = scoring.scope_span(t_min, t_max, now)
-            history = sql.recall_history(self.db, [r.id for r in rows if r.kind == "mem"])
+            history = search.recall_history(self.db, [r.id for r in rows if r.kind == "mem"])
             for row in rows:
                 hist = history.get(row.id, (0, None)) if row.kind == "mem" else (0, None)
                 row.confidence, row.confidence_detail = scoring.confidence(
@@ -595,7 +596,7 @@ class Recaller:
         if self.s.confidence_enabled and not (req.deep or result.gate_fallback or req.paused):
             ids = [r.id for r in result.rows if r.kind == "mem"]
             try:
-                sql.bump_recall_counts(self.db, ids)
+                search.bump_recall_counts(self.db, ids)
             except UnreachableError:
                 raise  # the answer would be refused anyway; no traceback per call
             except StorageError:

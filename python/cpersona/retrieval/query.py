@@ -1,6 +1,6 @@
 """Query text rules: the FTS5 MATCH expression (§4.8) and exclusions (§4.10).
 
-The LIKE fallback (§4.7) takes the raw query; storage/retrieval.py builds its pattern.
+The LIKE fallback (§4.7) takes the raw query; storage/search.py builds its pattern.
 """
 
 from __future__ import annotations

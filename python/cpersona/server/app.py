@@ -24,7 +24,7 @@ from cpersona.server.registry import (
     unstorable_text,
 )
 from cpersona.server.tools import all_tools
-from cpersona.storage.errors import (
+from cpersona.storage.error_kinds import (
     DISK_FULL,
     BusyError,
     is_disk_full,

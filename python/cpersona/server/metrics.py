@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cpersona import __version__
 from cpersona.storage.counts import table_rows
-from cpersona.storage.errors import UnreachableError
+from cpersona.storage.error_kinds import UnreachableError
 from cpersona.timings import RECALL_STAGES
 
 if TYPE_CHECKING:

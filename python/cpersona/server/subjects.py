@@ -42,7 +42,7 @@ from cpersona.server.acl import (
 )
 from cpersona.server.oauth import Subject
 from cpersona.storage import shared
-from cpersona.storage.errors import StorageError
+from cpersona.storage.error_kinds import StorageError
 
 if TYPE_CHECKING:
     from cpersona.config import Settings

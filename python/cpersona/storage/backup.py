@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cpersona.storage.counts import DATA_TABLES
 from cpersona.storage.db import BUSY_TIMEOUT_MS, quote_identifier
-from cpersona.storage.errors import CorruptError, translating
+from cpersona.storage.error_kinds import CorruptError, translating
 
 #: Pages per backup step: progress is reported after each (4 MiB at the default page size).
 STEP_PAGES = 1024

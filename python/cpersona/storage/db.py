@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from cpersona.storage.errors import DISK_FULL, is_disk_full
+from cpersona.storage.error_kinds import DISK_FULL, is_disk_full
 from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Capabilities, Params, Row, Store
 from cpersona.storage.ops import SQLITE, OpsConnection, SqlOps

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cpersona.models import Episode, NewEpisode, ProjectFilter
 from cpersona.storage.db import embedding_param, is_row_id, newest
-from cpersona.storage.errors import translating
+from cpersona.storage.error_kinds import translating
 from cpersona.storage.interface import Connection, Row, Store
 from cpersona.storage.rows import EpisodeRow, projection
 from cpersona.timerange import TimeRange

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from cpersona.models import Memory, NewMemory, ProjectFilter
 from cpersona.storage.db import embedding_param, is_row_id, newest
-from cpersona.storage.errors import translating
+from cpersona.storage.error_kinds import translating
 from cpersona.storage.interface import Connection, Row, Store
 from cpersona.storage.rows import MemoryRow, projection
 from cpersona.timerange import TimeRange

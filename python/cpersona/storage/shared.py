@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from cpersona.storage.errors import translating
+from cpersona.storage.error_kinds import translating
 from cpersona.storage.interface import Connection, Store
 
 #: The tables, in SQLite's DDL (storage/schema.py; storage/pg/schema.py has PostgreSQL's).

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cpersona.storage.db import embedding_param
-from cpersona.storage.errors import translating
+from cpersona.storage.error_kinds import translating
 from cpersona.storage.interface import Connection, Store
 from cpersona.storage.ops import ops_of
 

@@ -17,7 +17,7 @@ from cpersona.storage import episodes as episode_sql
 from cpersona.storage import memories as memory_sql
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage import vector_models
-from cpersona.storage.errors import translating
+from cpersona.storage.error_kinds import translating
 from cpersona.storage.interface import Store
 
 

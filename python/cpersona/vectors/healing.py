@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cpersona.errors import IndexObstructed, StoreCorrupt
-from cpersona.storage import vectors as vector_sql
+from cpersona.storage import embeddings as vector_sql
 from cpersona.vectors import checksums
 from cpersona.vectors.format import SECTIONS, Layout, VectorFileWriter
 from cpersona.vectors.slots import HEADROOM, TABLE_CODES, append_row, release

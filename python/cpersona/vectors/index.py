@@ -31,8 +31,8 @@ import numpy as np
 
 from cpersona.errors import AheadOfSnapshot, IndexObstructed, StoreCorrupt
 from cpersona.storage import Store
-from cpersona.storage import vectors as vector_sql
-from cpersona.storage.vectors import IndexRow
+from cpersona.storage import embeddings as vector_sql
+from cpersona.storage.embeddings import IndexRow
 from cpersona.vectors import checksums, healing
 from cpersona.vectors.format import (
     FLAG_DELETED,

@@ -22,7 +22,7 @@ from cpersona import _backend
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
 from cpersona.models import ProjectFilter
 from cpersona.storage import Store, database_scan
-from cpersona.storage import vectors as vector_sql
+from cpersona.storage import embeddings as vector_sql
 from cpersona.timerange import TimeRange
 from cpersona.vectors.format import scope_hash
 from cpersona.vectors.index import VectorIndex

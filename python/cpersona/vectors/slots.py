@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cpersona.storage.vectors import IndexRow
+from cpersona.storage.embeddings import IndexRow
 from cpersona.vectors import checksums
 from cpersona.vectors.format import (
     FLAG_DELETED,

@@ -229,7 +229,7 @@ def embedding_model(ctx: HealthContext) -> list[Issue]:
 def _conversion(ctx: HealthContext, configured: str) -> list[Issue]:
     """Findings about model conversions: one begun and not finished, or one that is due."""
     # Both come with numpy: imported on first use (docs/performance.md, "Start-up").
-    from cpersona import reembed
+    from cpersona.commands import reembed
     from cpersona.embedding.routing import REEMBED_COMMAND
 
     out: list[Issue] = []

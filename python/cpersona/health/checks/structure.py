@@ -12,7 +12,7 @@ from typing import Any
 from cpersona.health.check import EVERYWHERE, Applies, Check, Phase
 from cpersona.health.context import HealthContext
 from cpersona.health.issue import INTERNAL, UNSET, Issue, Skipped, skipped
-from cpersona.storage.errors import ConstraintError, StorageError
+from cpersona.storage.error_kinds import ConstraintError, StorageError
 from cpersona.storage.schema import SCHEMA_VERSION
 from cpersona.storage.upkeep.handle import Subject, count, schema_version, table_exists
 from cpersona.storage.upkeep.sqlite_objects import (

@@ -45,7 +45,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from cpersona.storage.errors import InDoubtError, UnreachableError
+from cpersona.storage.error_kinds import InDoubtError, UnreachableError
 from cpersona.storage.interface import Capabilities, Params
 from cpersona.storage.interface import Row as AnyRow
 from cpersona.storage.ops import POSTGRES, SqlOps
@@ -354,7 +354,7 @@ class PgDatabase:
 
         from cpersona.storage.pg import errors as pg_errors
 
-        pg_errors.install()  # psycopg's errors as storage errors (storage/errors.py)
+        pg_errors.install()  # psycopg's errors as storage errors (storage/error_kinds.py)
         self.url = url
         self.path = redact(url)
         self.is_memory = False

@@ -1,4 +1,4 @@
-"""psycopg's errors as the backend-neutral storage errors (storage/errors.py).
+"""psycopg's errors as the backend-neutral storage errors (storage/error_kinds.py).
 
 Registered by `install()` when a PgDatabase is opened (psycopg is imported only then). The
 kinds follow SQLSTATE classes, so every server error lands on what callers distinguish:
@@ -13,40 +13,40 @@ kinds follow SQLSTATE classes, so every server error lands on what callers disti
 - anything else from psycopg -> StorageError
 
 PgDatabase re-raises a psycopg error as the sqlite3 class SQLite would have raised, chained to
-it (`raise ... from exc`); `errors.kind_of` prefers the more specific kind of that cause, so
+it (`raise ... from exc`); `error_kinds.kind_of` prefers the more specific kind of that cause, so
 a full disk on PostgreSQL is a DiskFullError like SQLITE_FULL.
 """
 
 from __future__ import annotations
 
-from cpersona.storage import errors
+from cpersona.storage import error_kinds
 
-_BY_STATE: dict[str, type[errors.StorageError]] = {
-    "53100": errors.DiskFullError,
-    "55P03": errors.BusyError,
-    "40P01": errors.BusyError,
-    "40001": errors.BusyError,
-    "57014": errors.BusyError,
-    "XX001": errors.CorruptError,
-    "XX002": errors.CorruptError,
+_BY_STATE: dict[str, type[error_kinds.StorageError]] = {
+    "53100": error_kinds.DiskFullError,
+    "55P03": error_kinds.BusyError,
+    "40P01": error_kinds.BusyError,
+    "40001": error_kinds.BusyError,
+    "57014": error_kinds.BusyError,
+    "XX001": error_kinds.CorruptError,
+    "XX002": error_kinds.CorruptError,
 }
 
 
-def classify(exc: BaseException) -> type[errors.StorageError]:
+def classify(exc: BaseException) -> type[error_kinds.StorageError]:
     import psycopg
 
     state = str(getattr(exc, "sqlstate", None) or "")
     if state in _BY_STATE:
         return _BY_STATE[state]
     if state.startswith("23") or isinstance(exc, psycopg.IntegrityError):
-        return errors.ConstraintError
+        return error_kinds.ConstraintError
     if state.startswith(("42", "22")) or isinstance(exc, psycopg.OperationalError):
-        return errors.OperationalError
-    return errors.StorageError
+        return error_kinds.OperationalError
+    return error_kinds.StorageError
 
 
 def install() -> None:
     """Register `classify` for psycopg's errors (idempotent)."""
     import psycopg
 
-    errors.register(psycopg.Error, classify)
+    error_kinds.register(psycopg.Error, classify)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cpersona.storage.errors import BusyError, UnreachableError
+from cpersona.storage.error_kinds import BusyError, UnreachableError
 
 if TYPE_CHECKING:
     import psycopg_pool

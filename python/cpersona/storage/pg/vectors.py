@@ -1,6 +1,6 @@
 """The vector arm on PostgreSQL: the scoped window scan of retrieval.md §4.2-4.3 in one query.
 
-SQLite's path (storage/vectors.py `window_ids` + `blobs`, scored in Python) orders the window by
+SQLite's path (storage/embeddings.py `window_ids` + `blobs`, scored in Python) orders the window by
 `COALESCE(CAST(strftime('%s', created_at) AS INTEGER), 0) DESC, id DESC`. PostgreSQL keeps that
 key in a stored generated column `created_key` (storage/pg/keys.py), so the window is read from
 one btree in order and no row's key is computed at query time.

@@ -2,7 +2,7 @@
 
 Functions of storage/upkeep/ take the `Handle` the caller is working on: `reading(db)` for
 report-only runs, the one `fixing(db)` opened for a fix run (so a check sees its own
-repairs). A handle is opaque above storage/; it translates driver errors (storage/errors.py).
+repairs). A handle is opaque above storage/; it translates driver errors (storage/error_kinds.py).
 Functions return ints, strings and small frozen row types, never driver rows. An agent scope
 of "" means every agent. `subjects(db)` says which of the things some checks inspect exist in
 a database (a check declares the ones it needs: health.check.Applies).
@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cpersona.storage.db import Database, quote_identifier
-from cpersona.storage.errors import translated
+from cpersona.storage.error_kinds import translated
 from cpersona.storage.ops import SqlOps
 
 Params = list[Any]

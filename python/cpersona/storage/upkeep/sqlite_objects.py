@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cpersona.storage import schema
 from cpersona.storage.db import quote_identifier
-from cpersona.storage.errors import StorageError
+from cpersona.storage.error_kinds import StorageError
 from cpersona.storage.upkeep.handle import Conn, savepoint
 
 SCHEMA_OBJECTS: dict[str, tuple[str, str, bool]] = {}

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cpersona.storage.db import quote_identifier
-from cpersona.storage.errors import ConstraintError
+from cpersona.storage.error_kinds import ConstraintError
 from cpersona.storage.upkeep.handle import Conn, chunks, ids_clause, scope
 
 

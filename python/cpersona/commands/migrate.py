@@ -26,10 +26,9 @@ from typing import TextIO
 
 from cpersona.config import Settings
 from cpersona.retrieval.sidecar import sidecar_path
-from cpersona.storage import Store
-from cpersona.storage import transfer as sql
+from cpersona.storage import Store, transfer
 from cpersona.storage.counts import DATA_TABLES
-from cpersona.storage.errors import StorageError, translate, translated
+from cpersona.storage.error_kinds import StorageError, translate, translated
 from cpersona.storage.schema import SCHEMA_VERSION
 from cpersona.storage.transfer import Copied, Key, is_url
 from cpersona.vectors.index import TABLE_CODES, index_file
@@ -51,7 +50,7 @@ class VerificationFailed(MigrateError):
 
 
 def _redact(location: str) -> str:
-    return sql.label(location)
+    return transfer.label(location)
 
 
 # -- opening both ends -----------------------------------------------------------------------
@@ -68,8 +67,8 @@ def open_source(location: str) -> Store:
     if not is_url(location) and not os.path.isfile(location):
         raise MigrateError(f"no database file at {os.path.abspath(location)}")
     try:
-        db = sql.open_read_only(location)
-    except sql.OpenFailed as exc:
+        db = transfer.open_read_only(location)
+    except transfer.OpenFailed as exc:
         raise MigrateError(str(exc)) from None
     try:
         _check_source(db, location)
@@ -82,8 +81,8 @@ def open_source(location: str) -> Store:
 def _check_source(db: Store, location: str) -> None:
     try:
         with translated():
-            has_memories = bool(sql.columns(db, "memories"))
-            version = sql.schema_version(db)
+            has_memories = bool(transfer.columns(db, "memories"))
+            version = transfer.schema_version(db)
     except StorageError as exc:
         raise MigrateError(f"{_redact(location)} is not an SQLite database ({exc})") from None
     if not has_memories:
@@ -106,8 +105,8 @@ def open_target(location: str, *, fts_enabled: bool = True) -> Store:
     if not is_url(location) and os.path.isdir(location):
         raise MigrateError(f"{os.path.abspath(location)} is a directory, not a database file")
     try:
-        return sql.open_target(location, fts_enabled=fts_enabled)
-    except sql.OpenFailed as exc:
+        return transfer.open_target(location, fts_enabled=fts_enabled)
+    except transfer.OpenFailed as exc:
         raise MigrateError(str(exc)) from None
 
 
@@ -172,7 +171,7 @@ class Summary:
 
 
 def _source_identity(source: Store, location: str) -> str:
-    uid = sql.database_uid(source)
+    uid = transfer.database_uid(source)
     return _redact(location) + (f" uid={uid.hex()}" if uid else "")
 
 
@@ -183,11 +182,11 @@ def _layout(source: Store, target: Store) -> list[tuple[Copied, list[str]]]:
         MigrateError: the source has a column the target lacks (a newer schema).
     """
     out = []
-    for table in sql.TABLES:
-        src_cols = sql.columns(source, table.name)
+    for table in transfer.TABLES:
+        src_cols = transfer.columns(source, table.name)
         if not src_cols:
             continue
-        dst_cols = sql.columns(target, table.name)
+        dst_cols = transfer.columns(target, table.name)
         extra = [c for c in src_cols if c not in dst_cols]
         if extra:
             raise MigrateError(
@@ -199,7 +198,7 @@ def _layout(source: Store, target: Store) -> list[tuple[Copied, list[str]]]:
 
 
 def _data_rows(db: Store) -> int:
-    return sum(sql.count(db, t) for t in sql.TABLES if t.name in DATA_TABLES)
+    return sum(transfer.count(db, t) for t in transfer.TABLES if t.name in DATA_TABLES)
 
 
 def migrate(
@@ -223,7 +222,7 @@ def migrate(
     out = out if out is not None else sys.stderr
     started = time.monotonic()
     identity = _source_identity(source, source_location)
-    with sql.snapshot(source):
+    with transfer.snapshot(source):
         layout = _layout(source, target)
         resumed = _prepare(source, target, identity, layout, force, out)
         results = []
@@ -231,9 +230,9 @@ def migrate(
             results.append(_copy_table(source, target, table, cols, batch, out, after_batch))
         for table, _ in layout:
             if table.identity:
-                sql.raise_identity(target, table, sql.identity_mark(source, table))
+                transfer.raise_identity(target, table, transfer.identity_mark(source, table))
         sampled = _verify(source, target, layout, sample, results)
-    sql.finish_progress(target)
+    transfer.finish_progress(target)
     return Summary(results, sampled, time.monotonic() - started, resumed)
 
 
@@ -246,7 +245,7 @@ def _prepare(
     out: TextIO,
 ) -> bool:
     """Check the target and write a fresh progress record; True when resuming instead."""
-    record = sql.read_progress(target)
+    record = transfer.read_progress(target)
     if record is not None and not force:
         if record.get("source") != identity:
             raise MigrateError(
@@ -254,9 +253,9 @@ def _prepare(
                 "rerun with that --from to resume it, or pass --force to start over"
             )
         for table, _ in layout:
-            after = sql.decode_key(record.get(f"table:{table.name}", "null"))
-            expected = sql.count(source, table, after) if after is not None else 0
-            have = sql.count(target, table)
+            after = transfer.decode_key(record.get(f"table:{table.name}", "null"))
+            expected = transfer.count(source, table, after) if after is not None else 0
+            have = transfer.count(target, table)
             if have != expected:
                 raise MigrateError(
                     f"the source changed since the interrupted migration ({table.name}: "
@@ -270,10 +269,10 @@ def _prepare(
         if rows:
             raise MigrateError(f"the target holds {rows} rows; pass --force to replace them")
     fresh = {"source": identity}
-    fresh.update({f"table:{t.name}": sql.encode_key(None) for t in sql.TABLES})
+    fresh.update({f"table:{t.name}": transfer.encode_key(None) for t in transfer.TABLES})
     # The target's own records of its (absent) vectors and conversions go with its rows.
-    present = [t.name for t in sql.TABLES if sql.columns(target, t.name)]
-    sql.start_progress(target, fresh, present)
+    present = [t.name for t in transfer.TABLES if transfer.columns(target, t.name)]
+    transfer.start_progress(target, fresh, present)
     return False
 
 
@@ -286,19 +285,19 @@ def _copy_table(
     out: TextIO,
     after_batch: Callable[[str, int], None] | None,
 ) -> TableResult:
-    record = sql.read_progress(target) or {}
-    after: Key | None = sql.decode_key(record.get(f"table:{table.name}", "null"))
-    total = sql.count(source, table)
-    done = start = sql.count(target, table)
+    record = transfer.read_progress(target) or {}
+    after: Key | None = transfer.decode_key(record.get(f"table:{table.name}", "null"))
+    total = transfer.count(source, table)
+    done = start = transfer.count(target, table)
     progress = ProgressLine(out, table.name, total, done)
     nulled = 0
     n_key = len(table.key)
     while True:
-        rows = sql.read_batch(source, table, cols, after, batch)
+        rows = transfer.read_batch(source, table, cols, after, batch)
         if not rows:
             break
         after = rows[-1][:n_key]
-        nulled += sql.write_batch(target, table, cols, rows, sql.encode_key(after))
+        nulled += transfer.write_batch(target, table, cols, rows, transfer.encode_key(after))
         done += len(rows)
         if after_batch is not None:
             after_batch(table.name, done)
@@ -325,23 +324,23 @@ def _verify(
     sampled = 0
     by_name = {r.table: r for r in results}
     for table, cols in layout:
-        want, have = sql.count(source, table), sql.count(target, table)
+        want, have = transfer.count(source, table), transfer.count(target, table)
         if want != have:
             raise VerificationFailed(
                 f"verification failed: {table.name} has {want} rows in the source, {have} "
                 "in the target"
             )
         stride = max(1, -(-want // sample)) if sample > 0 else want + 1
-        keys = sql.sample_keys(source, table, stride)
-        src = sql.rows_by_keys(source, table, cols, keys)
-        dst = sql.rows_by_keys(target, table, cols, keys)
+        keys = transfer.sample_keys(source, table, stride)
+        src = transfer.rows_by_keys(source, table, cols, keys)
+        dst = transfer.rows_by_keys(target, table, cols, keys)
         for key in keys:
             _compare(table, cols, key, src[key], dst.get(key), target)
         sampled += len(keys)
         if table.vector is not None:
             # Every row whose vector the target could not hold, this run or an earlier one.
-            by_name[table.name].nulled = sql.null_vector_rows(target, table) - (
-                sql.null_vector_rows(source, table)
+            by_name[table.name].nulled = transfer.null_vector_rows(target, table) - (
+                transfer.null_vector_rows(source, table)
             )
     return sampled
 
@@ -424,7 +423,7 @@ def run_migrate(
             return _fail(1, str(exc))
         except MigrateError as exc:
             return _fail(2, str(exc))
-        except sql.RowRefused as exc:
+        except transfer.RowRefused as exc:
             return _fail(
                 1,
                 f"failed: {exc} (the batches before its batch are kept: change or delete "

@@ -24,7 +24,7 @@ from cpersona.storage.channel_axis import (
     rechannel_recoverable,
 )
 from cpersona.storage.db import embedding_param
-from cpersona.storage.errors import translated, translating
+from cpersona.storage.error_kinds import translated, translating
 from cpersona.storage.interface import Connection, Row, Store
 from cpersona.storage.ops import ops_of
 from cpersona.storage.rows import EpisodeRow, MemoryRow, ProfileRow, columns, select_list

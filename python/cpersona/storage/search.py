@@ -9,7 +9,7 @@ from typing import cast
 
 from cpersona.errors import FullTextUnavailable
 from cpersona.models import ProjectFilter
-from cpersona.storage.errors import translating
+from cpersona.storage.error_kinds import translating
 from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Connection, Row, Store
 from cpersona.storage.rows import EpisodeRow, MemoryRow, projection

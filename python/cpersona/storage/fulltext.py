@@ -7,16 +7,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from cpersona.storage.change_log import ChangeLog, Changes
+from cpersona.storage.embeddings import db_uid
 from cpersona.storage.interface import Row, Store
 from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
-from cpersona.storage.vectors import db_uid
 from cpersona.timerange import row_time
 
 TABLES = ("memories", "episodes")
 
 
 def _select(db: Store, table: str) -> str:
-    # created_at as Unix seconds, as the vector index keys it (storage/vectors.py).
+    # created_at as Unix seconds, as the vector index keys it (storage/embeddings.py).
     key = db.ops.created_key()
     if _check(table) == "memories":
         return (

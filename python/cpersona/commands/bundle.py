@@ -31,7 +31,7 @@ from cpersona.config import Settings
 from cpersona.retrieval.sidecar import sidecar_path
 from cpersona.storage import backup as sqlite_backup
 from cpersona.storage import database_label
-from cpersona.storage.errors import StorageError
+from cpersona.storage.error_kinds import StorageError
 from cpersona.vectors.index import TABLE_CODES, index_file
 
 MANIFEST = "manifest.json"
