@@ -20,8 +20,8 @@ from cpersona.vectors import format as vector_format
 DIM, CAPACITY = 3, 5
 
 
-def test_the_rust_tables_equal_the_python_declarations(rust: ModuleType) -> None:
-    assert rust.layout() == _fallback.layout()
+def test_the_rust_tables_equal_the_python_declarations(rust_kernels: ModuleType) -> None:
+    assert rust_kernels.layout() == _fallback.layout()
 
 
 def _swapped(pairs: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -47,11 +47,11 @@ DRIFTS = {
 
 @pytest.mark.parametrize("drift", sorted(DRIFTS))
 def test_a_python_declaration_changed_alone_no_longer_equals_the_rust_tables(
-    rust: ModuleType, monkeypatch: pytest.MonkeyPatch, drift: str
+    rust_kernels: ModuleType, monkeypatch: pytest.MonkeyPatch, drift: str
 ) -> None:
     module, name, value = DRIFTS[drift]
     monkeypatch.setattr(module, name, value)
-    assert _fallback.layout() != rust.layout()
+    assert _fallback.layout() != rust_kernels.layout()
 
 
 def _written(tmp_path: Path) -> tuple[Path, vector_format.Header, np.ndarray]:
@@ -76,16 +76,16 @@ def _written(tmp_path: Path) -> tuple[Path, vector_format.Header, np.ndarray]:
 
 
 def test_the_declared_vector_layout_finds_what_the_writer_wrote(
-    rust: ModuleType, backend: ModuleType, tmp_path: Path
+    rust_kernels: ModuleType, kernels: ModuleType, tmp_path: Path
 ) -> None:
     path, header, ids = _written(tmp_path)
-    declared = rust.layout()["vector_file"]
+    declared = rust_kernels.layout()["vector_file"]
     raw = path.read_bytes()
     fields = {
         name: np.frombuffer(raw, np.dtype(dtype), count=1, offset=offset)[0]
         for name, offset, dtype in declared["header"]
     }
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
     assert bytes(fields["magic"]) == declared["magic"]
     assert int(fields["version"]) == declared["version"]
     for name in ("dim", "count", "capacity", "applied_seq", "table", "dirty", "live"):
@@ -106,7 +106,7 @@ def test_the_declared_vector_layout_finds_what_the_writer_wrote(
 
 
 def test_the_declared_checksum_covers_what_the_sidecar_holds(
-    rust: ModuleType, tmp_path: Path
+    rust_kernels: ModuleType, tmp_path: Path
 ) -> None:
     path, _, _ = _written(tmp_path)
     with vector_format.VectorFileWriter(path) as writer:
@@ -115,13 +115,13 @@ def test_the_declared_checksum_covers_what_the_sidecar_holds(
     stored = checksums.open_read(path, CAPACITY)
     for slot in range(3):
         total = 0
-        for name in rust.layout()["vector_file"]["checksummed"]:
+        for name in rust_kernels.layout()["vector_file"]["checksummed"]:
             total += int(np.atleast_1d(views[name][slot]).view("<u4").sum(dtype=np.uint64))
         assert total % 2**32 == int(stored[slot]), slot
 
 
-def test_the_declared_put_record_decodes_what_the_writer_encodes(rust: ModuleType) -> None:
-    declared = rust.layout()["fulltext_records"]
+def test_the_declared_put_record_decodes_what_the_writer_encodes(rust_kernels: ModuleType) -> None:
+    declared = rust_kernels.layout()["fulltext_records"]
     row = FtsRow(
         id=5,
         key=77,

@@ -52,6 +52,7 @@ TABLES = {
     "cpersona_vector_model": "tbl",
     "cpersona_reembed": "tbl",
     "cpersona_reembed_vectors": "tbl, row_id",
+    "cpersona_subject_aliases": "issuer, subject",
 }
 
 
@@ -157,7 +158,7 @@ def dump(path: Path | str) -> dict[str, list[tuple[object, ...]]]:
 #: the derived indexes the target rebuilds (FTS5's tables are recognised by name).
 NOT_COPIED = frozenset(
     {"schema_version", "sqlite_sequence", "cpersona_meta", "cpersona_migrations",
-     "vector_log", "fts_log"}
+     "vector_log", "fts_log", "cpersona_pauses"}
 )  # fmt: skip
 
 

@@ -18,12 +18,12 @@ pytestmark = pytest.mark.anyio
 
 async def test_a_store_between_the_counts_and_the_body_of_an_export_is_in_neither(
     store_backend: str,
-    open_client: Callable[..., Any],
+    connect: Callable[..., Any],
     make_engine: Callable[..., Engine],
     export_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with open_client() as tools:
+    async with connect() as tools:
         for i in range(3):
             out = await tools("store", {"agent_id": "alice", "message": {"content": f"note {i}"}})
             assert out["result"] == "stored", out

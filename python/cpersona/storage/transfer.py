@@ -58,6 +58,10 @@ TABLES: tuple[Copied, ...] = (
     Copied("cpersona_vector_model", ("tbl",)),
     Copied("cpersona_reembed", ("tbl",)),
     Copied("cpersona_reembed_vectors", ("tbl", "row_id"), "embedding"),
+    # The alias ledger travels: a per-subject server refuses a database whose aliases its
+    # ledger did not issue. The pauses (cpersona_pauses) do not: a minutes-long TTL of the
+    # servers that were stopped for the move.
+    Copied("cpersona_subject_aliases", ("issuer", "subject")),
 )
 
 
