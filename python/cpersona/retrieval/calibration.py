@@ -44,7 +44,13 @@ from cpersona.retrieval.sidecar import (
     Sidecar,
     backup_label,
 )
-from cpersona.retrieval.thresholds import MIN_EMBEDDINGS, Thresholds
+from cpersona.retrieval.thresholds import (
+    MIN_EMBEDDINGS,
+    Thresholds,
+    fused_signal,
+    gate_floor,
+    precision_label,
+)
 from cpersona.storage import Store
 from cpersona.storage import calibration as cal_sql
 from cpersona.yielding import CallActivity, GiveWay
@@ -59,23 +65,6 @@ MIN_POS_SCORES = 5
 PSEUDO_RECALL_LIMIT = 20
 #: Pseudo-queries embedded per step of the startup run (it gives way between steps).
 EMBED_STEP = 8
-
-
-def precision_label(beta: float) -> str:
-    """strict / balanced / lenient for exactly 2.0 / 1.0 / 0.5, else custom."""
-    for name, value in PRECISION_BETAS.items():
-        if beta == value:
-            return name
-    return "custom"
-
-
-def fused_signal(settings: Settings) -> str | None:
-    """The score the fused gate is calibrated on: confidence, else the rank-fusion mode."""
-    if settings.confidence_enabled:
-        return "confidence"
-    if settings.recall_mode in ("rsf", "rrf"):
-        return settings.recall_mode
-    return None  # cascade without confidence: the heuristic gate only
 
 
 # -- the service -----------------------------------------------------------------------------
@@ -604,17 +593,3 @@ def _scored(
 
 def _fail(error: str) -> dict[str, Any]:
     return {"ok": False, "error": error}
-
-
-def gate_floor(s: Settings, signal: str) -> float:
-    """CALIBRATE_FLOOR on the gate signal's own scale.
-
-    The floor is a cosine-scale number. An rrf score is at most 3/(k+1) (three lists at rank
-    0), so a cosine-scale floor of 0.05 sits above every keyword-only row's best possible
-    score (2/61 = 0.033 at k=60) and a calibrated rrf gate would drop them all. The heuristic
-    gate maps onto the rrf scale by the same factor (retrieval.md §7.3); so does this floor.
-    A deliberate difference from CPersona 2.5.12 (docs/compatibility.md).
-    """
-    if signal == "rrf":
-        return s.calibrate_floor * 3 / (s.rrf_k + 1)
-    return s.calibrate_floor

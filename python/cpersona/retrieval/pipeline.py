@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,6 @@ from cpersona.errors import EmbeddingUnavailable, FullTextUnavailable
 from cpersona.fts import search as fts_search
 from cpersona.fts.index import FtsIndex
 from cpersona.memory.text import parse_utc
-from cpersona.models import ProjectFilter
 from cpersona.retrieval import scoring
 from cpersona.retrieval.advisory import EmbeddingHealth
 from cpersona.retrieval.candidates import (
@@ -39,12 +38,12 @@ from cpersona.retrieval.query import (
     match_terms_of,
     normalise_exclusions,
 )
+from cpersona.retrieval.request import QueryVector, RecallRequest, RecallResult
 from cpersona.retrieval.thresholds import Thresholds
 from cpersona.storage import Store, search
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage.error_kinds import OperationalError, StorageError, UnreachableError
 from cpersona.storage.search import EpisodeHit, MemoryHit, ScopeSql
-from cpersona.timerange import TimeRange
 from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.remote import Hit as RemoteHit
@@ -55,38 +54,6 @@ if TYPE_CHECKING:
     from cpersona.embedding.routing import ModelRouter
 
 log = logging.getLogger("cpersona.recall")
-
-
-@dataclass(frozen=True, slots=True)
-class QueryVector:
-    """A query's embedding and the tables whose stored vectors came from the same model."""
-
-    vector: np.ndarray
-    tables: frozenset[str]
-    model: str = ""  # that made `vector`; "" (a caller's own vector): used as is
-
-
-@dataclass(frozen=True, slots=True)
-class RecallRequest:
-    agent_id: str
-    query: str
-    limit: int = 10
-    deep: bool = False
-    channel: str = ""
-    exclude_contents: tuple[str, ...] = ()
-    project: ProjectFilter = field(default_factory=lambda: ProjectFilter(None))
-    source_id: str = ""
-    session_key: str = ""
-    paused: bool = False
-    #: since/until (issue 22): every retriever keeps only rows whose instant is in it.
-    span: TimeRange | None = None
-
-
-@dataclass
-class RecallResult:
-    rows: list[Candidate]  # best first; the tool reverses them
-    gate_fallback: bool = False
-    advisory: dict[str, Any] | None = None
 
 
 class Recaller:

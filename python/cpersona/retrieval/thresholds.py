@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from cpersona.config import PRECISION_BETAS, Settings
+
 #: Fewest vectors a threshold is derived from.
 MIN_EMBEDDINGS = 10
 
@@ -41,3 +43,34 @@ class Thresholds:
             self.agent_thresholds.pop(agent_id, None)
             self.agent_fused_gates.pop(agent_id, None)
             self.agent_betas.pop(agent_id, None)
+
+
+def precision_label(beta: float) -> str:
+    """strict / balanced / lenient for exactly 2.0 / 1.0 / 0.5, else custom."""
+    for name, value in PRECISION_BETAS.items():
+        if beta == value:
+            return name
+    return "custom"
+
+
+def fused_signal(settings: Settings) -> str | None:
+    """The score the fused gate is calibrated on: confidence, else the rank-fusion mode."""
+    if settings.confidence_enabled:
+        return "confidence"
+    if settings.recall_mode in ("rsf", "rrf"):
+        return settings.recall_mode
+    return None  # cascade without confidence: the heuristic gate only
+
+
+def gate_floor(s: Settings, signal: str) -> float:
+    """CALIBRATE_FLOOR on the gate signal's own scale.
+
+    The floor is a cosine-scale number. An rrf score is at most 3/(k+1) (three lists at rank
+    0), so a cosine-scale floor of 0.05 sits above every keyword-only row's best possible
+    score (2/61 = 0.033 at k=60) and a calibrated rrf gate would drop them all. The heuristic
+    gate maps onto the rrf scale by the same factor (retrieval.md §7.3); so does this floor.
+    A deliberate difference from CPersona 2.5.12 (docs/compatibility.md).
+    """
+    if signal == "rrf":
+        return s.calibrate_floor * 3 / (s.rrf_k + 1)
+    return s.calibrate_floor
