@@ -9,7 +9,7 @@ from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Issue
+from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue
 from cpersona.storage.upkeep.texts import (
     delete_unlocked_memories,
     duplicate_groups,
@@ -137,15 +137,12 @@ def cut_content(ctx: HealthContext, issues: list[OversizedContent]) -> None:
 
 
 @dataclass(kw_only=True, eq=False)
-class DuplicateContent(Issue):
+class DuplicateContent(Fixable):
     type: str = "duplicate_content"
     severity: str = "warn"
     check: str = "duplicate_content"
     groups: int
     total_extra: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     #: Every row of a group but its survivor (the lowest id of the channel-global bucket).
     doomed: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 

@@ -108,20 +108,25 @@ def clear_nonfinite(ctx: HealthContext, issues: list[NonfiniteEmbedding]) -> Non
 
 
 @dataclass(kw_only=True, eq=False)
-class BackendFault(Issue):
+class BackendIssue(Issue):
+    """A finding of the embedding_backend check."""
+
+    check: str = "embedding_backend"
+
+
+@dataclass(kw_only=True, eq=False)
+class BackendFault(BackendIssue):
     """The backend failed: as recall last saw it (`source` recall) or the fix run's probe."""
 
     severity: str = "warn"
-    check: str = "embedding_backend"
     evidence: str | None
     source: str
 
 
 @dataclass(kw_only=True, eq=False)
-class BackendNotProbed(Issue):
+class BackendNotProbed(BackendIssue):
     type: str = "embedding_backend_not_probed"
     severity: str = "info"
-    check: str = "embedding_backend"
     hint: str = "liveness is tested by check_health(fix=true)"
 
 

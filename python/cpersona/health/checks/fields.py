@@ -9,7 +9,7 @@ from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Issue
+from cpersona.health.issue import INTERNAL, Fixable, Issue
 from cpersona.storage.upkeep.handle import project_ids
 from cpersona.storage.upkeep.sources import invalid_json_rows, reset_json
 
@@ -34,7 +34,7 @@ def axis_hygiene(ctx: HealthContext) -> list[ProjectIdDrift]:
 
 
 @dataclass(kw_only=True, eq=False)
-class InvalidJson(Issue):
+class InvalidJson(Fixable):
     type: str = "invalid_json"
     severity: str = "warn"
     check: str = "invalid_json"
@@ -42,9 +42,6 @@ class InvalidJson(Issue):
     source: int
     metadata: int
     locked: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 

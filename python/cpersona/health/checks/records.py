@@ -9,7 +9,7 @@ from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Issue
+from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue
 from cpersona.memory.text import normalize_source, py_json
 from cpersona.storage.upkeep.sources import anonymous_sources, set_sources, untyped_sources
 from cpersona.storage.upkeep.texts import (
@@ -38,15 +38,12 @@ def missing_profile(ctx: HealthContext) -> list[MissingProfile]:
 
 
 @dataclass(kw_only=True, eq=False)
-class EmptyContent(Issue):
+class EmptyContent(Fixable):
     type: str = "empty_content"
     severity: str = "warn"
     check: str = "empty_content"
     count: int
     locked: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Issue
+from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue
 from cpersona.memory.text import parse_utc
 from cpersona.storage.upkeep.stamps import (
     StampFlag,
@@ -80,14 +80,11 @@ def stamp_from_created_at(ctx: HealthContext, issues: list[BadTimestamps]) -> No
 
 
 @dataclass(kw_only=True, eq=False)
-class MissingStartTime(Issue):
+class MissingStartTime(Fixable):
     type: str = "missing_episode_start_time"
     severity: str = "info"
     check: str = "missing_episode_start_time"
     count: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 
@@ -121,7 +118,7 @@ def to_utc(stamp: str) -> str:
 
 
 @dataclass(kw_only=True, eq=False)
-class FormatDrift(Issue):
+class FormatDrift(Fixable):
     """Stamps in more than one form (UTC, another offset, naive) among memories
     (`timestamp_format_drift`) or episode spans (`episode_timestamp_format_drift`)."""
 
@@ -131,9 +128,6 @@ class FormatDrift(Issue):
     naive: int
     unfixable_naive: int
     unfixable_locked: int = UNSET
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     #: (id, new timestamp) of memories, (id, new start, new end) of episodes.
     plan: list[Any] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
@@ -218,15 +212,12 @@ def rewrite_episode_stamps(ctx: HealthContext, issues: list[FormatDrift]) -> Non
 
 
 @dataclass(kw_only=True, eq=False)
-class StalePendingTasks(Issue):
+class StalePendingTasks(Fixable):
     type: str = "stale_pending_tasks"
     severity: str = "warn"
     check: str = "stale_pending_tasks"
     count: int
     older_than_hours: int = STALE_TASK_HOURS
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 
