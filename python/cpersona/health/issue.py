@@ -11,8 +11,9 @@ rows a repair left without a vector) never leave the process.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Protocol, TypeVar
 
 #: The hint of a finding no repair can touch (the runner's review policy).
 REVIEW_HINT = (
@@ -99,6 +100,26 @@ class Fixable(Issue):
     fixed: int | bool = UNSET
     fix_error: str = UNSET
     _tail: ClassVar[tuple[str, ...]] = ("repairable", "fixed", "fix_error")
+
+
+class _Fixes(Protocol):
+    fixed: int | bool
+
+
+_F = TypeVar("_F", bound=_Fixes)
+_T = TypeVar("_T")
+
+
+def fix_together(
+    issues: Sequence[_F], steps: Callable[[_F], Iterable[_T]], apply: Callable[[list[_T]], int]
+) -> int:
+    """Repair a check's findings in one write: `apply` gets the rows (or planned steps) every
+    finding kept, and the count it returns is each finding's `fixed`; returned too, for a
+    repair whose answer says more."""
+    fixed = apply([step for i in issues for step in steps(i)])
+    for i in issues:
+        i.fixed = fixed
+    return fixed
 
 
 @dataclass(kw_only=True, eq=False)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue
+from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue, fix_together
 from cpersona.storage.upkeep.texts import (
     delete_unlocked_memories,
     duplicate_groups,
@@ -167,9 +168,7 @@ def duplicate_content(ctx: HealthContext) -> list[DuplicateContent]:
 
 
 def delete_duplicates(ctx: HealthContext, issues: list[DuplicateContent]) -> None:
-    deleted = delete_unlocked_memories(ctx.write_handle, [r for i in issues for r in i.doomed])
-    for i in issues:
-        i.fixed = deleted
+    fix_together(issues, lambda i: i.doomed, partial(delete_unlocked_memories, ctx.write_handle))
 
 
 CHECKS: tuple[Check[Any], ...] = (

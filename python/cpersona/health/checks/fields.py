@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, Fixable, Issue
+from cpersona.health.issue import INTERNAL, Fixable, Issue, fix_together
 from cpersona.storage.upkeep.handle import project_ids
 from cpersona.storage.upkeep.sources import invalid_json_rows, reset_json
 
@@ -63,9 +64,7 @@ def invalid_json(ctx: HealthContext) -> list[InvalidJson]:
 
 
 def reset_invalid_json(ctx: HealthContext, issues: list[InvalidJson]) -> None:
-    fixed = reset_json(ctx.write_handle, [r for i in issues for r in i.ids])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.ids, partial(reset_json, ctx.write_handle))
 
 
 CHECKS: tuple[Check[Any], ...] = (

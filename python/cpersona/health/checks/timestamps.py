@@ -7,11 +7,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import UTC
+from functools import partial
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue
+from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue, fix_together
 from cpersona.memory.text import parse_utc
 from cpersona.storage.upkeep.stamps import (
     StampFlag,
@@ -74,9 +75,7 @@ def future_timestamp(ctx: HealthContext) -> list[BadTimestamps]:
 
 
 def stamp_from_created_at(ctx: HealthContext, issues: list[BadTimestamps]) -> None:
-    fixed = timestamps_from_created_at(ctx.write_handle, [r for i in issues for r in i.ids])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.ids, partial(timestamps_from_created_at, ctx.write_handle))
 
 
 @dataclass(kw_only=True, eq=False)
@@ -96,9 +95,7 @@ def missing_episode_start_time(ctx: HealthContext) -> list[MissingStartTime]:
 
 
 def start_from_created_at(ctx: HealthContext, issues: list[MissingStartTime]) -> None:
-    fixed = start_times_from_created_at(ctx.write_handle, [r for i in issues for r in i.ids])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.ids, partial(start_times_from_created_at, ctx.write_handle))
 
 
 def stamp_class(stamp: str) -> str | None:
@@ -200,15 +197,11 @@ def episode_timestamp_format_drift(ctx: HealthContext) -> list[FormatDrift]:
 
 
 def rewrite_memory_stamps(ctx: HealthContext, issues: list[FormatDrift]) -> None:
-    fixed = set_timestamps(ctx.write_handle, [step for i in issues for step in i.plan])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.plan, partial(set_timestamps, ctx.write_handle))
 
 
 def rewrite_episode_stamps(ctx: HealthContext, issues: list[FormatDrift]) -> None:
-    fixed = set_episode_times(ctx.write_handle, [step for i in issues for step in i.plan])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.plan, partial(set_episode_times, ctx.write_handle))
 
 
 @dataclass(kw_only=True, eq=False)
@@ -229,9 +222,7 @@ def stale_pending_tasks(ctx: HealthContext) -> list[StalePendingTasks]:
 
 
 def drop_stale_tasks(ctx: HealthContext, issues: list[StalePendingTasks]) -> None:
-    fixed = delete_tasks(ctx.write_handle, [r for i in issues for r in i.ids])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.ids, partial(delete_tasks, ctx.write_handle))
 
 
 CHECKS: tuple[Check[Any], ...] = (
