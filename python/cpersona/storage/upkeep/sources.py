@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cpersona.storage.ops import SqlOps
-from cpersona.storage.upkeep.handle import Conn, chunks, ids_clause, scope
+from cpersona.storage.upkeep.handle import Conn, scope, write_by_ids
 from cpersona.storage.upkeep.texts import MemoryFlag, flags
 
 
@@ -47,17 +47,14 @@ def invalid_json_rows(conn: Conn, agent_id: str) -> list[JsonFlag]:
 
 
 def reset_json(conn: Conn, ids: Sequence[int]) -> int:
-    changed = 0
-    for chunk in chunks(list(ids)):
-        changed += conn.execute(
-            "UPDATE memories SET "
-            f"source = CASE WHEN {conn.ops.json_valid('source')} THEN source ELSE '{{}}' END, "
-            f"metadata = CASE WHEN {conn.ops.json_valid('metadata')} THEN metadata "
-            "ELSE '{}' END "
-            f"WHERE locked = 0 AND id IN ({ids_clause(chunk)})",
-            chunk,
-        ).rowcount
-    return changed
+    return write_by_ids(
+        conn,
+        "UPDATE memories SET "
+        f"source = CASE WHEN {conn.ops.json_valid('source')} THEN source ELSE '{{}}' END, "
+        f"metadata = CASE WHEN {conn.ops.json_valid('metadata')} THEN metadata "
+        "ELSE '{}' END WHERE locked = 0 AND",
+        ids,
+    )
 
 
 def untyped_sources(conn: Conn, agent_id: str) -> list[SourceRow]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from cpersona.storage.db import quote_identifier
 from cpersona.storage.error_kinds import ConstraintError
-from cpersona.storage.upkeep.handle import Conn, chunks, ids_clause, scope
+from cpersona.storage.upkeep.handle import Conn, scope, write_by_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,12 +120,7 @@ def duplicate_groups(conn: Conn, agent_id: str) -> list[list[MemoryFlag]]:
 
 
 def delete_unlocked_memories(conn: Conn, ids: Sequence[int]) -> int:
-    deleted = 0
-    for chunk in chunks(list(ids)):
-        deleted += conn.execute(
-            f"DELETE FROM memories WHERE locked = 0 AND id IN ({ids_clause(chunk)})", chunk
-        ).rowcount
-    return deleted
+    return write_by_ids(conn, "DELETE FROM memories WHERE locked = 0 AND", ids)
 
 
 def empty_content_rows(conn: Conn, agent_id: str) -> list[MemoryFlag]:
@@ -159,14 +154,12 @@ def oversized_profiles(conn: Conn, cap: int, agent_id: str) -> list[Sized]:
 
 
 def truncate_profiles(conn: Conn, ids: Sequence[int], cap: int) -> int:
-    changed = 0
-    for chunk in chunks(list(ids)):
-        changed += conn.execute(
-            f"UPDATE profiles SET content = substr(content, 1, ?), updated_at = {conn.ops.now()} "
-            f"WHERE id IN ({ids_clause(chunk)})",
-            [cap, *chunk],
-        ).rowcount
-    return changed
+    return write_by_ids(
+        conn,
+        f"UPDATE profiles SET content = substr(content, 1, ?), updated_at = {conn.ops.now()} WHERE",
+        ids,
+        cap,
+    )
 
 
 def truncate_memories(conn: Conn, ids: Sequence[int], cap: int) -> list[int]:
