@@ -102,6 +102,15 @@ class Fixable(Issue):
     _tail: ClassVar[tuple[str, ...]] = ("repairable", "fixed", "fix_error")
 
 
+@dataclass(kw_only=True, eq=False)
+class Reembedded(Fixable):
+    """A fixable finding whose repair leaves rows without a vector (`nulled`): after the
+    runner's second pass, `re_embedded` closes its answer with how many it filled again."""
+
+    re_embedded: int = UNSET
+    _tail: ClassVar[tuple[str, ...]] = (*Fixable._tail, "re_embedded")
+
+
 class _Fixes(Protocol):
     fixed: int | bool
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext, Reembed
-from cpersona.health.issue import INTERNAL, UNSET, Issue, Skipped, skipped
+from cpersona.health.issue import INTERNAL, UNSET, Issue, Reembedded, Skipped, skipped
 from cpersona.storage.upkeep.embedding_rows import (
     iter_embeddings,
     missing_embeddings,
@@ -26,17 +26,13 @@ TABLES = ("memories", "episodes")
 
 
 @dataclass(kw_only=True, eq=False)
-class EmbeddingDimension(Issue):
+class EmbeddingDimension(Reembedded):
     type: str = "embedding_dimension"
     severity: str = "critical"
     check: str = "embedding_dimension"
     count: int
     by_table: dict[str, int]
     expected_dim: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
-    re_embedded: int = UNSET
     ids: dict[str, list[int]] = field(default_factory=dict, repr=False, metadata=INTERNAL)
 
 
@@ -71,16 +67,12 @@ def clear_wrong_widths(ctx: HealthContext, issues: list[Issue]) -> None:
 
 
 @dataclass(kw_only=True, eq=False)
-class NonfiniteEmbedding(Issue):
+class NonfiniteEmbedding(Reembedded):
     type: str = "nonfinite_embedding"
     severity: str = "warn"
     check: str = "nonfinite_embedding"
     table: str
     count: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
-    re_embedded: int = UNSET
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.checks.embeddings import TABLES
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import UNSET, Issue, Skipped, skipped
+from cpersona.health.issue import UNSET, Issue, Reembedded, Skipped, skipped
 from cpersona.storage.upkeep.embedding_rows import (
     conversion_progress,
     has_vectors,
@@ -53,17 +53,13 @@ class EmbeddingModelIssue(Issue):
 
 
 @dataclass(kw_only=True, eq=False)
-class WidthMismatch(EmbeddingModelIssue):
+class WidthMismatch(EmbeddingModelIssue, Reembedded):
     type: str = "embedding_model_width_mismatch"
     severity: str = "warn"
     stored_width: int
     configured_width: int
     configured_model: str
     rows: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
-    re_embedded: int = UNSET
 
 
 @dataclass(kw_only=True, eq=False)
