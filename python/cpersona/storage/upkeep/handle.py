@@ -129,6 +129,16 @@ def write_by_ids(conn: Conn, statement: str, ids: Sequence[int], *params: object
     return changed
 
 
+def set_unlocked(conn: Conn, column: str, rows: Sequence[tuple[int, object]]) -> int:
+    """Write one column of unlocked memories, (id, value) a row: the rows it changed."""
+    changed = 0
+    for row_id, value in rows:
+        changed += conn.execute(
+            f"UPDATE memories SET {column} = ? WHERE id = ? AND locked = 0", (value, row_id)
+        ).rowcount
+    return changed
+
+
 @contextmanager
 def savepoint(conn: Conn, name: str) -> Iterator[None]:
     """A nested savepoint: rolled back alone (restoring what it dropped) when the block fails."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cpersona.storage.upkeep.handle import Conn, Subject, scope, write_by_ids
+from cpersona.storage.upkeep.handle import Conn, Subject, scope, set_unlocked, write_by_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +108,7 @@ def memory_timestamps(conn: Conn, agent_id: str) -> list[MemoryStamp]:
 
 
 def set_timestamps(conn: Conn, rows: Sequence[tuple[int, str]]) -> int:
-    changed = 0
-    for row_id, stamp in rows:
-        changed += conn.execute(
-            "UPDATE memories SET timestamp = ? WHERE id = ? AND locked = 0", (stamp, row_id)
-        ).rowcount
+    changed = set_unlocked(conn, "timestamp", rows)
     _instants_moved(conn, "memories", [row_id for row_id, _ in rows])
     return changed
 

@@ -33,8 +33,8 @@ class Sized:
 
 
 def flags(rows: list[Any], columns: str) -> list[MemoryFlag]:
-    """`rows` of the SELECT list `columns` (names as in MemoryFlag) as flags."""
-    names = [c.strip() for c in columns.split(",")]
+    """`rows` of the SELECT list `columns` (names, or aliases, as in MemoryFlag) as flags."""
+    names = [c.split()[-1] for c in columns.split(",")]  # `length(content) AS n` is n
     out = []
     for r in rows:
         v = dict(zip(names, tuple(r), strict=True))
@@ -53,27 +53,32 @@ def flags(rows: list[Any], columns: str) -> list[MemoryFlag]:
     return out
 
 
+def flagged(conn: Conn, columns: str, condition: str, params: Sequence[object]) -> list[MemoryFlag]:
+    """The memories `condition` (an SQL WHERE clause) matches, by id, as flags of the
+    SELECT list `columns`."""
+    rows = conn.execute(
+        f"SELECT {columns} FROM memories WHERE {condition} ORDER BY id", params
+    ).fetchall()
+    return flags(rows, columns)
+
+
 def memories_containing(conn: Conn, needle: str, agent_id: str) -> list[MemoryFlag]:
     where, params = scope(agent_id)
-    return flags(
-        conn.execute(
-            "SELECT id, agent_id, project_id, channel, content, locked FROM memories "
-            f"WHERE {conn.ops.position('?', 'content')} > 0{where} ORDER BY id",
-            [needle, *params],
-        ).fetchall(),
+    return flagged(
+        conn,
         "id, agent_id, project_id, channel, content, locked",
+        f"{conn.ops.position('?', 'content')} > 0{where}",
+        [needle, *params],
     )
 
 
 def oversized_memories(conn: Conn, cap: int, agent_id: str) -> list[MemoryFlag]:
     where, params = scope(agent_id)
-    return flags(
-        conn.execute(
-            "SELECT id, agent_id, project_id, channel, content, locked, length(content) AS n "
-            f"FROM memories WHERE length(content) > ?{where} ORDER BY id",
-            [cap, *params],
-        ).fetchall(),
-        "id, agent_id, project_id, channel, content, locked, n",
+    return flagged(
+        conn,
+        "id, agent_id, project_id, channel, content, locked, length(content) AS n",
+        f"length(content) > ?{where}",
+        [cap, *params],
     )
 
 
@@ -125,22 +130,15 @@ def delete_unlocked_memories(conn: Conn, ids: Sequence[int]) -> int:
 
 def empty_content_rows(conn: Conn, agent_id: str) -> list[MemoryFlag]:
     where, params = scope(agent_id)
-    return flags(
-        conn.execute(
-            f"SELECT id, locked FROM memories WHERE trim(content) = ''{where} ORDER BY id", params
-        ).fetchall(),
-        "id, locked",
-    )
+    return flagged(conn, "id, locked", f"trim(content) = ''{where}", params)
 
 
 def short_content(conn: Conn, agent_id: str, max_len: int) -> list[MemoryFlag]:
-    return flags(
-        conn.execute(
-            "SELECT id, content, locked FROM memories WHERE agent_id = ? "
-            "AND length(trim(content)) <= ? ORDER BY id",
-            (agent_id, max_len),
-        ).fetchall(),
+    return flagged(
+        conn,
         "id, content, locked",
+        "agent_id = ? AND length(trim(content)) <= ?",
+        (agent_id, max_len),
     )
 
 
