@@ -225,12 +225,17 @@ def _write_ahead(table: str) -> Callable[[HealthContext, list[NullEmbedding]], N
     return repair
 
 
-def null_embedding(ctx: HealthContext) -> list[NullEmbedding]:
-    return _null_check(ctx, "null_embedding", "memories")
-
-
-def null_episode_embedding(ctx: HealthContext) -> list[NullEmbedding]:
-    return _null_check(ctx, "null_episode_embedding", "episodes")
+def _null_embedding_check(name: str, table: str) -> Check[NullEmbedding]:
+    """Rows of `table` without a vector, filled by vectors computed before the write lock."""
+    return Check(
+        name,
+        "warn",
+        lambda ctx: _null_check(ctx, name, table),
+        (NullEmbedding,),
+        EVERYWHERE,
+        repair=_write_ahead(table),
+        prepare=_embed_ahead(table),
+    )
 
 
 CHECKS: tuple[Check[Any], ...] = (
@@ -257,22 +262,6 @@ CHECKS: tuple[Check[Any], ...] = (
         (BackendFault, BackendNotProbed, Skipped),
         EVERYWHERE,
     ),
-    Check(
-        "null_embedding",
-        "warn",
-        null_embedding,
-        (NullEmbedding,),
-        EVERYWHERE,
-        repair=_write_ahead("memories"),
-        prepare=_embed_ahead("memories"),
-    ),
-    Check(
-        "null_episode_embedding",
-        "warn",
-        null_episode_embedding,
-        (NullEmbedding,),
-        EVERYWHERE,
-        repair=_write_ahead("episodes"),
-        prepare=_embed_ahead("episodes"),
-    ),
+    _null_embedding_check("null_embedding", "memories"),
+    _null_embedding_check("null_episode_embedding", "episodes"),
 )
