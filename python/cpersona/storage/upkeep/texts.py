@@ -53,33 +53,30 @@ def flags(rows: list[Any], columns: str) -> list[MemoryFlag]:
     return out
 
 
-def flagged(conn: Conn, columns: str, condition: str, params: Sequence[object]) -> list[MemoryFlag]:
-    """The memories `condition` (an SQL WHERE clause) matches, by id, as flags of the
-    SELECT list `columns`."""
+def flagged(
+    conn: Conn, columns: str, condition: str, params: Sequence[object], agent_id: str = ""
+) -> list[MemoryFlag]:
+    """The memories `condition` (an SQL WHERE clause) matches, of `agent_id` when one is
+    named, by id, as flags of the SELECT list `columns`."""
+    where, scoped = scope(agent_id)
     rows = conn.execute(
-        f"SELECT {columns} FROM memories WHERE {condition} ORDER BY id", params
+        f"SELECT {columns} FROM memories WHERE {condition}{where} ORDER BY id", [*params, *scoped]
     ).fetchall()
     return flags(rows, columns)
 
 
+#: What a check that rewrites or cuts a memory's text reads of it.
+_TEXT_FLAG = "id, agent_id, project_id, channel, content, locked"
+
+
 def memories_containing(conn: Conn, needle: str, agent_id: str) -> list[MemoryFlag]:
-    where, params = scope(agent_id)
-    return flagged(
-        conn,
-        "id, agent_id, project_id, channel, content, locked",
-        f"{conn.ops.position('?', 'content')} > 0{where}",
-        [needle, *params],
-    )
+    condition = f"{conn.ops.position('?', 'content')} > 0"
+    return flagged(conn, _TEXT_FLAG, condition, [needle], agent_id)
 
 
 def oversized_memories(conn: Conn, cap: int, agent_id: str) -> list[MemoryFlag]:
-    where, params = scope(agent_id)
-    return flagged(
-        conn,
-        "id, agent_id, project_id, channel, content, locked, length(content) AS n",
-        f"length(content) > ?{where}",
-        [cap, *params],
-    )
+    columns = f"{_TEXT_FLAG}, length(content) AS n"
+    return flagged(conn, columns, "length(content) > ?", [cap], agent_id)
 
 
 def rewrite_content(conn: Conn, memory_id: int, content: str) -> str:
@@ -129,8 +126,7 @@ def delete_unlocked_memories(conn: Conn, ids: Sequence[int]) -> int:
 
 
 def empty_content_rows(conn: Conn, agent_id: str) -> list[MemoryFlag]:
-    where, params = scope(agent_id)
-    return flagged(conn, "id, locked", f"trim(content) = ''{where}", params)
+    return flagged(conn, "id, locked", "trim(content) = ''", [], agent_id)
 
 
 def short_content(conn: Conn, agent_id: str, max_len: int) -> list[MemoryFlag]:
