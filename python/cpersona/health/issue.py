@@ -3,15 +3,17 @@
 Each check declares the issues it reports as dataclasses deriving from `Issue`, in its own
 module. `to_json()` writes `type`, `severity` and `check`, then the class's own fields in the
 order they are declared, leaving out those still `UNSET` (a field a finding or its repair did
-not set is absent from the answer, not null), then `needs_human_review` and the review hint
-when the runner asked for a human. Fields with the `INTERNAL` metadata (a repair's plan, the
+not set is absent from the answer, not null), then, for a `Fixable` finding, `repairable`,
+`fixed` and `fix_error`, then `needs_human_review` and the review hint when the runner asked
+for a human. Fields with the `INTERNAL` metadata (a repair's plan, the
 rows a repair left without a vector) never leave the process.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Protocol, TypeVar
 
 #: The hint of a finding no repair can touch (the runner's review policy).
 REVIEW_HINT = (
@@ -61,15 +63,17 @@ class Issue:
     #: The error of a failed repair, for a finding whose type has no `fixed` / `fix_error`
     #: (one its check's repair does not act on, rolled back with the rest).
     failure: str | None = field(default=None, metadata=INTERNAL)
+    #: Fields written after the subclass's own, whatever their place among the dataclass's
+    #: fields (a base class's fields come first there).
+    _tail: ClassVar[tuple[str, ...]] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: getattr(self, name) for name in _HEAD}
-        for f in fields(self):
-            if f.name in _HEAD or f.metadata.get("wire") is False:
-                continue
-            value = getattr(self, f.name)
+        body = [f.name for f in fields(self) if f.metadata.get("wire") is not False]
+        for name in [n for n in body if n not in _HEAD and n not in self._tail] + [*self._tail]:
+            value = getattr(self, name)
             if value is not UNSET:
-                out[f.name] = value
+                out[name] = value
         if self.failure is not None:
             out["fixed"], out["fix_error"] = False, self.failure
         if self.needs_human_review:
@@ -84,6 +88,47 @@ class Issue:
             self.fixed, self.fix_error = False, error
         else:
             self.failure = error
+
+
+@dataclass(kw_only=True, eq=False)
+class Fixable(Issue):
+    """A finding its check's repair acts on: how many rows it may touch, then, after a fix
+    run, whether it did (`fixed`) or why not (`fix_error`). These close its answer, after
+    the fields the subclass declares; a subclass may give `repairable` a default."""
+
+    repairable: int
+    fixed: int | bool = UNSET
+    fix_error: str = UNSET
+    _tail: ClassVar[tuple[str, ...]] = ("repairable", "fixed", "fix_error")
+
+
+@dataclass(kw_only=True, eq=False)
+class Reembedded(Fixable):
+    """A fixable finding whose repair leaves rows without a vector (`nulled`): after the
+    runner's second pass, `re_embedded` closes its answer with how many it filled again."""
+
+    re_embedded: int = UNSET
+    _tail: ClassVar[tuple[str, ...]] = (*Fixable._tail, "re_embedded")
+
+
+class _Fixes(Protocol):
+    fixed: int | bool
+
+
+_F = TypeVar("_F", bound=_Fixes)
+_T = TypeVar("_T")
+
+
+def fix_together(
+    issues: Sequence[_F], steps: Callable[[_F], Iterable[_T]], apply: Callable[[list[_T]], int]
+) -> int:
+    """Repair a check's findings in one write: `apply` gets the rows (or planned steps) every
+    finding kept, and the count it returns is each finding's `fixed`; returned too, for a
+    repair whose answer says more."""
+    fixed = apply([step for i in issues for step in steps(i)])
+    for i in issues:
+        i.fixed = fixed
+    return fixed
 
 
 @dataclass(kw_only=True, eq=False)

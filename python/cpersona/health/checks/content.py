@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Issue
+from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue, fix_together
 from cpersona.storage.upkeep.texts import (
     delete_unlocked_memories,
     duplicate_groups,
@@ -137,15 +138,12 @@ def cut_content(ctx: HealthContext, issues: list[OversizedContent]) -> None:
 
 
 @dataclass(kw_only=True, eq=False)
-class DuplicateContent(Issue):
+class DuplicateContent(Fixable):
     type: str = "duplicate_content"
     severity: str = "warn"
     check: str = "duplicate_content"
     groups: int
     total_extra: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     #: Every row of a group but its survivor (the lowest id of the channel-global bucket).
     doomed: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
@@ -170,9 +168,7 @@ def duplicate_content(ctx: HealthContext) -> list[DuplicateContent]:
 
 
 def delete_duplicates(ctx: HealthContext, issues: list[DuplicateContent]) -> None:
-    deleted = delete_unlocked_memories(ctx.write_handle, [r for i in issues for r in i.doomed])
-    for i in issues:
-        i.fixed = deleted
+    fix_together(issues, lambda i: i.doomed, partial(delete_unlocked_memories, ctx.write_handle))
 
 
 CHECKS: tuple[Check[Any], ...] = (

@@ -11,7 +11,7 @@ from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext, Reembed
-from cpersona.health.issue import INTERNAL, UNSET, Issue, Skipped, skipped
+from cpersona.health.issue import INTERNAL, UNSET, Issue, Reembedded, Skipped, skipped
 from cpersona.storage.upkeep.embedding_rows import (
     iter_embeddings,
     missing_embeddings,
@@ -26,17 +26,13 @@ TABLES = ("memories", "episodes")
 
 
 @dataclass(kw_only=True, eq=False)
-class EmbeddingDimension(Issue):
+class EmbeddingDimension(Reembedded):
     type: str = "embedding_dimension"
     severity: str = "critical"
     check: str = "embedding_dimension"
     count: int
     by_table: dict[str, int]
     expected_dim: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
-    re_embedded: int = UNSET
     ids: dict[str, list[int]] = field(default_factory=dict, repr=False, metadata=INTERNAL)
 
 
@@ -71,16 +67,12 @@ def clear_wrong_widths(ctx: HealthContext, issues: list[Issue]) -> None:
 
 
 @dataclass(kw_only=True, eq=False)
-class NonfiniteEmbedding(Issue):
+class NonfiniteEmbedding(Reembedded):
     type: str = "nonfinite_embedding"
     severity: str = "warn"
     check: str = "nonfinite_embedding"
     table: str
     count: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
-    re_embedded: int = UNSET
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 
@@ -108,20 +100,25 @@ def clear_nonfinite(ctx: HealthContext, issues: list[NonfiniteEmbedding]) -> Non
 
 
 @dataclass(kw_only=True, eq=False)
-class BackendFault(Issue):
+class BackendIssue(Issue):
+    """A finding of the embedding_backend check."""
+
+    check: str = "embedding_backend"
+
+
+@dataclass(kw_only=True, eq=False)
+class BackendFault(BackendIssue):
     """The backend failed: as recall last saw it (`source` recall) or the fix run's probe."""
 
     severity: str = "warn"
-    check: str = "embedding_backend"
     evidence: str | None
     source: str
 
 
 @dataclass(kw_only=True, eq=False)
-class BackendNotProbed(Issue):
+class BackendNotProbed(BackendIssue):
     type: str = "embedding_backend_not_probed"
     severity: str = "info"
-    check: str = "embedding_backend"
     hint: str = "liveness is tested by check_health(fix=true)"
 
 
@@ -228,12 +225,17 @@ def _write_ahead(table: str) -> Callable[[HealthContext, list[NullEmbedding]], N
     return repair
 
 
-def null_embedding(ctx: HealthContext) -> list[NullEmbedding]:
-    return _null_check(ctx, "null_embedding", "memories")
-
-
-def null_episode_embedding(ctx: HealthContext) -> list[NullEmbedding]:
-    return _null_check(ctx, "null_episode_embedding", "episodes")
+def _null_embedding_check(name: str, table: str) -> Check[NullEmbedding]:
+    """Rows of `table` without a vector, filled by vectors computed before the write lock."""
+    return Check(
+        name,
+        "warn",
+        lambda ctx: _null_check(ctx, name, table),
+        (NullEmbedding,),
+        EVERYWHERE,
+        repair=_write_ahead(table),
+        prepare=_embed_ahead(table),
+    )
 
 
 CHECKS: tuple[Check[Any], ...] = (
@@ -260,22 +262,6 @@ CHECKS: tuple[Check[Any], ...] = (
         (BackendFault, BackendNotProbed, Skipped),
         EVERYWHERE,
     ),
-    Check(
-        "null_embedding",
-        "warn",
-        null_embedding,
-        (NullEmbedding,),
-        EVERYWHERE,
-        repair=_write_ahead("memories"),
-        prepare=_embed_ahead("memories"),
-    ),
-    Check(
-        "null_episode_embedding",
-        "warn",
-        null_episode_embedding,
-        (NullEmbedding,),
-        EVERYWHERE,
-        repair=_write_ahead("episodes"),
-        prepare=_embed_ahead("episodes"),
-    ),
+    _null_embedding_check("null_embedding", "memories"),
+    _null_embedding_check("null_episode_embedding", "episodes"),
 )

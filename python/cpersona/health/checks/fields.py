@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Issue
+from cpersona.health.issue import INTERNAL, Fixable, Issue, fix_together
 from cpersona.storage.upkeep.handle import project_ids
 from cpersona.storage.upkeep.sources import invalid_json_rows, reset_json
 
@@ -34,7 +35,7 @@ def axis_hygiene(ctx: HealthContext) -> list[ProjectIdDrift]:
 
 
 @dataclass(kw_only=True, eq=False)
-class InvalidJson(Issue):
+class InvalidJson(Fixable):
     type: str = "invalid_json"
     severity: str = "warn"
     check: str = "invalid_json"
@@ -42,9 +43,6 @@ class InvalidJson(Issue):
     source: int
     metadata: int
     locked: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 
@@ -66,9 +64,7 @@ def invalid_json(ctx: HealthContext) -> list[InvalidJson]:
 
 
 def reset_invalid_json(ctx: HealthContext, issues: list[InvalidJson]) -> None:
-    fixed = reset_json(ctx.write_handle, [r for i in issues for r in i.ids])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.ids, partial(reset_json, ctx.write_handle))
 
 
 CHECKS: tuple[Check[Any], ...] = (

@@ -11,7 +11,7 @@ from typing import Any
 from cpersona.health.check import EVERYWHERE, Applies, Check, Phase
 from cpersona.health.checks.embeddings import TABLES
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Issue, Skipped, skipped
+from cpersona.health.issue import INTERNAL, Fixable, Issue, Skipped, skipped
 from cpersona.operating_context import SUMMARY_SOFT_LIMIT
 from cpersona.storage.upkeep.embedding_rows import width_counts
 from cpersona.storage.upkeep.handle import Subject, subjects
@@ -33,59 +33,57 @@ def vector_fallback_config(ctx: HealthContext) -> list[NoLocalVectorFallback]:
 
 
 @dataclass(kw_only=True, eq=False)
-class IndexNotBuilt(Issue):
+class VectorIndexIssue(Issue):
+    """A finding of the vector_index check (one per table)."""
+
+    check: str = "vector_index"
+
+
+@dataclass(kw_only=True, eq=False)
+class IndexNotBuilt(VectorIndexIssue):
     """Read-only: the file is not there yet, and the server builds it when it starts."""
 
     type: str = "vector_index_absent"
     severity: str = "info"
-    check: str = "vector_index"
     table: str
     rows: int
     hint: str = "the server builds it when it starts"
 
 
 @dataclass(kw_only=True, eq=False)
-class IndexUnusable(Issue):
+class IndexUnusable(VectorIndexIssue, Fixable):
     """The file is missing (`vector_index_absent`) or cannot be used (`_unusable`)."""
 
-    check: str = "vector_index"
     table: str
     reason: str
     repairable: int = 1
-    fixed: bool = UNSET
-    fix_error: str = UNSET
 
 
 @dataclass(kw_only=True, eq=False)
-class IndexBehind(Issue):
+class IndexBehind(VectorIndexIssue):
     type: str = "vector_index_behind"
     severity: str = "info"
-    check: str = "vector_index"
     table: str
     applied_seq: int
     log_seq: int
 
 
 @dataclass(kw_only=True, eq=False)
-class IndexMismatch(Issue):
+class IndexMismatch(VectorIndexIssue, Fixable):
     type: str = "vector_index_mismatch"
     severity: str = "warn"
-    check: str = "vector_index"
     table: str
     count: int
     samples: list[str]
     repairable: int = 1
-    fixed: bool = UNSET
-    fix_error: str = UNSET
 
 
 @dataclass(kw_only=True, eq=False)
-class IndexRebuilding(Issue):
+class IndexRebuilding(VectorIndexIssue):
     """Being rebuilt in the background on this host (issue 20): how far, and no verify meanwhile."""
 
     type: str = "vector_index_rebuilding"
     severity: str = "info"
-    check: str = "vector_index"
     table: str
     reason: str
     done: int
@@ -230,15 +228,12 @@ def _sqlite_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
 
 
 @dataclass(kw_only=True, eq=False)
-class FilePermissions(Issue):
+class FilePermissions(Fixable):
     type: str = "file_permissions"
     severity: str = "warn"
     check: str = "file_permissions"
     files: list[str]
     directories: list[str]
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     loose: list[Path] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 

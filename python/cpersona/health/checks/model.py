@@ -11,7 +11,7 @@ from typing import Any
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.checks.embeddings import TABLES
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import UNSET, Issue, Skipped, skipped
+from cpersona.health.issue import UNSET, Issue, Reembedded, Skipped, skipped
 from cpersona.storage.upkeep.embedding_rows import (
     conversion_progress,
     has_vectors,
@@ -46,25 +46,26 @@ class ModelProbe:
 
 
 @dataclass(kw_only=True, eq=False)
-class WidthMismatch(Issue):
+class EmbeddingModelIssue(Issue):
+    """A finding of the embedding_model check."""
+
+    check: str = "embedding_model"
+
+
+@dataclass(kw_only=True, eq=False)
+class WidthMismatch(EmbeddingModelIssue, Reembedded):
     type: str = "embedding_model_width_mismatch"
     severity: str = "warn"
-    check: str = "embedding_model"
     stored_width: int
     configured_width: int
     configured_model: str
     rows: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
-    re_embedded: int = UNSET
 
 
 @dataclass(kw_only=True, eq=False)
-class ModelMismatch(Issue):
+class ModelMismatch(EmbeddingModelIssue):
     type: str = "embedding_model_mismatch"
     severity: str = "warn"
-    check: str = "embedding_model"
     configured_model: str
     stored_model: str | None
     sampled: int
@@ -80,10 +81,9 @@ class ModelMismatch(Issue):
 
 
 @dataclass(kw_only=True, eq=False)
-class ForeignRows(Issue):
+class ForeignRows(EmbeddingModelIssue):
     type: str = "embedding_model_foreign_rows"
     severity: str = "warn"
-    check: str = "embedding_model"
     configured_model: str
     sampled: int
     differing: int
@@ -101,20 +101,18 @@ class ForeignRows(Issue):
 
 
 @dataclass(kw_only=True, eq=False)
-class LabelStale(Issue):
+class LabelStale(EmbeddingModelIssue):
     type: str = "embedding_model_label_stale"
     severity: str = "info"
-    check: str = "embedding_model"
     configured_model: str
     stored_model: str
     hint: str = "stored vectors match the configured model; calibrate_threshold records its name"
 
 
 @dataclass(kw_only=True, eq=False)
-class ModelChanged(Issue):
+class ModelChanged(EmbeddingModelIssue):
     type: str = "embedding_model_changed"
     severity: str = "warn"
-    check: str = "embedding_model"
     configured_model: str
     stored_model: str
     repairable: int | None = None
@@ -128,11 +126,10 @@ class ModelChanged(Issue):
 
 
 @dataclass(kw_only=True, eq=False)
-class Conversion(Issue):
+class Conversion(EmbeddingModelIssue):
     """A `cpersona reembed` conversion running (`reembed_running`) or stopped before it
     finished (`reembed_interrupted`)."""
 
-    check: str = "embedding_model"
     table: str
     stored_model: str | None
     target_model: str
@@ -147,10 +144,9 @@ class Conversion(Issue):
 
 
 @dataclass(kw_only=True, eq=False)
-class ConversionPending(Issue):
+class ConversionPending(EmbeddingModelIssue):
     type: str = "embedding_model_conversion_pending"
     severity: str = "warn"
-    check: str = "embedding_model"
     configured_model: str
     stored_model: dict[str, str]
     repairable: int | None = None

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Issue
+from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue, fix_together
 from cpersona.memory.text import normalize_source, py_json
 from cpersona.storage.upkeep.sources import anonymous_sources, set_sources, untyped_sources
 from cpersona.storage.upkeep.texts import (
@@ -38,15 +39,12 @@ def missing_profile(ctx: HealthContext) -> list[MissingProfile]:
 
 
 @dataclass(kw_only=True, eq=False)
-class EmptyContent(Issue):
+class EmptyContent(Fixable):
     type: str = "empty_content"
     severity: str = "warn"
     check: str = "empty_content"
     count: int
     locked: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 
@@ -61,9 +59,7 @@ def empty_content(ctx: HealthContext) -> list[EmptyContent]:
 
 
 def delete_empty(ctx: HealthContext, issues: list[EmptyContent]) -> None:
-    fixed = delete_unlocked_memories(ctx.write_handle, [r for i in issues for r in i.ids])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.ids, partial(delete_unlocked_memories, ctx.write_handle))
 
 
 @dataclass(kw_only=True, eq=False)
@@ -114,9 +110,9 @@ def invalid_source_type(ctx: HealthContext) -> list[InvalidSourceType]:
 
 
 def map_sources(ctx: HealthContext, issues: list[InvalidSourceType]) -> None:
-    mapped = set_sources(ctx.write_handle, [step for i in issues for step in i.plan])
+    mapped = fix_together(issues, lambda i: i.plan, partial(set_sources, ctx.write_handle))
     for i in issues:
-        i.fixed, i.mapped = mapped, mapped
+        i.mapped = mapped
 
 
 @dataclass(kw_only=True, eq=False)
@@ -151,11 +147,10 @@ def oversized_profile(ctx: HealthContext) -> list[OversizedProfile]:
 
 
 def cut_profiles(ctx: HealthContext, issues: list[OversizedProfile]) -> None:
-    fixed = truncate_profiles(
-        ctx.write_handle, [r for i in issues for r in i.ids], ctx.settings.max_profile_length
-    )
+    cap = ctx.settings.max_profile_length
+    fix_together(issues, lambda i: i.ids, lambda ids: truncate_profiles(ctx.write_handle, ids, cap))
     for i in issues:
-        i.fixed, i.lossy = fixed, True
+        i.lossy = True
 
 
 @dataclass(kw_only=True, eq=False)

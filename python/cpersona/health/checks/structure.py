@@ -11,7 +11,7 @@ from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Applies, Check, Phase
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Issue, Skipped, skipped
+from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue, Skipped, skipped
 from cpersona.storage.error_kinds import ConstraintError, StorageError
 from cpersona.storage.schema import SCHEMA_VERSION
 from cpersona.storage.upkeep.handle import Subject, count, schema_version, table_exists
@@ -34,7 +34,7 @@ TESTED_UPSTREAM_SCHEMA = 21
 
 
 @dataclass(kw_only=True, eq=False)
-class FtsIntegrity(Issue):
+class FtsIntegrity(Fixable):
     type: str = "fts_integrity"
     severity: str = "critical"
     check: str = "fts_integrity"
@@ -42,8 +42,6 @@ class FtsIntegrity(Issue):
     missing: bool = UNSET
     detail: str = UNSET
     repairable: int = 1
-    fixed: bool = UNSET
-    fix_error: str = UNSET
 
 
 def fts_integrity(ctx: HealthContext) -> list[Issue]:
@@ -86,22 +84,27 @@ def rebuild_fts(ctx: HealthContext, issues: list[Issue]) -> None:
 
 
 @dataclass(kw_only=True, eq=False)
-class SchemaVersionNewer(Issue):
+class SchemaVersionIssue(Issue):
+    """A finding of the schema_version check."""
+
+    check: str = "schema_version"
+
+
+@dataclass(kw_only=True, eq=False)
+class SchemaVersionNewer(SchemaVersionIssue):
     """A store a newer upstream CPersona (2.6.x) has upgraded: history, not damage."""
 
     type: str = "schema_version_newer"
     severity: str = "info"
-    check: str = "schema_version"
     found: int
     expected: int
     hint: str
 
 
 @dataclass(kw_only=True, eq=False)
-class SchemaVersionOlder(Issue):
+class SchemaVersionOlder(SchemaVersionIssue):
     type: str = "schema_version"
     severity: str = "critical"
-    check: str = "schema_version"
     found: int
     expected: int
 
@@ -172,15 +175,13 @@ def restore_msg_id_index(ctx: HealthContext, issues: list[MsgIdIndexMissing]) ->
 
 
 @dataclass(kw_only=True, eq=False)
-class SchemaObject(Issue):
+class SchemaObject(Fixable):
     """An index or trigger of cpersona's schema that is missing or differs from its DDL."""
 
     check: str = "schema_objects"
     object: str
     kind: str
     repairable: int = 1
-    fixed: bool = UNSET
-    fix_error: str = UNSET
     state: str = field(default="", repr=False, metadata=INTERNAL)
 
 

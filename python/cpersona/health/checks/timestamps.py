@@ -7,11 +7,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import UTC
+from functools import partial
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Issue
+from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue, fix_together
 from cpersona.memory.text import parse_utc
 from cpersona.storage.upkeep.stamps import (
     StampFlag,
@@ -74,20 +75,15 @@ def future_timestamp(ctx: HealthContext) -> list[BadTimestamps]:
 
 
 def stamp_from_created_at(ctx: HealthContext, issues: list[BadTimestamps]) -> None:
-    fixed = timestamps_from_created_at(ctx.write_handle, [r for i in issues for r in i.ids])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.ids, partial(timestamps_from_created_at, ctx.write_handle))
 
 
 @dataclass(kw_only=True, eq=False)
-class MissingStartTime(Issue):
+class MissingStartTime(Fixable):
     type: str = "missing_episode_start_time"
     severity: str = "info"
     check: str = "missing_episode_start_time"
     count: int
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 
@@ -99,9 +95,7 @@ def missing_episode_start_time(ctx: HealthContext) -> list[MissingStartTime]:
 
 
 def start_from_created_at(ctx: HealthContext, issues: list[MissingStartTime]) -> None:
-    fixed = start_times_from_created_at(ctx.write_handle, [r for i in issues for r in i.ids])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.ids, partial(start_times_from_created_at, ctx.write_handle))
 
 
 def stamp_class(stamp: str) -> str | None:
@@ -121,7 +115,7 @@ def to_utc(stamp: str) -> str:
 
 
 @dataclass(kw_only=True, eq=False)
-class FormatDrift(Issue):
+class FormatDrift(Fixable):
     """Stamps in more than one form (UTC, another offset, naive) among memories
     (`timestamp_format_drift`) or episode spans (`episode_timestamp_format_drift`)."""
 
@@ -131,9 +125,6 @@ class FormatDrift(Issue):
     naive: int
     unfixable_naive: int
     unfixable_locked: int = UNSET
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     #: (id, new timestamp) of memories, (id, new start, new end) of episodes.
     plan: list[Any] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
@@ -206,27 +197,20 @@ def episode_timestamp_format_drift(ctx: HealthContext) -> list[FormatDrift]:
 
 
 def rewrite_memory_stamps(ctx: HealthContext, issues: list[FormatDrift]) -> None:
-    fixed = set_timestamps(ctx.write_handle, [step for i in issues for step in i.plan])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.plan, partial(set_timestamps, ctx.write_handle))
 
 
 def rewrite_episode_stamps(ctx: HealthContext, issues: list[FormatDrift]) -> None:
-    fixed = set_episode_times(ctx.write_handle, [step for i in issues for step in i.plan])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.plan, partial(set_episode_times, ctx.write_handle))
 
 
 @dataclass(kw_only=True, eq=False)
-class StalePendingTasks(Issue):
+class StalePendingTasks(Fixable):
     type: str = "stale_pending_tasks"
     severity: str = "warn"
     check: str = "stale_pending_tasks"
     count: int
     older_than_hours: int = STALE_TASK_HOURS
-    repairable: int
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 
@@ -238,9 +222,7 @@ def stale_pending_tasks(ctx: HealthContext) -> list[StalePendingTasks]:
 
 
 def drop_stale_tasks(ctx: HealthContext, issues: list[StalePendingTasks]) -> None:
-    fixed = delete_tasks(ctx.write_handle, [r for i in issues for r in i.ids])
-    for i in issues:
-        i.fixed = fixed
+    fix_together(issues, lambda i: i.ids, partial(delete_tasks, ctx.write_handle))
 
 
 CHECKS: tuple[Check[Any], ...] = (

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from cpersona.storage import vector_models
 from cpersona.storage.db import embedding_param, quote_identifier
-from cpersona.storage.upkeep.handle import Conn, chunks, ids_clause, scope
+from cpersona.storage.upkeep.handle import Conn, chunks, ids_clause, scope, write_by_ids
 
 
 def recorded_models(conn: Conn) -> dict[str, vector_models.Recorded]:
@@ -77,14 +77,7 @@ def iter_embeddings(
 
 
 def null_embeddings(conn: Conn, table: str, ids: Sequence[int]) -> int:
-    changed = 0
-    for chunk in chunks(list(ids)):
-        changed += conn.execute(
-            f"UPDATE {quote_identifier(table)} SET embedding = NULL "
-            f"WHERE id IN ({ids_clause(chunk)})",
-            chunk,
-        ).rowcount
-    return changed
+    return write_by_ids(conn, f"UPDATE {quote_identifier(table)} SET embedding = NULL WHERE", ids)
 
 
 def null_all_embeddings(conn: Conn, table: str, agent_id: str) -> int:

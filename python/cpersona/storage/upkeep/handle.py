@@ -117,6 +117,28 @@ def chunks(ids: Sequence[int], size: int = 500) -> Iterator[Sequence[int]]:
         yield ids[i : i + size]
 
 
+def write_by_ids(conn: Conn, statement: str, ids: Sequence[int], *params: object) -> int:
+    """The rows an UPDATE or DELETE changed, run over `ids` a chunk at a time (a statement's
+    parameter count is bounded): `statement` ends where ` id IN (...)` is appended, and
+    `params` are bound before the ids."""
+    changed = 0
+    for chunk in chunks(list(ids)):
+        changed += conn.execute(
+            f"{statement} id IN ({ids_clause(chunk)})", [*params, *chunk]
+        ).rowcount
+    return changed
+
+
+def set_unlocked(conn: Conn, column: str, rows: Sequence[tuple[int, object]]) -> int:
+    """Write one column of unlocked memories, (id, value) a row: the rows it changed."""
+    changed = 0
+    for row_id, value in rows:
+        changed += conn.execute(
+            f"UPDATE memories SET {column} = ? WHERE id = ? AND locked = 0", (value, row_id)
+        ).rowcount
+    return changed
+
+
 @contextmanager
 def savepoint(conn: Conn, name: str) -> Iterator[None]:
     """A nested savepoint: rolled back alone (restoring what it dropped) when the block fails."""

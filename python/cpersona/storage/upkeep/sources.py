@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cpersona.storage.ops import SqlOps
-from cpersona.storage.upkeep.handle import Conn, chunks, ids_clause, scope
-from cpersona.storage.upkeep.texts import MemoryFlag, flags
+from cpersona.storage.upkeep.handle import Conn, scope, set_unlocked, write_by_ids
+from cpersona.storage.upkeep.texts import MemoryFlag, flagged
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,17 +47,14 @@ def invalid_json_rows(conn: Conn, agent_id: str) -> list[JsonFlag]:
 
 
 def reset_json(conn: Conn, ids: Sequence[int]) -> int:
-    changed = 0
-    for chunk in chunks(list(ids)):
-        changed += conn.execute(
-            "UPDATE memories SET "
-            f"source = CASE WHEN {conn.ops.json_valid('source')} THEN source ELSE '{{}}' END, "
-            f"metadata = CASE WHEN {conn.ops.json_valid('metadata')} THEN metadata "
-            "ELSE '{}' END "
-            f"WHERE locked = 0 AND id IN ({ids_clause(chunk)})",
-            chunk,
-        ).rowcount
-    return changed
+    return write_by_ids(
+        conn,
+        "UPDATE memories SET "
+        f"source = CASE WHEN {conn.ops.json_valid('source')} THEN source ELSE '{{}}' END, "
+        f"metadata = CASE WHEN {conn.ops.json_valid('metadata')} THEN metadata "
+        "ELSE '{}' END WHERE locked = 0 AND",
+        ids,
+    )
 
 
 def untyped_sources(conn: Conn, agent_id: str) -> list[SourceRow]:
@@ -77,12 +74,7 @@ def untyped_sources(conn: Conn, agent_id: str) -> list[SourceRow]:
 
 
 def set_sources(conn: Conn, rows: Sequence[tuple[int, str]]) -> int:
-    changed = 0
-    for row_id, source in rows:
-        changed += conn.execute(
-            "UPDATE memories SET source = ? WHERE id = ? AND locked = 0", (source, row_id)
-        ).rowcount
-    return changed
+    return set_unlocked(conn, "source", rows)
 
 
 def anonymous_sources(conn: Conn, agent_id: str) -> tuple[int, int]:
@@ -98,13 +90,8 @@ def anonymous_sources(conn: Conn, agent_id: str) -> tuple[int, int]:
 
 
 def sentinel_rows(conn: Conn, agent_id: str) -> list[MemoryFlag]:
-    return flags(
-        conn.execute(
-            "SELECT id, content, locked FROM memories WHERE agent_id = ? "
-            f"AND {_sentinel(conn.ops)} ORDER BY id",
-            (agent_id,),
-        ).fetchall(),
-        "id, content, locked",
+    return flagged(
+        conn, "id, content, locked", f"agent_id = ? AND {_sentinel(conn.ops)}", (agent_id,)
     )
 
 

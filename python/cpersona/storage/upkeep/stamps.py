@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cpersona.storage.upkeep.handle import Conn, Subject, chunks, ids_clause, scope
+from cpersona.storage.upkeep.handle import Conn, Subject, scope, set_unlocked, write_by_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,16 +72,7 @@ def future_timestamps(conn: Conn, skew_seconds: int, agent_id: str) -> list[Stam
 
 
 def timestamps_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
-    canon = conn.ops.utc_iso("created_at")
-    changed = 0
-    for chunk in chunks(list(ids)):
-        changed += conn.execute(
-            f"UPDATE memories SET timestamp = {canon} WHERE locked = 0 "
-            f"AND {canon} IS NOT NULL AND id IN ({ids_clause(chunk)})",
-            chunk,
-        ).rowcount
-        _instants_moved(conn, "memories", chunk)
-    return changed
+    return _from_created_at(conn, "memories", "timestamp", "locked = 0 AND ", ids)
 
 
 def episodes_without_start(conn: Conn, agent_id: str) -> list[int]:
@@ -94,15 +85,17 @@ def episodes_without_start(conn: Conn, agent_id: str) -> list[int]:
 
 
 def start_times_from_created_at(conn: Conn, ids: Sequence[int]) -> int:
+    return _from_created_at(conn, "episodes", "start_time", "", ids)
+
+
+def _from_created_at(conn: Conn, table: str, column: str, guard: str, ids: Sequence[int]) -> int:
+    """Set `column` to the row's created_at in the canonical UTC form, where that parses;
+    `guard` a further condition (`locked = 0 AND `)."""
     canon = conn.ops.utc_iso("created_at")
-    changed = 0
-    for chunk in chunks(list(ids)):
-        changed += conn.execute(
-            f"UPDATE episodes SET start_time = {canon} WHERE {canon} IS NOT NULL "
-            f"AND id IN ({ids_clause(chunk)})",
-            chunk,
-        ).rowcount
-        _instants_moved(conn, "episodes", chunk)
+    changed = write_by_ids(
+        conn, f"UPDATE {table} SET {column} = {canon} WHERE {guard}{canon} IS NOT NULL AND", ids
+    )
+    _instants_moved(conn, table, ids)
     return changed
 
 
@@ -115,11 +108,7 @@ def memory_timestamps(conn: Conn, agent_id: str) -> list[MemoryStamp]:
 
 
 def set_timestamps(conn: Conn, rows: Sequence[tuple[int, str]]) -> int:
-    changed = 0
-    for row_id, stamp in rows:
-        changed += conn.execute(
-            "UPDATE memories SET timestamp = ? WHERE id = ? AND locked = 0", (stamp, row_id)
-        ).rowcount
+    changed = set_unlocked(conn, "timestamp", rows)
     _instants_moved(conn, "memories", [row_id for row_id, _ in rows])
     return changed
 
@@ -156,12 +145,7 @@ def stale_tasks(conn: Conn, agent_id: str, hours: int = 1) -> list[int]:
 
 
 def delete_tasks(conn: Conn, ids: Sequence[int]) -> int:
-    deleted = 0
-    for chunk in chunks(list(ids)):
-        deleted += conn.execute(
-            f"DELETE FROM pending_memory_tasks WHERE id IN ({ids_clause(chunk)})", chunk
-        ).rowcount
-    return deleted
+    return write_by_ids(conn, "DELETE FROM pending_memory_tasks WHERE", ids)
 
 
 def profile_updated_at(conn: Conn, agent_id: str) -> tuple[str, float] | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from cpersona.storage.db import quote_identifier
 from cpersona.storage.error_kinds import ConstraintError
-from cpersona.storage.upkeep.handle import Conn, chunks, ids_clause, scope
+from cpersona.storage.upkeep.handle import Conn, scope, write_by_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +33,8 @@ class Sized:
 
 
 def flags(rows: list[Any], columns: str) -> list[MemoryFlag]:
-    """`rows` of the SELECT list `columns` (names as in MemoryFlag) as flags."""
-    names = [c.strip() for c in columns.split(",")]
+    """`rows` of the SELECT list `columns` (names, or aliases, as in MemoryFlag) as flags."""
+    names = [c.split()[-1] for c in columns.split(",")]  # `length(content) AS n` is n
     out = []
     for r in rows:
         v = dict(zip(names, tuple(r), strict=True))
@@ -53,28 +53,30 @@ def flags(rows: list[Any], columns: str) -> list[MemoryFlag]:
     return out
 
 
+def flagged(
+    conn: Conn, columns: str, condition: str, params: Sequence[object], agent_id: str = ""
+) -> list[MemoryFlag]:
+    """The memories `condition` (an SQL WHERE clause) matches, of `agent_id` when one is
+    named, by id, as flags of the SELECT list `columns`."""
+    where, scoped = scope(agent_id)
+    rows = conn.execute(
+        f"SELECT {columns} FROM memories WHERE {condition}{where} ORDER BY id", [*params, *scoped]
+    ).fetchall()
+    return flags(rows, columns)
+
+
+#: What a check that rewrites or cuts a memory's text reads of it.
+_TEXT_FLAG = "id, agent_id, project_id, channel, content, locked"
+
+
 def memories_containing(conn: Conn, needle: str, agent_id: str) -> list[MemoryFlag]:
-    where, params = scope(agent_id)
-    return flags(
-        conn.execute(
-            "SELECT id, agent_id, project_id, channel, content, locked FROM memories "
-            f"WHERE {conn.ops.position('?', 'content')} > 0{where} ORDER BY id",
-            [needle, *params],
-        ).fetchall(),
-        "id, agent_id, project_id, channel, content, locked",
-    )
+    condition = f"{conn.ops.position('?', 'content')} > 0"
+    return flagged(conn, _TEXT_FLAG, condition, [needle], agent_id)
 
 
 def oversized_memories(conn: Conn, cap: int, agent_id: str) -> list[MemoryFlag]:
-    where, params = scope(agent_id)
-    return flags(
-        conn.execute(
-            "SELECT id, agent_id, project_id, channel, content, locked, length(content) AS n "
-            f"FROM memories WHERE length(content) > ?{where} ORDER BY id",
-            [cap, *params],
-        ).fetchall(),
-        "id, agent_id, project_id, channel, content, locked, n",
-    )
+    columns = f"{_TEXT_FLAG}, length(content) AS n"
+    return flagged(conn, columns, "length(content) > ?", [cap], agent_id)
 
 
 def rewrite_content(conn: Conn, memory_id: int, content: str) -> str:
@@ -120,32 +122,19 @@ def duplicate_groups(conn: Conn, agent_id: str) -> list[list[MemoryFlag]]:
 
 
 def delete_unlocked_memories(conn: Conn, ids: Sequence[int]) -> int:
-    deleted = 0
-    for chunk in chunks(list(ids)):
-        deleted += conn.execute(
-            f"DELETE FROM memories WHERE locked = 0 AND id IN ({ids_clause(chunk)})", chunk
-        ).rowcount
-    return deleted
+    return write_by_ids(conn, "DELETE FROM memories WHERE locked = 0 AND", ids)
 
 
 def empty_content_rows(conn: Conn, agent_id: str) -> list[MemoryFlag]:
-    where, params = scope(agent_id)
-    return flags(
-        conn.execute(
-            f"SELECT id, locked FROM memories WHERE trim(content) = ''{where} ORDER BY id", params
-        ).fetchall(),
-        "id, locked",
-    )
+    return flagged(conn, "id, locked", "trim(content) = ''", [], agent_id)
 
 
 def short_content(conn: Conn, agent_id: str, max_len: int) -> list[MemoryFlag]:
-    return flags(
-        conn.execute(
-            "SELECT id, content, locked FROM memories WHERE agent_id = ? "
-            "AND length(trim(content)) <= ? ORDER BY id",
-            (agent_id, max_len),
-        ).fetchall(),
+    return flagged(
+        conn,
         "id, content, locked",
+        "agent_id = ? AND length(trim(content)) <= ?",
+        (agent_id, max_len),
     )
 
 
@@ -159,14 +148,12 @@ def oversized_profiles(conn: Conn, cap: int, agent_id: str) -> list[Sized]:
 
 
 def truncate_profiles(conn: Conn, ids: Sequence[int], cap: int) -> int:
-    changed = 0
-    for chunk in chunks(list(ids)):
-        changed += conn.execute(
-            f"UPDATE profiles SET content = substr(content, 1, ?), updated_at = {conn.ops.now()} "
-            f"WHERE id IN ({ids_clause(chunk)})",
-            [cap, *chunk],
-        ).rowcount
-    return changed
+    return write_by_ids(
+        conn,
+        f"UPDATE profiles SET content = substr(content, 1, ?), updated_at = {conn.ops.now()} WHERE",
+        ids,
+        cap,
+    )
 
 
 def truncate_memories(conn: Conn, ids: Sequence[int], cap: int) -> list[int]:
