@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from cpersona.storage.ops import POSTGRES, SQLITE, glob_escape
 from cpersona.storage.pg.dialect import placeholders
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pg_support import drop_database, fresh_database
 
@@ -58,6 +58,14 @@ _TEXT = st.text(alphabet="ab*?[]^-.\\%_Aé\n", max_size=8)
 
 @settings(max_examples=150, deadline=None)
 @given(text=_TEXT, pattern=_TEXT)
+# A reversed range (PostgreSQL refused it: "invalid character range"), a `-` last, a `]`
+# first, a negated range, a range after a range.
+@example(text="?", pattern="[?-.]")
+@example(text=".", pattern="[^?-.]")
+@example(text="-", pattern="[a-]")
+@example(text="]", pattern="[]a]")
+@example(text="b", pattern="[^a-c]")
+@example(text="e", pattern="[a-c-e]")
 def test_glob_match_is_sqlites_glob(pair: Any, text: str, pattern: str) -> None:
     lite, pg = pair
     want = lite.execute(f"SELECT {SQLITE.glob_match('?')}", (text, pattern)).fetchone()[0]

@@ -50,10 +50,10 @@ def release(store_backend: str, tmp_path: Path) -> Iterator[Release]:
         drop_database(url)
 
 
-async def test_the_upgrade_keeps_every_row_and_the_answers(release, open_engine):
+async def test_the_upgrade_keeps_every_row_and_the_answers(release, make_engine):
     before = release.rows()
     assert len(before["memories"]) == 8 and len(before["pending_memory_tasks"]) == 1
-    engine = open_engine(release.path, **release.settings())
+    engine = make_engine(db_path=str(release.path), **release.settings())
     async with mcp_tools(engine) as call:
         answers = [await call(name, args) for name, args in READS]
     engine.close()
@@ -61,13 +61,13 @@ async def test_the_upgrade_keeps_every_row_and_the_answers(release, open_engine)
     upgraded = release.rows()
     assert lost_rows(before, upgraded) == {}
     # Starting again on the upgraded database changes nothing.
-    open_engine(release.path, **release.settings()).close()
+    make_engine(db_path=str(release.path), **release.settings()).close()
     assert lost_rows(upgraded, release.rows()) == {}
     assert lost_rows(release.rows(), upgraded) == {}
 
 
-async def test_after_the_upgrade_ids_continue_and_locks_hold(release, open_engine):
-    engine = open_engine(release.path, **release.settings())
+async def test_after_the_upgrade_ids_continue_and_locks_hold(release, make_engine):
+    engine = make_engine(db_path=str(release.path), **release.settings())
     async with mcp_tools(engine) as call:
         # The release handed out memory ids 1-10 (10 deleted) and episode ids 1-3 (3 deleted).
         stored = await call("store", {"agent_id": "alice", "message": {"content": "Oolong too"}})

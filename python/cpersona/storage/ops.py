@@ -409,6 +409,37 @@ def glob_escape(text: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", text)
 
 
+def _glob_class(body: str, negate: bool) -> str:
+    """One `[...]` of a GLOB pattern as a regular expression, read as SQLite reads it: a `]`
+    first is a member, `a-z` a range unless `-` is first or last, and a reversed range (`?-.`)
+    admits nothing (PostgreSQL would refuse it). Every member is written as a code point
+    escape, so no character of the class is special to the regular expression."""
+    ranges: list[tuple[int, int]] = []
+    prior = 0  # SQLite's prior_c: the last single member, 0 after a range or a leading `]`
+    k = 0
+    if body.startswith("]"):
+        ranges.append((ord("]"), ord("]")))
+        k = 1
+    while k < len(body):
+        c = body[k]
+        if c == "-" and prior and k + 1 < len(body):
+            hi = ord(body[k + 1])
+            if hi >= prior:
+                ranges.append((prior, hi))
+            prior = 0
+            k += 2
+            continue
+        ranges.append((ord(c), ord(c)))
+        prior = ord(c)
+        k += 1
+    if not ranges:
+        return "." if negate else "(?!)"
+    members = "".join(
+        f"\\U{lo:08X}" if lo == hi else f"\\U{lo:08X}-\\U{hi:08X}" for lo, hi in ranges
+    )
+    return ("[^" if negate else "[") + members + "]"
+
+
 def glob_regex(pattern: str) -> str:
     """A GLOB pattern as an anchored POSIX regular expression matching the same texts:
     `*` any run, `?` one character, `[...]`/`[^...]` a class (a `]` first is a member),
@@ -433,9 +464,7 @@ def glob_regex(pattern: str) -> str:
                 j += 1
             if j >= n:
                 return "(?!)"
-            # A leading `]` is a member in POSIX brackets too; `\` and `[` are escaped.
-            members = pattern[start:j].replace("\\", "\\\\").replace("[", "\\[")
-            out.append(("[^" if negate else "[") + members + "]")
+            out.append(_glob_class(pattern[start:j], negate))
             i = j
         else:
             out.append(re.sub(r"([^A-Za-z0-9_])", r"\\\1", c))
