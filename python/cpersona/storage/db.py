@@ -31,7 +31,7 @@ import sqlite3
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -381,6 +381,28 @@ def embedding_param(conn: object, blob: bytes | None) -> object:
     one) on PostgreSQL (`PgDatabase.vector_param`)."""
     convert = getattr(conn, "vector_param", None)
     return blob if convert is None else convert(blob)
+
+
+def row_params(conn: object, record: object, names: tuple[str, ...]) -> tuple[object, ...]:
+    """The values of `record`'s fields `names`, bound as the backend takes them: a truth value
+    as 0 or 1 (the columns are INTEGER on both backends), the embedding as `embedding_param`."""
+    values: list[object] = []
+    for name in names:
+        value = getattr(record, name)
+        if name == "embedding":
+            value = embedding_param(conn, value)
+        elif isinstance(value, bool):
+            value = 1 if value else 0
+        values.append(value)
+    return tuple(values)
+
+
+def id_batches(ids: Sequence[int], size: int = 500) -> Iterator[tuple[list[int], str]]:
+    """`ids` in batches of `size` (a bound parameter list stays under SQLite's limit), each
+    with its `?, ?, ...` placeholder list."""
+    for start in range(0, len(ids), size):
+        batch = list(ids[start : start + size])
+        yield batch, ",".join("?" * len(batch))
 
 
 def quote_identifier(name: str) -> str:

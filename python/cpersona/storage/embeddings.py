@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from cpersona.models import ProjectFilter
 from cpersona.storage.change_log import ChangeLog, Changes
+from cpersona.storage.db import id_batches
 from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Row, Store
 from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
@@ -96,9 +97,7 @@ def changes_since(db: Store, table: str, seq: int) -> Changes:
 def rows_by_id(db: Store, table: str, ids: Sequence[int]) -> dict[int, IndexRow]:
     """Current embedded rows among `ids` (a row that is gone or unembedded is absent)."""
     found: dict[int, IndexRow] = {}
-    for start in range(0, len(ids), 500):
-        batch = list(ids[start : start + 500])
-        marks = ",".join("?" * len(batch))
+    for batch, marks in id_batches(ids):
         for r in db.query(
             f"{_select(db, _check(table))} WHERE id IN ({marks}) AND embedding IS NOT NULL",
             batch,
@@ -190,9 +189,7 @@ def window_ids(
 def blobs(db: Store, table: str, ids: Sequence[int]) -> dict[int, bytes]:
     """The embedding BLOB of each of `ids` that has one (batches of 500)."""
     found: dict[int, bytes] = {}
-    for start in range(0, len(ids), 500):
-        batch = list(ids[start : start + 500])
-        marks = ",".join("?" * len(batch))
+    for batch, marks in id_batches(ids):
         for r in db.reader().execute(
             f"SELECT id, embedding FROM {_check(table)} WHERE id IN ({marks}) "
             "AND embedding IS NOT NULL",

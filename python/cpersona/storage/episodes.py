@@ -3,49 +3,26 @@
 from __future__ import annotations
 
 from cpersona.models import Episode, NewEpisode, ProjectFilter
-from cpersona.storage.db import embedding_param, is_row_id, newest
+from cpersona.storage.db import is_row_id, newest, row_params
 from cpersona.storage.error_kinds import translating
 from cpersona.storage.interface import Connection, Row, Store
-from cpersona.storage.rows import EpisodeRow, projection
+from cpersona.storage.rows import EpisodeRow, build, insert_sql, projection
 from cpersona.timerange import TimeRange
 
 #: The listing's row (`models.Episode`): every column but the embedding, and whether it has one.
 _COLUMNS = projection(Episode, EpisodeRow, {"embedded": "embedding IS NOT NULL"}).select_list()
+#: What `store_episode` writes (`models.NewEpisode`); the database fills in the rest.
+_WRITTEN = projection(NewEpisode, EpisodeRow).names
+_INSERT = insert_sql("episodes", _WRITTEN, "RETURNING id")
 
 
 def _episode(row: Row) -> Episode:
-    return Episode(
-        id=row["id"],
-        agent_id=row["agent_id"],
-        project_id=row["project_id"],
-        summary=row["summary"],
-        keywords=row["keywords"],
-        start_time=row["start_time"],
-        end_time=row["end_time"],
-        resolved=bool(row["resolved"]),
-        channel=row["channel"],
-        created_at=row["created_at"],
-        embedded=bool(row["embedded"]),
-    )
+    return build(Episode, row)
 
 
 def insert(conn: Connection, new: NewEpisode) -> int:
-    rows = conn.execute(
-        """INSERT INTO episodes (agent_id, project_id, summary, keywords, embedding,
-                                 start_time, end_time, resolved, channel)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
-        (
-            new.agent_id,
-            new.project_id,
-            new.summary,
-            new.keywords,
-            embedding_param(conn, new.embedding),
-            new.start_time,
-            new.end_time,
-            1 if new.resolved else 0,
-            new.channel,
-        ),
-    ).fetchall()  # to the end: SQLite finishes an INSERT ... RETURNING only then
+    cur = conn.execute(_INSERT, row_params(conn, new, _WRITTEN))
+    rows = cur.fetchall()  # to the end: SQLite finishes an INSERT ... RETURNING only then
     return int(rows[0][0])
 
 

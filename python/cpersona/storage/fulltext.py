@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from cpersona.storage.change_log import ChangeLog, Changes
+from cpersona.storage.db import id_batches
 from cpersona.storage.embeddings import db_uid
 from cpersona.storage.interface import Row, Store
 from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
@@ -105,9 +106,7 @@ def changes_since(db: Store, table: str, seq: int) -> Changes:
 def rows_by_id(db: Store, table: str, ids: Sequence[int]) -> dict[int, FtsRow]:
     """The current rows among `ids` (a row that is gone is absent)."""
     found: dict[int, FtsRow] = {}
-    for start in range(0, len(ids), 500):
-        batch = list(ids[start : start + 500])
-        marks = ",".join("?" * len(batch))
+    for batch, marks in id_batches(ids):
         for r in db.reader().execute(f"{_select(db, table)} WHERE id IN ({marks})", batch):
             row = _row(r)
             found[row.id] = row
