@@ -25,9 +25,10 @@ from cpersona.storage.channel_axis import (
 )
 from cpersona.storage.db import id_batches, row_params
 from cpersona.storage.error_kinds import translated, translating
-from cpersona.storage.interface import Connection, Row, Store
+from cpersona.storage.interface import Connection, Cursor, Row, Store
 from cpersona.storage.ops import ops_of
 from cpersona.storage.rows import (
+    TABLE,
     EpisodeRow,
     MemoryRow,
     ProfileRow,
@@ -204,49 +205,35 @@ def profile_exists(conn: Connection, agent_id: str, user_id: str) -> bool:
 # -- writes --------------------------------------------------------------------------------------
 
 
-def _now_unless_given(conn: Connection, stamp: str) -> dict[str, str]:
-    # A record's stamp is kept; one it leaves to the database is the time now.
-    return {stamp: f"COALESCE(?, {ops_of(conn).now()})"}
-
-
 #: Every column of a row but its id (a source row's id is ignored on insert).
-_MEMORY_WRITTEN = tuple(c for c in columns(MemoryRow) if c != "id")
-_EPISODE_WRITTEN = tuple(c for c in columns(EpisodeRow) if c != "id")
-_PROFILE_WRITTEN = tuple(c for c in columns(ProfileRow) if c != "id")
+_WRITTEN = {row: tuple(c for c in columns(row) if c != "id") for row in TABLE}
+
+
+def _insert(conn: Connection, rec: object, tail: str, stamp: str = "created_at") -> Cursor:
+    # A record's stamp is kept; one it leaves to the database is the time now.
+    names = _WRITTEN[type(rec)]
+    now = {stamp: f"COALESCE(?, {ops_of(conn).now()})"}
+    sql = insert_sql(TABLE[type(rec)], names, tail, now)
+    return conn.execute(sql, row_params(conn, rec, names))
 
 
 def insert_memory(conn: Connection, rec: MemoryRecord) -> int | None:
     """Insert every column; the new id, or None when a UNIQUE index absorbed it."""
-    sql = insert_sql(
-        "memories",
-        _MEMORY_WRITTEN,
-        "ON CONFLICT DO NOTHING RETURNING id",
-        _now_unless_given(conn, "created_at"),
-    )
-    rows = conn.execute(sql, row_params(conn, rec, _MEMORY_WRITTEN)).fetchall()
+    rows = _insert(conn, rec, "ON CONFLICT DO NOTHING RETURNING id").fetchall()
     return int(rows[0][0]) if rows else None
 
 
 def insert_episode(conn: Connection, rec: EpisodeRecord) -> int:
-    sql = insert_sql(
-        "episodes", _EPISODE_WRITTEN, "RETURNING id", _now_unless_given(conn, "created_at")
-    )
-    rows = conn.execute(sql, row_params(conn, rec, _EPISODE_WRITTEN)).fetchall()
-    return int(rows[0][0])
+    return int(_insert(conn, rec, "RETURNING id").fetchall()[0][0])
 
 
 def upsert_profile(conn: Connection, rec: ProfileRecord) -> None:
     """Import's profile write: insert, or overwrite the one of the same (agent_id, user_id)."""
-    sql = insert_sql(
-        "profiles",
-        _PROFILE_WRITTEN,
-        """ON CONFLICT(agent_id, user_id) DO UPDATE SET
+    tail = """ON CONFLICT(agent_id, user_id) DO UPDATE SET
                content = excluded.content,
                project_id = excluded.project_id,
-               updated_at = excluded.updated_at""",
-        _now_unless_given(conn, "updated_at"),
-    )
-    conn.execute(sql, row_params(conn, rec, _PROFILE_WRITTEN))
+               updated_at = excluded.updated_at"""
+    _insert(conn, rec, tail, "updated_at")
 
 
 def insert_profile(conn: Connection, rec: ProfileRecord) -> None:

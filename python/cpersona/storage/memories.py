@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cpersona.models import Memory, NewMemory, ProjectFilter
-from cpersona.storage.db import embedding_param, id_batches, is_row_id, newest, row_params
-from cpersona.storage.error_kinds import translating
+from cpersona.models import Memory, NewMemory
+from cpersona.storage.db import embedding_param, id_batches, is_row_id, row_params
 from cpersona.storage.interface import Connection, Row, Store
+from cpersona.storage.row_access import RowAccess
 from cpersona.storage.rows import MemoryRow, build, insert_sql, projection
-from cpersona.timerange import TimeRange
 
 #: The listing's row (`models.Memory`): every column but the embedding, and whether it has one.
 _COLUMNS = projection(Memory, MemoryRow, {"embedded": "embedding IS NOT NULL"}).select_list()
@@ -20,6 +19,13 @@ _INSERT = insert_sql("memories", _WRITTEN, "ON CONFLICT DO NOTHING RETURNING id"
 
 def _memory(row: Row) -> Memory:
     return build(Memory, row)
+
+
+_ROWS = RowAccess("memories", _COLUMNS, _memory, deletable="locked = 0")
+get = _ROWS.get
+fetch = _ROWS.fetch
+delete = _ROWS.delete  # locked rows are kept
+list_newest = _ROWS.list_newest
 
 
 def _probe_project(project_id: str) -> tuple[str, tuple[str, ...]]:
@@ -67,19 +73,6 @@ def insert(conn: Connection, new: NewMemory) -> int | None:
     return int(rows[0][0]) if rows else None
 
 
-def get(conn: Connection, memory_id: int) -> Memory | None:
-    if not is_row_id(memory_id):
-        return None
-    row = conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)).fetchone()
-    return None if row is None else _memory(row)
-
-
-@translating
-def fetch(db: Store, memory_id: int) -> Memory | None:
-    """One row by id, read outside any transaction."""
-    return get(db.reader(), memory_id)
-
-
 def get_many(db: Store, ids: Sequence[int], agent_id: str | None = None) -> dict[int, Memory]:
     """Rows by id (batches of 500), optionally only those of one agent."""
     found: dict[int, Memory] = {}
@@ -105,19 +98,6 @@ def update_content(conn: Connection, memory_id: int, content: str, embedding: by
     return cur.rowcount
 
 
-def delete(conn: Connection, memory_id: int, agent_id: str | None) -> int:
-    if not is_row_id(memory_id):
-        return 0
-    if agent_id is None:
-        cur = conn.execute("DELETE FROM memories WHERE id = ? AND locked = 0", (memory_id,))
-    else:
-        cur = conn.execute(
-            "DELETE FROM memories WHERE id = ? AND agent_id = ? AND locked = 0",
-            (memory_id, agent_id),
-        )
-    return cur.rowcount
-
-
 def set_locked(conn: Connection, memory_id: int, locked: bool) -> int:
     if not is_row_id(memory_id):
         return 0
@@ -125,20 +105,6 @@ def set_locked(conn: Connection, memory_id: int, locked: bool) -> int:
         "UPDATE memories SET locked = ? WHERE id = ?", (1 if locked else 0, memory_id)
     )
     return cur.rowcount
-
-
-def list_newest(
-    db: Store,
-    agent_id: str | None,
-    project: ProjectFilter,
-    limit: int,
-    offset: int = 0,
-    span: TimeRange | None = None,
-) -> list[Memory]:
-    """Newest first by created_at (ties: higher id first); agent None = all agents; with
-    `span`, only rows whose instant it admits (cpersona.timerange)."""
-    rows = newest(db, "memories", _COLUMNS, agent_id, project, limit, offset, span)
-    return [_memory(row) for row in rows]
 
 
 def search_fts(db: Store, match: str, agent_id: str, limit: int) -> list[Memory]:
