@@ -12,9 +12,10 @@ storage/channel_axis.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cpersona.storage import vector_models
 from cpersona.storage.channel_axis import (
@@ -37,6 +38,8 @@ from cpersona.storage.rows import (
     insert_sql,
     select_list,
 )
+
+T = TypeVar("T")
 
 #: Rows fetched per round trip when streaming a table, and ids bound per DELETE.
 PAGE = 500
@@ -132,17 +135,26 @@ def iter_memories(
     conn: Connection, agent_id: str | None, *, with_embeddings: bool
 ) -> Iterator[MemoryRecord]:
     """Memories of one agent (None = all) by id; embeddings only when asked for."""
-    columns = _MEMORY_COLUMNS + (", embedding" if with_embeddings else "")
-    for row in _pages(conn, "memories", columns, agent_id):
-        yield _memory(row, with_embeddings)
+    return _records(conn, "memories", _MEMORY_COLUMNS, _memory, agent_id, with_embeddings)
 
 
 def iter_episodes(
     conn: Connection, agent_id: str | None, *, with_embeddings: bool
 ) -> Iterator[EpisodeRecord]:
-    columns = _EPISODE_COLUMNS + (", embedding" if with_embeddings else "")
-    for row in _pages(conn, "episodes", columns, agent_id):
-        yield _episode(row, with_embeddings)
+    return _records(conn, "episodes", _EPISODE_COLUMNS, _episode, agent_id, with_embeddings)
+
+
+def _records(
+    conn: Connection,
+    table: str,
+    columns: str,
+    read: Callable[[Row, bool], T],
+    agent_id: str | None,
+    with_embeddings: bool,
+) -> Iterator[T]:
+    columns += ", embedding" if with_embeddings else ""
+    for row in _pages(conn, table, columns, agent_id):
+        yield read(row, with_embeddings)
 
 
 def iter_profiles(conn: Connection, agent_id: str | None) -> Iterator[ProfileRecord]:
