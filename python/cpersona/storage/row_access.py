@@ -8,8 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from cpersona.storage.db import is_row_id, newest
+from cpersona.storage.db import is_row_id
 from cpersona.storage.error_kinds import translated
+from cpersona.storage.filters import project_where
+from cpersona.timerange import first_in_span
 
 if TYPE_CHECKING:
     from cpersona.models import ProjectFilter
@@ -63,7 +65,25 @@ class RowAccess(Generic[T]):
         offset: int = 0,
         span: TimeRange | None = None,
     ) -> list[T]:
-        """Newest first by created_at (ties: higher id first); agent None = all agents; with
-        `span`, only rows whose instant it admits (cpersona.timerange)."""
-        rows = newest(db, self.table, self.columns, agent_id, project, limit, offset, span)
+        """Newest first by (created_at DESC, id DESC), one agent's or all agents' (None);
+        `offset` rows of that order skipped (a page of a listing). With `span`, only rows
+        whose instant it admits (cpersona.timerange)."""
+        where, params = project_where(project)
+        sql = f"SELECT {self.columns} FROM {self.table} WHERE {where}"
+        args: list[object] = list(params)
+        if agent_id is not None:
+            sql += " AND agent_id = ?"
+            args.append(agent_id)
+        if span is not None and db.dialect == "postgresql":
+            # The stored instant_key (storage/pg/vectors.py) tests the range in SQL; NULL keys
+            # are left to the Python test below.
+            sql += " AND (instant_key IS NULL OR (instant_key >= ? AND instant_key < ?))"
+            args += span.bounds()
+        sql += " ORDER BY created_at DESC, id DESC"
+        if span is None:
+            rows = db.query(sql + " LIMIT ? OFFSET ?", [*args, limit, offset])
+        else:
+            stamp = "timestamp" if self.table == "memories" else "start_time"
+            cur = db.reader().execute(sql, args)
+            rows = first_in_span(cur, span, stamp, "created_at", limit + offset)[offset:]
         return [self.read(row) for row in rows]
