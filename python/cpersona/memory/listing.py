@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from cpersona.config import Settings
 from cpersona.models import Episode, Memory, ProjectFilter
@@ -12,6 +14,8 @@ from cpersona.storage import episodes as episode_sql
 from cpersona.storage import memories as memory_sql
 from cpersona.storage import profiles as profile_sql
 from cpersona.timerange import TimeRange
+
+T = TypeVar("T")
 
 #: Content characters list_memories returns whole before degrading rows (surface.md §4.4).
 MEMORY_LIST_BUDGET = 1_000_000
@@ -43,21 +47,6 @@ def _memory_row(m: Memory) -> dict[str, Any]:
     }
 
 
-def list_memories(
-    db: Store,
-    settings: Settings,
-    agent_id: str,
-    project: ProjectFilter,
-    limit: int,
-    span: TimeRange | None = None,
-) -> dict[str, Any]:
-    limit = max(0, min(limit, MEMORY_LIST_MAX))
-    with db.snapshot():  # one state, however many statements the listing takes
-        rows = memory_sql.list_newest(db, agent_id or None, project, limit, span=span)
-    out = [_memory_row(m) for m in rows]
-    return _listed("memories", out, ("content",), MEMORY_LIST_BUDGET, settings, "mem")
-
-
 def _episode_row(e: Episode) -> dict[str, Any]:
     return {
         "id": e.id,
@@ -71,37 +60,59 @@ def _episode_row(e: Episode) -> dict[str, Any]:
     }
 
 
-def list_episodes(
-    db: Store,
-    settings: Settings,
-    agent_id: str,
-    project: ProjectFilter,
-    limit: int,
-    span: TimeRange | None = None,
-) -> dict[str, Any]:
-    limit = max(0, min(limit, EPISODE_LIST_MAX))
-    with db.snapshot():
-        rows = episode_sql.list_newest(db, agent_id or None, project, limit, span=span)
-    out = [_episode_row(e) for e in rows]
-    fields = ("summary", "keywords")
-    return _listed("episodes", out, fields, EPISODE_LIST_BUDGET, settings, "ep")
+@dataclass(frozen=True, slots=True)
+class _Listing(Generic[T]):
+    """One listing tool: its rows newest first (at most `most`), each as the answer's dict,
+    under `key`, cut to previews (`ref` kind `kind`) past `budget` characters of `fields`."""
+
+    key: str
+    newest: Callable[..., list[T]]
+    row: Callable[[T], dict[str, Any]]
+    most: int
+    fields: tuple[str, ...]
+    budget: int
+    kind: str
+
+    def __call__(
+        self,
+        db: Store,
+        settings: Settings,
+        agent_id: str,
+        project: ProjectFilter,
+        limit: int,
+        span: TimeRange | None = None,
+    ) -> dict[str, Any]:
+        limit = max(0, min(limit, self.most))
+        with db.snapshot():  # one state, however many statements the listing takes
+            found = self.newest(db, agent_id or None, project, limit, span=span)
+        rows = [self.row(r) for r in found]
+        degraded = _over_budget(
+            rows, self.fields, self.budget, settings.recall_preview_chars, self.kind
+        )
+        result: dict[str, Any] = {self.key: rows, "count": len(rows)}
+        if degraded:
+            result["budget_chars"] = self.budget
+        return result
 
 
-def _listed(
-    key: str,
-    rows: list[dict[str, Any]],
-    fields: tuple[str, ...],
-    budget: int,
-    settings: Settings,
-    kind: str,
-) -> dict[str, Any]:
-    """A listing's answer: the rows under `key` with their count, cut to previews (and
-    `budget_chars` said) when their `fields` together exceed `budget`."""
-    degraded = _over_budget(rows, fields, budget, settings.recall_preview_chars, kind)
-    result: dict[str, Any] = {key: rows, "count": len(rows)}
-    if degraded:
-        result["budget_chars"] = budget
-    return result
+list_memories = _Listing(
+    "memories",
+    memory_sql.list_newest,
+    _memory_row,
+    MEMORY_LIST_MAX,
+    ("content",),
+    MEMORY_LIST_BUDGET,
+    "mem",
+)
+list_episodes = _Listing(
+    "episodes",
+    episode_sql.list_newest,
+    _episode_row,
+    EPISODE_LIST_MAX,
+    ("summary", "keywords"),
+    EPISODE_LIST_BUDGET,
+    "ep",
+)
 
 
 def _over_budget(

@@ -12,9 +12,10 @@ storage/channel_axis.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cpersona.storage import vector_models
 from cpersona.storage.channel_axis import (
@@ -23,11 +24,22 @@ from cpersona.storage.channel_axis import (
     globalize_unrecoverable,
     rechannel_recoverable,
 )
-from cpersona.storage.db import embedding_param
+from cpersona.storage.db import id_batches, row_params
 from cpersona.storage.error_kinds import translated, translating
-from cpersona.storage.interface import Connection, Row, Store
+from cpersona.storage.interface import Connection, Cursor, Row, Store
 from cpersona.storage.ops import ops_of
-from cpersona.storage.rows import EpisodeRow, MemoryRow, ProfileRow, columns, select_list
+from cpersona.storage.rows import (
+    TABLE,
+    EpisodeRow,
+    MemoryRow,
+    ProfileRow,
+    build,
+    columns,
+    insert_sql,
+    select_list,
+)
+
+T = TypeVar("T")
 
 #: Rows fetched per round trip when streaming a table, and ids bound per DELETE.
 PAGE = 500
@@ -81,52 +93,26 @@ _EPISODE_COLUMNS = select_list(tuple(c for c in columns(EpisodeRow) if c != "emb
 _PROFILE_COLUMNS = select_list(columns(ProfileRow))
 
 
-def _memory(row: Row, with_embedding: bool) -> MemoryRecord:
+def _blob(row: Row, with_embedding: bool) -> bytes | None:
     blob = row["embedding"] if with_embedding else None
-    return MemoryRecord(
-        id=row["id"],
-        agent_id=row["agent_id"],
-        project_id=row["project_id"],
-        msg_id=row["msg_id"],
-        content=row["content"],
-        source=row["source"],
-        timestamp=row["timestamp"],
-        metadata=row["metadata"],
-        channel=row["channel"],
+    return bytes(blob) if blob is not None else None
+
+
+def _memory(row: Row, with_embedding: bool) -> MemoryRecord:
+    return build(
+        MemoryRecord,
+        row,
         recall_count=int(row["recall_count"] or 0),
-        last_recalled_at=row["last_recalled_at"],
-        locked=bool(row["locked"]),
-        created_at=row["created_at"],
-        embedding=bytes(blob) if blob is not None else None,
+        embedding=_blob(row, with_embedding),
     )
 
 
 def _episode(row: Row, with_embedding: bool) -> EpisodeRecord:
-    blob = row["embedding"] if with_embedding else None
-    return EpisodeRecord(
-        id=row["id"],
-        agent_id=row["agent_id"],
-        project_id=row["project_id"],
-        summary=row["summary"],
-        keywords=row["keywords"],
-        start_time=row["start_time"],
-        end_time=row["end_time"],
-        resolved=bool(row["resolved"]),
-        channel=row["channel"],
-        created_at=row["created_at"],
-        embedding=bytes(blob) if blob is not None else None,
-    )
+    return build(EpisodeRecord, row, embedding=_blob(row, with_embedding))
 
 
 def _profile(row: Row) -> ProfileRecord:
-    return ProfileRecord(
-        id=row["id"],
-        agent_id=row["agent_id"],
-        user_id=row["user_id"],
-        project_id=row["project_id"],
-        content=row["content"],
-        updated_at=row["updated_at"],
-    )
+    return build(ProfileRecord, row)
 
 
 def _pages(conn: Connection, table: str, columns: str, agent_id: str | None) -> Iterator[Row]:
@@ -149,17 +135,26 @@ def iter_memories(
     conn: Connection, agent_id: str | None, *, with_embeddings: bool
 ) -> Iterator[MemoryRecord]:
     """Memories of one agent (None = all) by id; embeddings only when asked for."""
-    columns = _MEMORY_COLUMNS + (", embedding" if with_embeddings else "")
-    for row in _pages(conn, "memories", columns, agent_id):
-        yield _memory(row, with_embeddings)
+    return _records(conn, "memories", _MEMORY_COLUMNS, _memory, agent_id, with_embeddings)
 
 
 def iter_episodes(
     conn: Connection, agent_id: str | None, *, with_embeddings: bool
 ) -> Iterator[EpisodeRecord]:
-    columns = _EPISODE_COLUMNS + (", embedding" if with_embeddings else "")
-    for row in _pages(conn, "episodes", columns, agent_id):
-        yield _episode(row, with_embeddings)
+    return _records(conn, "episodes", _EPISODE_COLUMNS, _episode, agent_id, with_embeddings)
+
+
+def _records(
+    conn: Connection,
+    table: str,
+    columns: str,
+    read: Callable[[Row, bool], T],
+    agent_id: str | None,
+    with_embeddings: bool,
+) -> Iterator[T]:
+    columns += ", embedding" if with_embeddings else ""
+    for row in _pages(conn, table, columns, agent_id):
+        yield read(row, with_embeddings)
 
 
 def iter_profiles(conn: Connection, agent_id: str | None) -> Iterator[ProfileRecord]:
@@ -222,67 +217,35 @@ def profile_exists(conn: Connection, agent_id: str, user_id: str) -> bool:
 # -- writes --------------------------------------------------------------------------------------
 
 
+#: Every column of a row but its id (a source row's id is ignored on insert).
+_WRITTEN = {row: tuple(c for c in columns(row) if c != "id") for row in TABLE}
+
+
+def _insert(conn: Connection, rec: object, tail: str, stamp: str = "created_at") -> Cursor:
+    # A record's stamp is kept; one it leaves to the database is the time now.
+    names = _WRITTEN[type(rec)]
+    now = {stamp: f"COALESCE(?, {ops_of(conn).now()})"}
+    sql = insert_sql(TABLE[type(rec)], names, tail, now)
+    return conn.execute(sql, row_params(conn, rec, names))
+
+
 def insert_memory(conn: Connection, rec: MemoryRecord) -> int | None:
     """Insert every column; the new id, or None when a UNIQUE index absorbed it."""
-    rows = conn.execute(
-        f"""INSERT INTO memories
-           (agent_id, project_id, channel, msg_id, content, source, timestamp, metadata,
-            embedding, locked, recall_count, last_recalled_at, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {ops_of(conn).now()}))
-           ON CONFLICT DO NOTHING RETURNING id""",
-        (
-            rec.agent_id,
-            rec.project_id,
-            rec.channel,
-            rec.msg_id,
-            rec.content,
-            rec.source,
-            rec.timestamp,
-            rec.metadata,
-            embedding_param(conn, rec.embedding),
-            1 if rec.locked else 0,
-            rec.recall_count,
-            rec.last_recalled_at,
-            rec.created_at,
-        ),
-    ).fetchall()
+    rows = _insert(conn, rec, "ON CONFLICT DO NOTHING RETURNING id").fetchall()
     return int(rows[0][0]) if rows else None
 
 
 def insert_episode(conn: Connection, rec: EpisodeRecord) -> int:
-    rows = conn.execute(
-        f"""INSERT INTO episodes
-           (agent_id, project_id, channel, summary, keywords, start_time, end_time, resolved,
-            embedding, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {ops_of(conn).now()}))
-           RETURNING id""",
-        (
-            rec.agent_id,
-            rec.project_id,
-            rec.channel,
-            rec.summary,
-            rec.keywords,
-            rec.start_time,
-            rec.end_time,
-            1 if rec.resolved else 0,
-            embedding_param(conn, rec.embedding),
-            rec.created_at,
-        ),
-    ).fetchall()
-    return int(rows[0][0])
+    return int(_insert(conn, rec, "RETURNING id").fetchall()[0][0])
 
 
 def upsert_profile(conn: Connection, rec: ProfileRecord) -> None:
     """Import's profile write: insert, or overwrite the one of the same (agent_id, user_id)."""
-    conn.execute(
-        f"""INSERT INTO profiles (agent_id, project_id, user_id, content, updated_at)
-           VALUES (?, ?, ?, ?, COALESCE(?, {ops_of(conn).now()}))
-           ON CONFLICT(agent_id, user_id) DO UPDATE SET
+    tail = """ON CONFLICT(agent_id, user_id) DO UPDATE SET
                content = excluded.content,
                project_id = excluded.project_id,
-               updated_at = excluded.updated_at""",
-        (rec.agent_id, rec.project_id, rec.user_id, rec.content, rec.updated_at),
-    )
+               updated_at = excluded.updated_at"""
+    _insert(conn, rec, tail, "updated_at")
 
 
 def insert_profile(conn: Connection, rec: ProfileRecord) -> None:
@@ -301,9 +264,7 @@ def delete_ids(conn: Connection, table: str, agent_id: str, ids: Sequence[int]) 
     """Delete these rows of one agent (locked ones too); the number removed."""
     name = _TABLES[table]
     removed = 0
-    for start in range(0, len(ids), PAGE):
-        batch = list(ids[start : start + PAGE])
-        marks = ",".join("?" * len(batch))
+    for batch, marks in id_batches(ids, PAGE):
         cur = conn.execute(
             f"DELETE FROM {name} WHERE agent_id = ? AND id IN ({marks})", (agent_id, *batch)
         )

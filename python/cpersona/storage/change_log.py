@@ -9,6 +9,9 @@ from cpersona.storage.interface import Store
 
 LOGS = ("vector_log", "fts_log")
 
+#: The tables whose changes a log records.
+TABLES = ("memories", "episodes")
+
 
 @dataclass(frozen=True, slots=True)
 class Changes:
@@ -22,9 +25,11 @@ class Changes:
 
 @dataclass(frozen=True, slots=True)
 class ChangeLog:
-    """One log table; `table` arguments are checked by the caller (memories or episodes)."""
+    """One log table; `index` names, in the error a table it does not log raises, the kind
+    of index the log feeds."""
 
     name: str
+    index: str = "derived"
 
     def __post_init__(self) -> None:
         if self.name not in LOGS:
@@ -49,6 +54,11 @@ class ChangeLog:
             f"WHERE key LIKE '{self.name}_trimmed_%'), 0))"
         )
 
+    def _logged(self, table: str) -> str:
+        if table not in TABLES:
+            raise ValueError(f"no {self.index} index for table {table!r}")
+        return table
+
     def max_seq(self, db: Store) -> int:
         """The largest seq ever written (trimmed entries included)."""
         row = db.query_one(self._high_water_of(db))
@@ -56,6 +66,7 @@ class ChangeLog:
 
     def changes_since(self, db: Store, table: str, seq: int) -> Changes:
         """Distinct row ids of `table` logged after `seq`, oldest change first, and the max."""
+        table = self._logged(table)
         conn = db.reader()
         # One snapshot for both statements, so no change slips between them (the caller's,
         # when this thread's reader is already inside a read transaction: BEGIN would fail).
@@ -82,7 +93,7 @@ class ChangeLog:
     def trim(self, db: Store, table: str, upto: int) -> int:
         """Forget applied entries of `table` (the index file remembers `applied_seq`), and
         remember how far: a file that has applied less can no longer be brought current."""
-        key = f"{self.name}_trimmed_{table}"
+        key = f"{self.name}_trimmed_{self._logged(table)}"
         with db.atomic() as conn:
             if db.dialect == "sqlite":
                 conn.execute(
@@ -104,6 +115,7 @@ class ChangeLog:
 
     def trimmed_upto(self, db: Store, table: str) -> int:
         """The seq up to which `table`'s entries were trimmed (0 = never)."""
+        table = self._logged(table)
         row = db.query_one(
             "SELECT value FROM cpersona_meta WHERE key = ?", (f"{self.name}_trimmed_{table}",)
         )

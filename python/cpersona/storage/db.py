@@ -31,19 +31,17 @@ import sqlite3
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cpersona.storage.error_kinds import DISK_FULL, is_disk_full
-from cpersona.storage.filters import project_where
-from cpersona.storage.interface import Capabilities, Params, Row, Store
+from cpersona.storage.interface import Capabilities, Params, Row
 from cpersona.storage.ops import SQLITE, OpsConnection, SqlOps
-from cpersona.timerange import TimeRange, first_in_span
 
 if TYPE_CHECKING:
-    from cpersona.models import ProjectFilter
+    pass
 
 __all__ = ["DISK_FULL", "Database", "is_disk_full", "open_failure"]
 
@@ -383,38 +381,28 @@ def embedding_param(conn: object, blob: bytes | None) -> object:
     return blob if convert is None else convert(blob)
 
 
+def row_params(conn: object, record: object, names: tuple[str, ...]) -> tuple[object, ...]:
+    """The values of `record`'s fields `names`, bound as the backend takes them: a truth value
+    as 0 or 1 (the columns are INTEGER on both backends), the embedding as `embedding_param`."""
+    values: list[object] = []
+    for name in names:
+        value = getattr(record, name)
+        if name == "embedding":
+            value = embedding_param(conn, value)
+        elif isinstance(value, bool):
+            value = 1 if value else 0
+        values.append(value)
+    return tuple(values)
+
+
+def id_batches(ids: Sequence[int], size: int = 500) -> Iterator[tuple[list[int], str]]:
+    """`ids` in batches of `size` (a bound parameter list stays under SQLite's limit), each
+    with its `?, ?, ...` placeholder list."""
+    for start in range(0, len(ids), size):
+        batch = list(ids[start : start + size])
+        yield batch, ",".join("?" * len(batch))
+
+
 def quote_identifier(name: str) -> str:
     """Quote an SQL identifier (table or column name) that must be interpolated."""
     return '"' + name.replace('"', '""') + '"'
-
-
-def newest(
-    db: Store,
-    table: str,
-    columns: str,
-    agent_id: str | None,
-    project: ProjectFilter,
-    limit: int,
-    offset: int = 0,
-    span: TimeRange | None = None,
-) -> list[Row]:
-    """Rows of `table` newest first by (created_at DESC, id DESC), one agent's or all agents';
-    `offset` rows of that order skipped (a page of a listing). With `span`, only rows whose
-    instant it admits (cpersona.timerange; `columns` must name the stamp and `created_at`)."""
-    where, params = project_where(project)
-    sql = f"SELECT {columns} FROM {quote_identifier(table)} WHERE {where}"
-    args: list[object] = list(params)
-    if agent_id is not None:
-        sql += " AND agent_id = ?"
-        args.append(agent_id)
-    if span is not None and db.dialect == "postgresql":
-        # The stored instant_key (storage/pg/vectors.py) tests the range in SQL; NULL keys
-        # are left to the Python test below.
-        sql += " AND (instant_key IS NULL OR (instant_key >= ? AND instant_key < ?))"
-        args += span.bounds()
-    sql += " ORDER BY created_at DESC, id DESC"
-    if span is None:
-        return db.query(sql + " LIMIT ? OFFSET ?", [*args, limit, offset])
-    stamp = "timestamp" if table == "memories" else "start_time"
-    rows = first_in_span(db.reader().execute(sql, args), span, stamp, "created_at", limit + offset)
-    return rows[offset:]

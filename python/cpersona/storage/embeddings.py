@@ -7,7 +7,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cpersona.models import ProjectFilter
-from cpersona.storage.change_log import ChangeLog, Changes
+from cpersona.storage.change_log import ChangeLog
+from cpersona.storage.db import id_batches
 from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Row, Store
 from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
@@ -80,25 +81,18 @@ def db_uid(db: Store) -> bytes:
     return bytes(row[0])
 
 
-_LOG = ChangeLog("vector_log")
-
-
-def max_seq(db: Store) -> int:
-    """The largest `vector_log.seq` ever written (trimmed entries included)."""
-    return _LOG.max_seq(db)
-
-
-def changes_since(db: Store, table: str, seq: int) -> Changes:
-    """Distinct row ids of `table` logged after `seq`, oldest change first, and the log's max."""
-    return _LOG.changes_since(db, _check(table), seq)
+_LOG = ChangeLog("vector_log", "vector")
+# The log's reads and its trimming (storage/change_log.py), on `vector_log`.
+max_seq = _LOG.max_seq
+changes_since = _LOG.changes_since
+trim_log = _LOG.trim
+trimmed_upto = _LOG.trimmed_upto
 
 
 def rows_by_id(db: Store, table: str, ids: Sequence[int]) -> dict[int, IndexRow]:
     """Current embedded rows among `ids` (a row that is gone or unembedded is absent)."""
     found: dict[int, IndexRow] = {}
-    for start in range(0, len(ids), 500):
-        batch = list(ids[start : start + 500])
-        marks = ",".join("?" * len(batch))
+    for batch, marks in id_batches(ids):
         for r in db.query(
             f"{_select(db, _check(table))} WHERE id IN ({marks}) AND embedding IS NOT NULL",
             batch,
@@ -137,16 +131,6 @@ def iter_rows(db: Store, table: str) -> Iterator[IndexRow]:
     while batch := cur.fetchmany(2048):
         for r in batch:
             yield _row(r)
-
-
-def trim_log(db: Store, table: str, upto: int) -> int:
-    """Forget applied log entries of `table`, remembering how far (storage/change_log.py)."""
-    return _LOG.trim(db, _check(table), upto)
-
-
-def trimmed_upto(db: Store, table: str) -> int:
-    """The seq up to which `table`'s log entries were trimmed (0 = never)."""
-    return _LOG.trimmed_upto(db, _check(table))
 
 
 def window_ids(
@@ -190,9 +174,7 @@ def window_ids(
 def blobs(db: Store, table: str, ids: Sequence[int]) -> dict[int, bytes]:
     """The embedding BLOB of each of `ids` that has one (batches of 500)."""
     found: dict[int, bytes] = {}
-    for start in range(0, len(ids), 500):
-        batch = list(ids[start : start + 500])
-        marks = ",".join("?" * len(batch))
+    for batch, marks in id_batches(ids):
         for r in db.reader().execute(
             f"SELECT id, embedding FROM {_check(table)} WHERE id IN ({marks}) "
             "AND embedding IS NOT NULL",

@@ -6,7 +6,8 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from cpersona.storage.change_log import ChangeLog, Changes
+from cpersona.storage.change_log import ChangeLog
+from cpersona.storage.db import id_batches
 from cpersona.storage.embeddings import db_uid
 from cpersona.storage.interface import Row, Store
 from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
@@ -31,7 +32,12 @@ def _select(db: Store, table: str) -> str:
 
 #: The columns each table's FTS5 table indexes, in its column order (storage/schema.py).
 FTS_COLUMNS = {"memories": ("content",), "episodes": ("summary", "keywords")}
-_LOG = ChangeLog("fts_log")
+_LOG = ChangeLog("fts_log", "full-text")
+# The log's reads and its trimming (storage/change_log.py), on `fts_log`.
+max_seq = _LOG.max_seq
+changes_since = _LOG.changes_since
+trim_log = _LOG.trim
+trimmed_upto = _LOG.trimmed_upto
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,22 +98,10 @@ def index_identity(db: Store) -> bytes:
     return hashlib.sha256(uid + b":" + str(oid).encode("ascii")).digest()[:16]
 
 
-def max_seq(db: Store) -> int:
-    """The largest `fts_log.seq` ever written (trimmed entries included)."""
-    return _LOG.max_seq(db)
-
-
-def changes_since(db: Store, table: str, seq: int) -> Changes:
-    """Distinct row ids of `table` logged after `seq`, oldest change first, and the log's max."""
-    return _LOG.changes_since(db, _check(table), seq)
-
-
 def rows_by_id(db: Store, table: str, ids: Sequence[int]) -> dict[int, FtsRow]:
     """The current rows among `ids` (a row that is gone is absent)."""
     found: dict[int, FtsRow] = {}
-    for start in range(0, len(ids), 500):
-        batch = list(ids[start : start + 500])
-        marks = ",".join("?" * len(batch))
+    for batch, marks in id_batches(ids):
         for r in db.reader().execute(f"{_select(db, table)} WHERE id IN ({marks})", batch):
             row = _row(r)
             found[row.id] = row
@@ -125,16 +119,6 @@ def iter_rows(db: Store, table: str) -> Iterator[FtsRow]:
     while batch := cur.fetchmany(4096):
         for r in batch:
             yield _row(r)
-
-
-def trim_log(db: Store, table: str, upto: int) -> int:
-    """Forget applied log entries of `table`, remembering how far (storage/change_log.py)."""
-    return _LOG.trim(db, _check(table), upto)
-
-
-def trimmed_upto(db: Store, table: str) -> int:
-    """The seq up to which `table`'s log entries were trimmed (0 = never)."""
-    return _LOG.trimmed_upto(db, _check(table))
 
 
 def has_fts5_tables(db: Store) -> bool:

@@ -4,34 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cpersona.models import Memory, NewMemory, ProjectFilter
-from cpersona.storage.db import embedding_param, is_row_id, newest
-from cpersona.storage.error_kinds import translating
+from cpersona.models import Memory, NewMemory
+from cpersona.storage.db import embedding_param, id_batches, is_row_id, row_params
 from cpersona.storage.interface import Connection, Row, Store
-from cpersona.storage.rows import MemoryRow, projection
-from cpersona.timerange import TimeRange
+from cpersona.storage.row_access import RowAccess
+from cpersona.storage.rows import MemoryRow, build, insert_sql, projection
 
 #: The listing's row (`models.Memory`): every column but the embedding, and whether it has one.
 _COLUMNS = projection(Memory, MemoryRow, {"embedded": "embedding IS NOT NULL"}).select_list()
+#: What `store` writes (`models.NewMemory`); the database fills in the rest.
+_WRITTEN = projection(NewMemory, MemoryRow).names
+_INSERT = insert_sql("memories", _WRITTEN, "ON CONFLICT DO NOTHING RETURNING id")
 
 
 def _memory(row: Row) -> Memory:
-    return Memory(
-        id=row["id"],
-        agent_id=row["agent_id"],
-        project_id=row["project_id"],
-        msg_id=row["msg_id"],
-        content=row["content"],
-        source=row["source"],
-        timestamp=row["timestamp"],
-        metadata=row["metadata"],
-        channel=row["channel"],
-        recall_count=row["recall_count"],
-        last_recalled_at=row["last_recalled_at"],
-        locked=bool(row["locked"]),
-        created_at=row["created_at"],
-        embedded=bool(row["embedded"]),
-    )
+    return build(Memory, row)
+
+
+_ROWS = RowAccess("memories", _COLUMNS, _memory, deletable="locked = 0")
+get = _ROWS.get
+fetch = _ROWS.fetch
+delete = _ROWS.delete  # locked rows are kept
+list_newest = _ROWS.list_newest
 
 
 def _probe_project(project_id: str) -> tuple[str, tuple[str, ...]]:
@@ -74,45 +68,15 @@ def find_content_duplicate(
 
 def insert(conn: Connection, new: NewMemory) -> int | None:
     """The new row id, or None when a UNIQUE index absorbed it."""
-    rows = conn.execute(
-        """INSERT INTO memories
-           (agent_id, project_id, msg_id, content, source, timestamp, metadata, embedding, channel)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id""",
-        (
-            new.agent_id,
-            new.project_id,
-            new.msg_id,
-            new.content,
-            new.source,
-            new.timestamp,
-            new.metadata,
-            embedding_param(conn, new.embedding),
-            new.channel,
-        ),
-    ).fetchall()  # to the end: SQLite finishes an INSERT ... RETURNING only then
+    cur = conn.execute(_INSERT, row_params(conn, new, _WRITTEN))
+    rows = cur.fetchall()  # to the end: SQLite finishes an INSERT ... RETURNING only then
     return int(rows[0][0]) if rows else None
-
-
-def get(conn: Connection, memory_id: int) -> Memory | None:
-    if not is_row_id(memory_id):
-        return None
-    row = conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)).fetchone()
-    return None if row is None else _memory(row)
-
-
-@translating
-def fetch(db: Store, memory_id: int) -> Memory | None:
-    """One row by id, read outside any transaction."""
-    return get(db.reader(), memory_id)
 
 
 def get_many(db: Store, ids: Sequence[int], agent_id: str | None = None) -> dict[int, Memory]:
     """Rows by id (batches of 500), optionally only those of one agent."""
     found: dict[int, Memory] = {}
-    ids = [i for i in ids if is_row_id(i)]
-    for start in range(0, len(ids), 500):
-        batch = list(ids[start : start + 500])
-        marks = ",".join("?" * len(batch))
+    for batch, marks in id_batches([i for i in ids if is_row_id(i)]):
         sql = f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})"
         params: list[object] = list(batch)
         if agent_id is not None:
@@ -134,19 +98,6 @@ def update_content(conn: Connection, memory_id: int, content: str, embedding: by
     return cur.rowcount
 
 
-def delete(conn: Connection, memory_id: int, agent_id: str | None) -> int:
-    if not is_row_id(memory_id):
-        return 0
-    if agent_id is None:
-        cur = conn.execute("DELETE FROM memories WHERE id = ? AND locked = 0", (memory_id,))
-    else:
-        cur = conn.execute(
-            "DELETE FROM memories WHERE id = ? AND agent_id = ? AND locked = 0",
-            (memory_id, agent_id),
-        )
-    return cur.rowcount
-
-
 def set_locked(conn: Connection, memory_id: int, locked: bool) -> int:
     if not is_row_id(memory_id):
         return 0
@@ -154,20 +105,6 @@ def set_locked(conn: Connection, memory_id: int, locked: bool) -> int:
         "UPDATE memories SET locked = ? WHERE id = ?", (1 if locked else 0, memory_id)
     )
     return cur.rowcount
-
-
-def list_newest(
-    db: Store,
-    agent_id: str | None,
-    project: ProjectFilter,
-    limit: int,
-    offset: int = 0,
-    span: TimeRange | None = None,
-) -> list[Memory]:
-    """Newest first by created_at (ties: higher id first); agent None = all agents; with
-    `span`, only rows whose instant it admits (cpersona.timerange)."""
-    rows = newest(db, "memories", _COLUMNS, agent_id, project, limit, offset, span)
-    return [_memory(row) for row in rows]
 
 
 def search_fts(db: Store, match: str, agent_id: str, limit: int) -> list[Memory]:

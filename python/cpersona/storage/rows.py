@@ -15,8 +15,15 @@ place and a projection cannot drift from it unnoticed.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from cpersona.storage.interface import Row
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,3 +139,31 @@ def select_list(
     parts = [f"{prefix}{n}" for n in names]
     parts += [f"{expr} AS {name}" for name, expr in (derived or {}).items()]
     return ", ".join(parts)
+
+
+@functools.cache
+def _reads(shape: type) -> tuple[tuple[str, bool], ...]:
+    return tuple((f.name, _base(f.type) == {"bool"}) for f in dataclasses.fields(shape))
+
+
+def build(shape: Callable[..., T], row: Row, **given: Any) -> T:
+    """A `shape` (a row type or a projection's shape) from a row read by column name: every
+    field the caller does not give is the column of its name, a `bool` field read as a truth
+    value (SQLite reads a boolean column back as 0 or 1)."""
+    values = {}
+    for name, is_bool in _reads(shape):
+        if name in given:
+            values[name] = given[name]
+        else:
+            value = row[name]
+            values[name] = bool(value) if is_bool else value
+    return shape(**values)
+
+
+def insert_sql(
+    table: str, names: tuple[str, ...], tail: str = "", marks: Mapping[str, str] | None = None
+) -> str:
+    """`INSERT INTO table (names) VALUES (?, ...) tail`, a column's placeholder `marks[name]`
+    where given (an SQL expression around the `?`)."""
+    values = ", ".join((marks or {}).get(n, "?") for n in names)
+    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({values}) {tail}".rstrip()
