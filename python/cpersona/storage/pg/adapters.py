@@ -4,6 +4,7 @@ database's vector parameter class)."""
 
 from __future__ import annotations
 
+import math
 import struct
 import sys
 from array import array
@@ -11,6 +12,35 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import psycopg
+
+
+class VectorParam:
+    """An embedding bound as a pgvector `vector` (see `PgDatabase.vector_param`)."""
+
+    __slots__ = ("floats",)
+
+    def __init__(self, floats: array) -> None:  # type: ignore[type-arg]
+        self.floats = floats
+
+
+def floats_of(blob: bytes | bytearray | memoryview) -> array | None:  # type: ignore[type-arg]
+    """The float32 values of a little-endian BLOB, or None when it cannot be a vector (empty,
+    not a whole number of float32s, or holding a NaN or an infinity)."""
+    data = bytes(blob)
+    if not data or len(data) % 4:
+        return None
+    values = array("f")
+    values.frombytes(data)
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values if all(map(math.isfinite, values)) else None
+
+
+def vector_param(blob: bytes | None) -> VectorParam | None:
+    if blob is None:
+        return None
+    floats = floats_of(blob)
+    return None if floats is None else VectorParam(floats)
 
 
 def str_dumper() -> type:

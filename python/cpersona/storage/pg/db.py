@@ -34,12 +34,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import re
 import sqlite3
-import sys
 import threading
-from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
@@ -49,7 +46,8 @@ from cpersona.storage.error_kinds import InDoubtError, UnreachableError
 from cpersona.storage.interface import Capabilities, Params
 from cpersona.storage.interface import Row as AnyRow
 from cpersona.storage.ops import POSTGRES, SqlOps
-from cpersona.storage.pg.adapters import register_vector, str_dumper
+from cpersona.storage.pg.adapters import VectorParam, register_vector, str_dumper
+from cpersona.storage.pg.adapters import vector_param as _vector_param
 from cpersona.storage.pg.dialect import placeholders
 from cpersona.storage.pg.reach import (
     Counts,
@@ -293,35 +291,6 @@ class _Reader:
             pinned.execute_raw(verb)
         finally:
             ctx.__exit__(None, None, None)
-
-
-class VectorParam:
-    """An embedding bound as a pgvector `vector` (see `PgDatabase.vector_param`)."""
-
-    __slots__ = ("floats",)
-
-    def __init__(self, floats: array) -> None:  # type: ignore[type-arg]
-        self.floats = floats
-
-
-def floats_of(blob: bytes | bytearray | memoryview) -> array | None:  # type: ignore[type-arg]
-    """The float32 values of a little-endian BLOB, or None when it cannot be a vector (empty,
-    not a whole number of float32s, or holding a NaN or an infinity)."""
-    data = bytes(blob)
-    if not data or len(data) % 4:
-        return None
-    values = array("f")
-    values.frombytes(data)
-    if sys.byteorder != "little":
-        values.byteswap()
-    return values if all(map(math.isfinite, values)) else None
-
-
-def _vector_param(blob: bytes | None) -> VectorParam | None:
-    if blob is None:
-        return None
-    floats = floats_of(blob)
-    return None if floats is None else VectorParam(floats)
 
 
 class PgDatabase:
