@@ -209,14 +209,21 @@ def rebuilder(db: Path, table: str) -> Iterator[subprocess.Popen[str]]:
                 child.kill()
 
 
+def answers_then_unlink(db: Path, kernels: ModuleType) -> list[Any]:
+    """What the memories index answers while whole; then its file is removed, so the next
+    engine has to rebuild it."""
+    reference = new_engine(db)
+    expected = answers(reference, "memories", kernels)
+    reference.close()
+    Path(f"{db}.memories.vec").unlink()
+    return expected
+
+
 def test_a_killed_rebuild_leaves_no_file_that_is_used(
     rust_kernels: ModuleType, world: Path
 ) -> None:
     db = world / "m.db"
-    reference = new_engine(db)
-    after_rebuild = answers(reference, "memories", rust_kernels)
-    reference.close()
-    Path(f"{db}.memories.vec").unlink()
+    after_rebuild = answers_then_unlink(db, rust_kernels)
     with rebuilder(db, "memories") as child:
         child.send_signal(signal.SIGKILL)
         child.wait(60)
@@ -239,10 +246,7 @@ def test_one_process_rebuilds_the_others_use_its_file(
     rust_kernels: ModuleType, world: Path
 ) -> None:
     db = world / "m.db"
-    reference = new_engine(db)
-    after_rebuild = answers(reference, "memories", rust_kernels)
-    reference.close()
-    Path(f"{db}.memories.vec").unlink()
+    after_rebuild = answers_then_unlink(db, rust_kernels)
     with rebuilder(db, "memories") as child:
         engine = new_engine(db)
         try:
