@@ -92,12 +92,17 @@ def test_a_scan_during_the_rebuild_answers_at_once_with_the_same_rows(
     assert answers(engine, table, kernels) == after_rebuild
 
 
+def removed_and_gated(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Gate]:
+    """The memories index with its file removed, and the gate that will hold its rebuild."""
+    index = engine.indexes["memories"]
+    index.path.unlink()
+    return index, Gate(monkeypatch, healing, "append_row")
+
+
 def test_writes_during_the_rebuild_are_in_the_rebuilt_file(
     rust_kernels: ModuleType, world: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    index = engine.indexes["memories"]
-    index.path.unlink()
-    gate = Gate(monkeypatch, healing, "append_row")
+    index, gate = removed_and_gated(engine, monkeypatch)
     engine.writer.store("a", {"content": "the write that starts the rebuild"}, "", "")
     assert gate.held.wait(60)
     for i in range(5):  # land between the rebuild's snapshot and its swap
@@ -113,9 +118,7 @@ def test_writes_during_the_rebuild_are_in_the_rebuilt_file(
 def test_progress_in_index_status_and_check_health(
     rust_kernels: ModuleType, world: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    index = engine.indexes["memories"]
-    index.path.unlink()
-    gate = Gate(monkeypatch, healing, "append_row")
+    index, gate = removed_and_gated(engine, monkeypatch)
     answers(engine, "memories", rust_kernels)
     assert gate.held.wait(60)
     live = 40 - 3
