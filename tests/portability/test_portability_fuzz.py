@@ -27,10 +27,7 @@ TOOL_ARGS = {
     "store": ["agent_id", "message", "channel"],
 }  # fmt: skip
 
-texts = st.one_of(
-    st.text(max_size=30),
-    st.sampled_from(["", "alice", "bob", "skip", "copy", "move", "discord", "\ud800"]),
-)
+texts = fuzz.texts(30, ["", "alice", "bob", "skip", "copy", "move", "discord", "\ud800"])
 json_values = fuzz.json_values(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), texts),
     size=3,

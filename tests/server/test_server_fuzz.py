@@ -39,10 +39,7 @@ TOOL_ARGS = {
     "list_episodes": ["agent_id", "limit", "project_id"],
 }  # fmt: skip
 
-texts = st.one_of(
-    st.text(max_size=40),
-    st.sampled_from(["", " ", "alice", "bob", "[Memory from x]", "@auto", "\ud800", "a\udfffb"]),
-)
+texts = fuzz.texts(40, ["", " ", "alice", "bob", "[Memory from x]", "@auto", "\ud800", "a\udfffb"])
 scalars = st.one_of(
     st.none(),
     st.booleans(),

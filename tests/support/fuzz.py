@@ -16,6 +16,12 @@ from hypothesis import strategies as st
 keys = st.text(st.characters(exclude_categories=["Cs"]), max_size=8)
 
 
+def texts(size: int, samples: Sequence[str]) -> st.SearchStrategy[str]:
+    """Any text up to `size` characters, or one of `samples`: the values a tool treats
+    specially, which random text would seldom hit."""
+    return st.one_of(st.text(max_size=size), st.sampled_from(list(samples)))
+
+
 def json_values(
     scalars: st.SearchStrategy[Any], *, size: int, leaves: int
 ) -> st.SearchStrategy[Any]:
