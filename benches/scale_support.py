@@ -232,6 +232,25 @@ def corpus(rows: int, dim: int, tmp_dir: Path | None = None) -> Corpus:
     return Corpus(path, rows, dim, info)
 
 
+def parametrize_spec(metafunc: pytest.Metafunc) -> None:
+    """A bench module's `pytest_generate_tests`: `spec` is (rows, dim) for every size of the run
+    and every width, module-scoped so each corpus is opened once."""
+    if "spec" in metafunc.fixturenames:
+        specs = [(n, d) for n in sizes(metafunc.config) for d in DIMS]
+        metafunc.parametrize("spec", specs, ids=[f"{n}x{d}" for n, d in specs], scope="module")
+
+
+def corpus_for(
+    spec: tuple[int, int], config: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Corpus:
+    """The corpus of `spec`: the cached full-size one on a full run, else one in a temporary
+    directory."""
+    rows, dim = spec
+    if full_run(config):
+        return corpus(rows, dim)
+    return corpus(rows, dim, tmp_path_factory.mktemp("corpus"))
+
+
 # -- a provider whose vectors are fixed ------------------------------------------------------
 
 

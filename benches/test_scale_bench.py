@@ -44,18 +44,12 @@ META_BYTES = 8 * 4 + 1 + 4  # agent, project, channel, source, flags, order per 
 pytestmark = pytest.mark.timeout(3600)
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "spec" in metafunc.fixturenames:
-        specs = [(n, d) for n in scale.sizes(metafunc.config) for d in scale.DIMS]
-        metafunc.parametrize("spec", specs, ids=[f"{n}x{d}" for n, d in specs], scope="module")
+pytest_generate_tests = scale.parametrize_spec
 
 
 @pytest.fixture(scope="module")
 def corpus(spec, request, tmp_path_factory) -> scale.Corpus:
-    rows, dim = spec
-    if scale.full_run(request.config):
-        return scale.corpus(rows, dim)
-    return scale.corpus(rows, dim, tmp_path_factory.mktemp("corpus"))
+    return scale.corpus_for(spec, request.config, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -32,19 +32,12 @@ from cpersona.storage.pg.db import PgDatabase
 pytestmark = pytest.mark.timeout(3600)
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "spec" in metafunc.fixturenames:
-        specs = [(n, d) for n in scale.sizes(metafunc.config) for d in scale.DIMS]
-        metafunc.parametrize("spec", specs, ids=[f"{n}x{d}" for n, d in specs], scope="module")
+pytest_generate_tests = scale.parametrize_spec
 
 
 @pytest.fixture(scope="module")
 def engine(spec, request, tmp_path_factory) -> Iterator[Engine]:
-    rows, dim = spec
-    if scale.full_run(request.config):
-        corpus = scale.corpus(rows, dim)
-    else:
-        corpus = scale.corpus(rows, dim, tmp_path_factory.mktemp("corpus"))
+    corpus = scale.corpus_for(spec, request.config, tmp_path_factory)
     copy = corpus.copy_to(tmp_path_factory.mktemp("snapshot"))
     provider = scale.FixedQueryProvider(copy.query())
     # The corpus's vectors are the fixed provider's: recorded so, the vector arm runs (the
@@ -79,10 +72,7 @@ def pg_engine(spec, request, tmp_path_factory) -> Iterator[Engine]:
     rows, dim = spec
     if dim != 384:
         pytest.skip("the PostgreSQL copy is of width 384 (benches/pg_latency.py)")
-    if scale.full_run(request.config):
-        corpus = scale.corpus(rows, dim)
-    else:
-        corpus = scale.corpus(rows, dim, tmp_path_factory.mktemp("corpus"))
+    corpus = scale.corpus_for(spec, request.config, tmp_path_factory)
     # Not under pytest's base directory: pg_ctl stops the server as another user, who must
     # reach its data directory (as tests/pg_support.py places it).
     pg_root = tempfile.mkdtemp(prefix="cpersona-bench-pg-")
@@ -117,18 +107,22 @@ def _autocommit(self: Database) -> Iterator[object]:
     yield self.reader()
 
 
+def _recall_rounds(benchmark, engine: Engine, rounds: int) -> None:
+    req = RecallRequest(agent_id=scale.AGENT, query=scale.QUERY_TEXT, limit=10)
+    first = engine.recaller.recall(req)
+    assert any(r.cosine is not None for r in first.rows), "the vector arm found nothing"
+    benchmark.pedantic(
+        engine.recaller.recall, args=(req,), rounds=rounds, iterations=1, warmup_rounds=5
+    )
+
+
 @pytest.mark.parametrize("run", [1, 2], ids=["pass1", "pass2"])
 @pytest.mark.parametrize("mode", ["snapshot", "autocommit"])
 def test_recall_snapshot_cost(benchmark, engine, spec, mode, run, monkeypatch) -> None:
     if mode == "autocommit":
         monkeypatch.setattr(Database, "snapshot", _autocommit)
-    req = RecallRequest(agent_id=scale.AGENT, query=scale.QUERY_TEXT, limit=10)
-    first = engine.recaller.recall(req)
-    assert any(r.cosine is not None for r in first.rows), "the vector arm found nothing"
     benchmark.group = f"recall snapshot {spec[0]}x{spec[1]}"
-    benchmark.pedantic(
-        engine.recaller.recall, args=(req,), rounds=200, iterations=1, warmup_rounds=5
-    )
+    _recall_rounds(benchmark, engine, 200)
     benchmark.extra_info.update(
         backend=_backend.name_of(_backend.from_environment()),
         mode=mode,
@@ -143,11 +137,6 @@ def test_recall_snapshot_cost(benchmark, engine, spec, mode, run, monkeypatch) -
 def test_recall_snapshot_cost_postgresql(benchmark, pg_engine, spec, mode, run, monkeypatch):
     if mode == "autocommit":
         monkeypatch.setattr(PgDatabase, "snapshot", _autocommit)
-    req = RecallRequest(agent_id=scale.AGENT, query=scale.QUERY_TEXT, limit=10)
-    first = pg_engine.recaller.recall(req)
-    assert any(r.cosine is not None for r in first.rows), "the vector arm found nothing"
     benchmark.group = f"recall snapshot postgresql {spec[0]}x{spec[1]}"
-    benchmark.pedantic(
-        pg_engine.recaller.recall, args=(req,), rounds=100, iterations=1, warmup_rounds=5
-    )
+    _recall_rounds(benchmark, pg_engine, 100)
     benchmark.extra_info.update(mode=mode, rows=spec[0], dim=spec[1], run=run)

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from cpersona.storage import Database
+from cpersona.storage import Database, open_database
 from cpersona.timerange import RangeError, TimeRange, parse_range, row_time
 from hypothesis import strategies as st
 
@@ -82,6 +85,24 @@ def load(db: Database, table: str, rows: list[Any]) -> None:
                     "VALUES (?, ?, ?, ?, ?)",
                     (agent, text, stamp or None, created, embedding),
                 )
+
+
+@contextmanager
+def half_synced(
+    path: Path, table: str, rows: list[Any], open_index: Callable[[Database, str], Any]
+) -> Iterator[tuple[Database, Any]]:
+    """A database at `path` holding `rows` and an index on `table` (`open_index(db, table)`)
+    that took the first half through a rebuild and has the rest waiting in its log."""
+    db = open_database(str(path))
+    index = open_index(db, table)
+    try:
+        load(db, table, rows[: len(rows) // 2])
+        index.sync()
+        load(db, table, rows[len(rows) // 2 :])
+        yield db, index
+    finally:
+        index.close()
+        db.close()
 
 
 def instants(db: Database, table: str) -> dict[int, int]:

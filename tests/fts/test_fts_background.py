@@ -10,7 +10,6 @@ import errno
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from cpersona.fts.search import ranked
 from cpersona.retrieval.query import match_terms
 from cpersona.storage import Database, open_database
 from fts_support import HAS_CORE, fts_index, indexed, oracle, scope
+from support.gate import Gate
 from test_fts_healing import DAMAGE, TEXTS, fts_file, world
 
 pytestmark = pytest.mark.skipif(not HAS_CORE, reason="the full-text index needs the Rust core")
@@ -32,28 +32,6 @@ QUERIES = ("maybe promotion", "東京都", "café the", "the end")
 #: database's, cut short, ahead of the log.
 STALE = ["missing", "bad-version", "dirty", "foreign", "records-cut", "ahead-of-log"]
 ROWS = len(TEXTS) * 4
-
-
-class Gate:
-    """Holds the background rebuild after its second row until `release()`."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.held = threading.Event()
-        self.go = threading.Event()
-        self.rows = 0
-        original = rebuild.put_record
-
-        def put(*args: Any) -> bytes:
-            self.rows += 1
-            if self.rows == 3:
-                self.held.set()
-                self.go.wait(60)
-            return original(*args)
-
-        monkeypatch.setattr(rebuild, "put_record", put)
-
-    def release(self) -> None:
-        self.go.set()
 
 
 @pytest.fixture
@@ -79,7 +57,7 @@ def test_a_search_during_the_rebuild_answers_from_fts5_at_once(
 ) -> None:
     db, ix = opened
     DAMAGE[kind](ix.path)
-    gate = Gate(monkeypatch)
+    gate = Gate(monkeypatch, rebuild, "put_record")
     for q in QUERIES:  # None: the caller runs the FTS5 statement (retrieval/pipeline.py)
         assert ranked(ix, match_terms(q), scope("a"), "", 10) is None
     assert gate.held.wait(60)
@@ -125,7 +103,7 @@ def test_progress_in_index_status(
 ) -> None:
     db, ix = opened
     fts_file(Path(db.path)).unlink()
-    gate = Gate(monkeypatch)
+    gate = Gate(monkeypatch, rebuild, "put_record")
     assert ranked(ix, match_terms("maybe"), scope("a"), "", 10) is None
     assert gate.held.wait(60)
     progress = ix.status().rebuild

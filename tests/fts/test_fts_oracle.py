@@ -10,16 +10,13 @@ import random
 
 import pytest
 from cpersona.storage import open_database
-from fts_support import HAS_CORE, WORDS, fts_index, indexed, oracle, scope
+from fts_support import HAS_CORE, WORDS, fts_index, indexed, oracle, query_text, scope
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 pytestmark = pytest.mark.skipif(not HAS_CORE, reason="the full-text index needs the Rust core")
 
 text_st = st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join) | st.text(max_size=40)
-query_st = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join) | st.text(
-    max_size=20
-)
 ops_st = st.lists(
     st.tuples(
         st.sampled_from(["put", "put", "put", "update", "delete"]),
@@ -65,7 +62,7 @@ def _apply(db, ops, table):
 @given(
     first=ops_st,
     then=ops_st,
-    queries=st.lists(query_st, min_size=1, max_size=4),
+    queries=st.lists(query_text, min_size=1, max_size=4),
     table=st.sampled_from(["memories", "episodes"]),
     limit=st.sampled_from([1, 3, 10, 50]),
 )

@@ -29,7 +29,7 @@ from cpersona.fts.index import FtsIndex
 from cpersona.storage import fulltext as fts_sql
 from cpersona.storage import open_database
 from cpersona.storage import search as sql
-from fts_support import HAS_CORE, WORDS, indexed, scope
+from fts_support import HAS_CORE, WORDS, indexed, query_text, scope
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
@@ -42,9 +42,6 @@ NO_NUL = st.characters(codec="utf-8", exclude_characters="\x00")
 stored_text = st.lists(st.sampled_from([w for w in WORDS if "\x00" not in w]), max_size=12).map(
     " ".join
 ) | st.text(alphabet=NO_NUL, max_size=40)
-query_text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join) | st.text(
-    max_size=20
-)
 # Canonical stamps (some equal), other ISO forms, and text that is no date (key 0).
 CREATED = [
     "2024-01-01 00:00:00",

@@ -10,13 +10,12 @@ from __future__ import annotations
 import pytest
 from cpersona.models import ProjectFilter
 from cpersona.retrieval.query import match_expression
-from cpersona.storage import open_database
 from cpersona.storage import search as sql
 from cpersona.storage.search import ScopeSql
 from fts_support import HAS_CORE, fts_index, indexed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from span_support import BOUNDS, ROWS, instants, load, span_of
+from span_support import BOUNDS, ROWS, half_synced, instants, span_of
 
 pytestmark = pytest.mark.skipif(not HAS_CORE, reason="the full-text index needs the Rust core")
 
@@ -33,12 +32,8 @@ pytestmark = pytest.mark.skipif(not HAS_CORE, reason="the full-text index needs 
 def test_full_text_index_equals_fts5_in_a_range(
     tmp_path_factory, table, rows, since, until, query, limit
 ):
-    db = open_database(str(tmp_path_factory.mktemp("span") / "db.sqlite"))
-    index = fts_index(db, table)
-    try:
-        load(db, table, rows[: len(rows) // 2])
-        index.sync()  # half through a rebuild, half through the log
-        load(db, table, rows[len(rows) // 2 :])
+    path = tmp_path_factory.mktemp("span") / "db.sqlite"
+    with half_synced(path, table, rows, fts_index) as (db, index):
         span = span_of(since, until)
         scope = ScopeSql("a", ProjectFilter(None), "", span)
         match = match_expression(query)
@@ -53,6 +48,3 @@ def test_full_text_index_equals_fts5_in_a_range(
         assert everything is not None
         assert fts5 == [h for h in everything if span is None or span.admits(keys[h[0]])][:limit]
         assert index.verify() == []
-    finally:
-        index.close()
-        db.close()

@@ -13,17 +13,17 @@ import base64
 import hashlib
 import hmac
 import json
-import threading
 import time
 import uuid
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+from support.local_http import LocalServer
 
 RESOURCE = "https://memory.example.test/mcp"
 
@@ -87,14 +87,11 @@ class TestIssuer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._http.server_address[1]}"
-        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
-        self._thread.start()
+        self._server = LocalServer(Handler)
+        self.url = self._server.base
 
     def close(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
+        self._server.close()
 
     def serve_keys(self, path: str, keys: list[Key]) -> str:
         """Publish `keys` at another path too (a JWKS override); returns its URL."""

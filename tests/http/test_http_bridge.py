@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from child_env import inherited
 from cpersona.server.tools import REGISTRATION_ORDER
 from mcp import Client, StdioServerParameters
 from support.http_server import WAIT, HttpServer
+from support.local_http import LocalServer
 
 TOKEN = "bridge-token-0123"
 
@@ -192,15 +193,11 @@ class Peer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/mcp"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self._server = LocalServer(Handler)
+        self.url = f"{self._server.base}/mcp"
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._server.close()
 
 
 @contextmanager

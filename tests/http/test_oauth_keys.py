@@ -13,7 +13,7 @@ import pytest
 from cpersona.server.acl import AclClient, AclConfig
 from cpersona.server.oauth import OAuthConfig
 from cpersona.server.oauth_tokens import JWKS_REFETCH_FLOOR, JWKS_TTL, Verifier
-from oauth_support import RESOURCE, TestIssuer
+from oauth_support import RESOURCE, Key, TestIssuer
 
 
 class Clock:
@@ -45,6 +45,15 @@ def accepted(v: Verifier, token: str) -> bool:
     return identity is not None
 
 
+def fetched_once(issuer: TestIssuer, clock: Clock) -> tuple[Verifier, Key]:
+    """A verifier that has fetched the issuer's keys once, by accepting a token signed with
+    the first published key (returned with it)."""
+    v = verifier(issuer, clock)
+    key = issuer.published[0]
+    assert accepted(v, issuer.token(key))
+    return v, key
+
+
 def test_oauth_keys_are_fetched_once_and_cached(issuer):
     clock = Clock()
     v = verifier(issuer, clock)
@@ -60,9 +69,7 @@ def test_oauth_keys_are_fetched_once_and_cached(issuer):
 
 def test_oauth_key_rotation_is_picked_up_after_the_floor(issuer):
     clock = Clock()
-    v = verifier(issuer, clock)
-    old = issuer.published[0]
-    assert accepted(v, issuer.token(old))
+    v, old = fetched_once(issuer, clock)
     new = issuer.rotate()
     clock.now += JWKS_REFETCH_FLOOR / 2
     assert not accepted(v, issuer.token(new))  # within the floor: no refetch yet
@@ -76,9 +83,7 @@ def test_oauth_key_rotation_is_picked_up_after_the_floor(issuer):
 
 def test_oauth_unknown_key_ids_fetch_at_most_once_per_floor(issuer):
     clock = Clock()
-    v = verifier(issuer, clock)
-    key = issuer.published[0]
-    assert accepted(v, issuer.token(key))
+    v, key = fetched_once(issuer, clock)
     for i in range(50):
         clock.now += 1
         forged = issuer.token(key, headers={"kid": f"made-up-{i}"})
@@ -92,9 +97,7 @@ def test_oauth_unknown_key_ids_fetch_at_most_once_per_floor(issuer):
 
 def test_oauth_keys_expire_after_an_hour(issuer):
     clock = Clock()
-    v = verifier(issuer, clock)
-    old = issuer.published[0]
-    assert accepted(v, issuer.token(old))
+    v, old = fetched_once(issuer, clock)
     issuer.rotate()
     clock.now += JWKS_TTL - 1
     assert accepted(v, issuer.token(old))  # still the cached set
@@ -105,9 +108,7 @@ def test_oauth_keys_expire_after_an_hour(issuer):
 
 def test_oauth_unreachable_issuer_keeps_the_last_good_set(issuer):
     clock = Clock()
-    v = verifier(issuer, clock)
-    key = issuer.published[0]
-    assert accepted(v, issuer.token(key))
+    v, key = fetched_once(issuer, clock)
     issuer.discovery = "down"  # its metadata now answers 404
     clock.now += JWKS_TTL + 1
     assert accepted(v, issuer.token(key))

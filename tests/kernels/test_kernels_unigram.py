@@ -85,38 +85,22 @@ def test_normalisation_spaces_and_unknowns(tok: object) -> None:
     assert tok.encode("") == [4]  # type: ignore[attr-defined]
 
 
-def test_inconsistent_tables_are_refused(kernels: ModuleType) -> None:
-    module = kernels
-    u32 = np.uint32
-    with pytest.raises(ValueError, match="offsets"):
-        module.Unigram(
-            b"ab",
-            np.array([0, 3], u32),
-            np.zeros(1, np.float32),
-            0,
-            np.zeros(0, u32),
-            np.zeros(1, u32),
-            np.zeros(0, u32),
-        )
-    with pytest.raises(ValueError, match="unk_id"):
-        module.Unigram(
-            b"ab",
-            np.array([0, 2], u32),
-            np.zeros(1, np.float32),
-            1,
-            np.zeros(0, u32),
-            np.zeros(1, u32),
-            np.zeros(0, u32),
-        )
-    with pytest.raises(ValueError, match="code point"):
-        module.Unigram(
-            b"ab",
-            np.array([0, 2], u32),
-            np.zeros(1, np.float32),
-            0,
-            np.array([0xD800], u32),
-            np.zeros(2, u32),
-            np.zeros(0, u32),
+_U32 = np.uint32
+#: Tables the constructor must refuse, each with the word its error names: offsets past the
+#: end of the pieces, an unknown-piece id past the table, a surrogate among the code points.
+INCONSISTENT = {
+    "offsets": (np.array([0, 3], _U32), 0, np.zeros(0, _U32), np.zeros(1, _U32)),
+    "unk_id": (np.array([0, 2], _U32), 1, np.zeros(0, _U32), np.zeros(1, _U32)),
+    "code point": (np.array([0, 2], _U32), 0, np.array([0xD800], _U32), np.zeros(2, _U32)),
+}
+
+
+@pytest.mark.parametrize("words", INCONSISTENT)
+def test_inconsistent_tables_are_refused(kernels: ModuleType, words: str) -> None:
+    offsets, unk_id, norm_cp, norm_off = INCONSISTENT[words]
+    with pytest.raises(ValueError, match=words):
+        kernels.Unigram(
+            b"ab", offsets, np.zeros(1, np.float32), unk_id, norm_cp, norm_off, np.zeros(0, _U32)
         )
 
 

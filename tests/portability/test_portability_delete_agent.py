@@ -53,6 +53,11 @@ def agent_rows(tools: Tools, agent: str) -> dict[str, list[tuple[object, ...]]]:
     return {t: [r for r in rows if agent in r] for t, rows in tools.rows().items()}
 
 
+def deleted(agent: str, **counts: int) -> dict[str, object]:
+    """`delete_agent_data`'s answer: `deleted_<kind>` for each count."""
+    return {"ok": True, "agent_id": agent, **{f"deleted_{k}": n for k, n in counts.items()}}
+
+
 async def test_portability_delete_agent_removes_everything_of_one_agent(tools, tmp_path: Path):
     await populate(tools, "alice")
     await populate(tools, "bob")
@@ -66,14 +71,7 @@ async def test_portability_delete_agent_removes_everything_of_one_agent(tools, t
     bob_recall = await tools("recall", {"agent_id": "bob", "query": "kettles fact number 3"})
 
     out = await tools("delete_agent_data", {"agent_id": "alice"})
-    assert out == {
-        "ok": True,
-        "agent_id": "alice",
-        "deleted_memories": 12,
-        "deleted_profiles": 1,
-        "deleted_episodes": 2,
-        "deleted_pending_tasks": 1,
-    }
+    assert out == deleted("alice", memories=12, profiles=1, episodes=2, pending_tasks=1)
 
     assert agent_rows(tools, "alice") == {
         "memories": [],
@@ -94,14 +92,7 @@ async def test_portability_delete_agent_removes_everything_of_one_agent(tools, t
     assert not on_file or "alice" not in json.loads(sidecar.read_text())["agent_betas"]
 
     again = await tools("delete_agent_data", {"agent_id": "alice"})
-    assert again == {
-        "ok": True,
-        "agent_id": "alice",
-        "deleted_memories": 0,
-        "deleted_profiles": 0,
-        "deleted_episodes": 0,
-        "deleted_pending_tasks": 0,
-    }
+    assert again == deleted("alice", memories=0, profiles=0, episodes=0, pending_tasks=0)
 
 
 async def test_portability_delete_agent_requires_agent_id(tools):

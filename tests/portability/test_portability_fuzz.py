@@ -3,9 +3,7 @@ file written outside the export directory."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import fuzz
 from support.mcp_client import call_all, documented_answer
 
 TOOL_ARGS = {
@@ -28,15 +27,11 @@ TOOL_ARGS = {
     "store": ["agent_id", "message", "channel"],
 }  # fmt: skip
 
-keys = st.text(st.characters(exclude_categories=["Cs"]), max_size=8)
-texts = st.one_of(
-    st.text(max_size=30),
-    st.sampled_from(["", "alice", "bob", "skip", "copy", "move", "discord", "\ud800"]),
-)
-json_values = st.recursive(
+texts = fuzz.texts(30, ["", "alice", "bob", "skip", "copy", "move", "discord", "\ud800"])
+json_values = fuzz.json_values(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), texts),
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(keys, inner, max_size=3)),
-    max_leaves=8,
+    size=3,
+    leaves=8,
 )
 paths = st.one_of(
     st.sampled_from([
@@ -61,15 +56,8 @@ def argument(name: str) -> st.SearchStrategy[Any]:
     return st.one_of(texts, json_values)
 
 
-@st.composite
-def calls(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
-    tool = draw(st.sampled_from(sorted(TOOL_ARGS)))
-    args = {}
-    for name in TOOL_ARGS[tool]:
-        if draw(st.integers(0, 9)) < 8:
-            args[name] = draw(argument(name))
-    args.update(draw(st.dictionaries(keys, json_values, max_size=2)))
-    return tool, args
+def calls() -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
+    return fuzz.calls(TOOL_ARGS, argument, json_values)
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +73,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     )  # fmt: skip
     yield engine
     engine.close()
-    with closing(sqlite3.connect(root / "fuzz.db")) as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    fuzz.assert_intact(root / "fuzz.db")
     outside = {p.name for p in root.iterdir()} - {
         "exports",
         "fuzz.db",

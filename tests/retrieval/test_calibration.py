@@ -651,23 +651,32 @@ async def test_memory_database_keeps_no_sidecar(
     assert not [p for p in os.listdir(tmp_path) if "calibration" in p]
 
 
+#: What `back_up_seven_then_v6_again` leaves: one backup a label, the newest five, v6's the later.
+NEWEST_FIVE = [
+    ("v2", "20240101-000002"),
+    ("v3", "20240101-000003"),
+    ("v4", "20240101-000004"),
+    ("v5", "20240101-000005"),
+    ("v6", "20240101-000100"),
+]
+
+
+def back_up_seven_then_v6_again(car: Any) -> str | None:
+    """Backups labelled v0 to v6 a second apart, then v6 again a minute on (replacing the
+    older v6); returns the last backup's key."""
+    for i in range(7):
+        car.backup(f"v{i}", datetime(2024, 1, 1, 0, 0, i, tzinfo=UTC))
+    return car.backup("v6", datetime(2024, 1, 1, 0, 1, 0, tzinfo=UTC))
+
+
 def test_sidecar_backups_keep_one_per_version_and_the_newest_five(tmp_path: Path) -> None:
     from cpersona.retrieval.sidecar import Sidecar
 
     path = tmp_path / "x.db.calibration.json"
     path.write_text("{}")
     car = Sidecar(str(path))
-    for i in range(7):
-        car.backup(f"v{i}", datetime(2024, 1, 1, 0, 0, i, tzinfo=UTC))
-    car.backup("v6", datetime(2024, 1, 1, 0, 1, 0, tzinfo=UTC))  # replaces the older v6
-    kept = sorted((label, stamp) for _, label, stamp in car.backups())
-    assert kept == [
-        ("v2", "20240101-000002"),
-        ("v3", "20240101-000003"),
-        ("v4", "20240101-000004"),
-        ("v5", "20240101-000005"),
-        ("v6", "20240101-000100"),
-    ]
+    back_up_seven_then_v6_again(car)
+    assert sorted((label, stamp) for _, label, stamp in car.backups()) == NEWEST_FIVE
 
 
 async def test_startup_gives_way_to_calls_and_calibrates_the_same(

@@ -9,7 +9,6 @@ or deleted, one backup per label and the newest five are kept.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from cpersona.engine import Engine
 from cpersona.retrieval.sidecar import DatabaseSidecar, Payload
 from cpersona.storage import Database, open_database
 from cpersona.storage import meta as meta_sql
+from test_calibration import NEWEST_FIVE, back_up_seven_then_v6_again
 
 
 @pytest.fixture
@@ -63,18 +63,9 @@ def test_backups_keep_one_per_label_and_the_newest_five(db: Database) -> None:
     car = DatabaseSidecar(db)
     assert car.backup("v0") is None  # nothing stored, nothing to back up
     car.write(Payload(embedding_dim=384, global_threshold=0.35), {("global_threshold", "")})
-    for i in range(7):
-        car.backup(f"v{i}", datetime(2024, 1, 1, 0, 0, i, tzinfo=UTC))
-    key = car.backup("v6", datetime(2024, 1, 1, 0, 1, 0, tzinfo=UTC))  # replaces the older v6
+    key = back_up_seven_then_v6_again(car)
     assert key == "calibration.before-v6-20240101-000100"
-    kept = sorted((label, stamp) for _, label, stamp in car.backups())
-    assert kept == [
-        ("v2", "20240101-000002"),
-        ("v3", "20240101-000003"),
-        ("v4", "20240101-000004"),
-        ("v5", "20240101-000005"),
-        ("v6", "20240101-000100"),
-    ]
+    assert sorted((label, stamp) for _, label, stamp in car.backups()) == NEWEST_FIVE
     assert meta_sql.read(db).get(key) == meta_sql.read(db).get(DatabaseSidecar.KEY)
 
 

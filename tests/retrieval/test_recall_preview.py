@@ -160,50 +160,8 @@ async def test_get_contents_items_and_missing(tools):
         "retro summary", resolved=True, history=[{"timestamp": "2026-02-01T00:00:00Z"}]
     )
     foreign = await tools.store("bob's row", agent="bob")
-    out = await tools(
-        "get_contents",
-        {
-            "agent_id": AGENT,
-            "refs": [
-                f"mem:{mem}",
-                f"ep:{ep}",
-                f"mem:{foreign}",
-                "mem:99999",
-                "doc:1",
-                "mem:abc",
-                "mem:0",
-                "mem:-1",
-                "nonsense",
-                f"ep:{mem + 500}",
-                f"mem: {mem}",
-            ],
-        },
-    )
-    assert set(out) == {"items", "missing", "count"}
-    assert out["items"] == [
-        {
-            "ref": f"mem:{mem}",
-            "content": text,
-            "source": {"type": "User", "id": "u1", "name": "Ann"},
-            "timestamp": "2026-03-01T00:00:00Z",
-            "id": "m-9",
-        },
-        {
-            "ref": f"ep:{ep}",
-            "content": "[Episode] retro summary",
-            "source": {"System": "episode"},
-            "timestamp": "2026-02-01T00:00:00Z",
-            "resolved": True,
-        },
-        {
-            "ref": f"mem: {mem}",
-            "content": text,
-            "source": {"type": "User", "id": "u1", "name": "Ann"},
-            "timestamp": "2026-03-01T00:00:00Z",
-            "id": "m-9",
-        },
-    ]
-    assert out["missing"] == [
+    # Someone else's row, ids no row has, other kinds and malformed refs: all missing.
+    missing = [
         f"mem:{foreign}",
         "mem:99999",
         "doc:1",
@@ -213,6 +171,27 @@ async def test_get_contents_items_and_missing(tools):
         "nonsense",
         f"ep:{mem + 500}",
     ]
+    refs = [f"mem:{mem}", f"ep:{ep}", *missing, f"mem: {mem}"]
+    out = await tools("get_contents", {"agent_id": AGENT, "refs": refs})
+    assert set(out) == {"items", "missing", "count"}
+    memory = {
+        "content": text,
+        "source": {"type": "User", "id": "u1", "name": "Ann"},
+        "timestamp": "2026-03-01T00:00:00Z",
+        "id": "m-9",
+    }
+    assert out["items"] == [
+        {"ref": f"mem:{mem}", **memory},
+        {
+            "ref": f"ep:{ep}",
+            "content": "[Episode] retro summary",
+            "source": {"System": "episode"},
+            "timestamp": "2026-02-01T00:00:00Z",
+            "resolved": True,
+        },
+        {"ref": f"mem: {mem}", **memory},  # a space after the colon still names the row
+    ]
+    assert out["missing"] == missing
     assert out["count"] == 3
 
 

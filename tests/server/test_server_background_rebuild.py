@@ -10,7 +10,6 @@ with the same answers.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import cpersona.fts.rebuild as fts_rebuild
 import cpersona.vectors.healing as healing
 import pytest
+from support.gate import Gate
 from test_server_index_damage import content, store_rows
 
 pytestmark = pytest.mark.anyio
@@ -30,25 +30,6 @@ async def answers(tools: Any) -> list[Any]:
         (await tools("recall", {"agent_id": "a", "query": q, "limit": 5}))["messages"]
         for q in QUERIES
     ]
-
-
-class Gate:
-    """Holds the background rebuilds after their second row until `go` is set."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> None:
-        self.held = threading.Event()
-        self.go = threading.Event()
-        self.rows = 0
-        original = getattr(module, name)
-
-        def step(*args: Any, **kwargs: Any) -> Any:
-            self.rows += 1
-            if self.rows == 3:
-                self.held.set()
-                self.go.wait(60)
-            return original(*args, **kwargs)
-
-        monkeypatch.setattr(module, name, step)
 
 
 async def test_recall_during_the_rebuild_answers_at_once_with_the_same_rows(

@@ -9,8 +9,6 @@ present, comes with `ok: false` (a bare `{"error"}` would be an exception escapi
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from cpersona.server.app import build_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
+from support import fuzz
 from support.mcp_client import documented_answer
 
 TOOL_ARGS = {
@@ -40,12 +39,7 @@ TOOL_ARGS = {
     "list_episodes": ["agent_id", "limit", "project_id"],
 }  # fmt: skip
 
-# Keys cannot hold lone surrogates: the MCP client itself refuses to serialise them.
-keys = st.text(st.characters(exclude_categories=["Cs"]), max_size=8)
-texts = st.one_of(
-    st.text(max_size=40),
-    st.sampled_from(["", " ", "alice", "bob", "[Memory from x]", "@auto", "\ud800", "a\udfffb"]),
-)
+texts = fuzz.texts(40, ["", " ", "alice", "bob", "[Memory from x]", "@auto", "\ud800", "a\udfffb"])
 scalars = st.one_of(
     st.none(),
     st.booleans(),
@@ -54,11 +48,7 @@ scalars = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     texts,
 )
-json_values = st.recursive(
-    scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)),
-    max_leaves=12,
-)
+json_values = fuzz.json_values(scalars, size=4, leaves=12)
 messages = st.fixed_dictionaries(
     {},
     optional={
@@ -91,15 +81,8 @@ def argument(name: str) -> st.SearchStrategy[Any]:
     return st.one_of(texts, json_values)
 
 
-@st.composite
-def calls(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
-    tool = draw(st.sampled_from(sorted(TOOL_ARGS)))
-    args = {}
-    for name in TOOL_ARGS[tool]:
-        if draw(st.integers(0, 9)) < 8:  # mostly present, sometimes missing
-            args[name] = draw(argument(name))
-    args.update(draw(st.dictionaries(keys, json_values, max_size=2)))
-    return tool, args
+def calls() -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
+    return fuzz.calls(TOOL_ARGS, argument, json_values)
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +93,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Engine:
     )
     yield engine
     engine.close()
-    with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    fuzz.assert_intact(path)
 
 
 def check(tool: str, result: Any) -> None:

@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from support.engine import FROM_SETTINGS
+from support.local_http import LocalServer
 
 Search = Callable[[dict[str, Any]], tuple[int, bytes]]
 
@@ -59,10 +60,8 @@ class Service:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1/embed"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self._server = LocalServer(Handler)
+        self.url = f"{self._server.base}/v1/embed"
 
     def told(self, call: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -73,8 +72,7 @@ class Service:
             self.calls.clear()
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._server.close()
 
 
 @pytest.fixture

@@ -12,11 +12,14 @@ from pathlib import Path
 WAIT = 120
 
 
-def index_command(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m cpersona index <args>` on `db`."""
+def index_command(
+    db: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m cpersona index <args>` on `db`; `env`: the whole environment instead of the
+    test process's plus the database path."""
     return subprocess.run(
         [sys.executable, "-m", "cpersona", "index", *args],
-        env={**os.environ, "CPERSONA_DB_PATH": str(db)},
+        env=env or {**os.environ, "CPERSONA_DB_PATH": str(db)},
         capture_output=True,
         text=True,
         timeout=WAIT,

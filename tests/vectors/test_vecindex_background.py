@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 from cpersona.engine import Engine
 from cpersona.health.context import from_engine
 from cpersona.health.registry import check_health
+from support.gate import Gate
 from test_vecindex_healing import DAMAGE, answers, populate, write_field
 from vecindex_support import TABLES, new_engine
 
@@ -56,28 +56,6 @@ def world(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
     return tmp_path
 
 
-class Gate:
-    """Holds the background rebuild after its second row until `release()`."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.held = threading.Event()
-        self.go = threading.Event()
-        self.rows = 0
-        original = healing.append_row
-
-        def append(*args: Any, **kwargs: Any) -> int:
-            self.rows += 1
-            if self.rows == 3:
-                self.held.set()
-                self.go.wait(60)
-            return original(*args, **kwargs)
-
-        monkeypatch.setattr(healing, "append_row", append)
-
-    def release(self) -> None:
-        self.go.set()
-
-
 @pytest.fixture
 def engine(world: Path) -> Iterator[Engine]:
     engine = new_engine(world / "m.db")
@@ -98,7 +76,7 @@ def test_a_scan_during_the_rebuild_answers_at_once_with_the_same_rows(
     index = engine.indexes[table]
     after_rebuild = answers(engine, table, kernels)
     STALE[kind](index.path, world / "other.db")
-    gate = Gate(monkeypatch)
+    gate = Gate(monkeypatch, healing, "append_row")
     during = answers(engine, table, kernels)  # starts the rebuild, which the gate holds
     assert gate.held.wait(60)
     # The rebuild is still held: the scans above did not wait for it.
@@ -114,12 +92,17 @@ def test_a_scan_during_the_rebuild_answers_at_once_with_the_same_rows(
     assert answers(engine, table, kernels) == after_rebuild
 
 
+def removed_and_gated(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Gate]:
+    """The memories index with its file removed, and the gate that will hold its rebuild."""
+    index = engine.indexes["memories"]
+    index.path.unlink()
+    return index, Gate(monkeypatch, healing, "append_row")
+
+
 def test_writes_during_the_rebuild_are_in_the_rebuilt_file(
     rust_kernels: ModuleType, world: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    index = engine.indexes["memories"]
-    index.path.unlink()
-    gate = Gate(monkeypatch)
+    index, gate = removed_and_gated(engine, monkeypatch)
     engine.writer.store("a", {"content": "the write that starts the rebuild"}, "", "")
     assert gate.held.wait(60)
     for i in range(5):  # land between the rebuild's snapshot and its swap
@@ -135,9 +118,7 @@ def test_writes_during_the_rebuild_are_in_the_rebuilt_file(
 def test_progress_in_index_status_and_check_health(
     rust_kernels: ModuleType, world: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    index = engine.indexes["memories"]
-    index.path.unlink()
-    gate = Gate(monkeypatch)
+    index, gate = removed_and_gated(engine, monkeypatch)
     answers(engine, "memories", rust_kernels)
     assert gate.held.wait(60)
     live = 40 - 3
@@ -231,14 +212,21 @@ def rebuilder(db: Path, table: str) -> Iterator[subprocess.Popen[str]]:
                 child.kill()
 
 
+def answers_then_unlink(db: Path, kernels: ModuleType) -> list[Any]:
+    """What the memories index answers while whole; then its file is removed, so the next
+    engine has to rebuild it."""
+    reference = new_engine(db)
+    expected = answers(reference, "memories", kernels)
+    reference.close()
+    Path(f"{db}.memories.vec").unlink()
+    return expected
+
+
 def test_a_killed_rebuild_leaves_no_file_that_is_used(
     rust_kernels: ModuleType, world: Path
 ) -> None:
     db = world / "m.db"
-    reference = new_engine(db)
-    after_rebuild = answers(reference, "memories", rust_kernels)
-    reference.close()
-    Path(f"{db}.memories.vec").unlink()
+    after_rebuild = answers_then_unlink(db, rust_kernels)
     with rebuilder(db, "memories") as child:
         child.send_signal(signal.SIGKILL)
         child.wait(60)
@@ -261,10 +249,7 @@ def test_one_process_rebuilds_the_others_use_its_file(
     rust_kernels: ModuleType, world: Path
 ) -> None:
     db = world / "m.db"
-    reference = new_engine(db)
-    after_rebuild = answers(reference, "memories", rust_kernels)
-    reference.close()
-    Path(f"{db}.memories.vec").unlink()
+    after_rebuild = answers_then_unlink(db, rust_kernels)
     with rebuilder(db, "memories") as child:
         engine = new_engine(db)
         try:

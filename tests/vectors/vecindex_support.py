@@ -75,6 +75,9 @@ def new_engine(db_path: Any, embedder: Any = None) -> Engine:
 # -- the reference --------------------------------------------------------------------------
 
 
+_WINDOW_PARAMETERS = ("window", "reach", "threshold", "k", "far_k", "chunk_rows")
+
+
 @dataclass(frozen=True, slots=True)
 class Probe:
     """One scan request: a table, a query, a scope and the window parameters."""
@@ -90,14 +93,8 @@ class Probe:
     chunk_rows: int = 512
 
     def kwargs(self) -> dict[str, Any]:
-        return {
-            "window": self.window,
-            "reach": self.reach,
-            "threshold": self.threshold,
-            "k": self.k,
-            "far_k": self.far_k,
-            "chunk_rows": self.chunk_rows,
-        }
+        """The window parameters, as the scan functions take them by keyword."""
+        return {name: getattr(self, name) for name in _WINDOW_PARAMETERS}
 
     def __repr__(self) -> str:  # short enough to read in a falsifying example
         s = self.scope
