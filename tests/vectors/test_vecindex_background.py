@@ -173,15 +173,17 @@ def test_a_rebuild_that_fails_half_way_leaves_the_old_file_or_none(
     rows = [0]
 
     def full_disk(*args: Any, **kwargs: Any) -> int:
+        # Full from the tenth row on: a scan after the failure starts the rebuild again, and
+        # when that happens is the scheduler's choice; every attempt then fails too.
         rows[0] += 1
-        if rows[0] == 10:
+        if rows[0] >= 10:
             raise OSError(errno.ENOSPC, "No space left on device")
         return original(*args, **kwargs)
 
     monkeypatch.setattr(healing, "append_row", full_disk)
     assert answers(engine, "memories", rust_kernels) == after_rebuild
     index.wait_for_healing()
-    assert rows[0] == 10  # it failed half way
+    assert rows[0] >= 10  # it failed half way
     assert (index.path.read_bytes() if index.path.exists() else None) == old
     assert leftovers(world, "memories") == []
     assert answers(engine, "memories", rust_kernels) == after_rebuild  # the old file is not used
