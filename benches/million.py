@@ -143,7 +143,7 @@ def _query_stream(count: int) -> Iterator[str]:
 
 
 async def _measure(dbs: dict[int, Path], rounds: int, stores: int, four: bool) -> dict[str, Any]:
-    queries = _query_stream(10 * len(dbs) + rounds * len(dbs) + 8)
+    queries = _query_stream((10 + rounds + stores) * len(dbs) + 16)
     out: dict[str, Any] = {str(n): {} for n in dbs}
     async with AsyncExitStack() as stack:
         clients: dict[int, Client] = {}
