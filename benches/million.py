@@ -65,9 +65,7 @@ def _params(db: Path, log: Path | None = None) -> StdioServerParameters:
     for key in ("CPERSONA_KERNEL", "PATH", "HOME"):
         if key in os.environ:
             env[key] = os.environ[key]
-    return StdioServerParameters(
-        command=command, args=args, env=env, cwd=str(db.parent)
-    )
+    return StdioServerParameters(command=command, args=args, env=env, cwd=str(db.parent))
 
 
 def _server_pids(db: Path) -> list[int]:
@@ -113,7 +111,7 @@ def _copy(corpus: mc.Corpus, directory: Path) -> Path:
 
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _summary(values: list[float]) -> dict[str, float]:
