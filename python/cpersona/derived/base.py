@@ -41,6 +41,7 @@ from cpersona.storage import Store
 from cpersona.storage.change_log import Changes
 from cpersona.storage.embeddings import index_identity
 from cpersona.vectors import healing
+from cpersona.vectors.healing import RebuildProgress
 from cpersona.yielding import CallActivity
 
 H = TypeVar("H")  # the plug-in's header
@@ -404,7 +405,7 @@ class DerivedIndex(Generic[H, U, B]):
 
     # -- inspection --------------------------------------------------------------------------
 
-    def _status_parts(self) -> tuple[H | None, str, int, healing.RebuildProgress | None]:
+    def _status_parts(self) -> tuple[H | None, str, int, RebuildProgress | None]:
         """For `status`: the usable file's header (None when unusable), the reason ("current",
         "behind the log", or why it is unusable), the log's seq and the running rebuild."""
         rebuild = healing.progress_of(self.path)
@@ -429,4 +430,3 @@ class DerivedIndex(Generic[H, U, B]):
         self._release()
         if self._tmp is not None:
             self._tmp.cleanup()
-

@@ -29,8 +29,9 @@ STAMP = {"memories": "timestamp", "episodes": "start_time"}
 
 
 @dataclass(frozen=True, slots=True)
-class IndexRow:
-    """What the index stores of one embedded row."""
+class ScopedRow:
+    """What both derived indexes store of a row before their own part: its id, its window
+    key (created_at as Unix seconds) and its scope."""
 
     id: int
     key: int
@@ -38,6 +39,12 @@ class IndexRow:
     project_id: str
     channel: str
     source_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow(ScopedRow):
+    """What the vector index stores of one embedded row."""
+
     embedding: bytes
     #: The row's instant key (cpersona.timerange.row_time).
     time: int

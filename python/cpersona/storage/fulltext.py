@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from cpersona.storage.change_log import ChangeLog
 from cpersona.storage.db import id_batches
+from cpersona.storage.embeddings import ScopedRow
 from cpersona.storage.embeddings import index_identity as _index_identity
 from cpersona.storage.interface import Row, Store
 from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
@@ -40,15 +41,9 @@ trimmed_upto = _LOG.trimmed_upto
 
 
 @dataclass(frozen=True, slots=True)
-class FtsRow:
-    """What the full-text index stores of one row: the FTS5 columns and the scope."""
+class FtsRow(ScopedRow):
+    """What the full-text index stores of one row: the scope and the FTS5 columns."""
 
-    id: int
-    key: int
-    agent_id: str
-    project_id: str
-    channel: str
-    source_id: str | None
     columns: tuple[str, ...]
     #: The row's instant key (cpersona.timerange.row_time).
     time: int

@@ -283,7 +283,7 @@ def rebuild_online(index: VectorIndex, step: Step | None = None) -> int:
         os.chmod(tmp, 0o600)
         if step is not None:
             step(done, total)
-        # The index's own lock protocol (index.py): these are its internals by design.
+        # The index's own lock protocol (derived/base.py): these are its internals by design.
         with index._thread_lock, index._flock(exclusive=True):
             if index._history_problem(log_seq):  # entries it needs were trimmed meanwhile
                 remove_with_sums(tmp)

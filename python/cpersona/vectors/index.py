@@ -261,9 +261,10 @@ class VectorIndex(DerivedIndex[np.void, VectorFileWriter, int]):
 
     def _apply_locked(self, writer: VectorFileWriter) -> bool:
         """Apply the logged writes to `writer`'s file (a background rebuild's, healing.py);
-        False (nothing applied) when the table must be rebuilt instead."""
+        False (nothing applied) when the table must be rebuilt instead (also when entries it
+        needs were trimmed meanwhile by another host's process: PostgreSQL)."""
         changes = vector_sql.changes_since(self.db, self.table, writer.header().applied_seq)
-        return self._apply_changes(writer, changes)
+        return not changes.lost and self._apply_changes(writer, changes)
 
     def _apply_changes(self, writer: VectorFileWriter, changes: Changes) -> bool:
         """Apply `changes` to `writer`'s file; False (nothing applied) when the table must be
