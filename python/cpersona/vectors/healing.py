@@ -271,11 +271,7 @@ def rebuild_online(index: VectorIndex, step: Step | None = None) -> int:
             tmp, dim or 1, total + HEADROOM, index.db_uid(), TABLE_CODES[table]
         )
         try:
-            for row in vector_sql.iter_rows(db, table):
-                append_row(writer, row, HEADROOM)
-                done += 1
-                if step is not None and done % STEP_ROWS == 0:
-                    step(done, total)
+            done = index._fill(writer, total, step, STEP_ROWS, append_row, HEADROOM)
             writer.set_header(applied_seq=log_seq, dirty=0)
             checksums.write(writer)
         finally:

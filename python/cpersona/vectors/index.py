@@ -318,17 +318,11 @@ class VectorIndex(DerivedIndex[np.void, VectorFileWriter, int]):
     def _build(self, tmp: Path, progress: Progress | None) -> int:
         log_seq = vector_sql.max_seq(self.db)
         total, dim = vector_sql.embedded_shape(self.db, self.table)
-        done = 0
         writer = VectorFileWriter.create(
             tmp, dim or 1, total + HEADROOM, self.db_uid(), TABLE_CODES[self.table]
         )
         try:
-            # Newest first, so each append lands at the end of the order (no shifting).
-            for row in vector_sql.iter_rows(self.db, self.table):
-                append_row(writer, row, HEADROOM)
-                done += 1
-                if progress is not None and done % 10_000 == 0:
-                    progress(done, total)
+            done = self._fill(writer, total, progress, 10_000, append_row, HEADROOM)
             writer.set_header(applied_seq=log_seq, dirty=0)
             writer.flush()
             checksums.write(writer)
@@ -337,6 +331,27 @@ class VectorIndex(DerivedIndex[np.void, VectorFileWriter, int]):
         os.chmod(tmp, 0o600)
         if progress is not None:
             progress(done, total)
+        return done
+
+    def _fill(
+        self,
+        writer: VectorFileWriter,
+        total: int,
+        progress: Progress | None,
+        every: int,
+        append: Callable[..., int],
+        headroom: int,
+    ) -> int:
+        """Append every embedded row to a new file's `writer`, `progress(done, total)` every
+        `every` rows; the rows written. Newest first, so each append lands at the end of the
+        scan order (no shifting). `append`, `headroom`: the caller's (healing.py's rebuild
+        passes its own, which its tests replace)."""
+        done = 0
+        for row in vector_sql.iter_rows(self.db, self.table):
+            append(writer, row, headroom)
+            done += 1
+            if progress is not None and done % every == 0:
+                progress(done, total)
         return done
 
     def _built_rows(self, built: int) -> int:
