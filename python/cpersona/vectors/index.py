@@ -70,6 +70,16 @@ def index_file(db_path: str | Path, table: str) -> Path:
 
 
 @dataclass(frozen=True, slots=True)
+class Shape:
+    """What a file built from the database is sized for: the log position it has applied,
+    the embedded rows, their modal width (None: no BLOB is a vector)."""
+
+    log_seq: int
+    total: int
+    dim: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class IndexStatus:
     """What `cpersona index status` reports for one table."""
 
@@ -318,40 +328,48 @@ class VectorIndex(DerivedIndex[np.void, VectorFileWriter, int]):
     def _build(self, tmp: Path, progress: Progress | None) -> int:
         log_seq = vector_sql.max_seq(self.db)
         total, dim = vector_sql.embedded_shape(self.db, self.table)
+        shape = Shape(log_seq, total, dim)
+        return self._write_file(tmp, shape, progress, 10_000, append_row, HEADROOM, flush=True)
+
+    def _write_file(
+        self,
+        tmp: Path,
+        shape: Shape,
+        progress: Progress | None,
+        every: int,
+        append: Callable[..., int],
+        headroom: int,
+        *,
+        flush: bool,
+    ) -> int:
+        """Write every embedded row into a new file at `tmp` with its sidecar, as applied up to
+        `shape.log_seq`; `progress(done, total)` every `every` rows and at the end. Returns
+        the rows written. Newest first, so each append lands at the end of the scan order (no
+        shifting). `append`, `headroom`: the caller's (healing.py's background rebuild passes
+        its own, which its tests replace); `flush`: msync before the sidecar is written."""
         writer = VectorFileWriter.create(
-            tmp, dim or 1, total + HEADROOM, self.db_uid(), TABLE_CODES[self.table]
+            tmp,
+            shape.dim or 1,
+            shape.total + headroom,
+            self.db_uid(),
+            TABLE_CODES[self.table],
         )
+        done = 0
         try:
-            done = self._fill(writer, total, progress, 10_000, append_row, HEADROOM)
-            writer.set_header(applied_seq=log_seq, dirty=0)
-            writer.flush()
+            for row in vector_sql.iter_rows(self.db, self.table):
+                append(writer, row, headroom)
+                done += 1
+                if progress is not None and done % every == 0:
+                    progress(done, shape.total)
+            writer.set_header(applied_seq=shape.log_seq, dirty=0)
+            if flush:
+                writer.flush()
             checksums.write(writer)
         finally:
             release(writer)
         os.chmod(tmp, 0o600)
         if progress is not None:
-            progress(done, total)
-        return done
-
-    def _fill(
-        self,
-        writer: VectorFileWriter,
-        total: int,
-        progress: Progress | None,
-        every: int,
-        append: Callable[..., int],
-        headroom: int,
-    ) -> int:
-        """Append every embedded row to a new file's `writer`, `progress(done, total)` every
-        `every` rows; the rows written. Newest first, so each append lands at the end of the
-        scan order (no shifting). `append`, `headroom`: the caller's (healing.py's rebuild
-        passes its own, which its tests replace)."""
-        done = 0
-        for row in vector_sql.iter_rows(self.db, self.table):
-            append(writer, row, headroom)
-            done += 1
-            if progress is not None and done % every == 0:
-                progress(done, total)
+            progress(done, shape.total)
         return done
 
     def _built_rows(self, built: int) -> int:
