@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from cpersona.derived.base import DerivedIndex, Fields
+from cpersona.derived.base import DerivedIndex, Fields, Progress
 from cpersona.derived.placement import SHARED_KEEP_LOG
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
 from cpersona.fts import checksums, rebuild
@@ -54,8 +54,6 @@ log = logging.getLogger("cpersona.fts")
 TRIM_EVERY = 5000
 #: Rebuild (compact) once the file holds this many more records than twice its live rows.
 COMPACT_SLACK = 4096
-
-Progress = Callable[[int, int], None]
 
 
 class _Damaged(StoreCorrupt):

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from cpersona.derived.base import DerivedIndex, Fields
+from cpersona.derived.base import DerivedIndex, Fields, Progress
 from cpersona.errors import StoreCorrupt
 from cpersona.storage import Store
 from cpersona.storage import embeddings as vector_sql
@@ -60,8 +60,6 @@ log = logging.getLogger("cpersona.vectors")
 COMPACT_RATIO = 0.5
 #: Applied log entries of a table kept before they are deleted.
 TRIM_EVERY = 5000
-
-Progress = Callable[[int, int], None]
 
 
 def index_file(db_path: str | Path, table: str) -> Path:
