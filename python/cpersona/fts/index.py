@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
-from cpersona.fts import checksums, rebuild
+from cpersona.fts import checksums, rebuild, segment
 from cpersona.fts.format import (
     HEADER_LEN,
     MAGIC,
@@ -331,7 +331,7 @@ class FtsIndex:
             assert header is not None
             ident = (st.st_dev, st.st_ino, header.generation)
             if self._core is None or self._loaded != ident or header.end < self._loaded_end:
-                core, start, crc = self._new_core(), HEADER_LEN, 0
+                core, start, crc = self._open_core(header)
             else:
                 core, start, crc = self._core, self._loaded_end, self._loaded_crc
             try:
@@ -353,11 +353,26 @@ class FtsIndex:
                 if problem == checksums.DAMAGED:
                     raise _Damaged(problem)
                 return problem
+            core = self._open_core(header, core, crc)[0]  # a new segment if the delta grew
             self._core, self._loaded, self._loaded_end = core, ident, header.end
             self._loaded_seq, self._loaded_crc = header.applied_seq, crc
             return ""
         finally:
             os.close(fd)
+
+    def _open_core(self, header: Header, core: Any = None, crc: int = 0) -> tuple[Any, int, int]:
+        """Under either lock (fts/segment.py). Without `core`: a new core, mapped from the
+        file's segment when it has one, and where its records start for it, and their CRC.
+        With `core` (current with the file, whose records have the CRC `crc`): it, or one
+        mapped from a new segment of it when it holds too many rows in the heap."""
+        code = TABLE_CODES[self.table]
+        if core is not None:
+            new = segment.compact(
+                core, self._new_core, self.path, code, header.generation, header.end, crc
+            )
+            return new, header.end, crc
+        opened = segment.open_mapped(self._new_core, self.path, code, header.generation, header.end)
+        return opened if opened is not None else (self._new_core(), HEADER_LEN, 0)
 
     def _maybe_trim(self, applied: int) -> None:
         upto = applied - self._keep_log
