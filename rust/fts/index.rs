@@ -199,6 +199,9 @@ impl FtsIndex {
     ///
     /// # Errors
     /// `Io` when the file cannot be written.
+    ///
+    /// # Panics
+    /// Never: every live id has a slot.
     pub fn write_segment(&self, path: &std::path::Path, meta: Meta) -> Result<(), CoreError> {
         let rows: Vec<RowIn<'_>> = self
             .ids()
@@ -285,7 +288,12 @@ impl FtsIndex {
     fn columns_of(&self, s: usize) -> Box<dyn Iterator<Item = &[u8]> + '_> {
         match &self.base {
             Some(b) if s < b.rows() => Box::new(b.columns(s)),
-            _ => Box::new(self.slots[s - self.nb()].columns.iter().map(|c| c.as_bytes())),
+            _ => Box::new(
+                self.slots[s - self.nb()]
+                    .columns
+                    .iter()
+                    .map(|c| c.as_bytes()),
+            ),
         }
     }
 
@@ -448,13 +456,10 @@ impl FtsIndex {
         self.sizes.clear();
         self.by_id.clear();
         self.postings.clear();
-        self.live_tokens = self
-            .base
-            .as_ref()
-            .map_or(0, |b| {
-                let live = b.sizes().iter().zip(&self.base_dead).filter(|(_, &d)| !d);
-                live.map(|(&n, _)| n).sum()
-            });
+        self.live_tokens = self.base.as_ref().map_or(0, |b| {
+            let live = b.sizes().iter().zip(&self.base_dead).filter(|(_, &d)| !d);
+            live.map(|(&n, _)| n).sum()
+        });
         self.cache
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)

@@ -196,9 +196,15 @@ impl Segment {
             columns: count(64),
             text_bytes: count(72),
         };
-        if [counts.rows, counts.terms, counts.postings, counts.columns, counts.text_bytes]
-            .iter()
-            .any(|&c| c > (1 << 40))
+        if [
+            counts.rows,
+            counts.terms,
+            counts.postings,
+            counts.columns,
+            counts.text_bytes,
+        ]
+        .iter()
+        .any(|&c| c > (1 << 40))
         {
             return Err(corrupt("a segment count is out of range"));
         }
@@ -346,6 +352,9 @@ pub struct RowIn<'a> {
 ///
 /// # Errors
 /// `Io` when the file cannot be written.
+///
+/// # Panics
+/// With 2^32 rows or more (slots are u32, as in the heap index).
 pub fn write(path: &Path, meta: Meta, rows: &[RowIn<'_>]) -> Result<(), CoreError> {
     let mut postings: std::collections::HashMap<u64, (Vec<u32>, Vec<u8>)> =
         std::collections::HashMap::new();
@@ -360,7 +369,9 @@ pub fn write(path: &Path, meta: Meta, rows: &[RowIn<'_>]) -> Result<(), CoreErro
         keys.clear();
         for col in &row.columns {
             // The texts were folded and validated as UTF-8 when the index took them.
-            keys.extend(super::fold::trigrams(std::str::from_utf8(col).unwrap_or("")));
+            keys.extend(super::fold::trigrams(
+                std::str::from_utf8(col).unwrap_or(""),
+            ));
             counts.columns += 1;
             counts.text_bytes += col.len();
         }
@@ -380,7 +391,8 @@ pub fn write(path: &Path, meta: Meta, rows: &[RowIn<'_>]) -> Result<(), CoreErro
     let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
     let mut header = [0u8; HEADER_LEN];
     header[..8].copy_from_slice(MAGIC);
-    let mut put = |offset: usize, raw: &[u8]| header[offset..offset + raw.len()].copy_from_slice(raw);
+    let mut put =
+        |offset: usize, raw: &[u8]| header[offset..offset + raw.len()].copy_from_slice(raw);
     put(8, &VERSION.to_le_bytes());
     put(12, &meta.table.to_le_bytes());
     put(16, &meta.generation.to_le_bytes());
