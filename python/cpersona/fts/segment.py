@@ -8,26 +8,26 @@ an immutable file naming the records it holds (the records file's `generation`, 
 none, never part of one. A process that needs a new core maps the segment (its pages are the
 page cache's, shared by every process on the host) and applies only the records after `end`
 (the delta, in its heap); when the delta outgrows `delta_limit`, the process writes a new
-segment of everything it holds and maps that instead. The layout is declared once, in
-`rust/fts/segment.rs`, and read here through `_core.layout()["fulltext_segment"]`; only the
-Rust core reads segments (on the numpy kernels the FTS arms run the FTS5 statements).
+segment of everything it holds and maps that instead. The layout is `rust/fts/segment.rs`'s,
+declared for Python in fts/format.py (`SEGMENT_*`; tests/kernels/test_kernels_layout.py holds
+the two equal through `_core.layout()`); only the Rust core reads segments (on the numpy
+kernels the FTS arms run the FTS5 statements, as before).
 
 `CPERSONA_FTS_SEGMENT=false` keeps every index in the heap, as before.
 """
 
 from __future__ import annotations
 
-import functools
 import glob
 import logging
 import mmap
 import os
-import sys
 import zlib
 from pathlib import Path
 from typing import Any
 
 from cpersona.errors import StoreCorrupt
+from cpersona.fts.format import SEGMENT_HEADER
 
 log = logging.getLogger("cpersona.fts")
 
@@ -61,16 +61,13 @@ def path_of(index_path: Path) -> Path:
     return index_path.with_name(index_path.name + SUFFIX)
 
 
-@functools.cache
-def _layout(module: str) -> tuple[int, int]:
-    """(header_len, offset of `body_crc`) from the core's declaration of the layout."""
-    declared = sys.modules[module].layout()["fulltext_segment"]
-    offsets = {name: offset for name, offset, _ in declared["header"]}
-    return int(declared["header_len"]), int(offsets["body_crc"])
+def _crc_at() -> int:
+    """Where `body_crc` is (the declaration of fts/format.py, held equal to the core's)."""
+    return next(offset for name, offset, _ in SEGMENT_HEADER if name == "body_crc")
 
 
-def _file_crc(path: Path, module: str) -> int:
-    _, crc_at = _layout(module)
+def _file_crc(path: Path) -> int:
+    crc_at = _crc_at()
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as raw:
         view = memoryview(raw)
         try:
@@ -104,7 +101,7 @@ def open_mapped(
     # The segment is read in place, so damage to it would be searched: its CRC is checked at
     # each open (page cache reads, no heap copy; docs/performance.md gives the cost).
     try:
-        if _file_crc(path, new_core.__module__) != body_crc:
+        if _file_crc(path) != body_crc:
             log.warning("ignoring %s: its checksum does not match (it is written again)", path.name)
             path.unlink(missing_ok=True)
             return None
@@ -146,8 +143,8 @@ def build(core: Any, index_path: Path, table: int, generation: int, end: int, cr
     tmp = final.with_name(f"{final.name}.tmp{os.getpid()}")
     try:
         core.write_segment(str(tmp), table, generation, end, crc)
-        _, crc_at = _layout(type(core).__module__)
-        body_crc = _file_crc(tmp, type(core).__module__)
+        crc_at = _crc_at()
+        body_crc = _file_crc(tmp)
         fd = os.open(tmp, os.O_RDWR)
         try:
             os.pwrite(fd, body_crc.to_bytes(4, "little"), crc_at)
