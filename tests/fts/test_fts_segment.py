@@ -44,7 +44,9 @@ def _store(db, rows: list[tuple[str, str]]) -> None:
 
 text = st.lists(st.sampled_from(WORDS), min_size=0, max_size=8).map(" ".join)
 op = st.tuples(st.sampled_from(["insert", "insert", "update", "delete"]), st.integers(0, 40), text)
-queries = st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join), max_size=3)
+queries = st.lists(
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join), max_size=3
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -139,7 +141,7 @@ def test_a_process_opening_an_index_another_is_appending_to_sees_every_row(tmp_p
             assert before <= got
             index.close()
             opened += 1
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
         index = fts_index(db, "memories")
         rows = {r[0] for r in db.query("SELECT id FROM memories")}

@@ -45,7 +45,9 @@ DRIFTS = {
     "segment crc place": (
         fts_format,
         "SEGMENT_HEADER",
-        tuple((n, o + 4, d) if n == "body_crc" else (n, o, d) for n, o, d in fts_format.SEGMENT_HEADER),
+        tuple(
+            (n, o + 4, d) if n == "body_crc" else (n, o, d) for n, o, d in fts_format.SEGMENT_HEADER
+        ),
     ),
 }
 
