@@ -389,21 +389,7 @@ pub fn write(path: &Path, meta: Meta, rows: &[RowIn<'_>]) -> Result<(), CoreErro
     counts.postings = postings.values().map(|l| l.0.len()).sum();
 
     let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
-    let mut header = [0u8; HEADER_LEN];
-    header[..8].copy_from_slice(MAGIC);
-    let mut put =
-        |offset: usize, raw: &[u8]| header[offset..offset + raw.len()].copy_from_slice(raw);
-    put(8, &VERSION.to_le_bytes());
-    put(12, &meta.table.to_le_bytes());
-    put(16, &meta.generation.to_le_bytes());
-    put(24, &meta.end.to_le_bytes());
-    put(32, &meta.records_crc.to_le_bytes());
-    put(40, &(counts.rows as u64).to_le_bytes());
-    put(48, &(counts.terms as u64).to_le_bytes());
-    put(56, &(counts.postings as u64).to_le_bytes());
-    put(64, &(counts.columns as u64).to_le_bytes());
-    put(72, &(counts.text_bytes as u64).to_le_bytes());
-    put(80, &total_tokens.to_le_bytes());
+    let header = header_bytes(meta, counts, total_tokens);
     out.write_all(&header)?;
     let mut written = HEADER_LEN;
     let mut section = |out: &mut BufWriter<File>, bytes: &mut dyn Iterator<Item = u8>| {
@@ -460,6 +446,26 @@ pub fn write(path: &Path, meta: Meta, rows: &[RowIn<'_>]) -> Result<(), CoreErro
         .map_err(std::io::IntoInnerError::into_error)?
         .sync_all()?;
     Ok(())
+}
+
+/// The header of a segment of `counts` (with `body_crc` 0).
+fn header_bytes(meta: Meta, counts: Counts, total_tokens: u64) -> [u8; HEADER_LEN] {
+    let mut header = [0u8; HEADER_LEN];
+    header[..8].copy_from_slice(MAGIC);
+    let mut put =
+        |offset: usize, raw: &[u8]| header[offset..offset + raw.len()].copy_from_slice(raw);
+    put(8, &VERSION.to_le_bytes());
+    put(12, &meta.table.to_le_bytes());
+    put(16, &meta.generation.to_le_bytes());
+    put(24, &meta.end.to_le_bytes());
+    put(32, &meta.records_crc.to_le_bytes());
+    put(40, &(counts.rows as u64).to_le_bytes());
+    put(48, &(counts.terms as u64).to_le_bytes());
+    put(56, &(counts.postings as u64).to_le_bytes());
+    put(64, &(counts.columns as u64).to_le_bytes());
+    put(72, &(counts.text_bytes as u64).to_le_bytes());
+    put(80, &total_tokens.to_le_bytes());
+    header
 }
 
 fn corrupt(msg: &str) -> CoreError {
