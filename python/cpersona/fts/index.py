@@ -4,8 +4,9 @@ trim, rebuild, install, background healing; the vector index is the other plug-i
 
 What is the full-text format's own is here: the header checks (docs/fts-index.md), how logged
 rows are applied (appended as change records, the file's CRC extended), the compaction rule,
-and the in-memory index each process holds (the Rust core's `FtsIndex`), which reads the
-records other processes appended under a shared lock (`_load_core`); the rebuilds from
+and the kernel's index each process searches (the Rust core's `FtsIndex`): the file's postings
+segment mapped in place, shared by every process through the page cache (fts/segment.py), plus
+the records appended after it, read under a shared lock (`_load_core`); the rebuilds from
 scratch are in fts/rebuild.py. While a large file is rebuilt in the background searches run
 the FTS5 statements; on PostgreSQL, which has no FTS5 to answer with the same rows, a rebuild
 runs inside the call.
@@ -25,7 +26,7 @@ from typing import Any
 from cpersona.derived.base import DerivedIndex, Fields, Progress
 from cpersona.derived.placement import SHARED_KEEP_LOG
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
-from cpersona.fts import checksums, rebuild
+from cpersona.fts import checksums, rebuild, segment
 from cpersona.fts.format import (
     HEADER_LEN,
     MAGIC,
@@ -221,6 +222,7 @@ class FtsIndex(DerivedIndex[Header, Header, Built]):
                 if problem == checksums.DAMAGED:
                     raise _Damaged(problem)
                 return problem
+            core = self._open_core(header, core, crc)[0]  # a new segment if the delta grew
             self._core, self._loaded, self._loaded_end = core, ident, header.end
             self._loaded_seq, self._loaded_crc = header.applied_seq, crc
             return ""
@@ -235,7 +237,7 @@ class FtsIndex(DerivedIndex[Header, Header, Built]):
         new core reading all of them (None: the file ends before its header says). Raises
         StoreCorrupt for records that do not parse."""
         if self._core is None or self._loaded != ident or header.end < self._loaded_end:
-            core, start, crc = self._new_core(), HEADER_LEN, 0
+            core, start, crc = self._open_core(header)
         else:
             core, start, crc = self._core, self._loaded_end, self._loaded_crc
         while start < header.end:
@@ -247,6 +249,20 @@ class FtsIndex(DerivedIndex[Header, Header, Built]):
             core.apply(data)
             start += len(data)
         return core, crc
+
+    def _open_core(self, header: Header, core: Any = None, crc: int = 0) -> tuple[Any, int, int]:
+        """Under either lock (fts/segment.py). Without `core`: a new core, mapped from the
+        file's segment when it has one, and where its records start for it, and their CRC.
+        With `core` (current with the file, whose records have the CRC `crc`): it, or one
+        mapped from a new segment of it when it holds too many rows in the heap."""
+        code = TABLE_CODES[self.table]
+        if core is not None:
+            new = segment.compact(
+                core, self._new_core, self.path, code, header.generation, header.end, crc
+            )
+            return new, header.end, crc
+        opened = segment.open_mapped(self._new_core, self.path, code, header.generation, header.end)
+        return opened if opened is not None else (self._new_core(), HEADER_LEN, 0)
 
     # -- the header --------------------------------------------------------------------------
 
@@ -343,10 +359,21 @@ class FtsIndex(DerivedIndex[Header, Header, Built]):
         return built.header.records
 
     def _installed(self, built: Built | None) -> None:
-        """The built file's core is this process's."""
+        """The built file's core is this process's, mapped from the file's segment written now
+        (so every other process maps it too instead of building the rows in its heap)."""
         assert built is not None
         st = os.stat(self.path)
-        self._core, self._loaded = built.core, (st.st_dev, st.st_ino, built.header.generation)
+        h = built.header
+        core = segment.compact(
+            built.core,
+            self._new_core,
+            self.path,
+            TABLE_CODES[self.table],
+            h.generation,
+            h.end,
+            built.crc,
+        )
+        self._core, self._loaded = core, (st.st_dev, st.st_ino, built.header.generation)
         self._loaded_end, self._loaded_crc = built.header.end, built.crc
         self._loaded_seq = built.header.applied_seq
 
