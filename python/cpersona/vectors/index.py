@@ -98,6 +98,9 @@ class VectorIndex:
         table: str,
         directory: str | None = None,
         activity: CallActivity | None = None,
+        *,
+        base: Path | None = None,  # the file is `<base>.<table>.vec` (a host cache: PostgreSQL)
+        keep_log: int = 0,  # applied log entries left untrimmed, for other hosts' files
     ) -> None:
         """`activity`: the tool calls a background rebuild gives way to (yielding.py)."""
         if table not in TABLE_CODES:
@@ -109,9 +112,10 @@ class VectorIndex:
             # An in-memory database keeps its index in a private temporary directory.
             self._tmp = tempfile.TemporaryDirectory(prefix="cpersona-vec-")
             base = Path(self._tmp.name) / "memory.db"
-        else:
+        elif base is None:
             base = Path(directory) / Path(db.path).name if directory else Path(db.path)
         self.path = index_file(base, table)
+        self._keep_log = keep_log
         self.lock_path = Path(f"{self.path}.lock")
         self._thread_lock = threading.Lock()
         self._db_uid: bytes | None = None
@@ -249,12 +253,12 @@ class VectorIndex:
             return reason
 
     def _maybe_trim(self, applied: int) -> None:
-        # The log only needs entries the file has not applied; forget the rest now and then.
-        # Not from inside a read snapshot: a trim is a write (on PostgreSQL a second pooled
-        # connection beside the pinned one); the next sync outside one trims.
-        if applied - self._trimmed_upto >= TRIM_EVERY and not self.db.in_snapshot():
-            vector_sql.trim_log(self.db, self.table, applied)
-            self._trimmed_upto = applied
+        # Forget applied entries now and then (not from inside a read snapshot: a trim is a
+        # write, on PostgreSQL a second pooled connection beside the pinned one).
+        upto = applied - self._keep_log
+        if upto - self._trimmed_upto >= TRIM_EVERY and not self.db.in_snapshot():
+            vector_sql.trim_log(self.db, self.table, upto)
+            self._trimmed_upto = upto
 
     def _applied_seq_unlocked(self) -> int | None:
         """The file's applied_seq read without the lock (a hint: sync re-checks under lock)."""
