@@ -370,7 +370,7 @@ def host_vector_index(settings: Settings) -> bool:
 
     from cpersona.fts.cache import cache_problem
 
-    if not settings.database_url or settings.kernel == "numpy":
+    if not settings.database_url or not settings.pg_vector_index or settings.kernel == "numpy":
         return False
     if importlib.util.find_spec("cpersona._core") is None:
         return False
