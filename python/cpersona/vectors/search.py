@@ -221,6 +221,8 @@ def _scan_file(
             if path is None:  # rebuilt in the background: SQLite answers meanwhile
                 return None
             handle, sums = index.kernel_handle(kernels.VectorIndex.open)
+            if handle.count == 0:  # a current file without a row: none is embedded
+                return Hits.empty()
             if handle.dim != query.shape[0]:
                 return None
             near_ids, near_scores, far_ids, far_scores = handle.scan(
