@@ -96,10 +96,8 @@ class VectorIndex:
         self,
         db: Store,
         table: str,
-        directory: str | None = None,
+        base: Path | None = None,  # the file is `<base>.<table>.vec` (default: the database's)
         activity: CallActivity | None = None,
-        *,
-        base: Path | None = None,  # the file is `<base>.<table>.vec` (a host cache: PostgreSQL)
         keep_log: int = 0,  # applied log entries left untrimmed, for other hosts' files
     ) -> None:
         """`activity`: the tool calls a background rebuild gives way to (yielding.py)."""
@@ -113,9 +111,8 @@ class VectorIndex:
             self._tmp = tempfile.TemporaryDirectory(prefix="cpersona-vec-")
             base = Path(self._tmp.name) / "memory.db"
         elif base is None:
-            base = Path(directory) / Path(db.path).name if directory else Path(db.path)
-        self.path = index_file(base, table)
-        self._keep_log = keep_log
+            base = Path(db.path)
+        self.path, self._keep_log = index_file(base, table), keep_log
         self.lock_path = Path(f"{self.path}.lock")
         self._thread_lock = threading.Lock()
         self._db_uid: bytes | None = None
@@ -253,8 +250,7 @@ class VectorIndex:
             return reason
 
     def _maybe_trim(self, applied: int) -> None:
-        # Forget applied entries now and then (not from inside a read snapshot: a trim is a
-        # write, on PostgreSQL a second pooled connection beside the pinned one).
+        # Not from inside a read snapshot: a trim is a write (a second pooled connection).
         upto = applied - self._keep_log
         if upto - self._trimmed_upto >= TRIM_EVERY and not self.db.in_snapshot():
             vector_sql.trim_log(self.db, self.table, upto)
