@@ -1,7 +1,11 @@
 """`store` and `recall` latency on PostgreSQL against SQLite, on the same data (issue 12).
 
     python -m benches.pg_latency [--rows 10000,100000] [--rounds 5] [--per-round 20]
-                                 [--pg-url postgresql://...]
+                                 [--pg-url postgresql://...] [--shared-buffers 1GB]
+
+Three servers on the same data (issue 19): `sqlite`; `postgresql`, whose vector arm reads this
+host's index file (the default); `postgresql (sql)`, the same database with
+CPERSONA_PG_VECTOR_INDEX=false, whose vector arm is the pgvector statement (the fallback).
 
 For each size, the scale corpus (`benches/scale_support.py`: one agent's rows, unit float32
 vectors of width 384, cached on disk) is copied once into a fresh PostgreSQL database (a
@@ -126,7 +130,8 @@ async def _rounds(
         for key, engine, index in (
             ("sqlite", "sqlite", True),
             ("sqlite (no index)", "sqlite", False),
-            ("postgresql", "postgresql", False),
+            ("postgresql", "postgresql", True),
+            ("postgresql (sql)", "postgresql (sql)", False),
         )
     }
     async with contextlib.AsyncExitStack() as stack:
@@ -168,18 +173,25 @@ async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path)
     Engine(Settings(db_path="", embedding_mode="none", database_url=url)).close()  # the schema
     copied = _copy_corpus(corpus, url)
     print(f"\n{rows:,} rows x {DIM}: copied into PostgreSQL in {copied:.0f} s", flush=True)
+    pg = {"db_path": "", "embedding_mode": "hashing", "recall_mode": "rrf", "database_url": url}
+    pg["cache_dir"] = str(tmp / f"cache-{rows}")
     engines = {
         "sqlite": Engine(base, embedder=provider),
-        "postgresql": Engine(
-            Settings(db_path="", embedding_mode="hashing", recall_mode="rrf", database_url=url),
-            embedder=provider,
-        ),
+        "postgresql": Engine(Settings(**pg), embedder=provider),
+        "postgresql (sql)": Engine(Settings(**pg, pg_vector_index=False), embedder=provider),
     }
-    for engine in engines.values():
+    for key, engine in engines.items():
         # The corpus's vectors are the provider's (the probe cannot tell: they are seeded, not
         # embedded); unrecorded, recall would treat them as another model's and skip them.
         with engine.db.atomic() as conn:
             vector_models.record(conn, "memories", provider.name, DIM, "bench corpus")
+        started = time.perf_counter()
+        for index in engine.indexes.values():  # timings are of built files, not the fallback
+            while not index.sync():
+                index.wait_for_healing()
+        print(f"{key}: vector index files ready in {time.perf_counter() - started:.1f} s")
+    arms = {k: e.db.capabilities.vector_arm for k, e in engines.items()}
+    print(f"vector arms: {arms}", flush=True)
     kinds = ["store", "recall", "scan window", "scan far"]
     times: dict[tuple[str, str], list[list[float]]] = {}
     try:
@@ -202,9 +214,26 @@ async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path)
             )  # fmt: skip
 
 
+def _shared_buffers(server: Any, url: str, value: str) -> None:
+    """Restart the bench's own server with `shared_buffers = value` (docs/scale-out.md)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"ALTER SYSTEM SET shared_buffers = '{value}'")
+    server.stop()
+    server.start()
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SHOW shared_buffers").fetchone()
+    print(f"shared_buffers = {row[0] if row else '?'}", flush=True)
+
+
 async def main_async(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="pg-latency-") as tmp:
         url, server = _server_url(args.pg_url, Path(tmp) / "pg")
+        if args.shared_buffers:
+            if server is None:
+                raise SystemExit("--shared-buffers restarts the bench's own server: no --pg-url")
+            _shared_buffers(server, url, args.shared_buffers)
         try:
             for rows in args.rows:
                 await _size(rows, args, url, Path(tmp))
@@ -222,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--per-round", type=int, default=20)
     parser.add_argument("--pg-url", default=None)
+    parser.add_argument("--shared-buffers", default="", help="e.g. 128MB or 1GB (own server)")
     return asyncio.run(main_async(parser.parse_args(argv)))
 
 

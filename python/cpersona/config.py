@@ -51,6 +51,8 @@ _VARS: tuple[_Var, ...] = (
     # Bounds a connection attempt and a wait for a pooled connection (issue 21): while the
     # server is unreachable a call is refused at once or after at most this.
     _v("pg_connect_timeout_seconds", "float", 5.0, low=0.1, high=600.0),
+    # The vector arm on PostgreSQL from this host's index file (issue 19); false = pgvector.
+    _v("pg_vector_index", "bool", True),
     # Where a PostgreSQL deployment keeps this host's derived files (the full-text index).
     _v("cache_dir", "optstr", None),
     _v("fts_enabled", "bool", True),
@@ -188,6 +190,7 @@ class Settings:
     database_url: str | None = None
     pg_pool_size: int = 8
     pg_connect_timeout_seconds: float = 5.0
+    pg_vector_index: bool = True
     cache_dir: str | None = None
     fts_enabled: bool = True
     fts_index: bool = True

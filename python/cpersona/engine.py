@@ -74,6 +74,7 @@ class Engine:
             database_url=settings.database_url,
             pool_size=settings.pg_pool_size,
             connect_timeout=settings.pg_connect_timeout_seconds,
+            vector_index=host_vector_index(settings),
         )
         self._services: Services | None = None
         self._services_lock = threading.Lock()
@@ -121,7 +122,6 @@ class Engine:
         from cpersona.retrieval.thresholds import Thresholds
         from cpersona.tasks import TaskQueue
         from cpersona.update import UpdateCheck
-        from cpersona.vectors.index import VectorIndex
         from cpersona.vectors.remote import RemoteVectors
 
         settings = self.settings
@@ -135,16 +135,7 @@ class Engine:
                 embedder, size=settings.embedding_cache_size, ttl=settings.embedding_cache_ttl
             )
         caps = self.db.capabilities
-        # A database that scans vectors itself (PostgreSQL) has no vector index files; its
-        # full-text index is the arm, in this host's cache directory (full_text_indexes).
-        indexes = (
-            {
-                table: VectorIndex(self.db, table, activity=self.activity)
-                for table in ("memories", "episodes")
-            }
-            if caps.vector_arm == "index_file"
-            else {}
-        )
+        indexes = vector_indexes(self.db, settings, self.activity)
         fts = full_text_indexes(self.db, settings, self.activity)
         remote = RemoteVectors.from_settings(settings)
         if remote is not None and not settings.store_blob:
@@ -369,6 +360,47 @@ class Engine:
             self.db.close()
 
 
+def host_vector_index(settings: Settings) -> bool:
+    """Whether the vector arm of a PostgreSQL database reads a host-local index file, as on
+    SQLite (issue 19): with the Rust core (the numpy twin would scan slower than pgvector) and
+    a cache directory whose locks hold (a local disk, not NFS: derived/placement.py). Otherwise, and
+    always while a file is rebuilt, the vectors are scanned in the database. Cheap: no
+    import of the core or numpy here (start-up, docs/performance.md)."""
+    import importlib.util
+
+    from cpersona.derived.placement import cache_problem
+
+    if not settings.database_url or not settings.pg_vector_index or settings.kernel == "numpy":
+        return False
+    if importlib.util.find_spec("cpersona._core") is None:
+        return False
+    problem = cache_problem(settings.cache_dir)
+    if problem:
+        log.warning("vectors are scanned in PostgreSQL, not from this host's index: %s", problem)
+        return False
+    return True
+
+
+def vector_indexes(
+    db: Store, settings: Settings, activity: CallActivity | None = None
+) -> dict[str, VectorIndex]:
+    """The vector index files this process scans (docs/vector-index.md): none where the vector
+    arm runs in the database; beside an SQLite file, or in this host's cache directory for a
+    shared database, whose log keeps entries for the files of other hosts."""
+    from cpersona.derived.placement import SHARED_KEEP_LOG, cache_base
+    from cpersona.vectors.index import VectorIndex
+
+    caps = db.capabilities
+    if caps.vector_arm != "index_file":
+        return {}
+    base = cache_base(settings.cache_dir, db.path) if caps.derived_files == "host_cache" else None
+    keep_log = SHARED_KEEP_LOG if caps.shared else 0
+    return {
+        table: VectorIndex(db, table, activity=activity, base=base, keep_log=keep_log)
+        for table in ("memories", "episodes")
+    }
+
+
 def full_text_indexes(
     db: Store, settings: Settings, activity: CallActivity | None = None
 ) -> dict[str, FtsIndex]:
@@ -382,7 +414,7 @@ def full_text_indexes(
     """
     from cpersona import _backend
     from cpersona.errors import ConfigError
-    from cpersona.fts.cache import SHARED_KEEP_LOG, cache_base
+    from cpersona.derived.placement import SHARED_KEEP_LOG, cache_base
     from cpersona.fts.index import open_fts_indexes
 
     kernels = _backend.load(settings.kernel)

@@ -461,9 +461,11 @@ def test_index_command_on_postgresql(pg_db, pg_url, tmp_path):
     verified = cli("verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "memories full-text: OK" in verified.stdout
-    assert "no vector index files on PostgreSQL" not in verified.stdout
+    # The vector index files live in the same cache directory (issue 19).
+    assert "memories: OK" in verified.stdout
     vector = cli("status", "--kind", "vector")
-    assert vector.returncode == 0 and "no vector index files on PostgreSQL" in vector.stdout
+    vectors = f"{cache_base(str(tmp_path), pg_db.path)}.memories.vec"
+    assert vector.returncode == 0 and f"memories: {vectors}: usable" in vector.stdout
 
 
 # -- (d) recall through the tools ------------------------------------------------------------

@@ -55,3 +55,54 @@ def index_base(db: Store, cache_dir: str | None = None) -> Path:
     if db.capabilities.derived_files == "host_cache":
         return cache_base(cache_dir, db.path)
     return Path(db.path)
+
+
+#: File systems whose `flock` does not exclude the processes of other hosts, or whose shared
+#: mappings other clients do not see written (NFS, SMB, FUSE mounts of remote stores): a cache
+#: directory there would let two hosts mutate one index file at once.
+NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "afs", "ceph", "glusterfs")
+
+
+def cache_problem(cache_dir: str | None) -> str:
+    """Why this host's cache root cannot hold index files that the vector arm may scan ("" =
+    it can): it must be creatable and lockable (`flock`), on a local file system. Made here if
+    missing; a probe lock file is left for the next start."""
+    root = cache_root(cache_dir)
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(root / ".lock-probe", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"the cache directory {root} is unusable ({exc})"
+    kind = filesystem_of(root)
+    if kind.startswith("fuse.") or kind in NETWORK_FILESYSTEMS:
+        return f"the cache directory {root} is on a network file system ({kind}); use a local disk"
+    return ""
+
+
+def filesystem_of(path: Path) -> str:
+    """The type of the file system holding `path`, from /proc/self/mountinfo (Linux; "" where
+    that cannot be read): the mount point that is the longest prefix of its real path."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ""
+    real = str(path.resolve())
+    best, kind = -1, ""
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or not tail:
+            continue
+        mount = fields[4].replace("\\040", " ")
+        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) > best:
+            best, kind = len(mount), tail[0]
+    return kind

@@ -22,15 +22,21 @@ def open_database(
     database_url: str | None = None,
     pool_size: int = 8,
     connect_timeout: float | None = None,
+    vector_index: bool = False,
 ) -> Store:
     """Open (creating if needed) and migrate the database: PostgreSQL at `database_url` when
-    given (CPERSONA_DATABASE_URL), else SQLite at `path` (`:memory:` allowed).
+    given (CPERSONA_DATABASE_URL), else SQLite at `path` (`:memory:` allowed). `vector_index`:
+    on PostgreSQL, the vector arm reads a host-local index file (SQLite's always does).
 
     psycopg is imported only on the PostgreSQL path (an SQLite start never loads it).
     """
     if database_url:
         return _open_pg(
-            database_url, tracer=tracer, pool_size=pool_size, connect_timeout=connect_timeout
+            database_url,
+            tracer=tracer,
+            pool_size=pool_size,
+            connect_timeout=connect_timeout,
+            vector_index=vector_index,
         )
     db = Database(path, tracer=tracer)
     try:
@@ -42,13 +48,24 @@ def open_database(
 
 
 def _open_pg(
-    url: str, *, tracer: Tracer | None, pool_size: int, connect_timeout: float | None
+    url: str,
+    *,
+    tracer: Tracer | None,
+    pool_size: int,
+    connect_timeout: float | None,
+    vector_index: bool = False,
 ) -> PgDatabase:
     from cpersona.storage.pg.db import CONNECT_TIMEOUT, PgDatabase
     from cpersona.storage.pg.schema import migrate as migrate_pg
 
     timeout = CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
-    db = PgDatabase(url, pool_size=pool_size, tracer=tracer, connect_timeout=timeout)
+    db = PgDatabase(
+        url,
+        pool_size=pool_size,
+        tracer=tracer,
+        connect_timeout=timeout,
+        vector_index=vector_index,
+    )
     try:
         migrate_pg(db)
     except BaseException:

@@ -1,6 +1,7 @@
-"""The vector arm's scan run inside the database, for a store whose capabilities say so
-(`Capabilities.vector_arm == "database"`): callers above storage/ ask the capability and call
-this, never a backend's module (tests/test_seam.py)."""
+"""The vector arm's scan run inside the database: the arm of a store whose capabilities say so
+(`Capabilities.vector_arm == "database"`), and on a store that can (`available`: PostgreSQL)
+the fallback of its index file while that is rebuilt or unusable, and the test oracle of the
+index path. Callers above storage/ ask this module, never a backend's (tests/test_seam.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ if TYPE_CHECKING:
     from cpersona.storage.pg.db import PgDatabase
     from cpersona.storage.pg.vectors import WindowHits
 
-__all__ = ["window_scan"]
+__all__ = ["available", "window_scan"]
+
+
+def available(db: Store) -> bool:
+    """Whether `db` can scan vectors in the database (pgvector on PostgreSQL); where it
+    cannot (SQLite), the index file's fallback is the chunked BLOB scan."""
+    return db.dialect == "postgresql"
 
 
 def window_scan(
@@ -38,9 +45,9 @@ def window_scan(
     only to rows whose instant it admits.
 
     Raises:
-        ValueError: the store scans vectors through index files, not in the database.
+        ValueError: the store cannot scan vectors in the database (`available`).
     """
-    if db.capabilities.vector_arm != "database" or db.dialect != "postgresql":
+    if not available(db):
         raise ValueError(f"the {db.dialect} store does not scan vectors in the database")
     from cpersona.storage.pg import vectors as pg_vectors
 

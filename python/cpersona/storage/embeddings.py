@@ -151,10 +151,15 @@ def embedded_more_than(db: Store, table: str, n: int) -> bool:
 
 def iter_rows(db: Store, table: str) -> Iterator[IndexRow]:
     """Every embedded row, newest first by (created_at, id)."""
+    sql = f"{_select(db, _check(table))} WHERE embedding IS NOT NULL ORDER BY key DESC, id DESC"
+    if db.dialect == "postgresql":  # a server-side cursor: the result is never held whole
+        from cpersona.storage.pg.vectors import stream_rows
+
+        for rows in stream_rows(db, sql):  # type: ignore[arg-type]
+            yield from map(_row, rows)
+        return
     conn = db.reader()
-    cur = conn.execute(
-        f"{_select(db, _check(table))} WHERE embedding IS NOT NULL ORDER BY key DESC, id DESC"
-    )
+    cur = conn.execute(sql)
     while batch := cur.fetchmany(2048):
         for r in batch:
             yield _row(r)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from cpersona.config import Settings
-from cpersona.engine import full_text_indexes
+from cpersona.engine import full_text_indexes, host_vector_index, vector_indexes
 from cpersona.errors import IndexObstructed
 from cpersona.fts.index import FtsIndex
 from cpersona.storage import database_label, open_database
@@ -43,6 +43,7 @@ def run_index_command(settings: Settings, action: str, table: str | None, kind: 
             database_url=url,
             pool_size=settings.pg_pool_size,
             connect_timeout=settings.pg_connect_timeout_seconds,
+            vector_index=host_vector_index(settings),
         )
     except Exception as exc:
         reason = str(exc) if url else open_failure(settings.db_path, exc)
@@ -53,9 +54,10 @@ def run_index_command(settings: Settings, action: str, table: str | None, kind: 
         tables = (table,) if table else TABLES
         targets: list[VectorIndex | FtsIndex] = []
         if kind != "fulltext" and db.capabilities.vector_arm == "index_file":
-            targets += [VectorIndex(db, name) for name in tables]
+            vectors = vector_indexes(db, settings)
+            targets += [vectors[name] for name in tables]
         elif kind == "vector":
-            print("no vector index files on PostgreSQL: recall reads the vectors from the database")
+            print("no vector index files here: recall reads the vectors from the database")
         fts = full_text_indexes(db, settings) if kind != "vector" else {}
         targets += [fts[name] for name in tables if name in fts]
         for index in targets:

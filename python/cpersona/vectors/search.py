@@ -1,6 +1,6 @@
-"""The scoped vector scan of one table: the index fast path, else the chunked SQLite scan; in a
-store whose vector arm runs in the database (PostgreSQL), one statement there
-(storage/database_scan.py), with no local index.
+"""The scoped vector scan of one table: the index fast path, else the database's own path: the
+chunked SQLite scan, or on PostgreSQL one statement there (storage/database_scan.py), which is
+also the whole arm of a store whose vector arm runs in the database (no local index).
 
 Every path computes the same thing (retrieval.md §4.2-4.3): the in-scope embedded rows
 ordered by (created_at DESC, id DESC), positions [0, window) scored into the near list and
@@ -82,11 +82,31 @@ def scan_table(
     else through `index` (None: the SQLite window without an index). `kernels`: from
     `_backend.load` (None: CPERSONA_KERNEL's)."""
     kw = {"window": window, "reach": reach, "threshold": threshold, "k": k, "far_k": far_k}
-    if db.capabilities.vector_arm == "database":
-        return scan_database(db, table, query, scope, **kw)
-    if index is None:
-        return scan_sqlite(db, table, query, scope, chunk_rows=chunk_rows, kernels=kernels, **kw)
+    if db.capabilities.vector_arm == "database" or index is None:
+        return scan_without_index(db, table, query, scope, chunk_rows, kernels, **kw)
     return scan(index, query, scope, chunk_rows=chunk_rows, kernels=kernels, **kw)
+
+
+def scan_without_index(
+    db: Store,
+    table: str,
+    query: np.ndarray,
+    scope: Scope,
+    chunk_rows: int = 512,
+    kernels: ModuleType | None = None,
+    *,
+    window: int,
+    reach: int,
+    threshold: float,
+    k: int,
+    far_k: int,
+) -> Hits:
+    """The database's own path, the same answer as the index file's: one statement on a
+    store that scans vectors itself (PostgreSQL's pgvector), else the chunked BLOB scan."""
+    kw = {"window": window, "reach": reach, "threshold": threshold, "k": k, "far_k": far_k}
+    if database_scan.available(db):
+        return scan_database(db, table, query, scope, **kw)
+    return scan_sqlite(db, table, query, scope, chunk_rows=chunk_rows, kernels=kernels, **kw)
 
 
 def scan_database(
@@ -165,18 +185,18 @@ def scan(
         hits = _scan_file(kernels, index, query, scope, *args)
         if hits is not None:
             return hits
-    return scan_sqlite(
+    return scan_without_index(
         index.db,
         index.table,
         query,
         scope,
+        chunk_rows,
+        kernels,
         window=window,
         reach=reach,
         threshold=threshold,
         k=k,
         far_k=far_k,
-        chunk_rows=chunk_rows,
-        kernels=kernels,
     )
 
 
@@ -195,12 +215,14 @@ def _scan_file(
     far_k: int,
     chunk_rows: int,
 ) -> Hits | None:
-    """The scan through the index file; None when the file cannot answer (SQLite will)."""
+    """The scan through the index file; None when the file cannot answer (the database will)."""
     try:
         with index.reading() as path:
             if path is None:  # rebuilt in the background: SQLite answers meanwhile
                 return None
             handle, sums = index.kernel_handle(kernels.VectorIndex.open)
+            if handle.count == 0:  # a current file without a row: none is embedded
+                return Hits.empty()
             if handle.dim != query.shape[0]:
                 return None
             near_ids, near_scores, far_ids, far_scores = handle.scan(

@@ -33,6 +33,7 @@ passes `vector_param(blob)`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
 import sqlite3
@@ -116,7 +117,7 @@ class Row(tuple):  # type: ignore[type-arg]
         return list(self._index)
 
 
-def _row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], Row]:
+def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], Row]:
     index: dict[str, int] = {}
     for i, name in enumerate(names):
         index.setdefault(name.lower(), i)
@@ -198,7 +199,7 @@ class PgConnection:
             cur = self.raw.execute(sql, params, binary=True)
             rows: list[AnyRow] = []
             if cur.description is not None:
-                make = _row_maker([c.name for c in cur.description])
+                make = row_maker([c.name for c in cur.description])
                 rows = [make(r) for r in cur.fetchall()]
         except Exception as exc:
             if self._on_lost is not None and is_connection_failure(exc, self.raw):
@@ -241,6 +242,11 @@ class _Reader:
     @property
     def in_transaction(self) -> bool:
         return self._pinned is not None
+
+    @property
+    def pinned(self) -> PgConnection | None:
+        """The connection of the open read transaction (storage/pg/vectors.stream_rows)."""
+        return self._pinned
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
         verb = sql.strip().rstrip(";").strip().upper()
@@ -301,8 +307,10 @@ class PgDatabase:
     ops: SqlOps = POSTGRES
     #: Whether text may hold U+0000 (PostgreSQL's text cannot; tools refuse it there).
     stores_nul = False
-    #: A server that many hosts may share: vectors are scanned in it, and each host keeps its
-    #: own full-text index files (there is no FTS5) in its cache directory.
+    #: A server that many hosts may share: each host keeps its own full-text index files (there
+    #: is no FTS5) in its cache directory, and its vector index files there too when opened
+    #: with `vector_index` (else vectors are scanned in the database, which is also the
+    #: fallback while a file is rebuilt: storage/database_scan.py).
     capabilities = Capabilities(
         vector_arm="database",
         full_text_in_database=False,
@@ -319,9 +327,14 @@ class PgDatabase:
         tracer: Tracer | None = None,
         read_only: bool = False,
         connect_timeout: float = CONNECT_TIMEOUT,
+        vector_index: bool = False,
     ) -> None:
-
+        """`vector_index`: the vector arm reads this host's index file (the caller checked
+        that the Rust core and the cache directory allow it: engine.py)."""
         from cpersona.storage.pg import errors as pg_errors
+
+        if vector_index:
+            self.capabilities = dataclasses.replace(self.capabilities, vector_arm="index_file")
 
         pg_errors.install()  # psycopg's errors as storage errors (storage/error_kinds.py)
         self.url = url

@@ -5,8 +5,8 @@ Same table and column names as the SQLite schema (storage/schema.py), so storage
 TEXT -> TEXT COLLATE "C" (byte order, as SQLite's BINARY collation compares), BLOB -> BYTEA,
 the embedding columns -> the pgvector `vector` (no fixed dimension). Timestamps stay TEXT so
 ordering and output are byte-identical. No FTS5 tables: `fts_log` is kept by plpgsql
-triggers with the meaning it has on SQLite. `vector_log` exists (counted by the metrics) but
-nothing writes it: PostgreSQL needs no local vector index.
+triggers with the meaning it has on SQLite, and so is `vector_log` (`pg_0005_vector_log`): each
+host's vector index file follows it as on SQLite (vectors/index.py).
 
 A btree entry holds at most ~2,700 bytes and content may be 16,000 characters, so the dedup
 unique indexes key text on its SHA-256 (`cpersona_text_key`: the one function of cpersona's
@@ -217,6 +217,50 @@ $fn$""",
     return tuple(out)
 
 
+#: Columns whose change moves a row in or out of the vector index, or its key or scope there
+#: (SQLite's `VECTOR_COLUMNS` and, for memories, `source`: storage/schema.py).
+VECTOR_LOG_COLUMNS = {
+    "memories": "embedding, agent_id, project_id, channel, created_at, source",
+    "episodes": "embedding, agent_id, project_id, channel, created_at",
+}
+
+#: One function for every vector_log trigger: the op letter SQLite's triggers write ('i', 'd',
+#: 'u'), and for an update that renumbers a row both ids (its old slot must go).
+VECTOR_LOG_FUNCTION = """CREATE OR REPLACE FUNCTION cpersona_vector_log() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO vector_log(tbl, row_id, op) VALUES (TG_TABLE_NAME, NEW.id, 'i');
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO vector_log(tbl, row_id, op) VALUES (TG_TABLE_NAME, OLD.id, 'd');
+        RETURN NULL;
+    END IF;
+    INSERT INTO vector_log(tbl, row_id, op) VALUES (TG_TABLE_NAME, OLD.id, 'u');
+    IF NEW.id <> OLD.id THEN
+        INSERT INTO vector_log(tbl, row_id, op) VALUES (TG_TABLE_NAME, NEW.id, 'u');
+    END IF;
+    RETURN NULL;
+END
+$fn$"""
+
+
+def _vector_log(conn: PgConnection) -> None:
+    """The vector index's change log written as SQLite's triggers write it (issue 19): every
+    insert, delete and update of a column the index holds, in the write's own transaction.
+    A database migrated before has rows and no log: each host's first sync finds no file and
+    builds it from the table, so nothing before the log is needed."""
+    conn.execute_raw(VECTOR_LOG_FUNCTION)
+    conn.execute_raw("CREATE INDEX IF NOT EXISTS idx_vector_log_tbl ON vector_log(tbl, seq)")
+    for table, cols in VECTOR_LOG_COLUMNS.items():
+        for name, event in (("ai", "INSERT"), ("ad", "DELETE"), ("au", f"UPDATE OF id, {cols}")):
+            conn.execute_raw(
+                f"CREATE OR REPLACE TRIGGER cpersona_vlog_{table}_{name} AFTER {event} "
+                f"ON {table} FOR EACH ROW EXECUTE FUNCTION cpersona_vector_log()"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """One named migration, run once inside one transaction."""
@@ -349,6 +393,7 @@ STEPS: tuple[Step, ...] = (
     Step("pg_0002_native", _native),
     Step("pg_0003_shared_state", _shared_state),
     Step("pg_0004_no_sqlite_functions", _drop_sqlite_functions),
+    Step("pg_0005_vector_log", _vector_log),
 )
 
 
