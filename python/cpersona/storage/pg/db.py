@@ -6,12 +6,17 @@ fragments that differ asked of `ops` (storage/ops.py); rows answer
 `row[0]`, `row["col"]` and `tuple(row)`, cursors have `fetchone/fetchall/fetchmany`,
 `rowcount` and `lastrowid`.
 
-Writes: `atomic()` takes one pooled connection for the thread, opens a transaction and takes
-ONE global transaction-level advisory lock (`pg_advisory_xact_lock(WRITE_LOCK_KEY)`), so the
-writers of every process on the database are serialised exactly as SQLite's BEGIN IMMEDIATE
-serialises them: each dedup check-then-insert is race-free, and change-log seqs commit in seq
-order. Within a process a lock in front of it keeps waiting writers from holding more than one
-pooled connection. Nested `atomic()` = SAVEPOINT.
+Writes: `atomic()` takes one pooled connection for the thread and opens a transaction. Which
+lock it takes says what it protects (docs/scale-out.md): `atomic(exclusive=False)`, the write
+tools' transactions (storage/writes.py), takes the SHARED side of the maintenance lock
+(`pg_advisory_xact_lock_shared(WRITE_LOCK_KEY)`: any number at once, on every server) and then
+only the locks its rows need (`lock_scopes`: advisory locks on hashes of the dedup buckets, row
+locks); `atomic()` (exclusive, the default) is for maintenance (imports, conversions, health
+repairs, trims of shared state) and takes the lock's EXCLUSIVE side, so it still runs alone
+like SQLite's BEGIN IMMEDIATE writer. Exclusive writers of one process queue on a threading
+lock first, so that those waiting hold one pooled connection, not one each. Change-log entries
+may now commit out of seq order; storage/change_log.py follows them by transaction horizon.
+Nested `atomic()` = SAVEPOINT (inside the outer transaction's locks).
 
 Reads: `reader()` is a per-thread facade that borrows a pooled connection per statement
 (autocommit: each statement sees the newest commit, as an SQLite reader does); after an
@@ -63,7 +68,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cpersona.storage")
 
-#: The global write lock: "cpersona" in ASCII as a bigint.
+#: The maintenance lock: "cpersona" in ASCII as a bigint. Write tools take it shared,
+#: maintenance exclusive (the key of the global write lock before issue 19, so a server of an
+#: older release, which takes it exclusive for every write, still excludes both).
 WRITE_LOCK_KEY = 0x63706572736F6E61
 
 #: How a read snapshot begins: the snapshot SQLite's deferred read transaction gives.
@@ -509,8 +516,9 @@ class PgDatabase:
     # -- writes ------------------------------------------------------------------------------
 
     @contextmanager
-    def atomic(self) -> Iterator[PgConnection]:
-        """A write transaction holding the global write lock; a SAVEPOINT when nested.
+    def atomic(self, *, exclusive: bool = True) -> Iterator[PgConnection]:
+        """A write transaction holding the maintenance lock (exclusive, or shared for a write
+        tool that takes its own scoped locks); a SAVEPOINT when nested.
 
         Commits on success, rolls back on any exception (which propagates).
         """
@@ -530,13 +538,15 @@ class PgDatabase:
             self._local.depth = depth
             conn.execute_raw(f"RELEASE SAVEPOINT sp{depth}")
             return
-        with self._write_lock:
+        gate = self._write_lock if exclusive else contextlib.nullcontext()
+        take = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        with gate:
             ctx, conn = self._begun("BEGIN")
             self._local.writer = conn
             self._local.depth = 1
             failure: BaseException | None = None
             try:
-                conn.execute_raw("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
+                conn.execute_raw(f"SELECT {take}(%s)", (WRITE_LOCK_KEY,))
                 yield conn
             except BaseException as exc:
                 failure = exc
