@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import pytest
 from cpersona.storage import open_database
-from cpersona.storage.change_log import ChangeLog
 from cpersona.storage.pg.db import PgDatabase
 
 

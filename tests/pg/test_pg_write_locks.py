@@ -16,9 +16,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from cpersona.models import NewMemory
-from cpersona.storage import open_database
+from cpersona.storage import open_database, writes
 from cpersona.storage import write_locks as locks
-from cpersona.storage import writes
 from cpersona.storage.pg.db import PgDatabase
 
 GUARD = 60.0  # seconds before a wait that should end is called a hang

@@ -73,6 +73,7 @@ class ChangeLog:
         # One snapshot for every statement, so no change slips between them (the caller's,
         # when this thread's reader is already inside a read transaction: BEGIN would fail).
         own = not conn.in_transaction
+        params: tuple[object, ...]
         if own:
             conn.execute("BEGIN")
         try:
@@ -103,6 +104,7 @@ class ChangeLog:
         Not a maintenance write on PostgreSQL: the mark only ever rises (GREATEST), so trims
         of several hosts and the writers beside them need no lock but the mark's row."""
         key = f"{self.name}_trimmed_{self._logged(table)}"
+        params: tuple[object, ...]
         with db.atomic(exclusive=False) as conn:
             if db.dialect == "sqlite":
                 conn.execute(

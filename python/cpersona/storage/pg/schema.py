@@ -353,9 +353,7 @@ def _log_xid(conn: PgConnection) -> None:
             f"ALTER TABLE {log_table} ADD COLUMN IF NOT EXISTS "
             "xid xid8 NOT NULL DEFAULT pg_current_xact_id()"
         )
-        conn.execute_raw(
-            f"CREATE INDEX IF NOT EXISTS idx_{log_table}_xid ON {log_table}(tbl, xid)"
-        )
+        conn.execute_raw(f"CREATE INDEX IF NOT EXISTS idx_{log_table}_xid ON {log_table}(tbl, xid)")
 
 
 #: Steps run in order, each once. A schema made before issue 18 has run `pg_compat_*`,
