@@ -6,17 +6,13 @@ fragments that differ asked of `ops` (storage/ops.py); rows answer
 `row[0]`, `row["col"]` and `tuple(row)`, cursors have `fetchone/fetchall/fetchmany`,
 `rowcount` and `lastrowid`.
 
-Writes: `atomic()` takes one pooled connection for the thread and opens a transaction. Which
-lock it takes says what it protects (docs/scale-out.md): `atomic(exclusive=False)`, the write
-tools' transactions (storage/writes.py), takes the SHARED side of the maintenance lock
-(`pg_advisory_xact_lock_shared(WRITE_LOCK_KEY)`: any number at once, on every server) and then
-only the locks its rows need (`lock_scopes`: advisory locks on hashes of the dedup buckets, row
-locks); `atomic()` (exclusive, the default) is for maintenance (imports, conversions, health
-repairs, trims of shared state) and takes the lock's EXCLUSIVE side, so it still runs alone
-like SQLite's BEGIN IMMEDIATE writer. Exclusive writers of one process queue on a threading
-lock first, so that those waiting hold one pooled connection, not one each. Change-log entries
-may now commit out of seq order; storage/change_log.py follows them by transaction horizon.
-Nested `atomic()` = SAVEPOINT (inside the outer transaction's locks).
+Writes: `atomic()` takes one pooled connection for the thread and opens a transaction.
+`atomic(exclusive=False)`, the write tools' (storage/writes.py), holds the maintenance lock
+`WRITE_LOCK_KEY` SHARED (any number at once, on every server) and then only what its rows
+need (storage/write_locks.py); `atomic()` (maintenance: imports, conversions, repairs) holds
+it EXCLUSIVE and runs alone, like SQLite's BEGIN IMMEDIATE writer, behind a threading lock so
+that waiting ones hold one pooled connection, not one each. Change-log entries may commit out
+of seq order (followed by horizon: storage/pg/horizons.py). Nested `atomic()` = SAVEPOINT.
 
 Reads: `reader()` is a per-thread facade that borrows a pooled connection per statement
 (autocommit: each statement sees the newest commit, as an SQLite reader does); after an
@@ -524,6 +520,10 @@ class PgDatabase:
         """
         depth = getattr(self._local, "depth", 0)
         if depth > 0:
+            if exclusive and not self._local.exclusive:
+                # Taking it now, beside the shared hold, could deadlock with another server
+                # doing the same: maintenance must open its own transaction.
+                raise RuntimeError("an exclusive write nested in a write tool's transaction")
             conn: PgConnection = self._local.writer
             conn.execute_raw(f"SAVEPOINT sp{depth}")
             self._local.depth = depth + 1
@@ -544,6 +544,7 @@ class PgDatabase:
             ctx, conn = self._begun("BEGIN")
             self._local.writer = conn
             self._local.depth = 1
+            self._local.exclusive = exclusive
             failure: BaseException | None = None
             try:
                 conn.execute_raw(f"SELECT {take}(%s)", (WRITE_LOCK_KEY,))
