@@ -166,19 +166,33 @@ def test_a_file_of_the_release_before_reads_on_by_seq(pg_url: str, db: PgDatabas
     assert changes.max_seq >= horizons.OFFSET
 
 
-def test_trim_marks_what_a_follower_behind_it_lost(pg_url: str, db: PgDatabase) -> None:
+def test_a_trim_keeps_recent_entries_for_the_other_hosts(pg_url: str, db: PgDatabase) -> None:
+    start = LOG.max_seq(db)
+    with writer(pg_url) as conn:
+        ids = [insert(conn) for _ in range(3)]
+    ahead = LOG.changes_since(db, "memories", start).max_seq
+    assert LOG.trim(db, "memories", ahead) == 0  # written just now: another host may need them
+    behind = LOG.changes_since(db, "memories", start)
+    assert behind.row_ids == ids and not behind.lost
+
+
+def test_trim_marks_what_a_follower_behind_it_lost(
+    pg_url: str, db: PgDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(horizons, "RETAIN_SECONDS", 0)
     start = LOG.max_seq(db)
     with writer(pg_url) as conn:
         ids = [insert(conn) for _ in range(3)]
     changes = LOG.changes_since(db, "memories", start)
     assert changes.row_ids == ids
     assert LOG.trim(db, "memories", changes.max_seq) == 3
-    assert LOG.trimmed_upto(db, "memories") <= changes.max_seq
-    LOG.trim(db, "memories", start)  # an older mark never lowers it
-    assert LOG.trimmed_upto(db, "memories") > start
+    assert start < LOG.trimmed_upto(db, "memories") <= changes.max_seq
+    mark = LOG.trimmed_upto(db, "memories")
+    LOG.trim(db, "memories", start)  # an older position never lowers the mark
+    assert LOG.trimmed_upto(db, "memories") == mark
     assert LOG.changes_since(db, "memories", start).lost  # behind the trim: rebuild
-    ahead = LOG.changes_since(db, "memories", changes.max_seq)
-    assert not ahead.lost and ahead.row_ids == []
+    current = LOG.changes_since(db, "memories", changes.max_seq)
+    assert not current.lost and current.row_ids == []
     with db.atomic() as conn:
         conn.execute("DELETE FROM memories WHERE id = ?", (ids[0],))
     assert LOG.changes_since(db, "memories", changes.max_seq).row_ids == [ids[0]]

@@ -104,7 +104,6 @@ class ChangeLog:
         Not a maintenance write on PostgreSQL: the mark only ever rises (GREATEST), so trims
         of several hosts and the writers beside them need no lock but the mark's row."""
         key = f"{self.name}_trimmed_{self._logged(table)}"
-        params: tuple[object, ...]
         with db.atomic(exclusive=False) as conn:
             if db.dialect == "sqlite":
                 conn.execute(
@@ -112,9 +111,17 @@ class ChangeLog:
                     "DO UPDATE SET value = MAX(value, excluded.value)",
                     (key, upto),
                 )
-                where, params = "seq <= ?", (upto,)
-            else:  # value is BYTEA there: the mark as decimal text, compared as a number
-                mark, where, params = horizons.trim_upto(upto)
+                return int(
+                    conn.execute(
+                        f"DELETE FROM {self.name} WHERE tbl = ? AND seq <= ?", (table, upto)
+                    ).rowcount
+                )
+            # PostgreSQL: what other hosts may still need is kept (horizons.RETAIN_SECONDS);
+            # the mark says exactly what went (value is BYTEA there: decimal text).
+            sql, params = horizons.trim_statement(self.name, upto)
+            deleted = [r[0] for r in conn.execute(sql, (table, *params)).fetchall()]
+            mark = horizons.trim_mark(upto, deleted)
+            if mark is not None:
                 conn.execute(
                     "INSERT INTO cpersona_meta(key, value) VALUES (?, convert_to(?, 'UTF8')) "
                     "ON CONFLICT(key) DO UPDATE SET value = convert_to(GREATEST("
@@ -122,9 +129,7 @@ class ChangeLog:
                     "convert_from(excluded.value, 'UTF8')::bigint)::text, 'UTF8')",
                     (key, str(mark)),
                 )
-            return conn.execute(
-                f"DELETE FROM {self.name} WHERE tbl = ? AND {where}", (table, *params)
-            ).rowcount
+            return len(deleted)
 
     def trimmed_upto(self, db: Store, table: str) -> int:
         """The seq up to which `table`'s entries were trimmed (0 = never)."""

@@ -81,10 +81,31 @@ def entries_after(seq: int) -> tuple[str, tuple[object, ...]]:
     return "xid >= CAST(? AS xid8)", (str(horizon),)
 
 
-def trim_upto(upto: int) -> tuple[int, str, tuple[object, ...]]:
-    """(the mark to record, the WHERE of the entries to delete) for a trim by a follower at
-    `upto`: a follower whose position is below the mark may have needed one of them."""
+#: Seconds a change-log entry is kept after it was written, whoever has applied it: each host
+#: keeps its own index files, and a trim by one host must not take entries from another that
+#: is merely a little behind (it would have to rebuild). A host whose index has not synced for
+#: longer is told its entries are lost and rebuilds.
+RETAIN_SECONDS = 600
+
+
+def trim_statement(log: str, upto: int) -> tuple[str, tuple[object, ...]]:
+    """The DELETE of a trim by a follower at `upto` (RETURNING each deleted entry's xid as
+    text, or NULL for a seq trim): entries below its horizon and older than RETAIN_SECONDS."""
     horizon = decode(upto)
-    if horizon is None:
-        return upto, "seq <= ?", (upto,)
-    return encode(horizon, 0), "xid < CAST(? AS xid8)", (str(horizon),)
+    if horizon is None:  # a follower still at a seq (pre-pg_0006 file): by seq, as then
+        return f"DELETE FROM {log} WHERE tbl = ? AND seq <= ? RETURNING NULL", (upto,)
+    return (
+        f"DELETE FROM {log} WHERE tbl = ? AND xid < CAST(? AS xid8) AND logged_at < "
+        f"statement_timestamp() - interval '{int(RETAIN_SECONDS)} seconds' RETURNING xid::text",
+        (str(horizon),),
+    )
+
+
+def trim_mark(upto: int, deleted: list[str | None]) -> int | None:
+    """The mark a trim leaves: a follower below it may have needed a deleted entry. By xid:
+    one past the largest deleted xid (a follower whose horizon is above every deleted entry
+    lost nothing); None when nothing was deleted."""
+    if decode(upto) is None:
+        return upto if deleted else None
+    xids = [int(x) for x in deleted if x is not None]
+    return encode(max(xids) + 1, 0) if xids else None

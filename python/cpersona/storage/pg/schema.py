@@ -347,11 +347,18 @@ def _log_xid(conn: PgConnection) -> None:
     """Each change-log entry records its writing transaction (issue 19): writers no longer
     take one global lock, so seqs may commit out of order, and followers read by transaction
     horizon (storage/pg/horizons.py). Entries already there get the migration's own xid, which
-    is at or above every horizon an index file holds now (those are seqs: read by seq)."""
+    is at or above every horizon an index file holds now (those are seqs: read by seq); and
+    its time, so that a trim by one host keeps what another may not have applied yet."""
     for log_table in ("vector_log", "fts_log"):
         conn.execute_raw(
             f"ALTER TABLE {log_table} ADD COLUMN IF NOT EXISTS "
             "xid xid8 NOT NULL DEFAULT pg_current_xact_id()"
+        )
+        # When it was written: a trim keeps what other hosts may not have applied yet
+        # (horizons.RETAIN_SECONDS).
+        conn.execute_raw(
+            f"ALTER TABLE {log_table} ADD COLUMN IF NOT EXISTS "
+            "logged_at timestamptz NOT NULL DEFAULT statement_timestamp()"
         )
         conn.execute_raw(f"CREATE INDEX IF NOT EXISTS idx_{log_table}_xid ON {log_table}(tbl, xid)")
 
