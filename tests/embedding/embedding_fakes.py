@@ -6,11 +6,16 @@ A module of its own (not conftest) so tests can import `Reply` and `unit`.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import pytest
+from cpersona.embedding import EmbeddingMisconfigured, EmbeddingProvider
+from cpersona.errors import EmbeddingUnavailable
 
 
 @dataclass
@@ -119,3 +124,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+def assert_rejected(
+    provider: EmbeddingProvider, texts: list[str], words: str
+) -> EmbeddingUnavailable:
+    """A bad answer is `EmbeddingUnavailable` naming `words`, never `EmbeddingMisconfigured`:
+    the request left the process, so the service, not the settings, is at fault."""
+    with pytest.raises(EmbeddingUnavailable, match=re.escape(words)) as info:
+        provider.embed(texts)
+    assert not isinstance(info.value, EmbeddingMisconfigured)
+    assert provider.dim() is None  # nothing was learned from a rejected answer
+    return info.value

@@ -10,7 +10,7 @@ import pytest
 from cpersona.embedding import EmbeddingMisconfigured, EmbeddingProvider, _wire
 from cpersona.embedding.http import HttpProvider
 from cpersona.errors import EmbeddingUnavailable
-from embedding_fakes import EmbeddingService, Reply, unit
+from embedding_fakes import EmbeddingService, Reply, assert_rejected, unit
 
 
 def provider(embedding_service: EmbeddingService, *, timeout: float = 5.0) -> HttpProvider:
@@ -107,11 +107,7 @@ def test_http_rejects_bad_answer(
     embedding_service: EmbeddingService, answer: Reply, words: str
 ) -> None:
     embedding_service.reply(answer)
-    p = provider(embedding_service)
-    with pytest.raises(EmbeddingUnavailable, match=re.escape(words)) as info:
-        p.embed(["x"])
-    assert not isinstance(info.value, EmbeddingMisconfigured)  # the request left the process
-    assert p.dim() is None  # nothing was learned from a rejected answer
+    assert_rejected(provider(embedding_service), ["x"], words)
 
 
 def test_http_rejects_mixed_widths_in_one_answer(embedding_service: EmbeddingService) -> None:

@@ -3,6 +3,8 @@ answers compared (the index's and FTS5's, the oracle)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from cpersona import _backend
 from cpersona.fts.index import FtsIndex
 from cpersona.fts.search import ranked
@@ -70,6 +72,18 @@ WORDS = [
 query_text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join) | st.text(
     max_size=20
 )
+
+
+def index_cases(ops: st.SearchStrategy[Any]) -> dict[str, st.SearchStrategy[Any]]:
+    """The case space of the index-against-oracle properties (`@given(**index_cases(ops))`):
+    a corpus written by `ops`, then more writes, queries over one table with one limit."""
+    return {
+        "first": ops,
+        "then": ops,
+        "queries": st.lists(query_text, min_size=1, max_size=4),
+        "table": st.sampled_from(["memories", "episodes"]),
+        "limit": st.sampled_from([1, 3, 10, 50]),
+    }
 
 
 def fts_index(db: Database, table: str) -> FtsIndex:

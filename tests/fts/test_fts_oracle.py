@@ -10,7 +10,7 @@ import random
 
 import pytest
 from cpersona.storage import open_database
-from fts_support import HAS_CORE, WORDS, fts_index, indexed, oracle, query_text, scope
+from fts_support import HAS_CORE, WORDS, fts_index, index_cases, indexed, oracle, scope
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,13 +59,7 @@ def _apply(db, ops, table):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    first=ops_st,
-    then=ops_st,
-    queries=st.lists(query_text, min_size=1, max_size=4),
-    table=st.sampled_from(["memories", "episodes"]),
-    limit=st.sampled_from([1, 3, 10, 50]),
-)
+@given(**index_cases(ops_st))
 def test_index_returns_what_fts5_returns(tmp_path_factory, first, then, queries, table, limit):
     path = tmp_path_factory.mktemp("fts") / "db.sqlite"
     db = open_database(str(path))

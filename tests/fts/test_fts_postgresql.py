@@ -29,7 +29,7 @@ from cpersona.fts.index import FtsIndex
 from cpersona.storage import fulltext as fts_sql
 from cpersona.storage import open_database
 from cpersona.storage import search as sql
-from fts_support import HAS_CORE, WORDS, indexed, query_text, scope
+from fts_support import HAS_CORE, WORDS, index_cases, indexed, scope
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
@@ -156,13 +156,7 @@ def _clear(db) -> None:
 
 
 @SLOW
-@given(
-    first=ops_st,
-    then=ops_st,
-    queries=st.lists(query_text, min_size=1, max_size=4),
-    table=st.sampled_from(["memories", "episodes"]),
-    limit=st.sampled_from([1, 3, 10, 50]),
-)
+@given(**index_cases(ops_st))
 def test_full_text_on_postgresql_is_sqlites(
     pg_db, tmp_path_factory, first, then, queries, table, limit
 ):

@@ -18,7 +18,8 @@ from child_env import inherited
 from cpersona.storage import open_database
 from mcp import Client, StdioServerParameters
 from pg_support import drop_database, fresh_database
-from support.http_server import WAIT, HttpServer, connect, initialize_body, post
+from support.http_server import WAIT, HttpServer, connect, initialize_body, interleaved, post
+from support.mcp_client import Tools
 
 ADMIN = "admin-token-from-env"
 CLIENTS = {
@@ -240,22 +241,15 @@ async def test_http_acl_stdio_runs_as_local(tmp_path):
 @pytest.mark.anyio
 async def test_http_acl_concurrent_clients_never_share_an_identity(server, seeded):
     """Interleaved calls of two clients with opposite grants: each answer is its caller's."""
-    import anyio
 
-    mistakes: list[str] = []
-
-    async def hammer(client_id: str, task: int) -> None:
+    async def one_call(tools: Tools, client_id: str, step: int) -> str | None:
         mine, theirs = ("alpha", "beta") if client_id == "alpha-writer" else ("beta", "alpha")
-        async with connect(server.url, TOKENS[client_id]) as tools:
-            for step in range(12):
-                agent = mine if step % 2 == 0 else theirs
-                answer = await tools("get_profile", {"agent_id": agent})
-                denied = answer.get("error") == "permission_denied"
-                if denied != (agent == theirs) or (denied and answer["client_id"] != client_id):
-                    mistakes.append(f"{client_id}#{task} step {step} on {agent}: {answer}")
+        agent = mine if step % 2 == 0 else theirs
+        answer = await tools("get_profile", {"agent_id": agent})
+        denied = answer.get("error") == "permission_denied"
+        if denied != (agent == theirs) or (denied and answer["client_id"] != client_id):
+            return f"on {agent}: {answer}"
+        return None
 
-    async with anyio.create_task_group() as tg:
-        for task in range(4):
-            tg.start_soon(hammer, "alpha-writer", task)
-            tg.start_soon(hammer, "all-but-alpha", task)
-    assert mistakes == []
+    callers = {name: TOKENS[name] for name in ("alpha-writer", "all-but-alpha")}
+    assert await interleaved(server.url, callers, one_call, tasks=4, steps=12) == []

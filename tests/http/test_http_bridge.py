@@ -11,9 +11,10 @@ never exceed the bound; stdin EOF answers what is in flight, then exits 0. Every
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
-import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from cpersona.server.tools import REGISTRATION_ORDER
 from mcp import Client, StdioServerParameters
 from support.http_server import WAIT, HttpServer
 from support.local_http import LocalServer
+from support.stdio_server import RawServer
 
 TOKEN = "bridge-token-0123"
 
@@ -224,62 +226,34 @@ def echo_result(body: bytes, **result: Any) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}).encode()
 
 
-class RawBridge:
-    """The bridge as a subprocess, fed raw lines; answers are collected by id."""
+class RawBridge(RawServer):
+    """The bridge as a subprocess (the stdio server harness running `cpersona.proxy_stdio`), fed
+    raw lines; answers are collected by id. It has no database: its directory holds its log."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cpersona.proxy_stdio"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
-        self.lines: list[dict[str, Any]] = []
-        self._cond = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            with self._cond:
-                self.lines.append(json.loads(raw))
-                self._cond.notify_all()
-
-    def send(self, line: str | dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        text = line if isinstance(line, str) else json.dumps(line)
-        self.proc.stdin.write(text.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def answer(self, request_id: Any) -> dict[str, Any]:
-        deadline = time.monotonic() + WAIT
-        with self._cond:
-            while True:
-                for line in self.lines:
-                    if line.get("id") == request_id:
-                        return line
-                left = deadline - time.monotonic()
-                assert left > 0, f"no answer to {request_id!r}: {self.lines}"
-                self._cond.wait(left)
+        home = Path(tempfile.mkdtemp(prefix="cpersona-bridge-"))
+        super().__init__(home / "bridge", env, argv=[sys.executable, "-m", "cpersona.proxy_stdio"])
 
     def call(self, request_id: Any, method: str, params: dict[str, Any] | None = None):
         self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
         return self.answer(request_id)
 
     def close(self) -> int:
-        """Close stdin (EOF), wait for the exit, and release the pipes."""
-        assert self.proc.stdin is not None
-        if not self.proc.stdin.closed:
-            self.proc.stdin.close()
-        code = self.proc.wait(timeout=WAIT)
-        self._reader.join(timeout=WAIT)
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self.stderr = self.proc.stderr.read().decode(errors="replace")
-        self.proc.stdout.close()
-        self.proc.stderr.close()
+        """Ends the bridge; its log is kept in memory and its directory removed."""
+        code = super().close()
+        self._log = super().stderr
+        shutil.rmtree(self.stderr_path.parent, ignore_errors=True)
         return code
+
+    @property
+    def stderr(self) -> str:
+        log = getattr(self, "_log", None)
+        return super().stderr if log is None else log
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """Every line the bridge wrote, parsed, in order."""
+        return [json.loads(line) for line in self.lines]
 
 
 def test_sse_and_json_answers_are_relayed_and_the_session_is_repeated():
@@ -300,7 +274,7 @@ def test_sse_and_json_answers_are_relayed_and_the_session_is_repeated():
         bridge.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         assert bridge.call("two", "tools/list")["result"] == {"seen": "json"}
         assert bridge.close() == 0
-    assert [line["id"] for line in bridge.lines] == [1, "two"]  # nothing for the notification
+    assert [line["id"] for line in bridge.messages] == [1, "two"]  # nothing for the notification
     later = p.headers[-1]
     assert later["mcp-session-id"] == "sess-42"
     assert later["mcp-protocol-version"] == "2025-06-18"
@@ -317,7 +291,7 @@ def test_a_peer_that_dies_mid_call_gives_transport_errors_not_a_hang():
         bridge.send({"jsonrpc": "2.0", "method": "notifications/cancelled"})
         assert bridge.close() == 0
     assert answer["error"]["code"] == -32000
-    assert [line.get("id") for line in bridge.lines] == [7]
+    assert [line.get("id") for line in bridge.messages] == [7]
 
 
 def test_a_peer_that_never_answers_times_out_into_an_error():
@@ -348,7 +322,7 @@ def test_a_refused_token_and_a_missing_server_are_errors_for_requests_only():
         assert bridge.close() == 0
     assert refused["error"]["code"] == -32000
     assert "CPERSONA_AUTH_TOKEN" in refused["error"]["message"]
-    assert len(bridge.lines) == 1
+    assert len(bridge.messages) == 1
 
     bridge = RawBridge(bridge_env(p.url))  # the peer is closed now: nothing listens
     assert bridge.call(2, "tools/list")["error"]["code"] == -32000
@@ -364,8 +338,8 @@ def test_a_line_that_is_not_json_gets_a_parse_error_and_the_bridge_goes_on():
         bridge.send("{this is not json")
         assert bridge.call(3, "tools/list")["result"] == {"fine": True}
         assert bridge.close() == 0
-    assert bridge.lines[0]["id"] is None
-    assert bridge.lines[0]["error"]["code"] == -32700
+    assert bridge.messages[0]["id"] is None
+    assert bridge.messages[0]["error"]["code"] == -32700
     assert len(p.bodies) == 1  # the broken line was never sent on
 
 
@@ -388,8 +362,8 @@ def test_in_flight_requests_are_bounded_and_answered_before_exit_at_eof():
         assert bridge.proc.poll() is None  # it waits for what is in flight
         release.set()
         assert bridge.close() == 0
-    assert sorted(line["id"] for line in bridge.lines) == list(range(6))
-    assert all(line["result"] == {"done": True} for line in bridge.lines)
+    assert sorted(line["id"] for line in bridge.messages) == list(range(6))
+    assert all(line["result"] == {"done": True} for line in bridge.messages)
     assert p.most_active == 2
 
 
@@ -402,7 +376,7 @@ def test_a_url_that_cannot_be_requested_gives_errors_not_a_hang():
     assert bridge.close() == 0
     assert answer["error"]["code"] == -32000
     assert "CPERSONA_REMOTE_URL" in answer["error"]["message"]
-    assert [line["id"] for line in bridge.lines] == [1, 2]
+    assert [line["id"] for line in bridge.messages] == [1, 2]
     assert "Traceback" not in bridge.stderr
 
 

@@ -19,6 +19,13 @@ from support.http_server import WAIT, HttpServer, connect
 TOKEN = "connections-test-token"
 
 
+async def stores(url: str, content: str) -> None:
+    """A fresh session's store is answered `stored`: the server still serves valid clients."""
+    async with connect(url, TOKEN) as tools:
+        out = await tools("store", {"agent_id": "a", "message": {"content": content}})
+        assert out["result"] == "stored", out
+
+
 @contextlib.contextmanager
 def sockets() -> Iterator[list[socket.socket]]:
     opened: list[socket.socket] = []
@@ -163,9 +170,7 @@ async def test_at_the_bound_waiting_connections_make_room_then_newcomers_are_ref
     try:
         with sockets() as opened:
             silent = [stalled(server.port, opened, b"") for _ in range(10)]
-            async with connect(server.url, TOKEN) as tools:
-                out = await tools("store", {"agent_id": "a", "message": {"content": "in"}})
-                assert out["result"] == "stored"
+            await stores(server.url, "in")
             body = post_head(server.port) + b'Content-Length: 1000\r\n\r\n{"js'
             busy = [stalled(server.port, opened, body) for _ in range(10)]
             deadline = time.monotonic() + WAIT
@@ -177,9 +182,7 @@ async def test_at_the_bound_waiting_connections_make_room_then_newcomers_are_ref
             ready, _, _ = select.select(busy, [], [], 0.5)
             assert ready == []  # requests in progress are never pushed out
         # Once they are gone, the bound has room again.
-        async with connect(server.url, TOKEN) as tools:
-            out = await tools("store", {"agent_id": "a", "message": {"content": "room again"}})
-            assert out["result"] == "stored"
+        await stores(server.url, "room again")
     finally:
         server.stop()
     assert "Traceback" not in server.stderr
@@ -208,9 +211,7 @@ async def test_running_out_of_descriptors_is_a_clean_refusal(tmp_path):
             refused += sum(status(a) == 503 for a in answers)
             assert refused >= 100  # the room the 200-descriptor limit leaves is about 100
             assert server.proc is not None and server.proc.poll() is None
-        async with connect(server.url, TOKEN) as tools:
-            out = await tools("store", {"agent_id": "a", "message": {"content": "still here"}})
-            assert out["result"] == "stored"
+        await stores(server.url, "still here")
     finally:
         server.stop()
     err = server.stderr
@@ -230,9 +231,7 @@ async def test_clients_hanging_up_mid_body_cost_one_line_each_at_most(tmp_path):
         for i in range(150):
             with socket.create_connection(("127.0.0.1", server.port), timeout=WAIT) as sock:
                 sock.sendall(head + b'{"jsonrpc":"2.0","id":%d,"method":"tools/call",' % i)
-        async with connect(server.url, TOKEN) as tools:  # served after, and the log is flushed
-            out = await tools("store", {"agent_id": "a", "message": {"content": "after"}})
-            assert out["result"] == "stored"
+        await stores(server.url, "after")  # served after, and the log is flushed
     finally:
         server.stop()
     err = server.stderr

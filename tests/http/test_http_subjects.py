@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from child_env import inherited
 from oauth_support import RESOURCE, TestIssuer
-from support.http_server import HttpServer, connect, post
+from support.http_server import HttpServer, connect, interleaved, post
+from support.mcp_client import Tools
 
 ADMIN = "tok-admin"
 ALIAS = re.compile(r"u-[0-9a-f]{12}")
@@ -218,7 +219,6 @@ async def test_http_subjects_me_and_unissued_aliases_are_reserved(server, s1, is
 @pytest.mark.anyio
 async def test_http_subjects_concurrent_subjects_never_share_an_alias(server, issuer):
     """Interleaved calls of two subjects of one client: each answer is its own caller's."""
-    import anyio
 
     aliases = {}
     for sub in ("c1", "c2"):
@@ -226,23 +226,18 @@ async def test_http_subjects_concurrent_subjects_never_share_an_alias(server, is
             note = {"content": f"{sub} private note about kites"}
             stored = await tools("store", {"agent_id": "@me", "message": note})
             aliases[sub] = stored["resolved_agent_id"]
-    mistakes: list[str] = []
 
-    async def hammer(sub: str, task: int) -> None:
-        async with connect(server.url, user(issuer, sub)) as tools:
-            for step in range(6):
-                got = await tools("recall", {"agent_id": "@me", "query": "private note kites"})
-                contents = [m["content"] for m in got["messages"]]
-                if got["resolved_agent_id"] != aliases[sub] or contents != [
-                    f"{sub} private note about kites"
-                ]:
-                    mistakes.append(f"{sub}#{task} step {step}: {got}")
+    async def one_call(tools: Tools, sub: str, step: int) -> str | None:
+        got = await tools("recall", {"agent_id": "@me", "query": "private note kites"})
+        contents = [m["content"] for m in got["messages"]]
+        if got["resolved_agent_id"] != aliases[sub] or contents != [
+            f"{sub} private note about kites"
+        ]:
+            return str(got)
+        return None
 
-    async with anyio.create_task_group() as tg:
-        for task in range(3):
-            tg.start_soon(hammer, "c1", task)
-            tg.start_soon(hammer, "c2", task)
-    assert mistakes == []
+    callers = {sub: user(issuer, sub) for sub in ("c1", "c2")}
+    assert await interleaved(server.url, callers, one_call, tasks=3, steps=6) == []
 
 
 @pytest.mark.anyio

@@ -21,3 +21,20 @@ def blobs(settings: Settings, table: str) -> dict[int, bytes | None]:
         return {row[0]: row[1] for row in db.query(f"SELECT id, embedding FROM {table}")}
     finally:
         db.close()
+
+
+def import_answer(
+    memories: tuple[int, int], episodes: tuple[int, int], **more: Any
+) -> dict[str, Any]:
+    """import_memories' answer for (imported, skipped) memories and episodes, with the
+    profile updated; `more` adds or overrides keys (e.g. embedded_on_import)."""
+    return {
+        "ok": True,
+        "dry_run": False,
+        "imported_memories": memories[0],
+        "skipped_memories": memories[1],
+        "imported_episodes": episodes[0],
+        "skipped_episodes": episodes[1],
+        "profile_updated": True,
+        **more,
+    }

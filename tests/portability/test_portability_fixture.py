@@ -14,7 +14,7 @@ import pytest
 from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.storage import open_database
-from portability_support import read_jsonl
+from portability_support import import_answer, read_jsonl
 
 pytestmark = pytest.mark.anyio
 
@@ -64,17 +64,12 @@ async def test_portability_fixture_export_imports_with_embeddings(
     async with connect(db_path=str(restored_db)) as new:
         out = await new("import_memories", {"input_path": "v2512.jsonl"})
         hint = out.pop("foreign_vectors_hint")
-        assert out == {
-            "ok": True,
-            "dry_run": False,
-            "imported_memories": 59,
-            "skipped_memories": 0,
-            "imported_episodes": 3,
-            "skipped_episodes": 0,
-            "profile_updated": True,
-            "embedded_on_import": 62,
-            "foreign_vectors": {"model_not_named": 62},
-        }
+        assert out == import_answer(
+            memories=(59, 0),
+            episodes=(3, 0),
+            embedded_on_import=62,
+            foreign_vectors={"model_not_named": 62},
+        )
         assert "not kept" in hint
         alice = await new("list_memories", {"agent_id": "alice", "limit": 500})
         assert alice["count"] == 39

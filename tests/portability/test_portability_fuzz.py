@@ -12,7 +12,6 @@ import pytest
 from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import fuzz
 from support.mcp_client import call_all, documented_answer
@@ -95,11 +94,6 @@ def check(tool: str, result: Any) -> None:
         assert out["ok"] is True, (tool, out)
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(batch=st.lists(calls(), min_size=1, max_size=8))
+@fuzz.batches(calls(), examples=40)
 def test_portability_fuzz_documented_shapes(engine, batch):
     anyio.run(call_all, engine, batch, check)

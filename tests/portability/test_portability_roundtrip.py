@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from cpersona.embedding.none import NoneProvider
-from portability_support import blobs, read_jsonl
+from portability_support import blobs, import_answer, read_jsonl
 from support.mcp_client import Tools
 
 pytestmark = pytest.mark.anyio
@@ -112,15 +112,7 @@ async def test_portability_roundtrip_every_field(connect, tmp_path, export_dir: 
 
     async with connect(db_path=str(tmp_path / "restored.db")) as target:
         out = await target("import_memories", {"input_path": "full.jsonl"})
-        assert out == {
-            "ok": True,
-            "dry_run": False,
-            "imported_memories": 4,
-            "skipped_memories": 0,
-            "imported_episodes": 2,
-            "skipped_episodes": 0,
-            "profile_updated": True,
-        }
+        assert out == import_answer(memories=(4, 0), episodes=(2, 0))
         assert (await target("get_profile", {"agent_id": "bob"}))["profile"] == "bob is an engineer"
         out = await target(
             "export_memories",
@@ -143,15 +135,7 @@ async def test_portability_import_twice_changes_nothing(connect, tmp_path, expor
         }
         before = target.rows()
         second = await target("import_memories", {"input_path": "x.jsonl"})
-        assert second == {
-            "ok": True,
-            "dry_run": False,
-            "imported_memories": 0,
-            "skipped_memories": 4,
-            "imported_episodes": 0,
-            "skipped_episodes": 2,
-            "profile_updated": True,
-        }
+        assert second == import_answer(memories=(0, 4), episodes=(0, 2))
         assert target.rows() == before
         # The same file under another agent is a new agent's data; once more is a no-op again.
         again = await target(

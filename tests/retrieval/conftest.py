@@ -9,6 +9,7 @@ another.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,3 +20,9 @@ def engine_defaults(kernel: str) -> dict[str, Any]:
     # These tests pin the spec's fusion default, rrf (retrieval.md §17), which is also
     # cpersona's default; a test passes recall_mode to change it.
     return {"recall_mode": "rrf", "kernel": kernel}
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> str:
+    """The database of the engines `make_engine` makes (its default `db_path`)."""
+    return str(tmp_path / "mem.db")

@@ -2,7 +2,7 @@
 many hosts sharing one PostgreSQL use instead of a file beside a database they do not have.
 
 The class speaks only through storage/meta.py, so its merge and backup rules are checked here
-on a SQLite database; the same rules as the file's (tests/retrieval/test_calibration.py):
+on a SQLite database; the same rules as the file's (tests/retrieval/test_calibration_sidecar.py):
 entries another process wrote are carried forward, the entries a process owns are overwritten
 or deleted, one backup per label and the newest five are kept.
 """
@@ -12,13 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from calibration_support import NEWEST_FIVE, back_up_seven_then_v6_again
 from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from cpersona.retrieval.sidecar import DatabaseSidecar, Payload
 from cpersona.storage import Database, open_database
 from cpersona.storage import meta as meta_sql
-from test_calibration import NEWEST_FIVE, back_up_seven_then_v6_again
 
 
 @pytest.fixture

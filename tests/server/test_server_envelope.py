@@ -224,97 +224,43 @@ async def test_refusals_change_nothing(tools):
     ids = await seed(tools)
     bob, bob_ep, locked = ids["bob"], ids["bob_ep"], ids["locked"]
     ambiguous = "not found, not owned by agent, or locked"
-    calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    not_owned = "not found or not owned by agent"
+    # (tool, arguments, the error it answers with {"ok": false}); nothing may change.
+    refusals: list[tuple[str, dict[str, Any], str]] = [
         # ids of another agent: the ambiguous error, the row untouched
-        (
-            "update_memory",
-            {"memory_id": bob, "content": "x", "agent_id": "alice"},
-            {"ok": False, "error": f"Memory {bob} {ambiguous}"},
-        ),
-        (
-            "delete_memory",
-            {"memory_id": bob, "agent_id": "alice"},
-            {"ok": False, "error": f"Memory {bob} {ambiguous}"},
-        ),
-        (
-            "lock_memory",
-            {"memory_id": bob, "agent_id": "alice"},
-            {"ok": False, "error": f"Memory {bob} {ambiguous}"},
-        ),
-        (
-            "unlock_memory",
-            {"memory_id": locked, "agent_id": "bob"},
-            {"ok": False, "error": f"Memory {locked} {ambiguous}"},
-        ),
-        (
-            "delete_episode",
-            {"episode_id": bob_ep, "agent_id": "alice"},
-            {"ok": False, "error": f"Episode {bob_ep} not found or not owned by agent"},
-        ),
+        ("update_memory", {"memory_id": bob, "content": "x", "agent_id": "alice"},
+         f"Memory {bob} {ambiguous}"),
+        ("delete_memory", {"memory_id": bob, "agent_id": "alice"}, f"Memory {bob} {ambiguous}"),
+        ("lock_memory", {"memory_id": bob, "agent_id": "alice"}, f"Memory {bob} {ambiguous}"),
+        ("unlock_memory", {"memory_id": locked, "agent_id": "bob"}, f"Memory {locked} {ambiguous}"),
+        ("delete_episode", {"episode_id": bob_ep, "agent_id": "alice"},
+         f"Episode {bob_ep} {not_owned}"),
         # locked
-        (
-            "update_memory",
-            {"memory_id": locked, "content": "x"},
-            {"ok": False, "error": f"Memory {locked} is locked and cannot be edited"},
-        ),
-        (
-            "delete_memory",
-            {"memory_id": locked},
-            {"ok": False, "error": f"Memory {locked} is locked and cannot be deleted"},
-        ),
+        ("update_memory", {"memory_id": locked, "content": "x"},
+         f"Memory {locked} is locked and cannot be edited"),
+        ("delete_memory", {"memory_id": locked},
+         f"Memory {locked} is locked and cannot be deleted"),
         # unknown ids, including ones no SQLite row can have
-        (
-            "update_memory",
-            {"memory_id": 0, "content": "x"},
-            {"ok": False, "error": "Memory 0 not found"},
-        ),
-        (
-            "update_memory",
-            {"memory_id": -1, "content": "x"},
-            {"ok": False, "error": "Memory -1 not found"},
-        ),
-        (
-            "update_memory",
-            {"memory_id": BIG, "content": "x"},
-            {"ok": False, "error": f"Memory {BIG} not found"},
-        ),
-        (
-            "update_memory",
-            {"memory_id": BIG, "content": "x", "agent_id": "alice"},
-            {"ok": False, "error": f"Memory {BIG} {ambiguous}"},
-        ),
-        ("delete_memory", {"memory_id": BIG}, {"ok": False, "error": f"Memory {BIG} not found"}),
-        (
-            "delete_memory",
-            {"memory_id": -BIG, "agent_id": "bob"},
-            {"ok": False, "error": f"Memory {-BIG} {ambiguous}"},
-        ),
-        ("lock_memory", {"memory_id": BIG}, {"ok": False, "error": f"Memory {BIG} not found"}),
-        (
-            "unlock_memory",
-            {"memory_id": BIG, "agent_id": "a"},
-            {"ok": False, "error": f"Memory {BIG} {ambiguous}"},
-        ),
-        (
-            "delete_episode",
-            {"episode_id": BIG},
-            {"ok": False, "error": f"Episode {BIG} not found or not owned by agent"},
-        ),
-        (
-            "delete_episode",
-            {"episode_id": 0},
-            {"ok": False, "error": "Episode 0 not found or not owned by agent"},
-        ),
-        # the collision that 2.5.x leaked as a bare UNIQUE error
-        (
-            "store",
-            {"agent_id": "alice", "message": {"id": "m1", "content": "changed"}},
-            {"ok": True, "result": "skipped", "reason": "duplicate msg_id", "id": ids["alice"]},
-        ),
-    ]
+        ("update_memory", {"memory_id": 0, "content": "x"}, "Memory 0 not found"),
+        ("update_memory", {"memory_id": -1, "content": "x"}, "Memory -1 not found"),
+        ("update_memory", {"memory_id": BIG, "content": "x"}, f"Memory {BIG} not found"),
+        ("update_memory", {"memory_id": BIG, "content": "x", "agent_id": "alice"},
+         f"Memory {BIG} {ambiguous}"),
+        ("delete_memory", {"memory_id": BIG}, f"Memory {BIG} not found"),
+        ("delete_memory", {"memory_id": -BIG, "agent_id": "bob"}, f"Memory {-BIG} {ambiguous}"),
+        ("lock_memory", {"memory_id": BIG}, f"Memory {BIG} not found"),
+        ("unlock_memory", {"memory_id": BIG, "agent_id": "a"}, f"Memory {BIG} {ambiguous}"),
+        ("delete_episode", {"episode_id": BIG}, f"Episode {BIG} {not_owned}"),
+        ("delete_episode", {"episode_id": 0}, f"Episode 0 {not_owned}"),
+    ]  # fmt: skip
     before = await tools.snapshot()
-    for tool, args, expected in calls:
-        assert await tools(tool, args) == expected, (tool, args)
+    for tool, args, error in refusals:
+        assert await tools(tool, args) == {"ok": False, "error": error}, (tool, args)
+    # the collision that 2.5.x leaked as a bare UNIQUE error
+    duplicate = {"agent_id": "alice", "message": {"id": "m1", "content": "changed"}}
+    assert await tools("store", duplicate) == {
+        "ok": True, "result": "skipped", "reason": "duplicate msg_id", "id": ids["alice"]
+    }  # fmt: skip
     collide = await tools("update_memory", {"memory_id": ids["alice"], "content": "locked"})
     assert set(collide) == {"ok", "error"} and collide["ok"] is False
     assert await tools.snapshot() == before

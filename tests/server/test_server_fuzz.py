@@ -18,7 +18,6 @@ from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from cpersona.server.app import build_server
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 from support import fuzz
@@ -112,12 +111,7 @@ def check(tool: str, result: Any) -> None:
         raise AssertionError((tool, out))
 
 
-@settings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(batch=st.lists(calls(), min_size=1, max_size=8))
+@fuzz.batches(calls(), examples=100)
 def test_random_arguments_get_documented_shapes(engine, batch):
     async def run() -> None:
         async with Client(build_server(engine), raise_exceptions=True) as client:

@@ -8,14 +8,14 @@ channel, another source, or past the window) is never returned.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from cpersona.config import Settings
-from cpersona.embedding.base import check_texts, empty
+from cpersona.embedding.base import BatchEmbedder
 from cpersona.engine import Engine
 from cpersona.server.app import build_server
 from mcp import Client
@@ -27,19 +27,15 @@ DIM = 8
 CONCEPTS = {0: ("kitten", "feline"), 1: ("invoice", "billing")}
 
 
-class ConceptEmbedder:
+class ConceptEmbedder(BatchEmbedder):
     """A stand-in model that knows two paraphrases: kitten ~ feline, invoice ~ billing."""
 
-    available = True
     name = "concepts:8"
 
     def dim(self) -> int:
         return DIM
 
-    def embed(self, texts: Sequence[str], *, kind: str = "passage") -> np.ndarray:
-        batch = check_texts(texts)
-        if not batch:
-            return empty(DIM)
+    def _embed_batch(self, batch: list[str], kind: str) -> np.ndarray:
         out = np.zeros((len(batch), DIM), dtype=np.float32)
         for row, text in enumerate(batch):
             words = text.lower().split()
@@ -49,9 +45,6 @@ class ConceptEmbedder:
                     out[row, axis] = 1.0
             out[row] /= np.linalg.norm(out[row])
         return out
-
-    def close(self) -> None:
-        pass
 
 
 async def _call(client: Client, name: str, args: dict[str, Any]) -> dict[str, Any]:

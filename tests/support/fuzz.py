@@ -10,6 +10,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 # Keys cannot hold lone surrogates: the MCP client itself refuses to serialise them.
@@ -54,6 +55,22 @@ def calls(
         return tool, args
 
     return call()
+
+
+def batches(
+    call: st.SearchStrategy[tuple[str, dict[str, Any]]], *, examples: int
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The fuzzers' decorator: `examples` batches of one to eight calls drawn from `call`, on
+    the test's function-scoped engine (each batch runs against what the earlier left)."""
+
+    def decorate(test: Callable[..., None]) -> Callable[..., None]:
+        return settings(
+            max_examples=examples,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        )(given(batch=st.lists(call, min_size=1, max_size=8))(test))
+
+    return decorate
 
 
 def assert_intact(path: Path) -> None:

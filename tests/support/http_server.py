@@ -16,9 +16,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 
+import anyio
 import httpx2
 from child_env import inherited
 from mcp import Client
@@ -166,3 +167,31 @@ def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> httpx2
 
 def initialize_body() -> bytes:
     return json.dumps(jsonrpc.initialize(client="tests")).encode()
+
+
+async def interleaved(
+    url: str,
+    tokens: Mapping[str, str | None],
+    check: Callable[[Tools, str, int], Awaitable[str | None]],
+    *,
+    tasks: int,
+    steps: int,
+) -> list[str]:
+    """`tasks` connections per caller (name -> token), all at once, each making `steps` calls
+    through `check(tools, name, step)`, which returns what was wrong with the answer, if
+    anything. Returns every mistake, named `caller#task step n`: interleaved callers must each
+    get their own answer (no identity or alias leaks across concurrent sessions)."""
+    mistakes: list[str] = []
+
+    async def lane(name: str, task: int) -> None:
+        async with connect(url, tokens[name]) as tools:
+            for step in range(steps):
+                wrong = await check(tools, name, step)
+                if wrong is not None:
+                    mistakes.append(f"{name}#{task} step {step}: {wrong}")
+
+    async with anyio.create_task_group() as tg:
+        for task in range(tasks):
+            for name in tokens:
+                tg.start_soon(lane, name, task)
+    return mistakes

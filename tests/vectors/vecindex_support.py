@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 from cpersona.config import Settings
-from cpersona.embedding.base import check_texts, empty
+from cpersona.embedding.base import BatchEmbedder
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from cpersona.models import ProjectFilter
@@ -30,13 +30,11 @@ from cpersona.vectors.search import Hits, Scope, scan, scan_sqlite
 TABLES = ("memories", "episodes")
 
 
-class IntEmbedder:
+class IntEmbedder(BatchEmbedder):
     """Deterministic vectors with entries in {-2, ..., 2}: every dot product is exact.
 
     A text starting with "zero" embeds to the all-zero vector (scores 0 against anything).
     """
-
-    available = True
 
     def __init__(self, dim: int = 7) -> None:
         self._dim = dim
@@ -45,14 +43,8 @@ class IntEmbedder:
     def dim(self) -> int:
         return self._dim
 
-    def embed(self, texts: Sequence[str], *, kind: str = "passage") -> np.ndarray:
-        batch = check_texts(texts)
-        if not batch:
-            return empty(self._dim)
+    def _embed_batch(self, batch: list[str], kind: str) -> np.ndarray:
         return np.stack([int_vector(t, self._dim) for t in batch])
-
-    def close(self) -> None:
-        pass
 
 
 def int_vector(text: str, dim: int) -> np.ndarray:

@@ -67,6 +67,33 @@ def empty(dim: int | None) -> np.ndarray:
     return np.empty((0, dim or 0), dtype=np.float32)
 
 
+class BatchEmbedder:
+    """What every provider of a known width shares: `embed` refuses a bare string, answers an
+    empty batch without touching the model, and hands a non-empty one to `_embed_batch`.
+
+    Subclasses set `name` and implement `dim` and `_embed_batch` (same contract as `embed`
+    for a batch of at least one text); `close` does nothing unless they hold a model.
+    """
+
+    name: str
+    available = True
+
+    def dim(self) -> int:
+        raise NotImplementedError
+
+    def embed(self, texts: Sequence[str], *, kind: Kind = "passage") -> np.ndarray:
+        batch = check_texts(texts)
+        if not batch:
+            return empty(self.dim())
+        return self._embed_batch(batch, kind)
+
+    def _embed_batch(self, batch: list[str], kind: Kind) -> np.ndarray:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
 def l2_normalise(rows: np.ndarray, *, floor: float) -> np.ndarray:
     """`rows` scaled to unit L2 norm, leaving rows whose norm is <= `floor` as they are.
 

@@ -20,13 +20,13 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from cpersona.config import LOCAL_MODEL_NAMES
-from cpersona.embedding.base import MAX_BATCH, Kind, check_texts, empty
+from cpersona.embedding.base import MAX_BATCH, BatchEmbedder, Kind
 from cpersona.errors import EmbeddingMisconfigured, EmbeddingUnavailable
 
 NAME = LOCAL_MODEL_NAMES["local-e5"]
@@ -54,7 +54,7 @@ def _default_model(threads: int = 1) -> Any:
     return E5()
 
 
-class E5Provider:
+class E5Provider(BatchEmbedder):
     """multilingual-e5-small, loaded once on first use; safe to share between threads.
 
     Args:
@@ -66,7 +66,6 @@ class E5Provider:
     """
 
     name = NAME
-    available = True
 
     def __init__(self, *, threads: int = 1, load: Callable[[], Any] | None = None) -> None:
         self._threads = threads
@@ -82,10 +81,7 @@ class E5Provider:
     def dim(self) -> int:
         return DIM
 
-    def embed(self, texts: Sequence[str], *, kind: Kind = "passage") -> np.ndarray:
-        batch = check_texts(texts)
-        if not batch:
-            return empty(DIM)
+    def _embed_batch(self, batch: list[str], kind: Kind) -> np.ndarray:
         model = self._load()
         is_query = kind == "query"
         out = np.empty((len(batch), DIM), dtype=np.float32)

@@ -11,11 +11,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Sequence
 
 import numpy as np
 
-from cpersona.embedding.base import Kind, check_texts, empty
+from cpersona.embedding.base import BatchEmbedder, Kind
 
 DEFAULT_DIM = 384
 
@@ -27,10 +26,8 @@ _TRIGRAM_WEIGHT = 0.5
 _EMPTY_FEATURE = "\x00empty"
 
 
-class HashingProvider:
+class HashingProvider(BatchEmbedder):
     """Feature-hashing embeddings of width `dim` (default 384, MiniLM's width)."""
-
-    available = True
 
     def __init__(self, dim: int = DEFAULT_DIM) -> None:
         if dim < 1:
@@ -41,17 +38,11 @@ class HashingProvider:
     def dim(self) -> int:
         return self._dim
 
-    def embed(self, texts: Sequence[str], *, kind: Kind = "passage") -> np.ndarray:
-        batch = check_texts(texts)
-        if not batch:
-            return empty(self._dim)
+    def _embed_batch(self, batch: list[str], kind: Kind) -> np.ndarray:
         out = np.empty((len(batch), self._dim), dtype=np.float32)
         for i, text in enumerate(batch):
             out[i] = self._vector(text)
         return out
-
-    def close(self) -> None:
-        pass
 
     def _vector(self, text: str) -> np.ndarray:
         acc = np.zeros(self._dim, dtype=np.float64)

@@ -12,7 +12,7 @@ and `tools/list` before a model is in memory, and `none`/`http` users never pay 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,10 +22,9 @@ import numpy as np
 from cpersona.config import LOCAL_MODEL_NAMES
 from cpersona.embedding.base import (
     MAX_BATCH,
+    BatchEmbedder,
     EmbeddingMisconfigured,
     Kind,
-    check_texts,
-    empty,
     length_runs,
 )
 from cpersona.errors import EmbeddingUnavailable
@@ -53,7 +52,7 @@ def _default_tokenizer_path() -> Path:
     return Path(str(resources.files("cpersona.embedding") / "data" / "minilm-tokenizer.json"))
 
 
-class MiniLMProvider:
+class MiniLMProvider(BatchEmbedder):
     """all-MiniLM-L6-v2, loaded once on first use; safe to share between threads.
 
     Args:
@@ -63,7 +62,6 @@ class MiniLMProvider:
     """
 
     name = NAME
-    available = True
 
     def __init__(
         self,
@@ -87,10 +85,7 @@ class MiniLMProvider:
     def dim(self) -> int:
         return DIM
 
-    def embed(self, texts: Sequence[str], *, kind: Kind = "passage") -> np.ndarray:
-        batch = check_texts(texts)
-        if not batch:
-            return empty(DIM)
+    def _embed_batch(self, batch: list[str], kind: Kind) -> np.ndarray:
         session, tokenizer = self._load()
         try:
             encodings = tokenizer.encode_batch([_well_formed(text) for text in batch])

@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from cpersona.config import LOCAL_MODEL_NAMES, Settings, cache_root
@@ -87,9 +88,12 @@ def serve_stdio(
                 sdk.ready.wait()
                 return 0
             server = sdk.wait()
-            from cpersona.server.stdio_wire import run_lines
+            import anyio
 
-            run_lines(server, wire_in, wire_out, replay=early.lines, handshake=handshake)
+            from cpersona.server.stdio_wire import serve_lines
+
+            serve = partial(serve_lines, replay=early.lines, handshake=handshake)
+            anyio.run(serve, server, wire_in, wire_out)  # its own event loop, until stdin ends
     except KeyboardInterrupt:
         pass
     finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import anyio
@@ -24,18 +23,6 @@ if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
 
 log = logging.getLogger("cpersona")
-
-
-def run_lines(
-    server: Server[Any],
-    wire_in: BinaryIO,
-    wire_out: BinaryIO,
-    *,
-    replay: Sequence[bytes] = (),
-    handshake: Handshake | None = None,
-) -> None:
-    """`serve_lines` on its own event loop, until stdin ends."""
-    anyio.run(partial(serve_lines, replay=replay, handshake=handshake), server, wire_in, wire_out)
 
 
 async def serve_lines(
