@@ -5,5 +5,6 @@
 pub mod fold;
 mod fold_table;
 pub mod index;
+pub mod segment;
 
 pub use index::{parse_records, Doc, FtsIndex, Record};

@@ -39,6 +39,54 @@ impl FtsIndex {
         }
     }
 
+    /// The index of the segment file at `path`, searched in place (memory-mapped; the rows
+    /// appended after it go to the delta through `apply`). Raises StoreCorrupt when the file
+    /// fails a check of docs/fts-index.md ("Segment"), OSError when it cannot be read.
+    #[staticmethod]
+    fn mapped(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Self> {
+        let segment = py.detach(|| fts::segment::Segment::open(&path))?;
+        Ok(Self {
+            inner: RwLock::new(fts::FtsIndex::mapped(segment)),
+        })
+    }
+
+    /// (table, generation, end, records_crc, body_crc) of the mapped segment, else None.
+    #[getter]
+    fn segment(&self) -> Option<(u32, u32, u64, u32, u32)> {
+        self.read()
+            .segment_meta()
+            .map(|m| (m.table, m.generation, m.end, m.records_crc, m.body_crc))
+    }
+
+    /// Rows held in this process's heap (appended after the segment; dead ones included).
+    #[getter]
+    fn delta_slots(&self) -> usize {
+        self.read().delta_slots()
+    }
+
+    /// Writes the live rows as a segment file to `path`, naming the records it holds (the
+    /// records file's generation, the offset they end at and their CRC-32); `body_crc` is
+    /// left 0 for the caller to fill in before renaming the file into place.
+    fn write_segment(
+        &self,
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        table: u32,
+        generation: u32,
+        end: u64,
+        records_crc: u32,
+    ) -> PyResult<()> {
+        let meta = fts::segment::Meta {
+            table,
+            generation,
+            end,
+            records_crc,
+            body_crc: 0,
+        };
+        py.detach(|| self.read().write_segment(&path, meta))?;
+        Ok(())
+    }
+
     /// Applies change records (the bytes of the file's record area); raises StoreCorrupt when
     /// they cannot be parsed, before changing anything.
     fn apply(&self, py: Python<'_>, records: &[u8]) -> PyResult<()> {

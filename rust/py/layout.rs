@@ -7,6 +7,7 @@ use pyo3::types::{PyBytes, PyDict};
 use crate::fts::index::{
     COLUMN_LENGTH, DELETE_FIELDS, OP_DELETE, OP_PUT, PUT_FIELDS, RECORD_LENGTH,
 };
+use crate::fts::segment as seg;
 use crate::layout::Elem;
 use crate::scan::CHECKSUMMED;
 use crate::store::{
@@ -30,7 +31,8 @@ fn named(fields: &[(&'static str, Elem)]) -> Vec<(&'static str, String)> {
 /// sections [(name, dtype)] in file order, dim_section, flag_deleted, flag_foreign, no_time,
 /// checksummed (the sections a slot's content checksum covers); "fulltext_records": length
 /// (a record's length prefix), op_put, op_delete, put and delete [(name, dtype)],
-/// column_length (each put column's length prefix).
+/// column_length (each put column's length prefix); "fulltext_segment": magic, version,
+/// header_len, header [(name, offset, dtype)], section_align, sections [(name, dtype, count)].
 #[pyfunction]
 fn layout(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let vector_file = PyDict::new(py);
@@ -58,8 +60,25 @@ fn layout(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     records.set_item("column_length", COLUMN_LENGTH.numpy())?;
     records.set_item("delete", named(&DELETE_FIELDS))?;
 
+    let segment = PyDict::new(py);
+    segment.set_item("magic", PyBytes::new(py, seg::MAGIC))?;
+    segment.set_item("version", seg::VERSION)?;
+    segment.set_item("header_len", seg::HEADER_LEN)?;
+    let header: Vec<_> = seg::HEADER
+        .iter()
+        .map(|f| (f.name, f.offset, f.elem.numpy()))
+        .collect();
+    segment.set_item("header", header)?;
+    segment.set_item("section_align", seg::SECTION_ALIGN)?;
+    let sections: Vec<_> = seg::SECTIONS
+        .iter()
+        .map(|&(name, elem, count)| (name, elem.numpy(), format!("{count:?}")))
+        .collect();
+    segment.set_item("sections", sections)?;
+
     let out = PyDict::new(py);
     out.set_item("vector_file", vector_file)?;
     out.set_item("fulltext_records", records)?;
+    out.set_item("fulltext_segment", segment)?;
     Ok(out)
 }

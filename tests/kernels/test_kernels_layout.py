@@ -42,6 +42,13 @@ DRIFTS = {
     "put fields": (fts_format, "PUT_FIELDS", (*fts_format.PUT_FIELDS[:-2], ("columns", "|u1"))),
     "delete op": (fts_format, "OP_DELETE", 3),
     "column length": (fts_format, "COLUMN_LENGTH", "<u8"),
+    "segment crc place": (
+        fts_format,
+        "SEGMENT_HEADER",
+        tuple(
+            (n, o + 4, d) if n == "body_crc" else (n, o, d) for n, o, d in fts_format.SEGMENT_HEADER
+        ),
+    ),
 }
 
 

@@ -51,4 +51,14 @@ def layout() -> dict[str, dict[str, Any]]:
             "column_length": np.dtype(fts_format.COLUMN_LENGTH).str,
             "delete": _named(fts_format.DELETE_FIELDS),
         },
+        # Only the Rust core reads segments (on these kernels the FTS arms run FTS5's
+        # statements); declared here so that the writer's CRC field stays where the core reads it.
+        "fulltext_segment": {
+            "magic": fts_format.SEGMENT_MAGIC,
+            "version": fts_format.SEGMENT_VERSION,
+            "header_len": fts_format.SEGMENT_HEADER_LEN,
+            "header": list(fts_format.SEGMENT_HEADER),
+            "section_align": fts_format.SEGMENT_SECTION_ALIGN,
+            "sections": list(fts_format.SEGMENT_SECTIONS),
+        },
     }

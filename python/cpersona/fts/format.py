@@ -48,6 +48,53 @@ PUT_FIELDS: tuple[tuple[str, str], ...] = (
 COLUMN_LENGTH = "<u4"
 DELETE_FIELDS: tuple[tuple[str, str], ...] = (("op", "|u1"), ("id", "<i8"))
 
+#: The postings segment (`<file>.seg`, fts/segment.py): written and read by the Rust core
+#: (`rust/fts/segment.rs` declares it too; the layout test holds the two equal). Python reads
+#: only `body_crc`'s place, to check and fill in the CRC-32 of the file.
+SEGMENT_MAGIC = b"CPFTSSG1"
+SEGMENT_VERSION = 1
+SEGMENT_HEADER_LEN = 128
+SEGMENT_HEADER: tuple[tuple[str, int, str], ...] = (
+    ("magic", 0, "|S8"),
+    ("version", 8, "<u4"),
+    ("table", 12, "<u4"),
+    ("generation", 16, "<u4"),  # the records file's
+    ("body_crc", 20, "<u4"),  # CRC-32 of the file with this field read as zero
+    ("end", 24, "<u8"),  # where the records the segment holds end
+    ("records_crc", 32, "<u4"),  # CRC-32 of those records (the sidecar's, up to `end`)
+    ("reserved0", 36, "|V4"),
+    ("rows", 40, "<u8"),
+    ("terms", 48, "<u8"),
+    ("postings", 56, "<u8"),
+    ("columns", 64, "<u8"),
+    ("text_bytes", 72, "<u8"),
+    ("total_tokens", 80, "<u8"),
+    ("reserved", 88, "|V40"),
+)
+SEGMENT_SECTION_ALIGN = 8
+#: After the header, in file order, each padded to `SEGMENT_SECTION_ALIGN`: (name, dtype, the
+#: header count that sizes it). Rows are in ascending id order; a row's columns are
+#: `column_start[r]..column_start[r + 1]`, a column's folded text
+#: `text[column_offset[c]..column_offset[c + 1]]`, trigram `term_keys[t]`'s postings
+#: `posting_start[t]..posting_start[t + 1]` of `posting_slots` / `posting_counts`.
+SEGMENT_SECTIONS: tuple[tuple[str, str, str], ...] = (
+    ("ids", "<i8", "Rows"),
+    ("agents", "<u8", "Rows"),
+    ("projects", "<u8", "Rows"),
+    ("channels", "<u8", "Rows"),
+    ("sources", "<u8", "Rows"),
+    ("keys", "<i8", "Rows"),
+    ("times", "<i8", "Rows"),
+    ("sizes", "<u8", "Rows"),
+    ("column_start", "<u8", "RowsPlusOne"),
+    ("column_offset", "<u8", "ColumnsPlusOne"),
+    ("text", "|u1", "TextBytes"),
+    ("term_keys", "<u8", "Terms"),
+    ("posting_start", "<u8", "TermsPlusOne"),
+    ("posting_slots", "<u4", "Postings"),
+    ("posting_counts", "|u1", "Postings"),
+)
+
 #: struct's letter for each little-endian dtype the declarations use.
 _STRUCT_CODES = {"|u1": "B", "<u4": "I", "<i8": "q", "<u8": "Q"}
 

@@ -1,7 +1,7 @@
 """The rebuilds of a full-text index file from SQLite: `build` (every row into a private file,
 as of one snapshot) and `rebuild_online` (the background rebuild of vectors/healing.py's
 `Healer`: built without the index lock, caught up and renamed in under it). The lock protocol
-and the install are `FtsIndex`'s (fts/index.py)."""
+and the install are the derived-index base's (derived/base.py)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def rebuild_online(index: FtsIndex, step: Step | None = None) -> int:
     tmp = index.path.with_name(f"{index.path.name}.heal{os.getpid()}")
     try:
         built = build(index, tmp, step, every=healing.STEP_ROWS)
-        # The index's own lock protocol (fts/index.py): these are its internals by design.
+        # The index's own lock protocol (derived/base.py): these are its internals by design.
         with index._thread_lock, index._flock(exclusive=True):
             seq = built.header.applied_seq
             changes = fts_sql.changes_since(index.db, index.table, seq)

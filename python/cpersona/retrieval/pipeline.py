@@ -477,7 +477,8 @@ class Recaller:
                 hit = self._stats.get(key)
                 if hit is not None and now - hit[0] < self.s.scope_stats_ttl_seconds:
                     return hit[1], hit[2]
-        pool = search.pool_count(self.db, scope)
+        # Capped: every pool of POOL_SATURATION rows or more gates alike (scoring.gate).
+        pool = search.pool_count(self.db, scope, cap=scoring.POOL_SATURATION)
         span = search.timestamp_span(self.db, scope)
         if self.s.scope_stats_cache:
             with self._stats_lock:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cpersona.models import ProjectFilter
-from cpersona.storage.change_log import ChangeLog
+from cpersona.storage.change_log import LOGS, ChangeLog
 from cpersona.storage.db import id_batches
 from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Row, Store
@@ -28,8 +29,9 @@ STAMP = {"memories": "timestamp", "episodes": "start_time"}
 
 
 @dataclass(frozen=True, slots=True)
-class IndexRow:
-    """What the index stores of one embedded row."""
+class ScopedRow:
+    """What both derived indexes store of a row before their own part: its id, its window
+    key (created_at as Unix seconds) and its scope."""
 
     id: int
     key: int
@@ -37,6 +39,12 @@ class IndexRow:
     project_id: str
     channel: str
     source_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow(ScopedRow):
+    """What the vector index stores of one embedded row."""
+
     embedding: bytes
     #: The row's instant key (cpersona.timerange.row_time).
     time: int
@@ -79,6 +87,25 @@ def db_uid(db: Store) -> bytes:
     if row is None:
         raise RuntimeError("database has no cpersona_meta.db_uid; was it migrated?")
     return bytes(row[0])
+
+
+def index_identity(db: Store, log: str) -> bytes:
+    """The 16 bytes an index file following `log` records as its database's identity
+    (`db_uid`).
+
+    On SQLite, `cpersona_meta.db_uid`: a copied file is the same database. On PostgreSQL also
+    the object id of the log, which every restore from a dump (`pg_restore`, a new database,
+    `--clean`) gives anew: a file made before the restore is then foreign and rebuilt at once,
+    instead of only when its `applied_seq` is ahead of the restored log.
+    """
+    uid = db_uid(db)
+    if db.dialect != "postgresql":
+        return uid
+    if log not in LOGS:
+        raise ValueError(f"no change log {log!r}")
+    row = db.query_one(f"SELECT CAST(CAST('{log}' AS regclass) AS oid)")
+    oid = int(row[0]) if row else 0
+    return hashlib.sha256(uid + b":" + str(oid).encode("ascii")).digest()[:16]
 
 
 _LOG = ChangeLog("vector_log", "vector")

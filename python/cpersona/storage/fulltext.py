@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from cpersona.storage.change_log import ChangeLog
 from cpersona.storage.db import id_batches
-from cpersona.storage.embeddings import db_uid
+from cpersona.storage.embeddings import ScopedRow
+from cpersona.storage.embeddings import index_identity as _index_identity
 from cpersona.storage.interface import Row, Store
 from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
 from cpersona.timerange import row_time
@@ -41,15 +41,9 @@ trimmed_upto = _LOG.trimmed_upto
 
 
 @dataclass(frozen=True, slots=True)
-class FtsRow:
-    """What the full-text index stores of one row: the FTS5 columns and the scope."""
+class FtsRow(ScopedRow):
+    """What the full-text index stores of one row: the scope and the FTS5 columns."""
 
-    id: int
-    key: int
-    agent_id: str
-    project_id: str
-    channel: str
-    source_id: str | None
     columns: tuple[str, ...]
     #: The row's instant key (cpersona.timerange.row_time).
     time: int
@@ -83,19 +77,8 @@ def _row(r: Row | tuple[object, ...]) -> FtsRow:
 
 
 def index_identity(db: Store) -> bytes:
-    """The 16 bytes an index file records as its database's identity (`db_uid`).
-
-    On SQLite, `cpersona_meta.db_uid`: a copied file is the same database. On PostgreSQL also
-    the object id of `fts_log`, which every restore from a dump (`pg_restore`, a new database,
-    `--clean`) gives anew: a file made before the restore is then foreign and rebuilt at once,
-    instead of only when its `applied_seq` is ahead of the restored log.
-    """
-    uid = db_uid(db)
-    if db.dialect != "postgresql":
-        return uid
-    row = db.query_one("SELECT CAST(CAST('fts_log' AS regclass) AS oid)")
-    oid = int(row[0]) if row else 0
-    return hashlib.sha256(uid + b":" + str(oid).encode("ascii")).digest()[:16]
+    """The identity a full-text index file records (storage/embeddings.py `index_identity`)."""
+    return _index_identity(db, "fts_log")
 
 
 def rows_by_id(db: Store, table: str, ids: Sequence[int]) -> dict[int, FtsRow]:

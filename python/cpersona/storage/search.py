@@ -281,11 +281,27 @@ def embeddings(db: Store, table: str, ids: Sequence[int]) -> dict[int, bytes]:
 
 
 @translating
-def pool_count(db: Store, scope: ScopeSql) -> int:
+def pool_count(db: Store, scope: ScopeSql, cap: int | None = None) -> int:
+    """N_pool of retrieval.md §7.1: the rows of both tables in scope; with `cap`, min(N, cap).
+
+    The capped count reads at most `cap` index entries per table instead of the agent's whole
+    range (recall passes the pool size past which the gate's decisions no longer change).
+    """
     where, params = scope.where()
-    m = db.query_one(f"SELECT COUNT(*) FROM memories WHERE {where}", params)
-    e = db.query_one(f"SELECT COUNT(*) FROM episodes WHERE {where}", params)
-    return int(m[0] if m else 0) + int(e[0] if e else 0)
+    if cap is None:
+        m = db.query_one(f"SELECT COUNT(*) FROM memories WHERE {where}", params)
+        e = db.query_one(f"SELECT COUNT(*) FROM episodes WHERE {where}", params)
+        return int(m[0] if m else 0) + int(e[0] if e else 0)
+    total = 0
+    for table in ("memories", "episodes"):
+        if total >= cap:
+            break
+        row = db.query_one(
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT ?) AS capped",
+            [*params, cap - total],
+        )
+        total += int(row[0] if row else 0)
+    return total
 
 
 @translating

@@ -36,7 +36,7 @@ from cpersona.errors import IndexObstructed, StoreCorrupt
 from cpersona.storage import embeddings as vector_sql
 from cpersona.vectors import checksums
 from cpersona.vectors.format import SECTIONS, Layout, VectorFileWriter
-from cpersona.vectors.slots import HEADROOM, TABLE_CODES, append_row, release
+from cpersona.vectors.slots import HEADROOM, append_row, release
 from cpersona.yielding import POLL_SECONDS, CallActivity, GiveWay
 
 if TYPE_CHECKING:
@@ -259,31 +259,18 @@ def rebuild_online(index: VectorIndex, step: Step | None = None) -> int:
     in. Returns the rows written. A failure or a stop at any step removes the private file:
     the index file stays what it was (or absent), never half-written."""
 
+    from cpersona.vectors.index import Shape  # at call time: index.py imports this module
+
     db, table = index.db, index.table
     log_seq = vector_sql.max_seq(db)
     total, dim = vector_sql.embedded_shape(db, table)
     tmp = index.path.with_name(f"{index.path.name}.heal{os.getpid()}")
-    done = 0
     try:
         if step is not None:
             step(0, total)
-        writer = VectorFileWriter.create(
-            tmp, dim or 1, total + HEADROOM, index.db_uid(), TABLE_CODES[table]
-        )
-        try:
-            for row in vector_sql.iter_rows(db, table):
-                append_row(writer, row, HEADROOM)
-                done += 1
-                if step is not None and done % STEP_ROWS == 0:
-                    step(done, total)
-            writer.set_header(applied_seq=log_seq, dirty=0)
-            checksums.write(writer)
-        finally:
-            release(writer)
-        os.chmod(tmp, 0o600)
-        if step is not None:
-            step(done, total)
-        # The index's own lock protocol (index.py): these are its internals by design.
+        shape = Shape(log_seq, total, dim)
+        done = index._write_file(tmp, shape, step, STEP_ROWS, append_row, HEADROOM, flush=False)
+        # The index's own lock protocol (derived/base.py): these are its internals by design.
         with index._thread_lock, index._flock(exclusive=True):
             if index._history_problem(log_seq):  # entries it needs were trimmed meanwhile
                 remove_with_sums(tmp)

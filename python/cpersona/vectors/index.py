@@ -1,13 +1,13 @@
-"""VectorIndex: one table's index file, kept current with SQLite by the server itself.
+"""VectorIndex: one table's vector index file: the vector-slot plug-in of the derived index
+(derived/base.py owns the log-following protocol: locks, identity, history check, dirty flag,
+trim, rebuild, install, background healing).
 
-SQLite is the truth. Triggers log every write that can move a row in or out of the index into
-`vector_log` (see storage/schema.py). Before each scan, `sync()` compares the file's
-`applied_seq` with the log and applies what is missing under an exclusive `flock`, marking the
-file `dirty` while it mutates; a file that is missing, corrupt, dirty (a writer died) or
-foreign (another database's) is rebuilt from SQLite: inside the call for a small table, else
-in the background (healing.py) while scans read SQLite. Scans run under a shared lock. So any
-number of processes on one database see the same, current index, and a crash at any point is
-repaired on the next read. The file format is docs/vector-index.md.
+What is the vector format's own is here: the header checks (docs/vector-index.md), how a
+logged row is applied (its old slot flagged deleted, the row appended: slots.py), when the
+file is compacted instead, how a file is built from scratch (newest first, so each append lands
+at the end of the scan order), the kernel's mapping (`kernel_handle`) and `verify`. The file
+sits beside the database, or in this host's cache directory where the capabilities say
+"host_cache" (PostgreSQL). While it is rebuilt in the background, scans read the database.
 
 An empty directory where the index or its lock file belongs is removed before use (issue 11);
 one with contents is not ours to delete: `IndexObstructed` says so, and scans read SQLite.
@@ -15,23 +15,21 @@ one with contents is not ours to delete: `IndexObstructed` says so, and scans re
 
 from __future__ import annotations
 
-import fcntl
-import glob
 import logging
 import os
-import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
-from cpersona.errors import AheadOfSnapshot, IndexObstructed, StoreCorrupt
+from cpersona.derived.base import DerivedIndex, Fields, Progress
+from cpersona.errors import StoreCorrupt
 from cpersona.storage import Store
 from cpersona.storage import embeddings as vector_sql
+from cpersona.storage.change_log import Changes
 from cpersona.storage.embeddings import IndexRow
 from cpersona.vectors import checksums, healing
 from cpersona.vectors.format import (
@@ -54,21 +52,29 @@ from cpersona.vectors.slots import (
 )
 from cpersona.yielding import CallActivity
 
-log = logging.getLogger("cpersona.vectors")
+__all__ = ["TABLE_CODES", "IndexStatus", "VectorIndex", "index_file"]
 
-_T = TypeVar("_T")
+log = logging.getLogger("cpersona.vectors")
 
 #: Rebuild instead of growing when at least this share of slots is deleted.
 COMPACT_RATIO = 0.5
 #: Applied log entries of a table kept before they are deleted.
 TRIM_EVERY = 5000
 
-Progress = Callable[[int, int], None]
-
 
 def index_file(db_path: str | Path, table: str) -> Path:
     """The index file of `table` beside the database file at `db_path`."""
     return Path(f"{db_path}.{table}.vec")
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a file built from the database is sized for: the log position it has applied,
+    the embedded rows, their modal width (None: no BLOB is a vector)."""
+
+    log_seq: int
+    total: int
+    dim: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +95,14 @@ class IndexStatus:
     rebuild: RebuildProgress | None = None
 
 
-class VectorIndex:
+class VectorIndex(DerivedIndex[np.void, VectorFileWriter, int]):
     """The index of one table (`memories` or `episodes`) of one database."""
+
+    kind = "vector"
+    suffix = ".vec"
+    table_codes = TABLE_CODES
+    log_name = "vector_log"
+    temp_prefix = "cpersona-vec-"
 
     def __init__(
         self,
@@ -98,49 +110,35 @@ class VectorIndex:
         table: str,
         directory: str | None = None,
         activity: CallActivity | None = None,
+        *,
+        base: Path | None = None,
+        keep_log: int = 0,
     ) -> None:
-        """`activity`: the tool calls a background rebuild gives way to (yielding.py)."""
-        if table not in TABLE_CODES:
-            raise ValueError(f"no vector index for table {table!r}")
-        self.db = db
-        self.table = table
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        if db.is_memory:
-            # An in-memory database keeps its index in a private temporary directory.
-            self._tmp = tempfile.TemporaryDirectory(prefix="cpersona-vec-")
-            base = Path(self._tmp.name) / "memory.db"
-        else:
-            base = Path(directory) / Path(db.path).name if directory else Path(db.path)
-        self.path = index_file(base, table)
-        self.lock_path = Path(f"{self.path}.lock")
-        self._thread_lock = threading.Lock()
-        self._db_uid: bytes | None = None
-        self._trimmed_upto = 0
+        """`directory`: where the file goes instead of beside the database file; `base`: the
+        path the files are named after (`<base>.<table>.vec`; default: beside the database,
+        or this host's cache directory where the capabilities say so); `keep_log`: applied
+        log entries left for other hosts' files; `activity`: the tool calls a background
+        rebuild gives way to (yielding.py)."""
+        if directory and not db.is_memory and base is None:
+            base = Path(directory) / Path(db.path).name
         #: The kernel's mapping of the file, its checksums, and the identity they were opened
         #: for (kernel_handle).
         self._handle: tuple[tuple[object, ...], tuple[Any, np.ndarray]] | None = None
-        #: The background rebuild of a file found damaged, missing or stale (healing.py).
-        self._healer = healing.Healer(
-            self.path,
-            lambda step: healing.rebuild_online(self, step),
+        super().__init__(
+            db,
+            table,
+            vector_sql,
+            None if db.is_memory else base,
             log,
-            needed=self._rebuild_reason,
+            keep_log=keep_log,
             activity=activity,
         )
 
-    # -- locking -----------------------------------------------------------------------------
+    @property
+    def trim_every(self) -> int:
+        return TRIM_EVERY  # read at each trim: the tests shrink it
 
-    @contextmanager
-    def _flock(self, exclusive: bool) -> Iterator[None]:
-        # flock is per open file description, so threads of one process take the thread lock
-        # first for exclusive work (two threads must not both mutate through one process).
-        fd = _unobstructed(lambda: os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+    # -- reading -----------------------------------------------------------------------------
 
     @contextmanager
     def reading(self) -> Iterator[Path | None]:
@@ -197,84 +195,11 @@ class VectorIndex:
         self._handle = (key, (handle, sums))
         return handle, sums
 
-    # -- sync --------------------------------------------------------------------------------
+    # -- the header --------------------------------------------------------------------------
 
-    def db_uid(self) -> bytes:
-        if self._db_uid is None:
-            self._db_uid = vector_sql.db_uid(self.db)
-        return self._db_uid
-
-    def sync(self) -> bool:
-        """Apply every logged write the file has not seen; rebuild a file that cannot be
-        trusted. False while the file is rebuilt in the background (scans read SQLite)."""
-        if self._healer.running:
-            return False
-        log_seq = vector_sql.max_seq(self.db)
-        applied = self._applied_seq_unlocked()
-        if applied == log_seq:  # ahead of the log is a file from another point in history
-            return True
-        if applied is not None and applied > log_seq and self.db.in_snapshot():
-            raise AheadOfSnapshot(f"{self.path.name} applied {applied}, the snapshot {log_seq}")
-        with self._thread_lock, self._flock(exclusive=True):
-            writer, reason = self._open_trusted()
-            if writer is None:
-                return self._rebuild_or_defer(reason)
-            try:
-                caught_up = self._apply_locked(writer)
-            finally:
-                release(writer)
-            if not caught_up:
-                return self._rebuild_or_defer("half its slots are deleted, or a first width")
-            self._maybe_trim(log_seq)
-            return True
-
-    def _rebuild_or_defer(self, reason: str) -> bool:
-        """Under the exclusive lock: rebuild a small table now (True), start the background
-        rebuild of a larger one (False: no call waits for it)."""
-        if not vector_sql.embedded_more_than(self.db, self.table, healing.INLINE_ROWS):
-            log.info("rebuilding %s: %s", self.path.name, reason)
-            self._rebuild_locked()
-            return True
-        self._handle = None
-        self._healer.start(reason, damaged=False)
-        return False
-
-    def _rebuild_reason(self) -> str:
-        """Why the file needs a rebuild ("" = it is sound): asked by a background rebuild
-        that waited for another process's."""
-        with self._flock(exclusive=False):
-            writer, reason = self._open_trusted()
-            if writer is not None:
-                release(writer)
-            return reason
-
-    def _maybe_trim(self, applied: int) -> None:
-        # The log only needs entries the file has not applied; forget the rest now and then.
-        # Not from inside a read snapshot: a trim is a write (on PostgreSQL a second pooled
-        # connection beside the pinned one); the next sync outside one trims.
-        if applied - self._trimmed_upto >= TRIM_EVERY and not self.db.in_snapshot():
-            vector_sql.trim_log(self.db, self.table, applied)
-            self._trimmed_upto = applied
-
-    def _applied_seq_unlocked(self) -> int | None:
-        """The file's applied_seq read without the lock (a hint: sync re-checks under lock)."""
-        header, problem = self._inspect()
-        return None if header is None or problem else int(header["applied_seq"])
-
-    def _inspect(self) -> tuple[np.void | None, str]:
-        """The file's header and why the file cannot be trusted ("" = it can), read with plain
-        file reads: every check of docs/vector-index.md that needs no mapping, so that a short,
-        oversized or garbled file is reported instead of failing to map."""
-        try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                raw = f.read(HEADER_LEN)
-        except FileNotFoundError:
-            return None, "missing"
-        except IsADirectoryError:
-            return None, "a directory stands where the file belongs"
-        except OSError as exc:
-            return None, f"unreadable ({exc})"
+    def _parse(self, fd: int, size: int) -> tuple[np.void | None, str]:
+        """Every check of docs/vector-index.md that needs no mapping."""
+        raw = os.pread(fd, HEADER_LEN, 0)
         if len(raw) < HEADER_LEN:
             return None, f"truncated ({size} bytes, shorter than the header)"
         header = np.frombuffer(raw, dtype=HEADER_DTYPE)[0]
@@ -290,23 +215,34 @@ class VectorIndex:
         expected = Layout.of(dim, capacity).file_len
         if size != expected:
             return header, f"size {size} != {expected}"
-        if int(header["dirty"]):
-            return header, "a writer stopped mid-update"
-        if bytes(header["db_uid"]) != self.db_uid():
-            return header, "it belongs to another database"
-        if int(header["table"]) != TABLE_CODES[self.table]:
-            return header, "it indexes another table"
-        problem = checksums.problem(self.path, int(header["table"]), capacity, self.db_uid())
-        if problem:
-            return header, problem
         return header, ""
 
+    def _fields(self, header: np.void) -> Fields:
+        return Fields(
+            bool(int(header["dirty"])),
+            bytes(header["db_uid"]),
+            int(header["table"]),
+            int(header["applied_seq"]),
+        )
+
+    def _file_problem(self, header: np.void) -> str:
+        return checksums.problem(
+            self.path, int(header["table"]), int(header["capacity"]), self.db_uid()
+        )
+
+    def _trusted(self) -> tuple[np.void | None, str]:
+        header, problem = super()._trusted()
+        if not problem:
+            writer, problem = self._open_writer()
+            if writer is not None:
+                release(writer)
+        return header, problem
+
     def _open_trusted(self) -> tuple[VectorFileWriter | None, str]:
-        header, problem = self._inspect()
-        if header is not None and not problem:
-            problem = self._history_problem(int(header["applied_seq"]))
-        if problem:
-            return None, problem
+        _, problem = super()._trusted()
+        return (None, problem) if problem else self._open_writer()
+
+    def _open_writer(self) -> tuple[VectorFileWriter | None, str]:
         try:
             writer = VectorFileWriter(self.path)
         except (OSError, ValueError, TypeError) as exc:  # changed since _inspect (not by us)
@@ -317,25 +253,30 @@ class VectorIndex:
             return None, "its scan order names a slot beyond count"
         return writer, ""
 
-    def _history_problem(self, applied_seq: int) -> str:
-        """Whether this database's log can bring a file that has applied `applied_seq` current.
+    # -- applying the log --------------------------------------------------------------------
 
-        Under either lock, a trusted file has applied at most the log's high-water mark and at
-        least what was trimmed (a trim follows an apply), so neither test can fire on a file
-        this database's own syncs wrote."""
-        if applied_seq > vector_sql.max_seq(self.db):
-            if self.db.in_snapshot():  # synced meanwhile by another thread or process
-                raise AheadOfSnapshot(f"{self.path.name} applied {applied_seq}")
-            return "it is ahead of this database's log (a database restored from a backup?)"
-        if applied_seq < vector_sql.trimmed_upto(self.db, self.table):
-            return "log entries it has not applied were trimmed"
-        return ""
+    def _open_for_update(self) -> tuple[VectorFileWriter | None, int, str]:
+        writer, problem = self._open_trusted()
+        return writer, 0 if writer is None else writer.header().applied_seq, problem
+
+    def _close_update(self, handle: VectorFileWriter) -> None:
+        release(handle)
+
+    def _apply(self, handle: VectorFileWriter, changes: Changes) -> str:
+        if self._apply_changes(handle, changes):
+            return ""
+        return "half its slots are deleted, or a first width"
 
     def _apply_locked(self, writer: VectorFileWriter) -> bool:
-        """Apply the logged writes to `writer`'s file; False (nothing applied) when the table
-        must be rebuilt instead (a compaction, or a first row of another width)."""
-        header = writer.header()
-        changes = vector_sql.changes_since(self.db, self.table, header.applied_seq)
+        """Apply the logged writes to `writer`'s file (a background rebuild's, healing.py);
+        False (nothing applied) when the table must be rebuilt instead (also when entries it
+        needs were trimmed meanwhile by another host's process: PostgreSQL)."""
+        changes = vector_sql.changes_since(self.db, self.table, writer.header().applied_seq)
+        return not changes.lost and self._apply_changes(writer, changes)
+
+    def _apply_changes(self, writer: VectorFileWriter, changes: Changes) -> bool:
+        """Apply `changes` to `writer`'s file; False (nothing applied) when the table must be
+        rebuilt instead (a compaction, or a first row of another width)."""
         if changes.row_ids:
             rows = vector_sql.rows_by_id(self.db, self.table, changes.row_ids)
             if self._needs_rebuild(writer, rows, changes.row_ids):
@@ -377,131 +318,102 @@ class VectorIndex:
         if row is not None:
             slots[row_id] = append_row(writer, row, HEADROOM, sums)
 
-    # -- rebuild -----------------------------------------------------------------------------
+    # -- building ----------------------------------------------------------------------------
 
-    def rebuild(self, progress: Progress | None = None) -> int:
-        """Rewrite the file from SQLite; returns the number of rows indexed."""
-        with self._thread_lock, self._flock(exclusive=True):
-            return self._rebuild_locked(progress)
+    def _small(self) -> bool:
+        return not vector_sql.embedded_more_than(self.db, self.table, healing.INLINE_ROWS)
 
-    def _rebuild_locked(self, progress: Progress | None = None) -> int:
-        self._remove_stale_temporaries()
+    def _build(self, tmp: Path, progress: Progress | None) -> int:
         log_seq = vector_sql.max_seq(self.db)
         total, dim = vector_sql.embedded_shape(self.db, self.table)
-        tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
+        shape = Shape(log_seq, total, dim)
+        return self._write_file(tmp, shape, progress, 10_000, append_row, HEADROOM, flush=True)
+
+    def _write_file(
+        self,
+        tmp: Path,
+        shape: Shape,
+        progress: Progress | None,
+        every: int,
+        append: Callable[..., int],
+        headroom: int,
+        *,
+        flush: bool,
+    ) -> int:
+        """Write every embedded row into a new file at `tmp` with its sidecar, as applied up to
+        `shape.log_seq`; `progress(done, total)` every `every` rows and at the end. Returns
+        the rows written. Newest first, so each append lands at the end of the scan order (no
+        shifting). `append`, `headroom`: the caller's (healing.py's background rebuild passes
+        its own, which its tests replace); `flush`: msync before the sidecar is written."""
+        writer = VectorFileWriter.create(
+            tmp,
+            shape.dim or 1,
+            shape.total + headroom,
+            self.db_uid(),
+            TABLE_CODES[self.table],
+        )
         done = 0
         try:
-            writer = VectorFileWriter.create(
-                tmp, dim or 1, total + HEADROOM, self.db_uid(), TABLE_CODES[self.table]
-            )
-            try:
-                # Newest first, so each append lands at the end of the order (no shifting).
-                for row in vector_sql.iter_rows(self.db, self.table):
-                    append_row(writer, row, HEADROOM)
-                    done += 1
-                    if progress is not None and done % 10_000 == 0:
-                        progress(done, total)
-                writer.set_header(applied_seq=log_seq, dirty=0)
+            for row in vector_sql.iter_rows(self.db, self.table):
+                append(writer, row, headroom)
+                done += 1
+                if progress is not None and done % every == 0:
+                    progress(done, shape.total)
+            writer.set_header(applied_seq=shape.log_seq, dirty=0)
+            if flush:
                 writer.flush()
-                checksums.write(writer)
-            finally:
-                release(writer)
-            os.chmod(tmp, 0o600)
-            self._install(tmp)
-        except BaseException:
-            # A full disk or an obstruction: the old file stays as it was, and no half-written
-            # temporary is left to hold the space.
-            healing.remove_with_sums(tmp)
-            raise
+            checksums.write(writer)
+        finally:
+            release(writer)
+        os.chmod(tmp, 0o600)
         if progress is not None:
-            progress(done, total)
+            progress(done, shape.total)
         return done
 
-    def _install(self, tmp: Path) -> None:
-        """Rename a complete file and its checksums over the index (under the exclusive lock:
-        a reader never sees one without the other; a crash between them leaves a pair that
-        `_inspect` refuses, so the next use rebuilds)."""
-        _unobstructed(lambda: os.replace(tmp, self.path))
-        os.replace(checksums.sums_path(tmp), checksums.sums_path(self.path))
+    def _built_rows(self, built: int) -> int:
+        return built
+
+    def _installed(self, built: int | None) -> None:
         self._handle = None
 
-    # -- healing -----------------------------------------------------------------------------
+    def _rebuild_online(self, step: Progress) -> int:
+        return healing.rebuild_online(self, step)
 
-    @property
-    def healing(self) -> bool:
-        """Whether a background rebuild is running (or waiting for another process's) in this
-        process; scans read SQLite meanwhile."""
-        return self._healer.running
+    def _stale_extra(self) -> list[Path]:
+        # A grow's `.grow` file and a sidecar's `.sum.new` exist only under the exclusive lock.
+        return [
+            self.path.with_name(self.path.name + ".grow"),
+            checksums.sums_path(self.path).with_name(f"{self.path.name}.sum.new"),
+        ]
 
-    def heal_in_background(self, reason: str) -> bool:
-        """Rebuild the damaged file in a background thread (`healing.rebuild_online`); False
-        when one is already running here."""
+    def _deferring(self) -> None:
         self._handle = None
-        return self._healer.start(reason)
 
-    def wait_for_healing(self, timeout: float | None = None) -> None:
-        """Return once the background rebuild (if any) has finished (or `timeout` passed)."""
-        self._healer.wait(timeout)
-
-    def _remove_stale_temporaries(self) -> None:
-        # A rebuild's `.tmp<pid>` and a grow's `.grow` file exist only while their writer holds
-        # the exclusive lock, which we hold now: any found were left by a process that died.
-        stale = list(self.path.parent.glob(glob.escape(self.path.name) + ".tmp*"))
-        stale.append(self.path.with_name(self.path.name + ".grow"))
-        stale.append(checksums.sums_path(self.path).with_name(f"{self.path.name}.sum.new"))
-        # A background rebuild writes without the lock, so its file is stale only once its
-        # process is gone.
-        for path in self.path.parent.glob(glob.escape(self.path.name) + ".heal*"):
-            if healing.orphaned(path.name[len(self.path.name) :]):
-                stale.append(path)
-        for path in stale:
-            path.unlink(missing_ok=True)
+    def _release(self) -> None:
+        self._handle = None
 
     # -- inspection --------------------------------------------------------------------------
 
     def status(self) -> IndexStatus:
-        rebuild = healing.progress_of(self.path)
-        log_seq = vector_sql.max_seq(self.db)
-        with self._flock(exclusive=False):
-            writer, reason = self._open_trusted()
-            if writer is None:
-                return IndexStatus(
-                    self.table,
-                    str(self.path),
-                    self.path.exists(),
-                    False,
-                    reason,
-                    0,
-                    0,
-                    0,
-                    0,
-                    log_seq,
-                    rebuild,
-                )
-            try:
-                h = writer.header()
-                reason = "current" if h.applied_seq >= log_seq else "behind the log"
-                return IndexStatus(
-                    self.table,
-                    str(self.path),
-                    True,
-                    True,
-                    reason,
-                    h.dim,
-                    h.count,
-                    h.live,
-                    h.applied_seq,
-                    log_seq,
-                    rebuild,
-                )
-            finally:
-                release(writer)
-
-    def lag(self) -> int | None:
-        """Log entries the file has not applied yet, read without a lock (a gauge, not a
-        promise); None while the file is missing or cannot be trusted."""
-        applied = self._applied_seq_unlocked()
-        return None if applied is None else max(0, vector_sql.max_seq(self.db) - applied)
+        header, reason, log_seq, rebuild = self._status_parts()
+        if header is None:
+            exists = self.path.exists()
+            return IndexStatus(
+                self.table, str(self.path), exists, False, reason, 0, 0, 0, 0, log_seq, rebuild
+            )
+        return IndexStatus(
+            self.table,
+            str(self.path),
+            True,
+            True,
+            reason,
+            int(header["dim"]),
+            int(header["count"]),
+            int(header["live"]),
+            int(header["applied_seq"]),
+            log_seq,
+            rebuild,
+        )
 
     def verify(self) -> list[str]:
         """Compare every row of the index with SQLite; the differences found (empty = same).
@@ -561,40 +473,3 @@ class VectorIndex:
         if wrong.shape[0] > 20:
             problems.append(f"{self.table}: {wrong.shape[0] - 20} more checksums differ")
         return problems
-
-    def close(self) -> None:
-        # A rebuild still writing its mapped file while the interpreter finalises can crash
-        # the process (as the warm-up could): it stops at its next step, its file removed.
-        self._healer.stop(timeout=120.0)
-        self._handle = None
-        if self._tmp is not None:
-            self._tmp.cleanup()
-
-
-def _unobstructed(act: Callable[[], _T]) -> _T:
-    """`act()` on a path of ours (the index file, its lock file); an empty directory standing
-    there is removed and `act` tried once more, one with contents is `IndexObstructed`."""
-    try:
-        return act()
-    except IsADirectoryError as exc:
-        path = Path(exc.filename2 or exc.filename)
-    try:
-        path.rmdir()
-    except FileNotFoundError:
-        pass
-    except OSError:
-        raise _obstructed(path) from None
-    else:
-        log.warning("removed an empty directory that stood where %s belongs", path.name)
-    try:
-        return act()
-    except IsADirectoryError:  # it came back between the two tries
-        raise _obstructed(path) from None
-
-
-def _obstructed(path: Path) -> IndexObstructed:
-    return IndexObstructed(
-        f"{path} is a directory with contents, where cpersona's index keeps a file; "
-        "cpersona does not delete it: move it away, and the index is rebuilt on the next use "
-        "(recall reads SQLite until then)"
-    )
