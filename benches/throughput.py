@@ -11,9 +11,11 @@ Before measuring, the database is seeded through all four servers by the stress 
 (tests/scaleout/stress_support.py). Then, per configuration and workload, a short warm-up
 (every client makes 5 calls) and the measured run: every client makes `--calls` calls. All
 recall runs come first (the same rows for every one), then the mixed runs (each adds rows).
-Workloads: "recall" (recall only, every scope combination) and "mixed" (the stress test's mix:
+Workloads: "recall" (recall only, every scope combination), "mixed" (the stress test's mix:
 40 % stores with and without msg_id and deliberate duplicates, updates, deletes, locks,
-recalls); after each mixed run the ledger check of the stress test runs (nothing lost).
+recalls) and "store" (stores only, the stress test's stores with their deliberate duplicates,
+spread over `--agents` agents: the write path, issue 19); after the runs the ledger check of
+the stress test runs (nothing lost, no row a dedup rule forbids).
 
 CPU: utime + stime of every process over the measured run, from /proc: each server process,
 all PostgreSQL processes together (the postmaster and its backends), and this client process;
@@ -151,11 +153,12 @@ def measure(
     calls: int,
     tag: str,
     book: Book,
+    agents: int = 0,
 ) -> Measure:
     """One measured run; `book` is every earlier run's ledger too (the check covers all)."""
     view = Cluster(cluster.target, cluster.workdir, cluster.http_servers[:servers])
-    pairs = max(1, clients // 2)
-    work = Workload(book, recall_only=workload == "recall")
+    pairs = agents or max(1, clients // 2)
+    work = Workload(book, recall_only=workload == "recall", store_only=workload == "store")
 
     async def warm() -> None:
         await run_phase(view, work, make_lanes(view, clients, f"{tag}w", 3, pairs), 5)
@@ -179,13 +182,25 @@ def measure(
     return Measure(workload, servers, clients * calls, wall, every, cpu)
 
 
+def saturated(cpu: dict[str, float]) -> str:
+    """What ran out in a run: the machine (its cores all busy, whoever used them), else a
+    process near a whole core (a server is one Python process; PostgreSQL is many, so its
+    sum may pass 100 % and only counts as saturated with the machine), else nothing."""
+    cores = (os.cpu_count() or 1) * 100.0
+    if cpu.get("machine", 0.0) >= 0.9 * cores:
+        top = max((g for g in cpu if g not in ("machine", "others")), key=lambda g: cpu[g])
+        return f"machine ({cpu['machine']:.0f} % of {cores:.0f}; most: {top})"
+    busy = [g for g, v in cpu.items() if g.startswith("http") and v >= 85.0]
+    return ", ".join(f"{g} core" for g in busy) or "none (waits: locks, fsync, clients)"
+
+
 def report(results: list[Measure], names: list[str]) -> list[str]:
     servers_all = [n for n in names if n.startswith("http")]
     lines = [
         "| workload | servers | calls/s (median, min-max) | p50 ms | p95 ms | "
         + " | ".join(f"{n} CPU %" for n in names)
-        + " | CPU ms per call: servers / postgresql / clients |",
-        "|---|---|---|---|---|" + "---|" * len(names) + "---|",
+        + " | CPU ms per call: servers / postgresql / clients | saturated |",
+        "|---|---|---|---|---|" + "---|" * len(names) + "---|---|",
     ]
     keys = sorted({(m.workload, m.servers) for m in results}, key=lambda k: (k[0] != "recall", k))
     for workload, servers in keys:
@@ -203,7 +218,7 @@ def report(results: list[Measure], names: list[str]) -> list[str]:
                 f"{statistics.median(m.cpu_ms_per_call(g) for m in runs):.1f}"
                 for g in (servers_all, ["postgresql"], ["clients"])
             )
-            + " |"
+            + f" | {saturated(cpu)} |"
         )
     return lines
 
@@ -217,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", default="1,2,4", help="server counts to measure")
     parser.add_argument("--workloads", default="recall,mixed")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--agents", type=int, default=0, help="agents the clients write as (default clients/2)"
+    )
     parser.add_argument("--pool-size", type=int, help="CPERSONA_PG_POOL_SIZE of every server")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.servers.split(",")]
@@ -237,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sampler = Sampler(cluster, postmaster)
             book = Book()
-            pairs = max(1, args.clients // 2)
+            pairs = args.agents or max(1, args.clients // 2)
             seed_lanes = make_lanes(cluster, args.clients, "seed", 1, pairs)
             anyio.run(run_phase, cluster, Workload(book), seed_lanes, args.seed_calls)
             rows = book.outcomes["stored"] - book.outcomes["deleted"]
@@ -248,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                         tag = f"r{round_no}{workload[0]}{servers}"
                         m = measure(
                             cluster, sampler, servers, workload, args.clients, args.calls, tag,
-                            book,
+                            book, args.agents,
                         )  # fmt: skip
                         results.append(m)
                         print(

@@ -413,8 +413,8 @@ def full_text_indexes(
     are refused (`Settings.full_text_problem`).
     """
     from cpersona import _backend
-    from cpersona.errors import ConfigError
     from cpersona.derived.placement import SHARED_KEEP_LOG, cache_base
+    from cpersona.errors import ConfigError
     from cpersona.fts.index import open_fts_indexes
 
     kernels = _backend.load(settings.kernel)

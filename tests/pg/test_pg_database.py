@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import pytest
 from cpersona.storage import open_database
-from cpersona.storage.change_log import ChangeLog
 from cpersona.storage.pg.db import PgDatabase
 
 
@@ -94,15 +93,17 @@ def test_snapshot_reads_see_one_state(db: PgDatabase) -> None:
     assert db.query_one("SELECT COUNT(*) FROM memories")[0] == before + 1
 
 
-def test_writers_are_serialised_by_the_global_lock(pg_url: str, db: PgDatabase) -> None:
-    # A second database object (another process's pool) waits for the first's transaction.
+def test_maintenance_writes_are_serialised(pg_url: str, db: PgDatabase) -> None:
+    # A second database object (another process's pool) waits for the first's transaction:
+    # `atomic()` (exclusive, maintenance) still runs alone; the write tools' transactions
+    # (`atomic(exclusive=False)`) do not wait for each other (tests/pg/test_pg_write_locks.py).
     other = open_database("", database_url=pg_url, pool_size=2)
     order: list[str] = []
     inside = threading.Event()
 
     def second() -> None:
         inside.wait()
-        with other.atomic() as conn:
+        with other.atomic(exclusive=False) as conn:
             order.append("second")
             insert(conn, "second")
 
@@ -116,21 +117,6 @@ def test_writers_are_serialised_by_the_global_lock(pg_url: str, db: PgDatabase) 
     thread.join()
     other.close()
     assert order == ["first", "second"]
-
-
-def test_change_log_marks_survive_trimming(db: PgDatabase) -> None:
-    log = ChangeLog("fts_log")
-    with db.atomic() as conn:
-        ids = [insert(conn, f"m{i}") for i in range(3)]
-    changes = log.changes_since(db, "memories", 0)
-    assert changes.row_ids == ids and changes.max_seq == log.max_seq(db) == 3
-    assert log.trim(db, "memories", 3) == 3
-    assert log.max_seq(db) == 3 and log.trimmed_upto(db, "memories") == 3
-    log.trim(db, "memories", 2)  # an older mark never lowers it
-    assert log.trimmed_upto(db, "memories") == 3
-    with db.atomic() as conn:
-        conn.execute("DELETE FROM memories WHERE id = ?", (ids[0],))
-    assert log.changes_since(db, "memories", 3).row_ids == [ids[0]]
 
 
 def _kill_sessions(url: str) -> int:

@@ -199,15 +199,19 @@ def _args_scope(args: dict[str, Any]) -> tuple[str, str]:
 class Workload:
     """Generates a client's calls and records their answers in the shared Book."""
 
-    def __init__(self, book: Book, *, recall_only: bool = False) -> None:
+    def __init__(self, book: Book, *, recall_only: bool = False, store_only: bool = False) -> None:
         self.book = book
         self.recall_only = recall_only
+        #: Stores only (benches/throughput.py "store": the write path's throughput).
+        self.store_only = store_only
 
     def next_call(self, lane: Lane) -> Call:
         rng, book = lane.rng, self.book
         live = [i for i in lane.mine if not book.rows[i].deleted]
         if self.recall_only:
             return self._recall(lane)
+        if self.store_only:
+            return self._store(lane)
         roll = rng.random()
         if roll < 0.40 or not live:
             return self._store(lane)

@@ -1,11 +1,19 @@
 """A change log kept by triggers (`vector_log`, `fts_log`): what a derived index file reads to
-catch up with SQLite, and forgets once applied. One implementation for both indexes."""
+catch up with the database, and forgets once applied. One implementation for both indexes.
+
+A follower's position is an int it stores (`applied_seq`). On SQLite it is a seq: one writer
+at a time, so seqs commit in order and "everything up to the largest seq" is exact. On
+PostgreSQL many servers write at once and a transaction that took seq 7 may commit after one
+that took seq 8, so the position is a transaction horizon instead (storage/pg/horizons.py):
+everything written by a transaction below it was visible to the read that handed it out.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from cpersona.storage.interface import Store
+from cpersona.storage.pg import horizons
 
 LOGS = ("vector_log", "fts_log")
 
@@ -42,43 +50,43 @@ class ChangeLog:
         # point of the database's history (a restored backup).
         return f"SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = '{self.name}'), 0)"
 
-    def _high_water_of(self, db: Store) -> str:
-        if db.dialect == "sqlite":
-            return self._high_water
-        # PostgreSQL: every writer holds the global write lock until it commits, so seqs
-        # become visible in seq order and the largest visible one is a safe mark; trimmed
-        # entries are remembered by their marks in cpersona_meta (stored as decimal text).
-        return (
-            f"SELECT GREATEST(COALESCE((SELECT MAX(seq) FROM {self.name}), 0), COALESCE(("
-            "SELECT MAX(convert_from(value, 'UTF8')::bigint) FROM cpersona_meta "
-            f"WHERE key LIKE '{self.name}_trimmed_%'), 0))"
-        )
-
     def _logged(self, table: str) -> str:
         if table not in TABLES:
             raise ValueError(f"no {self.index} index for table {table!r}")
         return table
 
     def max_seq(self, db: Store) -> int:
-        """The largest seq ever written (trimmed entries included)."""
-        row = db.query_one(self._high_water_of(db))
-        return int(row[0]) if row else 0
+        """The largest seq ever written (trimmed entries included); on PostgreSQL the current
+        horizon (`horizons.py`): equal to a position a follower was handed only when nothing
+        was written since, never below one, and safe to start a rebuild from."""
+        if db.dialect != "sqlite":
+            return horizons.now(db.reader())
+        row = db.query_one(self._high_water)
+        return _mark(row[0]) if row else 0
 
     def changes_since(self, db: Store, table: str, seq: int) -> Changes:
-        """Distinct row ids of `table` logged after `seq`, oldest change first, and the max."""
+        """Distinct row ids of `table` logged after `seq`, oldest change first, and the
+        position to ask from next (on PostgreSQL a horizon: a row id may come again, and
+        applying one is idempotent, the index re-reads the row's current state)."""
         table = self._logged(table)
         conn = db.reader()
-        # One snapshot for both statements, so no change slips between them (the caller's,
+        # One snapshot for every statement, so no change slips between them (the caller's,
         # when this thread's reader is already inside a read transaction: BEGIN would fail).
         own = not conn.in_transaction
+        params: tuple[object, ...]
         if own:
             conn.execute("BEGIN")
         try:
-            top = conn.execute(self._high_water_of(db)).fetchone()[0]
+            if db.dialect == "sqlite":
+                top = int(conn.execute(self._high_water).fetchone()[0])
+                where, params = "seq > ? AND seq <= ?", (seq, top)
+            else:
+                top = horizons.position(conn)
+                where, params = horizons.entries_after(seq)
             rows = conn.execute(
-                f"SELECT row_id, MIN(seq) AS first FROM {self.name} WHERE tbl = ? AND seq > ? "
-                "AND seq <= ? GROUP BY row_id ORDER BY first",
-                (table, seq, top),
+                f"SELECT row_id, MIN(seq) AS first FROM {self.name} WHERE tbl = ? AND {where} "
+                "GROUP BY row_id ORDER BY first",
+                (table, *params),
             ).fetchall()
             # Read in the same snapshot: were entries this read needed deleted before it?
             mark = conn.execute(
@@ -87,31 +95,41 @@ class ChangeLog:
         finally:
             if own:
                 conn.execute("COMMIT")
-        lost = mark is not None and int(mark[0]) > seq
-        return Changes([int(r[0]) for r in rows], int(top), lost)
+        lost = mark is not None and _mark(mark[0]) > seq
+        return Changes([int(r[0]) for r in rows], top, lost)
 
     def trim(self, db: Store, table: str, upto: int) -> int:
         """Forget applied entries of `table` (the index file remembers `applied_seq`), and
-        remember how far: a file that has applied less can no longer be brought current."""
+        remember how far: a file that has applied less can no longer be brought current.
+        Not a maintenance write on PostgreSQL: the mark only ever rises (GREATEST), so trims
+        of several hosts and the writers beside them need no lock but the mark's row."""
         key = f"{self.name}_trimmed_{self._logged(table)}"
-        with db.atomic() as conn:
+        with db.atomic(exclusive=False) as conn:
             if db.dialect == "sqlite":
                 conn.execute(
                     "INSERT INTO cpersona_meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
                     "DO UPDATE SET value = MAX(value, excluded.value)",
                     (key, upto),
                 )
-            else:  # value is BYTEA there: the mark as decimal text, compared as a number
+                return int(
+                    conn.execute(
+                        f"DELETE FROM {self.name} WHERE tbl = ? AND seq <= ?", (table, upto)
+                    ).rowcount
+                )
+            # PostgreSQL: what other hosts may still need is kept (horizons.RETAIN_SECONDS);
+            # the mark says exactly what went (value is BYTEA there: decimal text).
+            sql, params = horizons.trim_statement(self.name, upto)
+            deleted = [r[0] for r in conn.execute(sql, (table, *params)).fetchall()]
+            mark = horizons.trim_mark(upto, deleted)
+            if mark is not None:
                 conn.execute(
                     "INSERT INTO cpersona_meta(key, value) VALUES (?, convert_to(?, 'UTF8')) "
                     "ON CONFLICT(key) DO UPDATE SET value = convert_to(GREATEST("
                     "convert_from(cpersona_meta.value, 'UTF8')::bigint, "
                     "convert_from(excluded.value, 'UTF8')::bigint)::text, 'UTF8')",
-                    (key, str(int(upto))),
+                    (key, str(mark)),
                 )
-            return conn.execute(
-                f"DELETE FROM {self.name} WHERE tbl = ? AND seq <= ?", (table, upto)
-            ).rowcount
+            return len(deleted)
 
     def trimmed_upto(self, db: Store, table: str) -> int:
         """The seq up to which `table`'s entries were trimmed (0 = never)."""
@@ -119,4 +137,11 @@ class ChangeLog:
         row = db.query_one(
             "SELECT value FROM cpersona_meta WHERE key = ?", (f"{self.name}_trimmed_{table}",)
         )
-        return int(row[0]) if row else 0
+        return _mark(row[0]) if row else 0
+
+
+def _mark(value: object) -> int:
+    """A trim mark as stored: an integer on SQLite, decimal text in BYTEA on PostgreSQL."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return int(bytes(value).decode("ascii"))
+    return int(str(value)) if not isinstance(value, int) else value

@@ -263,8 +263,9 @@ class Database:
     # -- writes ------------------------------------------------------------------------------
 
     @contextmanager
-    def atomic(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction: BEGIN IMMEDIATE outside, a named SAVEPOINT when nested.
+    def atomic(self, *, exclusive: bool = True) -> Iterator[sqlite3.Connection]:
+        """A write transaction: BEGIN IMMEDIATE outside, a named SAVEPOINT when nested
+        (`exclusive` changes nothing: SQLite has one writer at a time anyway).
 
         Commits on success, rolls back on any exception (which propagates).
         """

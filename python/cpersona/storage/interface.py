@@ -100,7 +100,8 @@ class Store(Protocol):
     Reads: `query`/`query_one` (one autocommit statement each), or `reader()` for several on
     this thread's read connection; `release_reader()` at the end of each tool call. Writes:
     `with store.atomic() as conn:` one transaction (a savepoint when nested), committed on
-    success and rolled back on any exception.
+    success and rolled back on any exception; `atomic(exclusive=False)` for a write tool's
+    transaction, which locks what it touches itself.
     """
 
     @property
@@ -138,7 +139,11 @@ class Store(Protocol):
 
     def query_one(self, sql: str, params: Params = ..., /) -> Row | None: ...
 
-    def atomic(self) -> AbstractContextManager[Connection]: ...
+    def atomic(self, *, exclusive: bool = ...) -> AbstractContextManager[Connection]:
+        """One write transaction. `exclusive=False`: a write tool's, which takes the locks its
+        rows need itself (storage/writes.py `lock_scopes`) and runs beside other servers'
+        writes on PostgreSQL; exclusive (the default) runs alone. SQLite has one writer."""
+        ...
 
     def snapshot(self) -> AbstractContextManager[Connection]:
         """This thread's reader inside one read snapshot for the whole block (a recall, a

@@ -1,8 +1,8 @@
 """SQL of `cpersona_meta`'s free-form entries: one value (bytes) per text key.
 
 `read(db)` gives the entries as the database holds them now; `edit(db)` inside one write
-transaction (the database's write lock: BEGIN IMMEDIATE on SQLite, the global advisory lock on
-PostgreSQL), so a read-merge-write is atomic across every process on the database.
+transaction (the database's write lock: BEGIN IMMEDIATE on SQLite, the maintenance lock held
+exclusive on PostgreSQL), so a read-merge-write is atomic across every process on the database.
 """
 
 from __future__ import annotations

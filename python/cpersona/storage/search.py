@@ -359,9 +359,12 @@ def recall_history(db: Store, ids: Sequence[int]) -> dict[int, tuple[int, str | 
 def bump_recall_counts(db: Store, ids: Sequence[int]) -> None:
     if not ids:
         return
-    with db.atomic() as conn:
-        for start in range(0, len(ids), 500):
-            batch = list(ids[start : start + 500])
+    # Row locks only (no maintenance lock: a recall must not queue behind other servers'
+    # writes); ids in ascending order, so two bumps of overlapping rows never deadlock.
+    ordered = sorted(set(ids))
+    with db.atomic(exclusive=False) as conn:
+        for start in range(0, len(ordered), 500):
+            batch = ordered[start : start + 500]
             marks = ",".join("?" * len(batch))
             conn.execute(
                 f"""UPDATE memories SET recall_count = recall_count + 1,

@@ -6,12 +6,13 @@ fragments that differ asked of `ops` (storage/ops.py); rows answer
 `row[0]`, `row["col"]` and `tuple(row)`, cursors have `fetchone/fetchall/fetchmany`,
 `rowcount` and `lastrowid`.
 
-Writes: `atomic()` takes one pooled connection for the thread, opens a transaction and takes
-ONE global transaction-level advisory lock (`pg_advisory_xact_lock(WRITE_LOCK_KEY)`), so the
-writers of every process on the database are serialised exactly as SQLite's BEGIN IMMEDIATE
-serialises them: each dedup check-then-insert is race-free, and change-log seqs commit in seq
-order. Within a process a lock in front of it keeps waiting writers from holding more than one
-pooled connection. Nested `atomic()` = SAVEPOINT.
+Writes: `atomic()` takes one pooled connection for the thread and opens a transaction.
+`atomic(exclusive=False)`, the write tools' (storage/writes.py), holds the maintenance lock
+`WRITE_LOCK_KEY` SHARED (any number at once, on every server) and then only what its rows
+need (storage/write_locks.py); `atomic()` (maintenance: imports, conversions, repairs) holds
+it EXCLUSIVE and runs alone, like SQLite's BEGIN IMMEDIATE writer, behind a threading lock so
+that waiting ones hold one pooled connection, not one each. Change-log entries may commit out
+of seq order (followed by horizon: storage/pg/horizons.py). Nested `atomic()` = SAVEPOINT.
 
 Reads: `reader()` is a per-thread facade that borrows a pooled connection per statement
 (autocommit: each statement sees the newest commit, as an SQLite reader does); after an
@@ -64,7 +65,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cpersona.storage")
 
-#: The global write lock: "cpersona" in ASCII as a bigint.
+#: The maintenance lock: "cpersona" in ASCII as a bigint. Write tools take it shared,
+#: maintenance exclusive (the key of the global write lock before issue 19, so a server of an
+#: older release, which takes it exclusive for every write, still excludes both).
 WRITE_LOCK_KEY = 0x63706572736F6E61
 
 #: How a read snapshot begins: the snapshot SQLite's deferred read transaction gives.
@@ -522,13 +525,18 @@ class PgDatabase:
     # -- writes ------------------------------------------------------------------------------
 
     @contextmanager
-    def atomic(self) -> Iterator[PgConnection]:
-        """A write transaction holding the global write lock; a SAVEPOINT when nested.
+    def atomic(self, *, exclusive: bool = True) -> Iterator[PgConnection]:
+        """A write transaction holding the maintenance lock (exclusive, or shared for a write
+        tool that takes its own scoped locks); a SAVEPOINT when nested.
 
         Commits on success, rolls back on any exception (which propagates).
         """
         depth = getattr(self._local, "depth", 0)
         if depth > 0:
+            if exclusive and not self._local.exclusive:
+                # Taking it now, beside the shared hold, could deadlock with another server
+                # doing the same: maintenance must open its own transaction.
+                raise RuntimeError("an exclusive write nested in a write tool's transaction")
             conn: PgConnection = self._local.writer
             conn.execute_raw(f"SAVEPOINT sp{depth}")
             self._local.depth = depth + 1
@@ -543,13 +551,16 @@ class PgDatabase:
             self._local.depth = depth
             conn.execute_raw(f"RELEASE SAVEPOINT sp{depth}")
             return
-        with self._write_lock:
+        gate = self._write_lock if exclusive else contextlib.nullcontext()
+        take = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        with gate:
             ctx, conn = self._begun("BEGIN")
             self._local.writer = conn
             self._local.depth = 1
+            self._local.exclusive = exclusive
             failure: BaseException | None = None
             try:
-                conn.execute_raw("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
+                conn.execute_raw(f"SELECT {take}(%s)", (WRITE_LOCK_KEY,))
                 yield conn
             except BaseException as exc:
                 failure = exc

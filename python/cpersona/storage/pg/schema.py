@@ -15,6 +15,9 @@ rules use hash indexes (no size limit). Nothing in the schema emulates SQLite: t
 computes per query are generated columns of built-ins (storage/pg/keys.py), defaults use
 PostgreSQL's clock (`NOW_TEXT`).
 
+Change logs: each entry also records its writing transaction (`xid`, pg_0006_log_xid), which
+is how a follower reads them when writers commit out of seq order (storage/pg/horizons.py).
+
 Migrations are named steps recorded in `cpersona_migrations`, each in one transaction, under a
 session advisory lock so that N processes starting together do not race.
 """
@@ -384,6 +387,26 @@ def _drop_sqlite_functions(conn: PgConnection) -> None:
         conn.execute_raw(ddl)
 
 
+def _log_xid(conn: PgConnection) -> None:
+    """Each change-log entry records its writing transaction (issue 19): writers no longer
+    take one global lock, so seqs may commit out of order, and followers read by transaction
+    horizon (storage/pg/horizons.py). Entries already there get the migration's own xid, which
+    is at or above every horizon an index file holds now (those are seqs: read by seq); and
+    its time, so that a trim by one host keeps what another may not have applied yet."""
+    for log_table in ("vector_log", "fts_log"):
+        conn.execute_raw(
+            f"ALTER TABLE {log_table} ADD COLUMN IF NOT EXISTS "
+            "xid xid8 NOT NULL DEFAULT pg_current_xact_id()"
+        )
+        # When it was written: a trim keeps what other hosts may not have applied yet
+        # (horizons.RETAIN_SECONDS).
+        conn.execute_raw(
+            f"ALTER TABLE {log_table} ADD COLUMN IF NOT EXISTS "
+            "logged_at timestamptz NOT NULL DEFAULT statement_timestamp()"
+        )
+        conn.execute_raw(f"CREATE INDEX IF NOT EXISTS idx_{log_table}_xid ON {log_table}(tbl, xid)")
+
+
 #: Steps run in order, each once. A schema made before issue 18 has run `pg_compat_*`,
 #: `pg_0001_schema` and `pg_vector_window_*` (names no longer listed: they are done); one made
 #: by an earlier build of this release may hold a `pg_legacy_*` record (its functions are
@@ -394,6 +417,7 @@ STEPS: tuple[Step, ...] = (
     Step("pg_0003_shared_state", _shared_state),
     Step("pg_0004_no_sqlite_functions", _drop_sqlite_functions),
     Step("pg_0005_vector_log", _vector_log),
+    Step("pg_0006_log_xid", _log_xid),
 )
 
 
