@@ -4,7 +4,10 @@ the SDK loads; the answers are the SDK's, byte for byte, for every protocol vers
 may ask for, and the SDK still serves the session afterwards.
 
 Each test spawns real servers on one database with a cache directory of its own; whether an
-answer came from the record is read from the server's debug log (never from a clock).
+answer came from the record is read from the server's debug log (never from a clock). The
+`tools/list` answer of both starts is also compared with the golden file of the default
+settings (test_server_tool_list.py has the other settings), so each version starts two servers
+in all.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 from child_env import inherited
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
+GOLDEN_LIST = (Path(__file__).with_name("golden") / "tools_list.default.json").read_bytes()
 WAIT = 60.0  # seconds one exchange may take before the test fails (never a timing claim)
 EARLY = "from the recorded handshake"
 
@@ -115,6 +119,13 @@ def handshake(root: Path, version: str, **env: str) -> tuple[list[bytes], str]:
         server.discard()
 
 
+def listed(line: bytes) -> bytes:
+    """The `result` member of the `tools/list` answer line (id 2), as the server wrote it."""
+    head, tail = b'{"jsonrpc":"2.0","id":2,"result":', b"}\n"
+    assert line.startswith(head) and line.endswith(tail), line[:200]
+    return line[len(head) : -len(tail)]
+
+
 def early_answers(stderr: str) -> int:
     return sum(EARLY in line for line in stderr.splitlines())
 
@@ -134,6 +145,7 @@ def test_recorded_answers_are_the_sdks_byte_for_byte(tmp_path: Path, version: st
     second, second_err = handshake(tmp_path, version)
     assert early_answers(second_err) == 2, second_err[-2000:]
     assert second[:2] == first[:2]
+    assert listed(first[1]) == GOLDEN_LIST  # the SDK's answer, and so the record's
     # The SDK saw the session all the same: the store after it is served (a duplicate now).
     assert json.loads(json.loads(first[2])["result"]["content"][0]["text"])["result"] == "stored"
     later = json.loads(json.loads(second[2])["result"]["content"][0]["text"])

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Issue
+from cpersona.health.issue import INTERNAL, UNSET, Reembedded
 from cpersona.storage import secret_scan
 from cpersona.storage.upkeep.embedding_rows import texts_by_id
 from cpersona.storage.upkeep.handle import reading
@@ -35,7 +35,7 @@ ALLOW_HINT = (
 
 
 @dataclass(kw_only=True, eq=False)
-class StoredCredentials(Issue):
+class StoredCredentials(Reembedded):
     """One table's rows holding what a write now redacts: ids and kinds, never a value."""
 
     type: str = CHECK
@@ -45,17 +45,23 @@ class StoredCredentials(Issue):
     count: int
     kinds: dict[str, int]
     locked: int
-    repairable: int
     sample_ids: list[int]
     hint: str = UNSET
-    fixed: int | bool = UNSET
     redacted_rows: int = UNSET
     deleted_collisions: int = UNSET
-    fix_error: str = UNSET
-    re_embedded: int = UNSET
     #: (agent_id, id, {column: redacted text}) of the rows the repair rewrites.
     plan: list[tuple[str, int, dict[str, str]]] = field(
         default_factory=list, repr=False, metadata=INTERNAL
+    )
+    _tail = (
+        "repairable",
+        "sample_ids",
+        "hint",
+        "fixed",
+        "redacted_rows",
+        "deleted_collisions",
+        "fix_error",
+        "re_embedded",
     )
 
 

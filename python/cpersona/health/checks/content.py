@@ -10,7 +10,7 @@ from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue, fix_together
+from cpersona.health.issue import INTERNAL, UNSET, Fixable, Reembedded, fix_together
 from cpersona.storage.upkeep.texts import (
     delete_unlocked_memories,
     duplicate_groups,
@@ -25,21 +25,26 @@ MENTION = re.compile(r"\s*<@!?\d+>")
 
 
 @dataclass(kw_only=True, eq=False)
-class Rewrite(Issue):
+class Rewrite(Reembedded):
     """Memories holding what the check strips from their text."""
 
     severity: str = "info"
     count: int
     locked: int
-    repairable: int
     sample_ids: list[int]
-    fixed: int | bool = UNSET
     rewritten: int = UNSET
     deleted_collisions: int = UNSET
-    fix_error: str = UNSET
-    re_embedded: int = UNSET
     #: (id, new text) of the unlocked rows the strip changes.
     plan: list[tuple[int, str]] = field(default_factory=list, repr=False, metadata=INTERNAL)
+    _tail = (
+        "repairable",
+        "sample_ids",
+        "fixed",
+        "rewritten",
+        "deleted_collisions",
+        "fix_error",
+        "re_embedded",
+    )
 
 
 def _rewrite_check(
@@ -89,7 +94,7 @@ def discord_mention(ctx: HealthContext) -> list[Rewrite]:
 
 
 @dataclass(kw_only=True, eq=False)
-class OversizedContent(Issue):
+class OversizedContent(Reembedded):
     type: str = "oversized_content"
     severity: str = "warn"
     check: str = "oversized_content"
@@ -97,12 +102,9 @@ class OversizedContent(Issue):
     max_len: int
     cap: int
     locked: int
-    repairable: int
-    fixed: int | bool = UNSET
     lossy: bool = UNSET
-    fix_error: str = UNSET
-    re_embedded: int = UNSET
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
+    _tail = ("repairable", "fixed", "lossy", "fix_error", "re_embedded")
 
 
 def oversized_content(ctx: HealthContext) -> list[OversizedContent]:

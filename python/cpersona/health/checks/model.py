@@ -6,7 +6,7 @@ repair clears the vectors another model made; the fix run's second pass writes t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.checks.embeddings import TABLES
@@ -62,42 +62,40 @@ class WidthMismatch(EmbeddingModelIssue, Reembedded):
     rows: int
 
 
+#: The answer order of a finding whose hint stands between `repairable` and what the fix did.
+_HINT_IN_TAIL = ("repairable", "hint", "fixed", "fix_error")
+
+
 @dataclass(kw_only=True, eq=False)
-class ModelMismatch(EmbeddingModelIssue):
+class ModelMismatch(EmbeddingModelIssue, Reembedded):
     type: str = "embedding_model_mismatch"
     severity: str = "warn"
     configured_model: str
     stored_model: str | None
     sampled: int
     differing: int
-    repairable: int
     hint: str = (
         "vectors from another model make similarity meaningless; "
         "fix=true re-embeds them with the configured model"
     )
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
-    re_embedded: int = UNSET
+    _tail: ClassVar[tuple[str, ...]] = (*_HINT_IN_TAIL, "re_embedded")
 
 
 @dataclass(kw_only=True, eq=False)
-class ForeignRows(EmbeddingModelIssue):
+class ForeignRows(EmbeddingModelIssue, Reembedded):
     type: str = "embedding_model_foreign_rows"
     severity: str = "warn"
     configured_model: str
     sampled: int
     differing: int
     rows: dict[str, list[int]]
-    repairable: int
     hint: str = (
         "these rows' vectors are not the configured model's embedding of their "
         "text (imported from another model?), so recall compares them with nothing "
         "they mean; fix=true re-embeds them. The probe samples the newest and oldest "
         "rows: run the check again after the fix"
     )
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
-    re_embedded: int = UNSET
+    _tail: ClassVar[tuple[str, ...]] = (*_HINT_IN_TAIL, "re_embedded")
 
 
 @dataclass(kw_only=True, eq=False)
@@ -110,23 +108,32 @@ class LabelStale(EmbeddingModelIssue):
 
 
 @dataclass(kw_only=True, eq=False)
-class ModelChanged(EmbeddingModelIssue):
+class Advised(EmbeddingModelIssue):
+    """A finding whose answer has the fix fields but no rows this check's repair counts
+    (`repairable` null): the hint says what to do."""
+
+    repairable: int | None = None
+    hint: str
+    fixed: int | bool = UNSET
+    fix_error: str = UNSET
+    _tail: ClassVar[tuple[str, ...]] = _HINT_IN_TAIL
+
+
+@dataclass(kw_only=True, eq=False)
+class ModelChanged(Advised):
     type: str = "embedding_model_changed"
     severity: str = "warn"
     configured_model: str
     stored_model: str
-    repairable: int | None = None
     hint: str = (
         "the calibration was measured on another model; "
         "check_health(fix=true) compares stored vectors with fresh ones "
         "and re-embeds them if they differ"
     )
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
 
 
 @dataclass(kw_only=True, eq=False)
-class Conversion(EmbeddingModelIssue):
+class Conversion(Advised):
     """A `cpersona reembed` conversion running (`reembed_running`) or stopped before it
     finished (`reembed_interrupted`)."""
 
@@ -137,22 +144,14 @@ class Conversion(EmbeddingModelIssue):
     started_at: str
     rows_converted: int
     rows: int
-    repairable: int | None = None
-    hint: str
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
 
 
 @dataclass(kw_only=True, eq=False)
-class ConversionPending(EmbeddingModelIssue):
+class ConversionPending(Advised):
     type: str = "embedding_model_conversion_pending"
     severity: str = "warn"
     configured_model: str
     stored_model: dict[str, str]
-    repairable: int | None = None
-    hint: str
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
 
 
 def embedding_model(ctx: HealthContext) -> list[Issue]:

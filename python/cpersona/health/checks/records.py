@@ -63,7 +63,7 @@ def delete_empty(ctx: HealthContext, issues: list[EmptyContent]) -> None:
 
 
 @dataclass(kw_only=True, eq=False)
-class InvalidSourceType(Issue):
+class InvalidSourceType(Fixable):
     type: str = "invalid_source_type"
     check: str = "invalid_source_type"
     count: int
@@ -71,12 +71,10 @@ class InvalidSourceType(Issue):
     unmapped: int
     locked: int
     remaining: int
-    repairable: int
-    fixed: int | bool = UNSET
     mapped: int = UNSET
-    fix_error: str = UNSET
     #: (id, the canonical source text) of the unlocked rows that map.
     plan: list[tuple[int, str]] = field(default_factory=list, repr=False, metadata=INTERNAL)
+    _tail = ("repairable", "fixed", "mapped", "fix_error")
 
 
 def invalid_source_type(ctx: HealthContext) -> list[InvalidSourceType]:
@@ -116,18 +114,16 @@ def map_sources(ctx: HealthContext, issues: list[InvalidSourceType]) -> None:
 
 
 @dataclass(kw_only=True, eq=False)
-class OversizedProfile(Issue):
+class OversizedProfile(Fixable):
     type: str = "oversized_profile"
     severity: str = "warn"
     check: str = "oversized_profile"
     count: int
     max_len: int
     cap: int
-    repairable: int
-    fixed: int | bool = UNSET
     lossy: bool = UNSET
-    fix_error: str = UNSET
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
+    _tail = ("repairable", "fixed", "lossy", "fix_error")
 
 
 def oversized_profile(ctx: HealthContext) -> list[OversizedProfile]:

@@ -133,17 +133,15 @@ def check_schema_version(ctx: HealthContext) -> list[Issue]:
 
 
 @dataclass(kw_only=True, eq=False)
-class MsgIdIndexMissing(Issue):
+class MsgIdIndexMissing(Fixable):
     type: str = "dedup_msg_id_index_missing"
     severity: str = "critical"
     check: str = "dedup_msg_id_index"
     colliding_rows: int
     locked_colliding_rows: int
     cross_agent: bool = True
-    repairable: int
     msg_ids_blanked: int = UNSET
-    fixed: bool = UNSET
-    fix_error: str = UNSET
+    _tail = ("repairable", "msg_ids_blanked", "fixed", "fix_error")
 
 
 def dedup_msg_id_index(ctx: HealthContext) -> list[MsgIdIndexMissing]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue, fix_together
+from cpersona.health.issue import INTERNAL, UNSET, Fixable, fix_together
 from cpersona.memory.text import parse_utc
 from cpersona.storage.upkeep.stamps import (
     StampFlag,
@@ -35,18 +35,16 @@ STALE_TASK_HOURS = 1
 
 
 @dataclass(kw_only=True, eq=False)
-class BadTimestamps(Issue):
+class BadTimestamps(Fixable):
     """Memories whose `timestamp` does not parse (`invalid_timestamp`) or lies ahead of now
     by more than the allowed skew (`future_timestamp`)."""
 
     severity: str = "warn"
     count: int
-    repairable: int
     sample_ids: list[int]
-    fixed: int | bool = UNSET
-    fix_error: str = UNSET
     #: Unlocked rows whose created_at can stand in.
     ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
+    _tail = ("repairable", "sample_ids", "fixed", "fix_error")
 
 
 def _timestamp_rows(check: str, rows: list[StampFlag]) -> list[BadTimestamps]:

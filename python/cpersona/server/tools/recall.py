@@ -32,17 +32,21 @@ EXTERNAL_CONTEXT = {
 }
 
 
-# The two recall tools publish their arguments in this order (recall_with_context has
-# external_context last, instead of exclude_contents after channel), so each model lists its
-# own; `_request` reads the attributes both share.
+# The two recall tools publish their arguments in this order: the query's (_Query), then
+# recall's exclude_contents, then the scope both share (_Scope), then recall_with_context's
+# external_context. A dataclass lists its bases' fields in reverse method-resolution order, so
+# `class X(_Scope, _Query)` lists _Query's first; `_request` reads the attributes both share.
 @dataclass(frozen=True)
-class RecallArgs:
+class _Query:
     agent_id: str = arg(STR, required=True)
     query: str = arg(QUERY, required=True)
     limit: int = arg(LIMIT, 10)
     deep: bool = arg(DEEP)
     channel: str = arg(STR)
-    exclude_contents: list[str] = arg({"type": "array", "items": {"type": "string"}})
+
+
+@dataclass(frozen=True)
+class _Scope:
     #: None (omitted) recalls from every project, unlike '' (the global pool).
     project_id: str | None = arg(STR, None)
     source_id: str = arg(STR)
@@ -53,18 +57,17 @@ class RecallArgs:
 
 
 @dataclass(frozen=True)
-class RecallWithContextArgs:
-    agent_id: str = arg(STR, required=True)
-    query: str = arg(QUERY, required=True)
-    limit: int = arg(LIMIT, 10)
-    deep: bool = arg(DEEP)
-    channel: str = arg(STR)
-    project_id: str | None = arg(STR, None)
-    source_id: str = arg(STR)
-    full_content: bool = arg({"type": "boolean"})
-    session_key: str = arg(SESSION_KEY)
-    since: str | None = arg(SINCE, None)
-    until: str | None = arg(UNTIL, None)
+class _Excluding(_Query):
+    exclude_contents: list[str] = arg({"type": "array", "items": {"type": "string"}})
+
+
+@dataclass(frozen=True)
+class RecallArgs(_Scope, _Excluding):
+    pass
+
+
+@dataclass(frozen=True)
+class RecallWithContextArgs(_Scope, _Query):
     external_context: list[Any] = arg(EXTERNAL_CONTEXT)
 
 
