@@ -12,6 +12,7 @@ staged vector always belongs to the row's current text, whoever wrote (a 2.5.x s
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -255,17 +256,34 @@ def cut_over(conn: Conn, table: str, model: str, dim: int | None) -> int:
     return int(swapped)
 
 
+#: Stores whose tables were seen: the tables of a migrated database never go away, so the
+#: catalogue is asked once per store, not twice per recall (two of a PostgreSQL recall's
+#: round trips each time, issue 19).
+_seen: weakref.WeakSet[Store] = weakref.WeakSet()
+
+#: Both halves of `read` in one statement, so one snapshot without a BEGIN and a COMMIT.
+_BOTH = (
+    "SELECT 'r', tbl, model, dim, how, NULL FROM cpersona_vector_model UNION ALL "
+    "SELECT 'c', tbl, model, NULL, phase, started_at FROM cpersona_reembed"
+)
+
+
 def read(db: Store) -> tuple[dict[str, Recorded], dict[str, Conversion]]:
-    """The record and the open conversions, read in one snapshot."""
+    """The record and the open conversions, read in one snapshot (one statement: every recall
+    asks, through the model router)."""
     conn = db.reader()
-    own = not conn.in_transaction
-    if own:
-        conn.execute("BEGIN")
-    try:
-        return recorded(conn), conversions(conn)
-    finally:
-        if own:
-            conn.execute("COMMIT")
+    if db not in _seen:
+        if not _present(conn):
+            return {}, {}
+        _seen.add(db)
+    record: dict[str, Recorded] = {}
+    open_: dict[str, Conversion] = {}
+    for kind, table, model, dim, how, started_at in conn.execute(_BOTH).fetchall():
+        if kind == "r":
+            record[table] = Recorded(model, dim, how)
+        else:
+            open_[table] = Conversion(table, model, how, started_at)
+    return record, open_
 
 
 def fill_vector(conn: Conn, table: str, row_id: int, text: str, blob: bytes) -> int:
