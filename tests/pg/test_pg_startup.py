@@ -71,7 +71,7 @@ def test_missing_vector_extension_stops_with_one_line_naming_pgvector(tmp_path):
 
 
 def test_urls_in_messages_never_carry_the_password():
-    from cpersona.storage.pg.db import redact
+    from cpersona.storage.pg.connection import redact
 
     assert redact("postgresql://u:p%40ss@db.example:5432/mem?sslmode=require") == (
         "postgresql://u@db.example:5432/mem?sslmode=require"

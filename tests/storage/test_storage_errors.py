@@ -121,7 +121,7 @@ def test_update_to_a_taken_text_is_a_constraint_error_on_both_backends(
 def test_postgresql_states_map_to_the_same_kinds() -> None:
     psycopg = pytest.importorskip("psycopg")
     from cpersona.storage.pg import errors as pg_errors
-    from cpersona.storage.pg.db import _mapped
+    from cpersona.storage.pg.connection import _mapped
 
     pg_errors.install()
     cases = {

@@ -57,7 +57,7 @@ class LogSource(Protocol):
 
     def max_seq(self, db: Store) -> int: ...
     def changes_since(self, db: Store, table: str, seq: int) -> Changes: ...
-    def trim_log(self, db: Store, table: str, upto: int) -> int: ...
+    def trim_log(self, db: Store, table: str, upto: int, keep: int = 0) -> int: ...
     def trimmed_upto(self, db: Store, table: str) -> int: ...
 
 
@@ -336,10 +336,13 @@ class DerivedIndex(Generic[H, U, B]):
         # The log only needs entries the file has not applied; forget the rest now and then.
         # Not from inside a read snapshot: a trim is a write (on PostgreSQL a second pooled
         # connection beside the pinned one); the next sync outside one trims.
-        upto = applied - self._keep_log
-        if upto - self._trimmed_upto >= self.trim_every and not self.db.in_snapshot():
-            self.source.trim_log(self.db, self.table, upto)
-            self._trimmed_upto = upto
+        # `keep_log` is the log's to apply (change_log.py): positions are opaque here, and on
+        # PostgreSQL a horizon minus a count of entries is no position at all (it read as a
+        # seq beyond every entry, and one host's trim took the entries the others still
+        # needed, tests/vectors/test_pg_two_servers.py).
+        if applied - self._trimmed_upto >= self.trim_every and not self.db.in_snapshot():
+            self.source.trim_log(self.db, self.table, applied, self._keep_log)
+            self._trimmed_upto = applied
 
     # -- rebuild -----------------------------------------------------------------------------
 

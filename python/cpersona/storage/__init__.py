@@ -111,7 +111,7 @@ def open_failure_reason(db_path: str, database_url: str | None, exc: BaseExcepti
 def database_label(db_path: str, database_url: str | None) -> str:
     """What names the configured database in messages: the path, or the URL without password."""
     if database_url:
-        from cpersona.storage.pg.db import redact
+        from cpersona.storage.pg.connection import redact
 
         return redact(database_url)
     return db_path

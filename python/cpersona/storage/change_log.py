@@ -98,12 +98,16 @@ class ChangeLog:
         lost = mark is not None and _mark(mark[0]) > seq
         return Changes([int(r[0]) for r in rows], top, lost)
 
-    def trim(self, db: Store, table: str, upto: int) -> int:
+    def trim(self, db: Store, table: str, upto: int, keep: int = 0) -> int:
         """Forget applied entries of `table` (the index file remembers `applied_seq`), and
         remember how far: a file that has applied less can no longer be brought current.
+        `keep`: entries left behind `upto` for other hosts' files (SQLite and seq positions;
+        a horizon keeps what other hosts need by age, horizons.RETAIN_SECONDS).
         Not a maintenance write on PostgreSQL: the mark only ever rises (GREATEST), so trims
         of several hosts and the writers beside them need no lock but the mark's row."""
         key = f"{self.name}_trimmed_{self._logged(table)}"
+        if db.dialect == "sqlite" or horizons.decode(upto) is None:
+            upto -= keep
         with db.atomic(exclusive=False) as conn:
             if db.dialect == "sqlite":
                 conn.execute(

@@ -29,7 +29,7 @@ from cpersona.storage.db import Database, quote_identifier
 from cpersona.storage.interface import Connection, Store
 
 if TYPE_CHECKING:
-    from cpersona.storage.pg.db import PgConnection
+    from cpersona.storage.pg.connection import PgConnection
 
 #: A row's primary key, as a tuple even when it is one column.
 Key = tuple[object, ...]
@@ -81,7 +81,7 @@ def is_url(location: str) -> bool:
 def label(location: str) -> str:
     """How messages name `location`: a URL without its password, a path made absolute."""
     if is_url(location):
-        from cpersona.storage.pg.db import redact
+        from cpersona.storage.pg.connection import redact
 
         return redact(location)
     return os.path.abspath(location)

@@ -36,7 +36,7 @@ from cpersona.errors import IndexObstructed, StoreCorrupt
 from cpersona.storage import embeddings as vector_sql
 from cpersona.vectors import checksums
 from cpersona.vectors.format import SECTIONS, Layout, VectorFileWriter
-from cpersona.vectors.slots import HEADROOM, append_row, release
+from cpersona.vectors.slots import HEADROOM, Shape, append_row, release
 from cpersona.yielding import POLL_SECONDS, CallActivity, GiveWay
 
 if TYPE_CHECKING:
@@ -258,8 +258,6 @@ def rebuild_online(index: VectorIndex, step: Step | None = None) -> int:
     under the lock, what was logged meanwhile is applied to that file and it is renamed
     in. Returns the rows written. A failure or a stop at any step removes the private file:
     the index file stays what it was (or absent), never half-written."""
-
-    from cpersona.vectors.index import Shape  # at call time: index.py imports this module
 
     db, table = index.db, index.table
     log_seq = vector_sql.max_seq(db)

@@ -45,6 +45,7 @@ from cpersona.vectors.healing import RebuildProgress
 from cpersona.vectors.slots import (
     HEADROOM,
     TABLE_CODES,
+    Shape,
     append_row,
     compare_slot,
     live_slots,
@@ -65,16 +66,6 @@ TRIM_EVERY = 5000
 def index_file(db_path: str | Path, table: str) -> Path:
     """The index file of `table` beside the database file at `db_path`."""
     return Path(f"{db_path}.{table}.vec")
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """What a file built from the database is sized for: the log position it has applied,
-    the embedded rows, their modal width (None: no BLOB is a vector)."""
-
-    log_seq: int
-    total: int
-    dim: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,8 @@ that the sync, the rebuilds (`index.py`, `healing.py`) and `verify` share."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from cpersona.storage.embeddings import IndexRow
@@ -106,3 +108,13 @@ def release(writer: VectorFileWriter) -> None:
     for attr in ("_views", "_hdr", "_mm"):
         if hasattr(writer, attr):
             delattr(writer, attr)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a file built from the database is sized for: the log position it has applied,
+    the embedded rows, their modal width (None: no BLOB is a vector)."""
+
+    log_seq: int
+    total: int
+    dim: int | None

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 from cpersona.storage.pg import vectors as pg_vectors
 
 if TYPE_CHECKING:
-    from cpersona.storage.pg.db import PgConnection, PgDatabase
+    from cpersona.storage.pg.connection import PgConnection
+    from cpersona.storage.pg.db import PgDatabase
 
 log = logging.getLogger("cpersona.storage")
 

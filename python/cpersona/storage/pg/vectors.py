@@ -28,7 +28,8 @@ from cpersona.storage.pg import keys
 from cpersona.timerange import TimeRange, row_time
 
 if TYPE_CHECKING:
-    from cpersona.storage.pg.db import PgDatabase, Row
+    from cpersona.storage.pg.connection import Row
+    from cpersona.storage.pg.db import PgDatabase
 
 TABLES = ("memories", "episodes")
 #: Names of the server-side cursors `stream_rows` opens (unique in a session).
@@ -44,7 +45,7 @@ def stream_rows(
     statement does, without holding them all at once (a PgCursor fetches its result whole:
     about 2 KB a row of 384 floats, 200 MB at 100,000 rows). Vectors arrive in binary and load
     as float32 bytes (storage/pg/adapters.py)."""
-    from cpersona.storage.pg.db import row_maker
+    from cpersona.storage.pg.connection import row_maker
     from cpersona.storage.pg.dialect import placeholders
 
     with db.snapshot() as reader:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cpersona.storage.upkeep.handle import Conn, Subject, scope, set_unlocked, write_by_ids
+from cpersona.storage.upkeep.handle import Conn, scope, set_unlocked, write_by_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +42,9 @@ def _instants_moved(conn: Conn, table: str, ids: Sequence[int]) -> None:
     by its instant (cpersona.timerange), and the log triggers do not watch those columns."""
     for row_id in ids:
         conn.execute("INSERT INTO fts_log(tbl, row_id) VALUES (?, ?)", (table, row_id))
-        if conn.holds(Subject.VECTOR_FILES):  # else there is no vector log to tell
-            conn.execute(
-                "INSERT INTO vector_log(tbl, row_id, op) VALUES (?, ?, 'u')", (table, row_id)
-            )
+        # Both backends keep vector_log (PostgreSQL since pg_0005: its hosts' vector files
+        # follow it), whether or not this process scans a vector file.
+        conn.execute("INSERT INTO vector_log(tbl, row_id, op) VALUES (?, ?, 'u')", (table, row_id))
 
 
 def unparseable_timestamps(conn: Conn, agent_id: str) -> list[StampFlag]:

@@ -1,0 +1,174 @@
+"""One pooled psycopg connection as the sqlite3.Connection subset storage uses (`PgConnection`,
+`PgCursor`, `Row`), the mapping of psycopg's errors onto the classes callers handle, and the
+redaction of a database URL for messages. PgDatabase (db.py) owns the pool and transactions."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from cpersona.storage.interface import Row as AnyRow
+from cpersona.storage.ops import POSTGRES, SqlOps
+from cpersona.storage.pg.adapters import VectorParam
+from cpersona.storage.pg.adapters import vector_param as _vector_param
+from cpersona.storage.pg.dialect import placeholders
+from cpersona.storage.pg.reach import is_connection_failure
+
+if TYPE_CHECKING:
+    import psycopg
+
+Tracer = Callable[[str, Any], None]
+#: Turns an error that lost a connection into the error to raise (Reach.lost of its pool).
+OnLost = Callable[[BaseException], Exception]
+
+
+def redact(url: str) -> str:
+    """`url` with any password removed (for messages and logs); a libpq keyword string
+    (`host=... password=...`) has its password value replaced."""
+    if "://" not in url:
+        return re.sub(r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable database URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}@{host}" if user else host
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    out = f"{parts.scheme}://{netloc}{parts.path}"
+    return out + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+
+
+class Row(tuple):  # type: ignore[type-arg]
+    """A result row: `row[0]`, `row["col"]` (case-insensitive, like sqlite3.Row), `tuple(row)`."""
+
+    _index: dict[str, int]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            try:
+                return tuple.__getitem__(self, self._index[key.lower()])
+            except KeyError:
+                raise IndexError(f"no such column: {key}") from None
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+
+def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], Row]:
+    index: dict[str, int] = {}
+    for i, name in enumerate(names):
+        index.setdefault(name.lower(), i)
+
+    def make(values: Sequence[Any]) -> Row:
+        row = Row(values)
+        row._index = index
+        return row
+
+    return make
+
+
+class PgCursor:
+    """The results of one statement, already fetched."""
+
+    def __init__(self, rows: list[AnyRow], rowcount: int, lastrowid: int | None) -> None:
+        self._rows = rows
+        self._pos = 0
+        self.rowcount = rowcount
+        self.lastrowid = lastrowid
+
+    def fetchone(self) -> AnyRow | None:
+        if self._pos >= len(self._rows):
+            return None
+        row = self._rows[self._pos]
+        self._pos += 1
+        return row
+
+    def fetchmany(self, size: int = 1) -> list[AnyRow]:
+        out = self._rows[self._pos : self._pos + size]
+        self._pos += len(out)
+        return out
+
+    def fetchall(self) -> list[AnyRow]:
+        out = self._rows[self._pos :]
+        self._pos = len(self._rows)
+        return out
+
+    def __iter__(self) -> Iterator[AnyRow]:
+        while (row := self.fetchone()) is not None:
+            yield row
+
+
+class PgConnection:
+    """One pooled psycopg connection behind the sqlite3.Connection subset storage uses."""
+
+    dialect = "postgresql"
+    ops: SqlOps = POSTGRES
+
+    def __init__(
+        self, conn: psycopg.Connection[Any], tracer: Tracer | None, on_lost: OnLost | None = None
+    ) -> None:
+        self.raw = conn
+        self._tracer = tracer
+        self._on_lost = on_lost
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return self.raw.info.transaction_status != TransactionStatus.IDLE
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
+        """Run one storage statement (portable SQL, `?` placeholders)."""
+        return self._run(placeholders(sql), tuple(params), returns_id=False)
+
+    def execute_raw(self, sql: str, params: Sequence[Any] | None = None) -> PgCursor:
+        """Run one statement written for PostgreSQL (schema, locks)."""
+        return self._run(sql, None if params is None else tuple(params), returns_id=False)
+
+    def vector_param(self, blob: bytes | None) -> VectorParam | None:
+        """As `PgDatabase.vector_param` (storage functions that take a connection)."""
+        return _vector_param(blob)
+
+    def _run(self, sql: str, params: tuple[Any, ...] | None, *, returns_id: bool) -> PgCursor:
+        if self._tracer is not None:
+            self._tracer(sql, params)
+        try:
+            cur = self.raw.execute(sql, params, binary=True)
+            rows: list[AnyRow] = []
+            if cur.description is not None:
+                make = row_maker([c.name for c in cur.description])
+                rows = [make(r) for r in cur.fetchall()]
+        except Exception as exc:
+            if self._on_lost is not None and is_connection_failure(exc, self.raw):
+                raise self._on_lost(exc) from exc
+            raise _mapped(exc) from exc
+        if returns_id:
+            lastrowid = int(rows[0][0]) if len(rows) == 1 else None
+            return PgCursor([], cur.rowcount, lastrowid)
+        return PgCursor(rows, cur.rowcount, None)
+
+
+def _mapped(exc: Exception) -> Exception:
+    """psycopg's error as the sqlite3 class callers already handle (a unique violation is an
+    IntegrityError on both backends), its message kept."""
+    import psycopg
+
+    if not isinstance(exc, psycopg.Error):
+        return exc
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, psycopg.IntegrityError):
+        return sqlite3.IntegrityError(message)
+    if isinstance(exc, psycopg.OperationalError):
+        return sqlite3.OperationalError(message)
+    if isinstance(exc, psycopg.DataError | psycopg.ProgrammingError):
+        return sqlite3.OperationalError(message)
+    return sqlite3.DatabaseError(message)
