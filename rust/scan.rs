@@ -209,7 +209,10 @@ mod x86 {
         let sums = std::array::from_fn(|r| {
             let mut lanes = [0u32; 8];
             // SAFETY: `lanes` is 32 bytes, what an unaligned 256-bit store writes.
-            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), words[r]) };
+            #[allow(clippy::cast_ptr_alignment, reason = "storeu needs no alignment")]
+            unsafe {
+                _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), words[r]);
+            }
             let body = lanes.iter().fold(0u32, |acc, &w| acc.wrapping_add(w));
             body.wrapping_add(super::word_sum(&rows[r][whole..]))
         });
