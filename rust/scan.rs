@@ -102,14 +102,6 @@ fn dot4_portable(rows: [&[f32]; BATCH], query: &[f32]) -> [f32; BATCH] {
     dot_rows_lanes(rows, query)
 }
 
-/// The wrapping `u32` sum of the words of `row` (a slot's vector part of its content checksum):
-/// order-free, so every kernel's sum is this one exactly.
-#[must_use]
-pub fn word_sum(row: &[f32]) -> u32 {
-    row.iter()
-        .fold(0u32, |acc, x| acc.wrapping_add(x.to_bits()))
-}
-
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     //! `dot_rows_lanes` written with AVX2 instructions: the same products, the same lane sums
@@ -121,10 +113,9 @@ mod x86 {
 
     use super::{BATCH, LANES};
     use std::arch::x86_64::{
-        __m128, __m256, __m256i, _mm256_add_epi32, _mm256_add_ps, _mm256_castps256_ps128,
-        _mm256_castps_si256, _mm256_extractf128_ps, _mm256_loadu_ps, _mm256_mul_ps,
-        _mm256_setzero_ps, _mm256_setzero_si256, _mm256_storeu_si256, _mm_add_ps, _mm_add_ss,
-        _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps,
+        __m128, __m256, _mm256_add_ps, _mm256_castps256_ps128, _mm256_extractf128_ps,
+        _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32,
+        _mm_movehl_ps, _mm_shuffle_ps,
     };
 
     /// The common length of the rows and the query (each is cut to the shortest).
@@ -171,54 +162,6 @@ mod x86 {
         std::array::from_fn(|r| finish(_mm256_add_ps(lo[r], hi[r]), rows[r], query, whole, dim))
     }
 
-    /// `dot_rows_avx2` that also sums each row's words (wrapping `u32`, its content checksum's
-    /// vector part) from the loads the products already make: the checksum costs one integer
-    /// add per load instead of a second pass over the row (the scan's profile at 1,000,000
-    /// rows: the separate pass took 60% of the window scan). Scores are `dot_rows_avx2`'s.
-    #[target_feature(enable = "avx2")]
-    pub(super) fn dot_rows_summed_avx2<const ROWS: usize>(
-        rows: [&[f32]; ROWS],
-        query: &[f32],
-    ) -> ([f32; ROWS], [u32; ROWS]) {
-        let dim = width(&rows, query);
-        let whole = dim - dim % LANES;
-        let mut lo = [_mm256_setzero_ps(); ROWS];
-        let mut hi = [_mm256_setzero_ps(); ROWS];
-        let mut words = [_mm256_setzero_si256(); ROWS];
-        let mut at = 0;
-        while at < whole {
-            // SAFETY: `at + LANES <= whole <= dim`, and every slice is at least `dim` long.
-            unsafe {
-                let q_lo = _mm256_loadu_ps(query.as_ptr().add(at));
-                let q_hi = _mm256_loadu_ps(query.as_ptr().add(at + 8));
-                for r in 0..ROWS {
-                    let p = rows[r].as_ptr().add(at);
-                    let (v_lo, v_hi) = (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
-                    lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(v_lo, q_lo));
-                    hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(v_hi, q_hi));
-                    let both =
-                        _mm256_add_epi32(_mm256_castps_si256(v_lo), _mm256_castps_si256(v_hi));
-                    words[r] = _mm256_add_epi32(words[r], both);
-                }
-            }
-            at += LANES;
-        }
-        let scores = std::array::from_fn(|r| {
-            finish(_mm256_add_ps(lo[r], hi[r]), rows[r], query, whole, dim)
-        });
-        let sums = std::array::from_fn(|r| {
-            let mut lanes = [0u32; 8];
-            // SAFETY: `lanes` is 32 bytes, what an unaligned 256-bit store writes.
-            #[allow(clippy::cast_ptr_alignment, reason = "storeu needs no alignment")]
-            unsafe {
-                _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), words[r]);
-            }
-            let body = lanes.iter().fold(0u32, |acc, &w| acc.wrapping_add(w));
-            body.wrapping_add(super::word_sum(&rows[r][whole..]))
-        });
-        (scores, sums)
-    }
-
     /// Proof that this CPU runs AVX2: `detect` is the only way to get one, so the kernels
     /// that take it cannot be called where the instructions would fault.
     #[derive(Clone, Copy, Debug)]
@@ -241,16 +184,6 @@ mod x86 {
         pub(super) fn dot4(self, rows: [&[f32]; BATCH], query: &[f32]) -> [f32; BATCH] {
             // SAFETY: as `dot`.
             unsafe { dot_rows_avx2(rows, query) }
-        }
-
-        #[allow(clippy::unused_self, reason = "the proof is used by being passed")]
-        pub(super) fn dot4_summed(
-            self,
-            rows: [&[f32]; BATCH],
-            query: &[f32],
-        ) -> ([f32; BATCH], [u32; BATCH]) {
-            // SAFETY: as `dot`.
-            unsafe { dot_rows_summed_avx2(rows, query) }
         }
     }
 }
@@ -311,22 +244,6 @@ impl Kernel {
             Imp::Portable => dot4_portable(rows, query),
             #[cfg(target_arch = "x86_64")]
             Imp::Avx2(proof) => proof.dot4(rows, query),
-        }
-    }
-
-    /// `dot4`, and each row's `word_sum` (the rows' whole length, not only the part the query
-    /// covers): the checked scan's one pass over a row.
-    #[inline]
-    #[must_use]
-    pub fn dot4_summed(
-        &self,
-        rows: [&[f32]; BATCH],
-        query: &[f32],
-    ) -> ([f32; BATCH], [u32; BATCH]) {
-        match self.imp {
-            Imp::Portable => (dot4_portable(rows, query), rows.map(word_sum)),
-            #[cfg(target_arch = "x86_64")]
-            Imp::Avx2(proof) => proof.dot4_summed(rows, query),
         }
     }
 }
@@ -568,13 +485,8 @@ pub const CHECKSUMMED: [&str; 8] = [
 /// writer (numpy) and every kernel compute the same value; any change of one word changes it.
 #[must_use]
 pub fn slot_checksum(store: &Store, slot: usize) -> u32 {
-    meta_checksum(store, slot).wrapping_add(word_sum(store.vector(slot)))
-}
-
-/// The part of `slot_checksum` that is not the vector's words.
-fn meta_checksum(store: &Store, slot: usize) -> u32 {
     let words = |v: u64| (v as u32).wrapping_add((v >> 32) as u32);
-    [
+    let meta = [
         store.ids()[slot] as u64,
         store.keys()[slot] as u64,
         store.times()[slot] as u64,
@@ -584,7 +496,11 @@ fn meta_checksum(store: &Store, slot: usize) -> u32 {
         store.source()[slot],
     ]
     .iter()
-    .fold(0u32, |acc, &v| acc.wrapping_add(words(v)))
+    .fold(0u32, |acc, &v| acc.wrapping_add(words(v)));
+    store
+        .vector(slot)
+        .iter()
+        .fold(meta, |acc, x| acc.wrapping_add(x.to_bits()))
 }
 
 /// `scan_index`, and with `sums` (one content checksum per slot, at least `count` of them) every
@@ -835,37 +751,24 @@ fn score_positions(
         if flags[slot] & FLAG_FOREIGN != 0 {
             continue;
         }
-        pending[held] = (position, slot);
-        held += 1;
-        if held == BATCH {
-            let rows = pending.map(|(_, slot)| row(slot));
-            if let Some(sums) = ctx.sums {
-                // The checksum from the same loads as the scores (`dot4_summed`); a damaged
-                // slot ends the scan before its score is kept.
-                let (scores, words) = kernel.dot4_summed(rows, ctx.query);
-                for (((position, slot), score), word) in pending.into_iter().zip(scores).zip(words)
-                {
-                    if meta_checksum(ctx.store, slot).wrapping_add(word) != sums[slot] {
-                        return Some(slot);
-                    }
-                    keep(position, score);
-                }
-            } else {
-                let scores = kernel.dot4(rows, ctx.query);
-                for ((position, _), score) in pending.into_iter().zip(scores) {
-                    keep(position, score);
-                }
-            }
-            held = 0;
-        }
-    }
-    for &(position, slot) in &pending[..held] {
+        // Summed right before scoring, while the row's cache lines are being fetched anyway.
         if ctx
             .sums
             .is_some_and(|sums| slot_checksum(ctx.store, slot) != sums[slot])
         {
             return Some(slot);
         }
+        pending[held] = (position, slot);
+        held += 1;
+        if held == BATCH {
+            let scores = kernel.dot4(pending.map(|(_, slot)| row(slot)), ctx.query);
+            for ((position, _), score) in pending.into_iter().zip(scores) {
+                keep(position, score);
+            }
+            held = 0;
+        }
+    }
+    for &(position, slot) in &pending[..held] {
         keep(position, kernel.dot(row(slot), ctx.query));
     }
     None
@@ -917,35 +820,6 @@ mod tests {
     }
 
     proptest! {
-        #[test]
-        fn dot4_summed_is_dot4_and_word_sum(
-            rows in (1usize..100).prop_flat_map(|d| (
-                prop::collection::vec(prop::collection::vec(any::<u32>(), d), BATCH),
-                prop::collection::vec(-1.0f32..1.0, d),
-            ))
-        ) {
-            // Any bit pattern for the sums (NaNs included: the checksum sums words, not
-            // values); finite values for the scores.
-            let (bits, query) = rows;
-            let raw: Vec<Vec<f32>> = bits
-                .iter()
-                .map(|r| r.iter().map(|&b| f32::from_bits(b)).collect())
-                .collect();
-            let finite: Vec<Vec<f32>> = bits
-                .iter()
-                .map(|r| r.iter().map(|&b| (b % 2001) as f32 / 1000.0 - 1.0).collect())
-                .collect();
-            for kernel in kernels() {
-                let sums = kernel.dot4_summed(std::array::from_fn(|i| &raw[i][..]), &query).1;
-                let want: Vec<u32> = raw.iter().map(|r| word_sum(r)).collect();
-                prop_assert_eq!(sums.to_vec(), want, "{}", kernel.name);
-                let rows: [&[f32]; BATCH] = std::array::from_fn(|i| &finite[i][..]);
-                let (scores, _) = kernel.dot4_summed(rows, &query);
-                let plain = kernel.dot4(rows, &query);
-                prop_assert_eq!(scores.map(f32::to_bits), plain.map(f32::to_bits), "{}", kernel.name);
-            }
-        }
-
         #[test]
         fn dot_is_close_to_f64_reference(
             pair in (1usize..200).prop_flat_map(|d| (
