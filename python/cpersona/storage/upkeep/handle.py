@@ -95,7 +95,8 @@ class Subject(enum.Enum):
     SQLITE_DDL = "sqlite_ddl"
     #: A database file whose pages this host can check (PRAGMA quick_check).
     DATABASE_FILE = "database_file"
-    #: Local vector index files next to the database (PostgreSQL scans pgvector instead).
+    #: Vector index files beside the database file, which the vector_index check inspects (on
+    #: PostgreSQL the files are in each host's cache directory, outside the database's checks).
     VECTOR_FILES = "vector_files"
 
 
