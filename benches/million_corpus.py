@@ -32,7 +32,7 @@ import random
 import sqlite3
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from cpersona.storage import open_database
 from cpersona.vectors.index import VectorIndex
 
 from benches.fts_bench_support import COMMON
+from benches.scale_support import _stamp  # the scale corpora's row times, 90 s apart
 
 #: Bump when the generator changes: cached corpora of another version are not reused.
 CORPUS_VERSION = 1
@@ -52,8 +53,6 @@ AGENT = "bench"
 DIM = 384
 TAIL_WORDS = 20_000
 BATCH = 20_000
-BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
-STEP_SECONDS = 90
 SIZES = (10_000, 100_000, 1_000_000)
 INDEX_SUFFIXES = (".memories.vec", ".episodes.vec", ".memories.fts", ".episodes.fts")
 
@@ -131,10 +130,6 @@ def check_vectors(vocab: Vocabulary, samples: int = 50) -> float:
     ours = vocab.embed(sentences)
     theirs = HashingProvider(DIM).embed([vocab.text(s) for s in sentences])
     return float(np.max(np.abs(ours - theirs)))
-
-
-def _stamp(i: int) -> str:
-    return (BASE_TIME + timedelta(seconds=STEP_SECONDS * i)).strftime("%Y-%m-%d %H:%M:%S")
 
 
 @dataclass(frozen=True)

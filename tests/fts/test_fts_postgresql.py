@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import pytest
 from cpersona import _backend
-from cpersona.fts.cache import cache_base
+from cpersona.derived.placement import cache_base
 from cpersona.fts.format import HEADER_LEN, read_header
 from cpersona.fts.index import FtsIndex
 from cpersona.storage import fulltext as fts_sql

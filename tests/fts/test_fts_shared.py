@@ -11,7 +11,7 @@ from pathlib import Path
 import cpersona.fts.index as ix
 import pytest
 from cpersona import _backend
-from cpersona.fts.cache import cache_base
+from cpersona.derived.placement import cache_base
 from cpersona.fts.format import read_header
 from cpersona.fts.index import FtsIndex
 from cpersona.storage.pg import horizons

@@ -41,6 +41,7 @@ from test_pg_window_scan import (  # noqa: E402
     UNIT,
     Row,
     _agree_within_tolerance,
+    load_into,
     pairs,
     probes,
     rows_strategy,
@@ -75,26 +76,7 @@ def indexes(pg_db: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 def load(db: Store, table: str, rows: list[Row]) -> None:
-    with db.atomic() as conn:
-        conn.execute("DELETE FROM memories")
-        conn.execute("DELETE FROM episodes")
-        for r in rows:
-            blob = None if r.embedding is None else np.asarray(r.embedding, "<f4").tobytes()
-            vector = db.vector_param(blob)  # type: ignore[attr-defined]
-            if table == "memories":
-                conn.execute(
-                    "INSERT INTO memories (id, agent_id, project_id, channel, source, content, "
-                    "timestamp, created_at, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (r.id, r.agent_id, r.project_id, r.channel, r.source, f"x{r.id}", r.stamp,
-                     r.created_at, vector),
-                )  # fmt: skip
-            else:
-                conn.execute(
-                    "INSERT INTO episodes (id, agent_id, project_id, channel, summary, "
-                    "start_time, created_at, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (r.id, r.agent_id, r.project_id, r.channel, f"x{r.id}", r.stamp or None,
-                     r.created_at, vector),
-                )  # fmt: skip
+    load_into(db, table, rows)  # type: ignore[arg-type]
 
 
 def _kw(p: Probe) -> dict[str, Any]:

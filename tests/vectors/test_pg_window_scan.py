@@ -154,27 +154,32 @@ def rows_strategy(dim: int, values: st.SearchStrategy[float]) -> st.SearchStrate
 
 def load(sqlite_db: Database, pg_db: Database, table: str, rows: list[Row]) -> None:
     for db in (sqlite_db, pg_db):
-        with db.atomic() as conn:
-            conn.execute("DELETE FROM memories")
-            conn.execute("DELETE FROM episodes")
-            for r in rows:
-                blob = None if r.embedding is None else np.asarray(r.embedding, "<f4").tobytes()
-                vector = db.vector_param(blob) if db.dialect == "postgresql" else blob
-                if table == "memories":
-                    conn.execute(
-                        "INSERT INTO memories (id, agent_id, project_id, channel, source, "
-                        "content, timestamp, created_at, embedding) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (r.id, r.agent_id, r.project_id, r.channel, r.source, f"x{r.id}",
-                         r.stamp, r.created_at, vector),
-                    )  # fmt: skip
-                else:
-                    conn.execute(
-                        "INSERT INTO episodes (id, agent_id, project_id, channel, summary, "
-                        "start_time, created_at, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (r.id, r.agent_id, r.project_id, r.channel, f"x{r.id}", r.stamp or None,
-                         r.created_at, vector),
-                    )  # fmt: skip
+        load_into(db, table, rows)
+
+
+def load_into(db: Database, table: str, rows: list[Row]) -> None:
+    """`rows` as the only rows of `table` in `db` (the other table emptied)."""
+    with db.atomic() as conn:
+        conn.execute("DELETE FROM memories")
+        conn.execute("DELETE FROM episodes")
+        for r in rows:
+            blob = None if r.embedding is None else np.asarray(r.embedding, "<f4").tobytes()
+            vector = db.vector_param(blob) if db.dialect == "postgresql" else blob
+            if table == "memories":
+                conn.execute(
+                    "INSERT INTO memories (id, agent_id, project_id, channel, source, "
+                    "content, timestamp, created_at, embedding) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (r.id, r.agent_id, r.project_id, r.channel, r.source, f"x{r.id}",
+                     r.stamp, r.created_at, vector),
+                )  # fmt: skip
+            else:
+                conn.execute(
+                    "INSERT INTO episodes (id, agent_id, project_id, channel, summary, "
+                    "start_time, created_at, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (r.id, r.agent_id, r.project_id, r.channel, f"x{r.id}", r.stamp or None,
+                     r.created_at, vector),
+                )  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cpersona.fts.cache import cache_base
+from cpersona.derived.placement import cache_base
 from cpersona.fts.index import FtsIndex
 from cpersona.storage import Capabilities
 from cpersona.vectors.index import VectorIndex

@@ -83,7 +83,7 @@ class Capabilities:
     full_text_in_database: bool
     #: Where this host keeps the files derived from the database (the full-text index files,
     #: and the vector index files when `vector_arm` is "index_file"): "beside_database", named
-    #: after the database file; "host_cache", in this host's cache directory (fts/cache.py).
+    #: after the database file; "host_cache", in this host's cache directory (derived/placement.py).
     derived_files: Literal["beside_database", "host_cache"]
     #: Whether the database is files on this host, so that file-level checks apply (their
     #: permissions, the WAL beside them, the sidecar and index files named after them).

@@ -200,7 +200,7 @@ def _guarded_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
 def _postgresql_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
     """On PostgreSQL the database's files are the server's; this host keeps the full-text
     index files (their text is the memories') in its cache directory, and the alias ledger."""
-    from cpersona.fts.cache import cache_directory
+    from cpersona.derived.placement import cache_directory
 
     cache = cache_directory(ctx.settings.cache_dir, ctx.db.path)
     files = [*sorted(cache.glob("index.*")), cache / "database.txt"]
