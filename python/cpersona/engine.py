@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cpersona.config import Settings
+from cpersona.forwarding import Forwarded
 from cpersona.operating_context import OperatingContext
 from cpersona.session import Pauses
 from cpersona.storage import Store, open_database
@@ -202,53 +203,19 @@ class Engine:
                 services = self._services
         return services
 
-    @property
-    def embedder(self) -> CachedProvider:
-        return self.services.embedder
-
-    @property
-    def indexes(self) -> dict[str, VectorIndex]:
-        return self.services.indexes
-
-    @property
-    def writer(self) -> Writer:
-        return self.services.writer
-
-    @property
-    def thresholds(self) -> Thresholds:
-        return self.services.thresholds
-
-    @property
-    def health(self) -> EmbeddingHealth:
-        return self.services.health
-
-    @property
-    def recaller(self) -> Recaller:
-        return self.services.recaller
-
-    @property
-    def calibrator(self) -> Calibrator:
-        return self.services.calibrator
-
-    @property
-    def tasks(self) -> TaskQueue:
-        return self.services.tasks
-
-    @property
-    def remote(self) -> RemoteVectors | None:
-        return self.services.remote
-
-    @property
-    def fts(self) -> dict[str, FtsIndex]:
-        return self.services.fts
-
-    @property
-    def router(self) -> ModelRouter:
-        return self.services.router
-
-    @property
-    def updates(self) -> UpdateCheck:
-        return self.services.updates
+    # Read through `services`, so that the first to read one builds them all.
+    embedder: Forwarded[CachedProvider] = Forwarded("services")
+    indexes: Forwarded[dict[str, VectorIndex]] = Forwarded("services")
+    writer: Forwarded[Writer] = Forwarded("services")
+    thresholds: Forwarded[Thresholds] = Forwarded("services")
+    health: Forwarded[EmbeddingHealth] = Forwarded("services")
+    recaller: Forwarded[Recaller] = Forwarded("services")
+    calibrator: Forwarded[Calibrator] = Forwarded("services")
+    tasks: Forwarded[TaskQueue] = Forwarded("services")
+    remote: Forwarded[RemoteVectors | None] = Forwarded("services")
+    fts: Forwarded[dict[str, FtsIndex]] = Forwarded("services")
+    router: Forwarded[ModelRouter] = Forwarded("services")
+    updates: Forwarded[UpdateCheck] = Forwarded("services")
 
     def start_background(self) -> None:
         """The server's background work, once: index warm-up, calibration, the legacy task queue.

@@ -294,33 +294,20 @@ def __getattr__(name: str) -> Any:
 # --------------------------------------------------------------------------- the guard
 
 
+@dataclass(frozen=True, eq=False)
 class Guard:
     """`authorize(tool, arguments)`: None to proceed, or the denial payload."""
 
-    def __init__(
-        self,
-        config: AclConfig,
-        principal: Callable[[], str | None],
-        *,
-        export_dir_set: bool,
-    ) -> None:
-        self.config = config
-        self._principal = principal
-        self._export_dir_set = export_dir_set
-
-    @property
-    def export_dir_set(self) -> bool:
-        return self._export_dir_set
-
-    def principal(self) -> str | None:
-        """The client id the current call runs as."""
-        return self._principal()
+    config: AclConfig
+    #: The client id the current call runs as (called per call).
+    principal: Callable[[], str | None]
+    export_dir_set: bool = field(kw_only=True)
 
     def __call__(self, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any] | None:
-        client_id = self._principal()
+        client_id = self.principal()
         if client_id is None:
             return denial(tool, None, detail="the request carries no authenticated client")
-        needs = demands(tool, arguments, export_dir_set=self._export_dir_set)
+        needs = demands(tool, arguments, export_dir_set=self.export_dir_set)
         if needs is None:
             return denial(tool, client_id, detail="tool not classified for ACL enforcement")
         if not needs:

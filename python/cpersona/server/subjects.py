@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cpersona.errors import ConfigError
+from cpersona.forwarding import Forwarded
 from cpersona.server.acl import (
     READ_WRITE,
     STAR,
@@ -250,9 +251,7 @@ class SubjectGuard:
         self.ledger = ledger
         self._subject = subject
 
-    @property
-    def config(self) -> AclConfig:
-        return self.guard.config
+    config: Forwarded[AclConfig] = Forwarded("guard")
 
     def __call__(self, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any] | Admitted | None:
         client_id = self.guard.principal()

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from cpersona.forwarding import Forwarded
 from cpersona.timerange import NO_TIME
 
 MAGIC = b"CPVECIX1"
@@ -258,13 +259,8 @@ class VectorFileWriter:
         if dirty is not None:
             self._hdr["dirty"] = dirty
 
-    @property
-    def dim(self) -> int:
-        return self.layout.dim
-
-    @property
-    def capacity(self) -> int:
-        return self.layout.capacity
+    dim: Forwarded[int] = Forwarded("layout")
+    capacity: Forwarded[int] = Forwarded("layout")
 
     @property
     def count(self) -> int:
