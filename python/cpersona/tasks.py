@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from cpersona.config import Settings
@@ -30,16 +31,16 @@ from cpersona.storage import pending_tasks as task_sql
 log = logging.getLogger("cpersona.tasks")
 
 
+@dataclass(eq=False)
 class TaskQueue:
     """Status and the one-shot drain of `pending_memory_tasks`."""
 
-    def __init__(self, db: Store, settings: Settings, writer: Writer, pause: Pauses) -> None:
-        self.db = db
-        self.settings = settings
-        self.writer = writer
-        self.pause = pause
-        self.stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+    db: Store
+    settings: Settings
+    writer: Writer
+    pause: Pauses
+    stopping: threading.Event = field(init=False, default_factory=threading.Event)
+    _thread: threading.Thread | None = field(init=False, default=None)
 
     def status(self) -> dict[str, Any]:
         s = self.settings

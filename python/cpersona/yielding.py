@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import KW_ONLY, dataclass, field
 
 log = logging.getLogger("cpersona.yielding")
 
@@ -68,27 +69,20 @@ class CallActivity:
             self._cond.wait(seconds)
 
 
+@dataclass(eq=False)
 class GiveWay:
     """The background side: `pause()` between steps; `urgent()` says a caller waits for this
     very work (a `calibrate_threshold` call queued behind it), which then runs unthrottled."""
 
-    def __init__(
-        self,
-        activity: CallActivity,
-        stopping: threading.Event,
-        *,
-        urgent: Callable[[], bool] = lambda: False,
-        quiet: float = QUIET_SECONDS,
-        share: float = BUSY_SHARE,
-    ) -> None:
-        self.activity = activity
-        self.stopping = stopping
-        self.urgent = urgent
-        self.quiet = quiet
-        self.share = share
-        self._step_start = time.monotonic()
-        #: Seconds this work waited for callers, for the log line at its end.
-        self.waited = 0.0
+    activity: CallActivity
+    stopping: threading.Event
+    _: KW_ONLY
+    urgent: Callable[[], bool] = lambda: False
+    quiet: float = QUIET_SECONDS
+    share: float = BUSY_SHARE
+    _step_start: float = field(init=False, default_factory=time.monotonic)
+    #: Seconds this work waited for callers, for the log line at its end.
+    waited: float = field(init=False, default=0.0)
 
     def lower_priority(self) -> None:
         """The calling thread at nice 19 (Linux only: elsewhere `setpriority` with a thread id

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -82,39 +82,30 @@ class _Scored:
     positive: bool
 
 
+@dataclass(eq=False)
 class Calibrator:
     """Runs calibrations, applies them to `Thresholds` and keeps the sidecar in step."""
 
-    def __init__(
-        self,
-        db: Store,
-        settings: Settings,
-        embedder: Any,
-        thresholds: Thresholds,
-        recaller: Any,
-        sidecar: Sidecar,
-        activity: CallActivity | None = None,
-    ) -> None:
-        self.db = db
-        self.s = settings
-        self.embedder = embedder
-        self.thresholds = thresholds
-        self.recaller = recaller
-        self.sidecar = sidecar
-        #: Width the values in memory were measured at (loaded or calibrated).
-        self.embedding_dim: int | None = None
-        #: Sidecar entries this process loaded or wrote (see sidecar.Sidecar.write).
-        self.owned: Owned = set()
-        self.stopping = threading.Event()
-        # One calibration at a time: a tool call waits for at most one agent of the startup run.
-        self._lock = threading.RLock()
-        #: Callers' tool calls, which the startup run gives way to (yielding.py).
-        self.activity = activity
-        #: Set while the startup run works: the pauses between its steps.
-        self._give_way: GiveWay | None = None
-        #: Calibrations queued for `_lock`: a caller waiting makes the startup run unthrottled.
-        self._queued = 0
-        self._queued_lock = threading.Lock()
+    db: Store
+    settings: Settings
+    embedder: Any
+    thresholds: Thresholds
+    recaller: Any
+    sidecar: Sidecar
+    #: Callers' tool calls, which the startup run gives way to (yielding.py).
+    activity: CallActivity | None = None
+    #: Width the values in memory were measured at (loaded or calibrated).
+    embedding_dim: int | None = field(init=False, default=None)
+    #: Sidecar entries this process loaded or wrote (see sidecar.Sidecar.write).
+    owned: Owned = field(init=False, default_factory=set)
+    stopping: threading.Event = field(init=False, default_factory=threading.Event)
+    # One calibration at a time: a tool call waits for at most one agent of the startup run.
+    _lock: threading.RLock = field(init=False, default_factory=threading.RLock)
+    #: Set while the startup run works: the pauses between its steps.
+    _give_way: GiveWay | None = field(init=False, default=None)
+    #: Calibrations queued for `_lock`: a caller waiting makes the startup run unthrottled.
+    _queued: int = field(init=False, default=0)
+    _queued_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     # -- calibrate_threshold (§15.3) ---------------------------------------------------------
 
@@ -134,7 +125,7 @@ class Calibrator:
         computed or changed and the success shape comes back with its computed fields empty;
         the caller adds the pause markers.
         """
-        s = self.s
+        s = self.settings
         n = max(1, min(sample_size or s.calibrate_sample_size, s.calibrate_max_sample))
         z = min(10.0, max(-10.0, float(z_factor or s.calibrate_z_factor)))
         method = method or s.calibrate_method
@@ -185,7 +176,7 @@ class Calibrator:
     def _calibrate(
         self, head: dict[str, Any], agent_id: str, n: int, z: float, method: str, p: float
     ) -> dict[str, Any]:
-        s = self.s
+        s = self.settings
         blobs = cal_sql.sample_embeddings(self.db, agent_id, n)
         if len(blobs) < MIN_EMBEDDINGS:
             return _fail(f"Need at least {MIN_EMBEDDINGS} embeddings, found {len(blobs)}")
@@ -266,7 +257,7 @@ class Calibrator:
     def beta(self, agent_id: str) -> float:
         """The agent's precision override, else the global CPERSONA_FUSED_GATE_BETA."""
         with self.thresholds.lock:
-            return self.thresholds.agent_betas.get(agent_id, self.s.fused_beta)
+            return self.thresholds.agent_betas.get(agent_id, self.settings.fused_beta)
 
     def _calibrate_gate(self, agent_id: str) -> dict[str, Any] | None:
         """Median of the draws; stored for the agent on success, untouched otherwise."""
@@ -287,12 +278,12 @@ class Calibrator:
 
     def fused_gate(self, agent_id: str, beta: float) -> dict[str, Any] | None:
         """CPERSONA_FUSED_GATE_CALIBRATION_DRAWS draws and their upper median; None if none held."""
-        signal = fused_signal(self.s)
+        signal = fused_signal(self.settings)
         if signal is None or not self.embedder.available:
             return None
         memo: dict[int, list[_Scored]] = {}
         draws = []
-        for _ in range(self.s.fused_gate_calibration_draws):
+        for _ in range(self.settings.fused_gate_calibration_draws):
             stats = self.draw(agent_id, beta, signal, memo)
             if stats is not None:
                 draws.append(stats)
@@ -316,7 +307,7 @@ class Calibrator:
         `memo` keeps each query memory's scored rows across the draws of one calibration (a
         small corpus draws the same memories every time; recomputing them changes nothing).
         """
-        s = self.s
+        s = self.settings
         memo = {} if memo is None else memo
         queries = []
         for q in cal_sql.pseudo_queries(self.db, agent_id, s.fused_gate_sample_queries):
@@ -386,7 +377,7 @@ class Calibrator:
                 )
             value, cleared = PRECISION_BETAS[label], False
         else:
-            value, label, cleared = self.s.fused_beta, "default", True
+            value, label, cleared = self.settings.fused_beta, "default", True
         base = {"agent_id": agent_id, "precision": label, "beta": value, "cleared": cleared}
         if paused:
             return {"ok": True, **base, "fused_gate": None, "calibrate": None}
@@ -423,7 +414,7 @@ class Calibrator:
             return _fail("agent_id is required")
         with self.thresholds.lock:
             override = self.thresholds.agent_betas.get(agent_id)
-        global_beta = self.s.fused_beta
+        global_beta = self.settings.fused_beta
         beta = global_beta if override is None else override
         return {
             "ok": True,
@@ -545,7 +536,7 @@ class Calibrator:
 
     def _prepare_startup(self) -> bool:
         """Restore, preload and back up as §15.2 says; True when a calibration run follows."""
-        s = self.s
+        s = self.settings
         live = self.live_dim()
         loaded: Loaded = self.sidecar.load()
         stored = loaded.payload

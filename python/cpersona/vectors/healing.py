@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +111,7 @@ def progress_of(path: Path) -> RebuildProgress | None:
 Step = Callable[[int, int], None]
 
 
+@dataclass(eq=False)
 class Healer:
     """The background rebuild of one derived file (the vector index and the full-text index
     alike): at most one per process, and one per host through the build lock; another
@@ -123,23 +124,15 @@ class Healer:
     the index closes. `needed()` says why the file still needs a rebuild ("" = it does not):
     asked after waiting for another process's rebuild."""
 
-    def __init__(
-        self,
-        path: Path,
-        rebuild: Callable[[Step], int],
-        logger: logging.Logger,
-        *,
-        needed: Callable[[], str] = lambda: "unusable",
-        activity: CallActivity | None = None,
-    ) -> None:
-        self.path = path
-        self._rebuild = rebuild
-        self._needed = needed
-        self._log = logger
-        self._activity = activity
-        self._thread: threading.Thread | None = None
-        self._guard = threading.Lock()
-        self._stopping = threading.Event()
+    path: Path
+    rebuild: Callable[[Step], int]
+    logger: logging.Logger
+    _: KW_ONLY
+    needed: Callable[[], str] = lambda: "unusable"
+    activity: CallActivity | None = None
+    _thread: threading.Thread | None = field(init=False, default=None)
+    _guard: threading.Lock = field(init=False, default_factory=threading.Lock)
+    _stopping: threading.Event = field(init=False, default_factory=threading.Event)
 
     @property
     def running(self) -> bool:
@@ -151,7 +144,7 @@ class Healer:
         with self._guard:
             if self.running or self._stopping.is_set():
                 return False
-            self._log.warning(
+            self.logger.warning(
                 "%s is %s (%s); it is rebuilt in the background, the database answers meanwhile",
                 self.path.name,
                 "damaged" if damaged else "unusable",
@@ -177,32 +170,32 @@ class Healer:
         self.wait(timeout)
 
     def _run(self, reason: str) -> None:
-        give_way = None if self._activity is None else GiveWay(self._activity, self._stopping)
+        give_way = None if self.activity is None else GiveWay(self.activity, self._stopping)
         if give_way is not None:
             give_way.lower_priority()
         started = time.monotonic()
         try:
             fd = os.open(build_lock_path(self.path), os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
-            self._log.warning("cannot rebuild %s: %s", self.path.name, exc)
+            self.logger.warning("cannot rebuild %s: %s", self.path.name, exc)
             return
         try:
             contended = self._acquire(fd)
             if contended is None:
                 return
-            if contended and not self._needed():
-                self._log.warning("%s was rebuilt by another process", self.path.name)
+            if contended and not self.needed():
+                self.logger.warning("%s was rebuilt by another process", self.path.name)
                 return
             self._remove_orphans()
-            rows = self._rebuild(self._stepper(fd, reason, give_way))
+            rows = self.rebuild(self._stepper(fd, reason, give_way))
         except RebuildStopped:
-            self._log.info("the rebuild of %s stopped: the index closed", self.path.name)
+            self.logger.info("the rebuild of %s stopped: the index closed", self.path.name)
         except (OSError, IndexObstructed, StoreCorrupt, ValueError) as exc:
-            self._log.warning("cannot rebuild %s: %s", self.path.name, exc)
+            self.logger.warning("cannot rebuild %s: %s", self.path.name, exc)
         except Exception:  # a thread of its own: said, and the next use starts it again
-            self._log.exception("cannot rebuild %s", self.path.name)
+            self.logger.exception("cannot rebuild %s", self.path.name)
         else:
-            self._log.warning(
+            self.logger.warning(
                 "%s rebuilt from the database (%d rows, %.1f s)",
                 self.path.name,
                 rows,
@@ -245,7 +238,7 @@ class Healer:
             tenth = 10 * done // total if total else 10
             if tenth != decile[0]:
                 decile[0] = tenth
-                self._log.info("rebuilding %s: %d/%d rows", self.path.name, done, total)
+                self.logger.info("rebuilding %s: %d/%d rows", self.path.name, done, total)
             if give_way is not None:
                 give_way.pause()
 
