@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from cpersona import __version__
+from cpersona.commands.environment import settings_from_env
 from cpersona.config import Settings
 from cpersona.errors import ConfigError
 
@@ -134,10 +135,8 @@ def _configure_logging(level: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    try:
-        settings = Settings.from_env()
-    except ConfigError as exc:
-        print(f"cpersona: {exc}", file=sys.stderr)
+    settings = settings_from_env("cpersona")
+    if settings is None:
         return 2
     _configure_logging(settings.log_level)
     command = args.command or "serve"

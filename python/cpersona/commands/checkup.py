@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from cpersona.commands.environment import settings_from_env
 from cpersona.config import Settings
-from cpersona.errors import ConfigError
 
 EXIT = {"healthy": 0, "degraded": 1, "unhealthy": 2}
 COULD_NOT_RUN = 3
@@ -53,10 +53,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    try:
-        settings = Settings.from_env()
-    except ConfigError as exc:
-        print(f"cpersona checkup: {exc}", file=sys.stderr)
+    settings = settings_from_env("cpersona checkup")
+    if settings is None:
         return COULD_NOT_RUN
     url = _database_url(args.db, settings)
     if url is not None:  # PostgreSQL: CPERSONA_DATABASE_URL, or --db postgresql://...

@@ -28,8 +28,8 @@ from typing import BinaryIO
 
 import httpx2
 
+from cpersona.commands.environment import settings_from_env
 from cpersona.config import Settings
-from cpersona.errors import ConfigError
 
 log = logging.getLogger("cpersona.proxy")
 
@@ -274,10 +274,8 @@ def run(settings: Settings) -> int:
 
 
 def main() -> int:
-    try:
-        settings = Settings.from_env()
-    except ConfigError as exc:
-        print(f"cpersona proxy: {exc}", file=sys.stderr)
+    settings = settings_from_env("cpersona proxy")
+    if settings is None:
         return 2
     logging.basicConfig(
         stream=sys.stderr,

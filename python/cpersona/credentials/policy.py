@@ -9,9 +9,11 @@ is written: the row, both indexes, the change logs and the vector all see the sc
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from cpersona.credentials import MODES
+
+V = TypeVar("V")
 
 
 class Screen:
@@ -27,27 +29,23 @@ class Screen:
 
     def text(self, value: str) -> str:
         """`value` as the write stores it (redacted in `redact` mode, else as given)."""
-        if self.mode == "allow" or not value:
-            return value
-        from cpersona.credentials.detect import redact  # see the package docstring
-
-        out, found = redact(value)
-        self._add(found)
-        return out if self.mode == "redact" else value
+        return self._screened(value, "redact")
 
     def json(self, value: Any) -> Any:
         """A JSON value (metadata, source, keyword lists) as the write stores it."""
+        return self._screened(value, "redact_json")
+
+    def _screened(self, value: V, redactor: Literal["redact", "redact_json"]) -> V:
+        """`value` as stored, the kinds `detect.<redactor>` finds in it counted."""
         if self.mode == "allow" or not value:
             return value
-        from cpersona.credentials.detect import redact_json
+        from cpersona.credentials import detect  # see the package docstring
 
-        out, found = redact_json(value)
-        self._add(found)
-        return out if self.mode == "redact" else value
-
-    def _add(self, found: dict[str, int]) -> None:
+        out: V
+        out, found = getattr(detect, redactor)(value)
         for kind, n in found.items():
             self.counts[kind] = self.counts.get(kind, 0) + n
+        return out if self.mode == "redact" else value
 
     @property
     def refusal(self) -> str | None:
