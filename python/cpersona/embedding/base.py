@@ -8,8 +8,9 @@ full-text and keyword search).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -92,6 +93,57 @@ class BatchEmbedder:
 
     def close(self) -> None:
         pass
+
+
+M = TypeVar("M")
+
+
+class LocalModel(BatchEmbedder, Generic[M]):
+    """An in-process model of `width` columns: opened once, on the first `embed`, by one thread
+    while the others wait; safe to share between threads. A model that cannot be opened is
+    `EmbeddingMisconfigured` (what is wrong is the installation, not one text).
+
+    Subclasses set `name`, `width` and `about` (how the errors name the model), and implement
+    `_open` (make the model `M`) and `_embed_batch` (embed through `self._load()`).
+    """
+
+    width: int
+    about: str
+
+    def __init__(self, threads: int) -> None:
+        self._threads = threads
+        self._lock = threading.Lock()
+        self._model: M | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory."""
+        return self._model is not None
+
+    def dim(self) -> int:
+        return self.width
+
+    def close(self) -> None:
+        """Drop the model from memory; the next `embed` loads it again."""
+        with self._lock:
+            self._model = None
+
+    def _load(self) -> M:
+        model = self._model
+        if model is not None:
+            return model
+        with self._lock:
+            if self._model is None:
+                try:
+                    self._model = self._open()
+                except Exception as exc:  # missing package or file, unreadable model: all alike
+                    raise EmbeddingMisconfigured(
+                        f"{self.about} could not be loaded: {exc}"
+                    ) from exc
+            return self._model
+
+    def _open(self) -> M:
+        raise NotImplementedError
 
 
 def l2_normalise(rows: np.ndarray, *, floor: float) -> np.ndarray:

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from cpersona.config import LOCAL_MODEL_NAMES
-from cpersona.embedding.base import MAX_BATCH, BatchEmbedder, Kind
-from cpersona.errors import EmbeddingMisconfigured, EmbeddingUnavailable
+from cpersona.embedding.base import MAX_BATCH, Kind, LocalModel
+from cpersona.errors import EmbeddingUnavailable
 
 NAME = LOCAL_MODEL_NAMES["local-e5"]
 DIM = 384
@@ -54,7 +54,7 @@ def _default_model(threads: int = 1) -> Any:
     return E5()
 
 
-class E5Provider(BatchEmbedder):
+class E5Provider(LocalModel[Any]):
     """multilingual-e5-small, loaded once on first use; safe to share between threads.
 
     Args:
@@ -66,20 +66,12 @@ class E5Provider(BatchEmbedder):
     """
 
     name = NAME
+    width = DIM
+    about = "the local e5 embedding model"
 
     def __init__(self, *, threads: int = 1, load: Callable[[], Any] | None = None) -> None:
-        self._threads = threads
+        super().__init__(threads)
         self._load_model = load or functools.partial(_default_model, threads)
-        self._lock = threading.Lock()
-        self._model: Any = None
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the model is in memory."""
-        return self._model is not None
-
-    def dim(self) -> int:
-        return DIM
 
     def _embed_batch(self, batch: list[str], kind: Kind) -> np.ndarray:
         model = self._load()
@@ -93,39 +85,22 @@ class E5Provider(BatchEmbedder):
                     len(part), DIM
                 )
         except Exception as exc:  # the engine and ctypes raise their own, unrelated types
-            raise EmbeddingUnavailable(f"the local e5 embedding model failed: {exc}") from exc
+            raise EmbeddingUnavailable(f"{self.about} failed: {exc}") from exc
         if not np.all(np.isfinite(out)):
-            raise EmbeddingUnavailable("the local e5 embedding model returned non-finite values")
+            raise EmbeddingUnavailable(f"{self.about} returned non-finite values")
         return out
 
-    def close(self) -> None:
-        """Drop the model from memory; the next `embed` loads it again."""
-        with self._lock:
-            self._model = None
-
-    def _load(self) -> Any:
-        model = self._model
-        if model is not None:
-            return model
-        with self._lock:
-            if self._model is None:
-                try:
-                    with _ENV_LOCK:
-                        saved = os.environ.get(_OMP_ENV)
-                        os.environ[_OMP_ENV] = str(self._threads)
-                        try:
-                            self._model = self._load_model()
-                        finally:
-                            if saved is None:
-                                os.environ.pop(_OMP_ENV, None)
-                            else:
-                                os.environ[_OMP_ENV] = saved
-                except Exception as exc:  # missing package, engine that will not load: all alike
-                    self._model = None
-                    raise EmbeddingMisconfigured(
-                        f"the local e5 embedding model could not be loaded: {exc}"
-                    ) from exc
-            return self._model
+    def _open(self) -> Any:
+        with _ENV_LOCK:
+            saved = os.environ.get(_OMP_ENV)
+            os.environ[_OMP_ENV] = str(self._threads)
+            try:
+                return self._load_model()
+            finally:
+                if saved is None:
+                    os.environ.pop(_OMP_ENV, None)
+                else:
+                    os.environ[_OMP_ENV] = saved
 
 
 def _c_text(text: str) -> str:

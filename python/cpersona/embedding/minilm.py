@@ -11,7 +11,6 @@ and `tools/list` before a model is in memory, and `none`/`http` users never pay 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -20,13 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cpersona.config import LOCAL_MODEL_NAMES
-from cpersona.embedding.base import (
-    MAX_BATCH,
-    BatchEmbedder,
-    EmbeddingMisconfigured,
-    Kind,
-    length_runs,
-)
+from cpersona.embedding.base import MAX_BATCH, Kind, LocalModel, length_runs
 from cpersona.errors import EmbeddingUnavailable
 
 if TYPE_CHECKING:
@@ -52,7 +45,7 @@ def _default_tokenizer_path() -> Path:
     return Path(str(resources.files("cpersona.embedding") / "data" / "minilm-tokenizer.json"))
 
 
-class MiniLMProvider(BatchEmbedder):
+class MiniLMProvider(LocalModel[tuple[Any, "Tokenizer"]]):
     """all-MiniLM-L6-v2, loaded once on first use; safe to share between threads.
 
     Args:
@@ -62,6 +55,8 @@ class MiniLMProvider(BatchEmbedder):
     """
 
     name = NAME
+    width = DIM
+    about = "the local embedding model"
 
     def __init__(
         self,
@@ -70,20 +65,9 @@ class MiniLMProvider(BatchEmbedder):
         model_path: Path | Callable[[], Path] = _default_model_path,
         tokenizer_path: Path | Callable[[], Path] = _default_tokenizer_path,
     ) -> None:
-        self._threads = threads
+        super().__init__(threads)
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
-        self._lock = threading.Lock()
-        self._session: Any = None  # onnxruntime.InferenceSession once loaded
-        self._tokenizer: Tokenizer | None = None
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the model is in memory."""
-        return self._session is not None
-
-    def dim(self) -> int:
-        return DIM
 
     def _embed_batch(self, batch: list[str], kind: Kind) -> np.ndarray:
         session, tokenizer = self._load()
@@ -94,30 +78,13 @@ class MiniLMProvider(BatchEmbedder):
             for rows in length_runs(lengths, _MAX_BATCH_TOKENS, MAX_BATCH):
                 out[rows] = _embed_run(session, [encodings[i] for i in rows])
         except Exception as exc:  # onnxruntime and tokenizers raise their own, unrelated types
-            raise EmbeddingUnavailable(f"the local embedding model failed: {exc}") from exc
+            raise EmbeddingUnavailable(f"{self.about} failed: {exc}") from exc
         return out
 
-    def close(self) -> None:
-        """Drop the model from memory; the next `embed` loads it again."""
-        with self._lock:
-            self._session = None
-            self._tokenizer = None
-
-    def _load(self) -> tuple[Any, Tokenizer]:
-        session, tokenizer = self._session, self._tokenizer
-        if session is not None and tokenizer is not None:
-            return session, tokenizer
-        with self._lock:
-            if self._session is None or self._tokenizer is None:
-                try:
-                    self._tokenizer = self._open_tokenizer()
-                    self._session = self._open_session()
-                except Exception as exc:  # missing package or file, unreadable model: all alike
-                    self._session = self._tokenizer = None
-                    raise EmbeddingMisconfigured(
-                        f"the local embedding model could not be loaded: {exc}"
-                    ) from exc
-            return self._session, self._tokenizer
+    def _open(self) -> tuple[Any, Tokenizer]:
+        """The onnxruntime session and the tokenizer."""
+        tokenizer = self._open_tokenizer()
+        return self._open_session(), tokenizer
 
     def _open_tokenizer(self) -> Tokenizer:
         from tokenizers import Tokenizer
