@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -337,22 +338,34 @@ def _err(text: str) -> None:
     print(text, file=sys.stderr)
 
 
+def _command(name: str, refused: str, work: Callable[[], list[str]]) -> int:
+    """`cpersona <name>`: `work()` then the lines it returns, each on stderr. Exit 0 done, 2
+    refused (a `BundleError`, said after `refused`), 1 failed (storage or the filesystem)."""
+    try:
+        lines = work()
+    except BundleError as exc:
+        _err(f"cpersona {name}: {refused}{exc}")
+        return 2
+    except (StorageError, OSError) as exc:
+        _err(f"cpersona {name}: failed: {type(exc).__name__}: {exc}")
+        return 1
+    for line in lines:
+        _err(f"cpersona {name}: {line}")
+    return 0
+
+
 def run_backup(settings: Settings, dest: str, db_path: str | None = None) -> int:
     """`cpersona backup DEST`: exit 0 written, 1 failed, 2 refused."""
-    try:
+
+    def work() -> list[str]:
         entries = create(
             settings, Path(dest), db_path=db_path, progress=ProgressLine("backup copied")
         )
-    except BundleError as exc:
-        _err(f"cpersona backup: {exc}")
-        return 2
-    except (StorageError, OSError) as exc:
-        _err(f"cpersona backup: failed: {type(exc).__name__}: {exc}")
-        return 1
-    size = sum(e.bytes for e in entries)
-    roles = ", ".join(e.role for e in entries)
-    _err(f"cpersona backup: wrote {os.path.abspath(dest)} ({roles}; {size / 2**20:.1f} MiB)")
-    return 0
+        size = sum(e.bytes for e in entries)
+        roles = ", ".join(e.role for e in entries)
+        return [f"wrote {os.path.abspath(dest)} ({roles}; {size / 2**20:.1f} MiB)"]
+
+    return _command("backup", "", work)
 
 
 def run_restore(
@@ -364,7 +377,8 @@ def run_restore(
     operating_context_path: str | None,
 ) -> int:
     """`cpersona restore BUNDLE --db PATH`: exit 0 restored, 1 failed, 2 refused."""
-    try:
+
+    def work() -> list[str]:
         done = restore(
             Path(bundle),
             db_path,
@@ -373,14 +387,8 @@ def run_restore(
             operating_context_path=operating_context_path,
             progress=ProgressLine("restore copied"),
         )
-    except BundleError as exc:
-        _err(f"cpersona restore: refused: {exc}")
-        return 2
-    except (StorageError, OSError) as exc:
-        _err(f"cpersona restore: failed: {type(exc).__name__}: {exc}")
-        return 1
-    for path in done.written:
-        _err(f"cpersona restore: wrote {path}")
-    for path in done.left:
-        _err(f"cpersona restore: not restored (no destination given): {path}")
-    return 0
+        return [f"wrote {path}" for path in done.written] + [
+            f"not restored (no destination given): {path}" for path in done.left
+        ]
+
+    return _command("restore", "refused: ", work)
