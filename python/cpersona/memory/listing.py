@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from cpersona.config import Settings
-from cpersona.models import ProjectFilter
+from cpersona.models import Episode, Memory, ProjectFilter
 from cpersona.storage import Store
 from cpersona.storage import episodes as episode_sql
 from cpersona.storage import memories as memory_sql
@@ -33,26 +33,45 @@ def _source_object(text: str) -> Any:
     return value if value is not None else {}
 
 
+def _memory_row(m: Memory) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "agent_id": m.agent_id,
+        "project_id": m.project_id,
+        "content": m.content,
+        "source": _source_object(m.source),
+        "timestamp": m.timestamp,
+        "created_at": m.created_at,
+        "locked": m.locked,
+        "channel": m.channel,
+    }
+
+
+def _episode_row(e: Episode) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "agent_id": e.agent_id,
+        "project_id": e.project_id,
+        "summary": e.summary,
+        "keywords": e.keywords,
+        "start_time": e.start_time,
+        "end_time": e.end_time,
+        "created_at": e.created_at,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class _Listing(Generic[T]):
-    """One listing tool: its rows newest first (at most `most`), each as the answer's dict of
-    the row's `columns` (those in `json_columns` parsed), under `key`, cut to previews (`ref`
-    kind `kind`) past `budget` characters of `fields`."""
+    """One listing tool: its rows newest first (at most `most`), each as the answer's dict,
+    under `key`, cut to previews (`ref` kind `kind`) past `budget` characters of `fields`."""
 
     key: str
     newest: Callable[..., list[T]]
-    columns: tuple[str, ...]
+    row: Callable[[T], dict[str, Any]]
     most: int
     fields: tuple[str, ...]
     budget: int
     kind: str
-    json_columns: tuple[str, ...] = ()
-
-    def row(self, item: T) -> dict[str, Any]:
-        row = {column: getattr(item, column) for column in self.columns}
-        for column in self.json_columns:
-            row[column] = _source_object(row[column])
-        return row
 
     def __call__(
         self,
@@ -79,27 +98,16 @@ class _Listing(Generic[T]):
 list_memories = _Listing(
     "memories",
     memory_sql.list_newest,
-    (
-        "id",
-        "agent_id",
-        "project_id",
-        "content",
-        "source",
-        "timestamp",
-        "created_at",
-        "locked",
-        "channel",
-    ),
+    _memory_row,
     MEMORY_LIST_MAX,
     ("content",),
     MEMORY_LIST_BUDGET,
     "mem",
-    json_columns=("source",),
 )
 list_episodes = _Listing(
     "episodes",
     episode_sql.list_newest,
-    ("id", "agent_id", "project_id", "summary", "keywords", "start_time", "end_time", "created_at"),
+    _episode_row,
     EPISODE_LIST_MAX,
     ("summary", "keywords"),
     EPISODE_LIST_BUDGET,
