@@ -154,19 +154,20 @@ class _Collectors:
             ["tool", "kind"],
             registry=self.registry,
         )
-        self.duration = Histogram(
+
+        def seconds(name: str, about: str, label: str) -> Histogram:
+            """A duration histogram, by `label`: every one of them shares the buckets."""
+            return Histogram(name, about, [label], buckets=BUCKETS, registry=self.registry)
+
+        self.duration = seconds(
             "cpersona_tool_duration_seconds",
             "Time from a tool call's arrival at the dispatch to its answer.",
-            ["tool"],
-            buckets=BUCKETS,
-            registry=self.registry,
+            "tool",
         )
-        self.stages = Histogram(
+        self.stages = seconds(
             "cpersona_recall_stage_duration_seconds",
             "Time spent in each recall stage, once per stage run.",
-            ["stage"],
-            buckets=BUCKETS,
-            registry=self.registry,
+            "stage",
         )
         for tool in tools:  # present from the first scrape, so rate() sees the first call
             self.calls.labels(tool)

@@ -100,6 +100,16 @@ DELETES = Annotations(read_only=False, destructive=True, idempotent=True)
 MAY_WRITE = Annotations(read_only=False)
 
 
+def keeping(**empty: object) -> Callable[[str], dict[str, Any]]:
+    """A `ToolSpec.failure` whose refusals keep the tool's documented keys present (surface.md
+    §1.3): `{ok: false, error}`, then each of `empty` at its value (a fresh copy each time)."""
+
+    def failure(error: str) -> dict[str, Any]:
+        return {"ok": False, "error": error, **copy.deepcopy(empty)}
+
+    return failure
+
+
 @dataclass(frozen=True)
 class ToolSpec(Generic[A]):
     """One MCP tool, whole: everything any layer needs to list, guard and call it.

@@ -11,7 +11,7 @@ from cpersona.credentials import tool_note
 from cpersona.memory import listing
 from cpersona.models import ProjectFilter
 from cpersona.server.access import Access
-from cpersona.server.registry import READS, Annotations, ToolSpec, arg
+from cpersona.server.registry import READS, Annotations, ToolSpec, arg, keeping
 from cpersona.server.tools.memory import SESSION_KEY, SINCE, STR, UNTIL, span_of, unless_paused
 from cpersona.timerange import RangeError
 
@@ -57,11 +57,11 @@ class ListEpisodesArgs(ListMemoriesArgs):
 
 
 def _list_memories(engine: Engine, a: ListMemoriesArgs) -> dict[str, Any]:
-    return _listed(engine, a, listing.list_memories, _memories_failure)
+    return _listed(engine, a, listing.list_memories, _MEMORIES_FAILURE)
 
 
 def _list_episodes(engine: Engine, a: ListEpisodesArgs) -> dict[str, Any]:
-    return _listed(engine, a, listing.list_episodes, _episodes_failure)
+    return _listed(engine, a, listing.list_episodes, _EPISODES_FAILURE)
 
 
 def _listed(
@@ -97,12 +97,8 @@ def _profile_failure(error: str) -> dict[str, Any]:
     return {"ok": False, "profiles_updated": 0, "reason": error, "error": error}
 
 
-def _memories_failure(error: str) -> dict[str, Any]:
-    return {"ok": False, "error": error, "memories": [], "count": 0}
-
-
-def _episodes_failure(error: str) -> dict[str, Any]:
-    return {"ok": False, "error": error, "episodes": [], "count": 0}
+_MEMORIES_FAILURE = keeping(memories=[], count=0)
+_EPISODES_FAILURE = keeping(episodes=[], count=0)
 
 
 def _update_profile_description(settings: Settings) -> str:
@@ -161,7 +157,7 @@ TOOLS = (
         Access.read(sweeping=True),
         _list_memories,
         READS,
-        failure=_memories_failure,
+        failure=_MEMORIES_FAILURE,
     ),
     ToolSpec(
         "list_episodes",
@@ -171,6 +167,6 @@ TOOLS = (
         Access.read(sweeping=True),
         _list_episodes,
         READS,
-        failure=_episodes_failure,
+        failure=_EPISODES_FAILURE,
     ),
 )

@@ -11,7 +11,7 @@ from cpersona.health.context import from_engine
 from cpersona.health.deep import DEEP_NAMES, deep_check, session_findings
 from cpersona.health.registry import NAMES, REPORT_ONLY, check_health
 from cpersona.server.access import READ, READ_WRITE, Access, flag
-from cpersona.server.registry import MAY_WRITE, READS, ToolSpec, arg
+from cpersona.server.registry import MAY_WRITE, READS, ToolSpec, arg, keeping
 from cpersona.server.tools.memory import SESSION_KEY, STR
 from cpersona.session import bucket
 
@@ -90,8 +90,7 @@ def _findings(engine: Engine, a: FindingsArgs) -> dict[str, Any]:
     )
 
 
-def _health_failure(error: str) -> dict[str, Any]:
-    return {"ok": False, "error": error, "checks_run": []}
+_HEALTH_FAILURE = keeping(checks_run=[])
 
 
 _ABOUT_CHECK_HEALTH = (
@@ -143,7 +142,7 @@ TOOLS = (
         _CHECK_HEALTH_ACCESS,
         _check_health,
         MAY_WRITE,
-        failure=_health_failure,
+        failure=_HEALTH_FAILURE,
     ),
     ToolSpec(
         "get_session_findings",
@@ -162,6 +161,6 @@ TOOLS = (
         Access.read(writes_when=flag("fix")),
         _deep_check,
         MAY_WRITE,
-        failure=_health_failure,
+        failure=_HEALTH_FAILURE,
     ),
 )

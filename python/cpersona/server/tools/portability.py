@@ -12,7 +12,7 @@ from cpersona.config import Settings
 from cpersona.credentials import tool_note
 from cpersona.portability.import_ import failure_shape as import_failure
 from cpersona.server.access import Access
-from cpersona.server.registry import DELETES, MAY_WRITE, Annotations, ToolSpec, arg
+from cpersona.server.registry import DELETES, MAY_WRITE, Annotations, ToolSpec, arg, keeping
 from cpersona.server.tools.memory import SESSION_KEY, SINCE, STR, UNTIL, span_of
 from cpersona.session import marked
 from cpersona.timerange import RangeError
@@ -149,28 +149,17 @@ def _delete_agent(engine: Engine, a: DeleteAgentArgs) -> dict[str, Any]:
 
 
 # Refusals keep the documented tally keys present (surface.md §1.3).
-def _merge_failure(error: str) -> dict[str, Any]:
-    return {
-        "ok": False,
-        "error": error,
-        "merged_memories": 0,
-        "skipped_memories": 0,
-        "merged_episodes": 0,
-        "skipped_episodes": 0,
-        "profile_copied": False,
-        "skipped_profile": False,
-    }
-
-
-def _delete_failure(error: str) -> dict[str, Any]:
-    return {
-        "ok": False,
-        "error": error,
-        "deleted_memories": 0,
-        "deleted_profiles": 0,
-        "deleted_episodes": 0,
-        "deleted_pending_tasks": 0,
-    }
+_MERGE_FAILURE = keeping(
+    merged_memories=0,
+    skipped_memories=0,
+    merged_episodes=0,
+    skipped_episodes=0,
+    profile_copied=False,
+    skipped_profile=False,
+)
+_DELETE_FAILURE = keeping(
+    deleted_memories=0, deleted_profiles=0, deleted_episodes=0, deleted_pending_tasks=0
+)
 
 
 def _confinement(settings: Settings) -> str:
@@ -268,7 +257,7 @@ TOOLS = (
         Access.write(),
         _delete_agent,
         DELETES,
-        failure=_delete_failure,
+        failure=_DELETE_FAILURE,
     ),
     ToolSpec(
         "export_memories",
@@ -297,7 +286,7 @@ TOOLS = (
         _MERGE_MEMORIES_ACCESS,
         _merge,
         DELETES,
-        failure=_merge_failure,
+        failure=_MERGE_FAILURE,
     ),
     ToolSpec(
         "migrate_channel_axis",
