@@ -37,10 +37,7 @@ OP_DELETE = 2
 PUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("op", "|u1"),
     ("id", "<i8"),
-    ("agent", "<u8"),
-    ("project", "<u8"),
-    ("channel", "<u8"),
-    ("source", "<u8"),
+    *vector_format.SCOPE_FIELDS,
     ("key", "<i8"),
     ("time", "<i8"),
     ("columns", "|u1"),

@@ -55,15 +55,21 @@ FLAG_FOREIGN = 2
 TABLE_MEMORIES = 0
 TABLE_EPISODES = 1
 
+#: A row's scope as both index files store it (this one and fts/format.py's puts), in this
+#: order: each value's `scope_hash`, the source's 0 when the row has none.
+SCOPE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("agent", "<u8"),
+    ("project", "<u8"),
+    ("channel", "<u8"),
+    ("source", "<u8"),
+)
+
 # (name, element dtype) in file order; "vectors" holds dim elements per slot, the rest one.
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("ids", "<i8"),
     ("keys", "<i8"),
     ("times", "<i8"),
-    ("agent", "<u8"),
-    ("project", "<u8"),
-    ("channel", "<u8"),
-    ("source", "<u8"),
+    *SCOPE_FIELDS,
     ("flags", "u1"),
     ("order", "<u4"),
     ("vectors", "<f4"),
