@@ -15,9 +15,9 @@ the process.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Final, Protocol, TypeVar, dataclass_transform
+from typing import Any, ClassVar, Final, TypeVar, dataclass_transform
 
 #: The hint of a finding no repair can touch (the runner's review policy).
 REVIEW_HINT = (
@@ -153,25 +153,6 @@ class Reembedded(Fixable):
 
     re_embedded: int = UNSET
     _tail: ClassVar[tuple[str, ...]] = (*Fixable._tail, "re_embedded")
-
-
-class _Fixes(Protocol):
-    fixed: int | bool
-
-
-_F = TypeVar("_F", bound=_Fixes)
-
-
-def fix_together(
-    issues: Sequence[_F], steps: Callable[[_F], Iterable[_T]], apply: Callable[[list[_T]], int]
-) -> int:
-    """Repair a check's findings in one write: `apply` gets the rows (or planned steps) every
-    finding kept, and the count it returns is each finding's `fixed`; returned too, for a
-    repair whose answer says more."""
-    fixed = apply([step for i in issues for step in steps(i)])
-    for i in issues:
-        i.fixed = fixed
-    return fixed
 
 
 @finding(severity="info")

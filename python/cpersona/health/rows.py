@@ -4,18 +4,17 @@ which carries the plan its repair writes in one storage call.
 A `Rows` finding counts rows its repair may all touch; a `LockedRows` finding counts rows of
 which the repair touches the unlocked ones and says how many are `locked`. Their `found`
 builds the finding from the rows a query returned, or none when it returned none. A check
-whose repair is one storage write of the findings' plans declares it as `write_plan(write)`;
-a repair that says more of what it did calls `write_plans`.
+whose repair is one storage write of the findings' plans declares it as `write_plan(write)`,
+and what each finding then says of the repair is its type's `wrote`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import Fixable, finding, fix_together, internal
+from cpersona.health.issue import Fixable, finding, internal
 from cpersona.storage.upkeep.handle import Handle
 
 _T = TypeVar("_T")
@@ -27,6 +26,11 @@ class Planned(Fixable, Generic[_T]):
     rows, of the rows the repair may touch."""
 
     plan: list[_T] = internal(list)
+
+    def wrote(self, rows: int) -> None:
+        """What the answer says once the plans were written: the rows the write changed (a
+        subclass whose answer says more of the repair adds it here)."""
+        self.fixed = rows
 
 
 class Lockable(Protocol):
@@ -76,15 +80,17 @@ _P = TypeVar("_P", bound=Planned[Any])
 
 
 def write_plans(
-    ctx: HealthContext, issues: Sequence[Planned[_T]], write: Callable[[Handle, list[_T]], int]
-) -> int:
+    ctx: HealthContext, issues: Sequence[_P], write: Callable[[Handle, list[Any]], int]
+) -> None:
     """Write every finding's plan in one call of `write` (a storage function, over the fix
-    transaction): the count it returns is each finding's `fixed`, and returned."""
-    return fix_together(issues, lambda i: i.plan, partial(write, ctx.write_handle))
+    transaction); each finding then says what the write did (`Planned.wrote`)."""
+    written = write(ctx.write_handle, [step for i in issues for step in i.plan])
+    for i in issues:
+        i.wrote(written)
 
 
 def write_plan(
-    write: Callable[[Handle, list[_T]], int],
+    write: Callable[[Handle, list[Any]], int],
 ) -> Callable[[HealthContext, list[_P]], None]:
     """The repair of a check whose findings' plans `write` writes, and nothing more."""
 

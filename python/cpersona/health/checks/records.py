@@ -56,6 +56,9 @@ class InvalidSourceType(Planned[tuple[int, str]]):
     mapped: int = UNSET
     _tail = ("repairable", "fixed", "mapped", "fix_error")
 
+    def wrote(self, rows: int) -> None:
+        self.fixed = self.mapped = rows
+
 
 def invalid_source_type(ctx: HealthContext) -> list[InvalidSourceType]:
     rows = untyped_sources(ctx.c, ctx.agent_id)
@@ -87,18 +90,15 @@ def invalid_source_type(ctx: HealthContext) -> list[InvalidSourceType]:
     ]
 
 
-def map_sources(ctx: HealthContext, issues: list[InvalidSourceType]) -> None:
-    mapped = write_plans(ctx, issues, set_sources)
-    for i in issues:
-        i.mapped = mapped
-
-
 @finding("oversized_profile", "warn")
 class OversizedProfile(Rows):
     max_len: int
     cap: int
     lossy: bool = UNSET
     _tail = ("repairable", "fixed", "lossy", "fix_error")
+
+    def wrote(self, rows: int) -> None:
+        self.fixed, self.lossy = rows, True
 
 
 def oversized_profile(ctx: HealthContext) -> list[OversizedProfile]:
@@ -111,8 +111,6 @@ def oversized_profile(ctx: HealthContext) -> list[OversizedProfile]:
 def cut_profiles(ctx: HealthContext, issues: list[OversizedProfile]) -> None:
     cap = ctx.settings.max_profile_length
     write_plans(ctx, issues, lambda handle, ids: truncate_profiles(handle, ids, cap))
-    for i in issues:
-        i.lossy = True
 
 
 @finding("anonymous_source", "info")
@@ -145,7 +143,7 @@ CHECKS: tuple[Check[Any], ...] = (
         invalid_source_type,
         (InvalidSourceType,),
         EVERYWHERE,
-        repair=map_sources,
+        repair=write_plan(set_sources),
     ),
     Check(
         "oversized_profile",
