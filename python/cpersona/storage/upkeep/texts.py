@@ -186,13 +186,27 @@ def agents_without_profile(conn: Conn, agent_id: str) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def newest_texts(
-    conn: Conn, table: str, column: str, agent_id: str, limit: int
+def id_texts(
+    conn: Conn,
+    table: str,
+    column: str,
+    agent_id: str,
+    limit: int,
+    *,
+    where: str = "1=1",
+    newest_first: bool = False,
 ) -> list[tuple[int, str]]:
-    where, params = scope(agent_id)
+    """(id, text of `column`) of at most `limit` rows matching `where`, in id order."""
+    scoped, params = scope(agent_id)
     rows = conn.execute(
-        f"SELECT id, {column} FROM {quote_identifier(table)} WHERE 1=1{where} "
-        "ORDER BY id DESC LIMIT ?",
+        f"SELECT id, {column} FROM {quote_identifier(table)} WHERE {where}{scoped} "
+        f"ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ?",
         [*params, limit],
     ).fetchall()
     return [(int(r[0]), str(r[1] or "")) for r in rows]
+
+
+def newest_texts(
+    conn: Conn, table: str, column: str, agent_id: str, limit: int
+) -> list[tuple[int, str]]:
+    return id_texts(conn, table, column, agent_id, limit, newest_first=True)
