@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cpersona.models import AgentRow, EpisodeHead, MemoryHead
+
 if TYPE_CHECKING:
     from cpersona.storage.interface import Row
 
@@ -27,17 +29,9 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryRow:
+class MemoryRow(MemoryHead):
     """One row of `memories`."""
 
-    id: int
-    agent_id: str
-    project_id: str
-    msg_id: str
-    content: str
-    source: str  # JSON text
-    timestamp: str
-    metadata: str  # JSON text
     embedding: bytes | None
     channel: str
     recall_count: int
@@ -47,14 +41,9 @@ class MemoryRow:
 
 
 @dataclass(frozen=True, slots=True)
-class EpisodeRow:
+class EpisodeRow(EpisodeHead):
     """One row of `episodes`."""
 
-    id: int
-    agent_id: str
-    project_id: str
-    summary: str
-    keywords: str
     embedding: bytes | None
     start_time: str | None
     end_time: str | None
@@ -64,12 +53,9 @@ class EpisodeRow:
 
 
 @dataclass(frozen=True, slots=True)
-class ProfileRow:
+class ProfileRow(AgentRow):
     """One row of `profiles`."""
 
-    id: int
-    agent_id: str
-    project_id: str
     user_id: str
     content: str
     updated_at: str | None  # None on insert: the database's datetime('now')
