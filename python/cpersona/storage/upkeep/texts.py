@@ -9,7 +9,7 @@ from typing import Any
 
 from cpersona.storage.db import quote_identifier
 from cpersona.storage.error_kinds import ConstraintError
-from cpersona.storage.upkeep.handle import Conn, scope, write_by_ids
+from cpersona.storage.upkeep.handle import Conn, scope, scoped_rows, write_by_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,13 +197,10 @@ def id_texts(
     newest_first: bool = False,
 ) -> list[tuple[int, str]]:
     """(id, text of `column`) of at most `limit` rows matching `where`, in id order."""
-    scoped, params = scope(agent_id)
-    rows = conn.execute(
-        f"SELECT id, {column} FROM {quote_identifier(table)} WHERE {where}{scoped} "
-        f"ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ?",
-        [*params, limit],
-    ).fetchall()
-    return [(int(r[0]), str(r[1] or "")) for r in rows]
+    order = "DESC" if newest_first else "ASC"
+    sql = f"SELECT id, {column} FROM {quote_identifier(table)} WHERE {where}{{scope}} "
+    sql += f"ORDER BY id {order} LIMIT ?"
+    return [(int(r[0]), str(r[1] or "")) for r in scoped_rows(conn, sql, agent_id, limit)]
 
 
 def newest_texts(
