@@ -1,7 +1,10 @@
 """The row types: one per data table, its column list declared once, as that type's fields.
 
 `MemoryRow`, `EpisodeRow` and `ProfileRow` are a whole row each, every column in the table's
-order (tests/storage/test_storage_rows.py compares them with the tables both backends create).
+order (tests/storage/test_storage_rows.py compares them with the tables both backends create);
+their leading columns are declared in `models` (`AgentRow`, `MemoryHead`, `EpisodeHead`),
+which the listing's `Memory` and `Episode` extend too, and PostgreSQL's CREATE TABLE takes its
+column list from them (storage/pg/schema.py).
 Everything else that carries part of a row is a *projection* of one of them: the listing's
 `models.Memory`, the recall hits `storage.retrieval.MemoryHit`, the index rows, the health
 checks' flags. A projection's fields that are columns must be the row's columns with the row's
