@@ -86,12 +86,23 @@ class World:
         ids = self.ids(table)
         return data.draw(st.sampled_from(ids), label=f"{table} id") if ids else None
 
+    def owner(self, table: str, row: int) -> str:
+        """The agent of row `row`, as the tools that check ownership are called with it."""
+        return str(self.db.query_one(f"SELECT agent_id FROM {table} WHERE id=?", (row,))[0])
+
+    @staticmethod
+    def place(data: st.DataObject) -> tuple[str, str, str]:
+        """An (agent, project, channel) to write to."""
+        return (
+            data.draw(st.sampled_from(AGENTS)),
+            data.draw(st.sampled_from(PROJECTS)),
+            data.draw(st.sampled_from(CHANNELS)),
+        )
+
     # -- steps: each draws its own arguments and returns a short description -----------------
 
     def store(self, data: st.DataObject) -> str:
-        agent = data.draw(st.sampled_from(AGENTS))
-        project = data.draw(st.sampled_from(PROJECTS))
-        channel = data.draw(st.sampled_from(CHANNELS))
+        agent, project, channel = self.place(data)
         message: dict[str, Any] = {"content": data.draw(texts)}
         source = data.draw(st.sampled_from(SOURCES))
         if source is not None:
@@ -104,35 +115,30 @@ class World:
         row = self.pick(data, "memories")
         if row is None:
             return "update: none"
-        agent = self.db.query_one("SELECT agent_id FROM memories WHERE id=?", (row,))[0]
-        out = self.w.update_memory(row, data.draw(texts), agent)
+        out = self.w.update_memory(row, data.draw(texts), self.owner("memories", row))
         return f"update {row}: {out.get('ok')}"
 
     def delete_memory(self, data: st.DataObject) -> str:
-        row = self.pick(data, "memories")
-        if row is None:
-            return "delete: none"
-        agent = self.db.query_one("SELECT agent_id FROM memories WHERE id=?", (row,))[0]
-        out = self.w.delete_memory(row, agent)
-        assert out["ok"], out
-        return f"delete memory {row}"
+        return self._delete(data, "memories")
 
     def archive_episode(self, data: st.DataObject) -> str:
-        agent = data.draw(st.sampled_from(AGENTS))
-        project = data.draw(st.sampled_from(PROJECTS))
-        channel = data.draw(st.sampled_from(CHANNELS))
+        agent, project, channel = self.place(data)
         out = self.w.archive_episode(agent, data.draw(texts), [], "kw", False, project, channel)
         assert out["ok"], out
         return f"archive {agent}/{project}/{channel} -> {out['episode_id']}"
 
     def delete_episode(self, data: st.DataObject) -> str:
-        row = self.pick(data, "episodes")
+        return self._delete(data, "episodes")
+
+    def _delete(self, data: st.DataObject, table: str) -> str:
+        """The delete tool of `table` on one of its rows, as its owner."""
+        row = self.pick(data, table)
         if row is None:
-            return "delete episode: none"
-        agent = self.db.query_one("SELECT agent_id FROM episodes WHERE id=?", (row,))[0]
-        out = self.w.delete_episode(row, agent)
+            return f"delete {table}: none"
+        delete = self.w.delete_memory if table == "memories" else self.w.delete_episode
+        out = delete(row, self.owner(table, row))
         assert out["ok"], out
-        return f"delete episode {row}"
+        return f"delete {table} {row}"
 
     def import_rows(self, data: st.DataObject) -> str:
         """Rows as an import writes them: an explicit old `created_at`, several in one second."""
@@ -141,9 +147,7 @@ class World:
         n = data.draw(st.integers(1, 4))
         with self.db.atomic() as conn:
             for _ in range(n):
-                agent = data.draw(st.sampled_from(AGENTS))
-                project = data.draw(st.sampled_from(PROJECTS))
-                channel = data.draw(st.sampled_from(CHANNELS))
+                agent, project, channel = self.place(data)
                 emb = self._embedding(data)
                 if table == "memories":
                     source = data.draw(st.sampled_from(SOURCES))
