@@ -33,13 +33,9 @@ FTS_TABLES = {
     for base in ("memories_fts", "episodes_fts")
     for suffix in ("", "_data", "_idx", "_docsize", "_config")
 }
+#: 2.5.x's full-text triggers: after insert, delete and update, of memories and of episodes.
 V13_TRIGGERS = {
-    "memories_fts_ai",
-    "memories_fts_ad",
-    "memories_fts_au",
-    "episodes_ai",
-    "episodes_ad",
-    "episodes_au",
+    f"{prefix}_{op}" for prefix in ("memories_fts", "episodes") for op in ("ai", "ad", "au")
 }
 V13_INDEXES = {
     "idx_memories_agent",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -187,38 +188,42 @@ class World:
 
     def set_embedding(self, data: st.DataObject) -> str:
         """NULL, foreign width, a broken BLOB, or a fresh vector, written by plain SQL."""
-        table = data.draw(st.sampled_from(TABLES))
-        row = self.pick(data, table)
-        if row is None:
-            return "set embedding: none"
-        emb = self._embedding(data)
-        with self.db.atomic() as conn:
-            conn.execute(f"UPDATE {table} SET embedding=? WHERE id=?", (emb, row))
-        return f"set {table} {row} embedding {None if emb is None else len(emb)} bytes"
+        return self._update(data, "set", lambda table: ("embedding", self._embedding(data)))
 
     def move_row(self, data: st.DataObject) -> str:
         """A repair moves a row to another scope or time (every column the triggers watch)."""
+
+        def assignment(table: str) -> tuple[str, object]:
+            column = data.draw(
+                st.sampled_from(
+                    ["agent_id", "project_id", "channel", "created_at"]
+                    + (["source"] if table == "memories" else [])
+                )
+            )
+            value: Any = {
+                "agent_id": st.sampled_from(AGENTS),
+                "project_id": st.sampled_from(PROJECTS),
+                "channel": st.sampled_from(CHANNELS),
+                "created_at": st.sampled_from(OLD_STAMPS),
+                "source": st.sampled_from(SOURCES).map(lambda s: json.dumps(s or {})),
+            }[column]
+            return column, data.draw(value)
+
+        return self._update(data, "move", assignment)
+
+    def _update(
+        self, data: st.DataObject, step: str, assignment: Callable[[str], tuple[str, object]]
+    ) -> str:
+        """A row of a drawn table set by plain SQL to the (column, value) `assignment(table)`
+        draws; a change the dedup indexes forbid is skipped (OR IGNORE)."""
         table = data.draw(st.sampled_from(TABLES))
         row = self.pick(data, table)
         if row is None:
-            return "move: none"
-        column = data.draw(
-            st.sampled_from(
-                ["agent_id", "project_id", "channel", "created_at"]
-                + (["source"] if table == "memories" else [])
-            )
-        )
-        value: Any = {
-            "agent_id": st.sampled_from(AGENTS),
-            "project_id": st.sampled_from(PROJECTS),
-            "channel": st.sampled_from(CHANNELS),
-            "created_at": st.sampled_from(OLD_STAMPS),
-            "source": st.sampled_from(SOURCES).map(lambda s: json.dumps(s or {})),
-        }[column]
-        value = data.draw(value)
+            return f"{step}: none"
+        column, value = assignment(table)
         with self.db.atomic() as conn:
             conn.execute(f"UPDATE OR IGNORE {table} SET {column}=? WHERE id=?", (value, row))
-        return f"move {table} {row} {column}={value!r}"
+        return f"{step} {table} {row} {column}={value!r}"
 
     def delete_agent(self, data: st.DataObject) -> str:
         agent = data.draw(st.sampled_from(AGENTS))
