@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -41,12 +41,14 @@ class SlotSpec:
     foreign: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class ScanSpec:
+    """One scan's arguments; an empty filter (projects, channels, sources) admits any value."""
+
     agent: int
-    projects: list[int] = field(default_factory=list)
-    channels: list[int] = field(default_factory=list)
-    sources: list[int] = field(default_factory=list)
+    projects: tuple[int, ...] = ()
+    channels: tuple[int, ...] = ()
+    sources: tuple[int, ...] = ()
     window: int = 10
     reach: int = 0
     threshold: float = -1e30

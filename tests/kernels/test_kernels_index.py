@@ -92,9 +92,9 @@ def corpus(draw: st.DrawFn):
         )
     spec = ScanSpec(
         agent=draw(st.sampled_from([11, 12])),
-        projects=draw(st.lists(st.sampled_from([21, 22, 23]), max_size=2)),
-        channels=draw(st.lists(st.sampled_from([31, 32]), max_size=1)),
-        sources=draw(st.lists(st.sampled_from([41, 42]), max_size=1)),
+        projects=tuple(draw(st.lists(st.sampled_from([21, 22, 23]), max_size=2))),
+        channels=tuple(draw(st.lists(st.sampled_from([31, 32]), max_size=1))),
+        sources=tuple(draw(st.lists(st.sampled_from([41, 42]), max_size=1))),
         window=draw(st.integers(0, 40)),
         reach=draw(st.integers(0, 80)),
         threshold=draw(st.sampled_from([-1e30, -2.0, 0.0, 3.0])),
@@ -370,7 +370,7 @@ def test_extend_matches_appending_one_by_one(kernels, tmp_path: Path) -> None:
     ]
     single = write(tmp_path / "single.vec", dim, slots)
     q = rng.integers(-3, 4, dim).astype(np.float32)
-    spec = ScanSpec(agent=1, projects=[2], window=40, reach=120, k=15, far_k=15)
+    spec = ScanSpec(agent=1, projects=(2,), window=40, reach=120, k=15, far_k=15)
     a = as_lists(run_scan(kernels.VectorIndex.open(tmp_path / "bulk.vec"), q, spec))
     b = as_lists(run_scan(kernels.VectorIndex.open(single), q, spec))
     assert a == b == scan_oracle(slots, q, spec)
