@@ -40,6 +40,12 @@ class SlotSpec:
     deleted: bool = False
     foreign: bool = False
 
+    @property
+    def scope(self) -> dict[str, int]:
+        """The slot's scope hashes, by the names `VectorFileWriter.append` takes them."""
+        return {"agent": self.agent, "project": self.project, "channel": self.channel,
+                "source": self.source}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class ScanSpec:
