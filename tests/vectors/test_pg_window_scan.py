@@ -214,10 +214,7 @@ def both(sqlite_db: Database, pg_db: Database, p: Probe) -> tuple[Hits, pg_vecto
     if p.table == "episodes":
         scope = Scope(scope.agent_id, scope.project, scope.channel, "")
     query = np.asarray(p.query, np.float32)
-    kw = {"window": p.window, "reach": p.reach, "threshold": p.threshold, "k": p.k}
-    want = scan_sqlite(
-        sqlite_db, p.table, query, scope, far_k=p.far_k, chunk_rows=7, kernels=_fallback, **kw
-    )
+    want = scan_sqlite(sqlite_db, p.table, query, scope, p.limits, chunk_rows=7, kernels=_fallback)
     got = pg_vectors.window_scan(
         pg_db,  # type: ignore[arg-type]
         p.table,
@@ -226,8 +223,7 @@ def both(sqlite_db: Database, pg_db: Database, p: Probe) -> tuple[Hits, pg_vecto
         scope.project,
         scope.channel,
         scope.source_prefix,
-        far_k=p.far_k,
-        **kw,
+        p.limits,
     )
     return want, got
 
@@ -314,9 +310,9 @@ def test_time_scoped_scan_gives_the_fallback_scan_exactly(
     if probe.table == "episodes":
         scope = dataclasses.replace(scope, source_prefix="")
     query = np.asarray(probe.query, np.float32)
-    kw = {"window": probe.window, "reach": probe.reach, "threshold": probe.threshold}
-    kw |= {"k": probe.k, "far_k": probe.far_k}
-    want = scan_sqlite(sqlite_db, probe.table, query, scope, chunk_rows=7, kernels=_fallback, **kw)
+    want = scan_sqlite(
+        sqlite_db, probe.table, query, scope, probe.limits, chunk_rows=7, kernels=_fallback
+    )
     got = pg_vectors.span_scan(
         pg_db,  # type: ignore[arg-type]
         probe.table,
@@ -326,7 +322,7 @@ def test_time_scoped_scan_gives_the_fallback_scan_exactly(
         scope.channel,
         scope.source_prefix,
         span,
-        **kw,
+        probe.limits,
     )
     assert got.near == pairs(want.near_ids, want.near_scores)
     assert got.far == pairs(want.far_ids, want.far_scores)

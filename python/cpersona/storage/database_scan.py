@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, cast
 
 from cpersona.models import ProjectFilter
 from cpersona.storage.interface import Store
+from cpersona.storage.scan_limits import ScanLimits
 from cpersona.timerange import TimeRange
 
 if TYPE_CHECKING:
@@ -33,12 +34,7 @@ def window_scan(
     channel: str,
     source_prefix: str,
     span: TimeRange | None,
-    *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
+    limits: ScanLimits,
 ) -> WindowHits:
     """The near list and the far list of `table` scored in the database by one statement
     (retrieval.md §4.2-4.3; `query` as little-endian float32 bytes); with `span`, positions go
@@ -52,33 +48,7 @@ def window_scan(
     from cpersona.storage.pg import vectors as pg_vectors
 
     pg_db = cast("PgDatabase", db)
+    args = (pg_db, table, query, agent_id, project, channel, source_prefix)
     if span is None:
-        return pg_vectors.window_scan(
-            pg_db,
-            table,
-            query,
-            agent_id,
-            project,
-            channel,
-            source_prefix,
-            window=window,
-            reach=reach,
-            threshold=threshold,
-            k=k,
-            far_k=far_k,
-        )
-    return pg_vectors.span_scan(
-        pg_db,
-        table,
-        query,
-        agent_id,
-        project,
-        channel,
-        source_prefix,
-        span,
-        window=window,
-        reach=reach,
-        threshold=threshold,
-        k=k,
-        far_k=far_k,
-    )
+        return pg_vectors.window_scan(*args, limits)
+    return pg_vectors.span_scan(*args, span, limits)

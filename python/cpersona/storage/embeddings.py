@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from cpersona.models import ProjectFilter
 from cpersona.storage.change_log import LOGS, ChangeLog
 from cpersona.storage.db import id_batches
-from cpersona.storage.filters import project_where
+from cpersona.storage.filters import scope_where
 from cpersona.storage.interface import Row, Store
 from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
 from cpersona.timerange import TimeRange, first_in_span, row_time
@@ -184,14 +184,8 @@ def window_ids(
     `embedding IS NOT NULL` made it visit every row of the agent, when the agent's index and
     the partial index of unembedded rows answer both (docs/performance.md).
     """
-    where = ["agent_id = ?", f"id NOT IN (SELECT id FROM {_check(table)} WHERE embedding IS NULL)"]
-    params: list[object] = [agent_id]
-    pw, pp = project_where(project)
-    where.append(pw)
-    params.extend(pp)
-    if channel:
-        where.append("channel IN (?, '')")
-        params.append(channel)
+    where, params = scope_where(agent_id, project, channel)
+    where.append(f"id NOT IN (SELECT id FROM {_check(table)} WHERE embedding IS NULL)")
     if source_prefix:
         where.append(f"substr({_source_id(db, table)}, 1, ?) = ?")
         params.extend([len(source_prefix), source_prefix])

@@ -23,6 +23,7 @@ from cpersona.errors import AheadOfSnapshot, StoreCorrupt
 from cpersona.models import ProjectFilter
 from cpersona.storage import Store, database_scan
 from cpersona.storage import embeddings as vector_sql
+from cpersona.storage.scan_limits import ScanLimits
 from cpersona.timerange import TimeRange
 from cpersona.vectors.format import scope_hash
 from cpersona.vectors.index import VectorIndex
@@ -69,22 +70,19 @@ def scan_table(
     index: VectorIndex | None,
     query: np.ndarray,
     scope: Scope,
+    limits: ScanLimits,
     *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
     chunk_rows: int = 512,
     kernels: ModuleType | None = None,
 ) -> Hits:
     """Scan `table` the way this database can: in the database when its capabilities say so,
     else through `index` (None: the SQLite window without an index). `kernels`: from
     `_backend.load` (None: CPERSONA_KERNEL's)."""
-    kw = {"window": window, "reach": reach, "threshold": threshold, "k": k, "far_k": far_k}
     if db.capabilities.vector_arm == "database" or index is None:
-        return scan_without_index(db, table, query, scope, chunk_rows, kernels, **kw)
-    return scan(index, query, scope, chunk_rows=chunk_rows, kernels=kernels, **kw)
+        return scan_without_index(
+            db, table, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels
+        )
+    return scan(index, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels)
 
 
 def scan_without_index(
@@ -92,34 +90,20 @@ def scan_without_index(
     table: str,
     query: np.ndarray,
     scope: Scope,
+    limits: ScanLimits,
+    *,
     chunk_rows: int = 512,
     kernels: ModuleType | None = None,
-    *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
 ) -> Hits:
     """The database's own path, the same answer as the index file's: one statement on a
     store that scans vectors itself (PostgreSQL's pgvector), else the chunked BLOB scan."""
-    kw = {"window": window, "reach": reach, "threshold": threshold, "k": k, "far_k": far_k}
     if database_scan.available(db):
-        return scan_database(db, table, query, scope, **kw)
-    return scan_sqlite(db, table, query, scope, chunk_rows=chunk_rows, kernels=kernels, **kw)
+        return scan_database(db, table, query, scope, limits)
+    return scan_sqlite(db, table, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels)
 
 
 def scan_database(
-    db: Store,
-    table: str,
-    query: np.ndarray,
-    scope: Scope,
-    *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
+    db: Store, table: str, query: np.ndarray, scope: Scope, limits: ScanLimits
 ) -> Hits:
     """The window scan as one statement in the database (on PostgreSQL pgvector's inner
     product, exact)."""
@@ -133,11 +117,7 @@ def scan_database(
         scope.channel,
         scope.source_prefix,
         scope.span,
-        window=window,
-        reach=reach,
-        threshold=threshold,
-        k=k,
-        far_k=far_k,
+        limits,
     )
 
     def arrays(hits: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -155,12 +135,8 @@ def scan(
     index: VectorIndex,
     query: np.ndarray,
     scope: Scope,
+    limits: ScanLimits,
     *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
     chunk_rows: int = 512,
     kernels: ModuleType | None = None,
 ) -> Hits:
@@ -181,22 +157,13 @@ def scan(
     # A file found damaged is being rebuilt in the background: the database answers
     # meanwhile, and the call does not wait for the rebuild.
     if not index.healing:
-        args = (projects, channels, sources, window, reach, threshold, k, far_k, chunk_rows)
-        hits = _scan_file(kernels, index, query, scope, *args)
+        hits = _scan_file(
+            kernels, index, query, scope, projects, channels, sources, limits, chunk_rows
+        )
         if hits is not None:
             return hits
     return scan_without_index(
-        index.db,
-        index.table,
-        query,
-        scope,
-        chunk_rows,
-        kernels,
-        window=window,
-        reach=reach,
-        threshold=threshold,
-        k=k,
-        far_k=far_k,
+        index.db, index.table, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels
     )
 
 
@@ -208,11 +175,7 @@ def _scan_file(
     projects: np.ndarray,
     channels: np.ndarray,
     sources: np.ndarray,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
+    limits: ScanLimits,
     chunk_rows: int,
 ) -> Hits | None:
     """The scan through the index file; None when the file cannot answer (the database will)."""
@@ -231,11 +194,11 @@ def _scan_file(
                 projects,
                 channels,
                 sources,
-                window,
-                reach,
-                float(threshold),
-                k,
-                far_k,
+                limits.window,
+                limits.reach,
+                float(limits.threshold),
+                limits.k,
+                limits.far_k,
                 chunk_rows,
                 sums=sums,
                 **({} if scope.span is None else scope.span.kernel_args()),
@@ -261,12 +224,8 @@ def scan_sqlite(
     table: str,
     query: np.ndarray,
     scope: Scope,
+    limits: ScanLimits,
     *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
     chunk_rows: int = 512,
     kernels: ModuleType | None = None,
 ) -> Hits:
@@ -278,7 +237,7 @@ def scan_sqlite(
     """
     kernels = _backend.from_environment() if kernels is None else kernels
     query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
-    span = max(window, reach)
+    window = limits.window
     with vector_sql.snapshot(db):
         ids = vector_sql.window_ids(
             db,
@@ -287,15 +246,18 @@ def scan_sqlite(
             scope.project,
             scope.channel,
             scope.source_prefix,
-            span,
+            limits.positions,
             scope.span,
         )
-        near = _score_region(kernels, db, table, ids[:window], 0, query, threshold, k, chunk_rows)
+        threshold = limits.threshold
+        near = _score_region(
+            kernels, db, table, ids[:window], 0, query, threshold, limits.k, chunk_rows
+        )
         far = (
             _score_region(
-                kernels, db, table, ids[window:], window, query, threshold, far_k, chunk_rows
+                kernels, db, table, ids[window:], window, query, threshold, limits.far_k, chunk_rows
             )
-            if reach > window
+            if limits.has_far
             else (_NONE_I, _NONE_F)
         )
     return Hits(near[0], near[1], far[0], far[1])

@@ -1,0 +1,40 @@
+"""What one scoped vector scan keeps (retrieval.md §4.2-4.3), as one value: the recall pipeline
+builds it once and every path below (the index file, the chunked SQLite scan, PostgreSQL's one
+statement) reads the same five numbers from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ScanLimits"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScanLimits:
+    """Positions [0, window) are the near window and [window, reach) the far region (none when
+    reach <= window); a row is kept when its score >= threshold, and each list is cut to its
+    length (k near, far_k far) by (score DESC, position ASC)."""
+
+    window: int
+    reach: int
+    threshold: float
+    k: int
+    far_k: int
+
+    @property
+    def has_far(self) -> bool:
+        return self.reach > self.window
+
+    @property
+    def positions(self) -> int:
+        """How many in-scope rows take a position: the window, and the far region's rows."""
+        return max(self.window, self.reach)
+
+    @property
+    def kept_far(self) -> int:
+        """The far list's length as a SQL LIMIT: 0 without a far region."""
+        return max(self.far_k, 0) if self.has_far else 0
+
+    def keeps_nothing(self) -> bool:
+        """Whether no row can be kept, whatever the table holds (the scan need not run)."""
+        return self.positions <= 0 or (self.k <= 0 and self.kept_far == 0)
