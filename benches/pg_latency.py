@@ -41,7 +41,7 @@ from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.server.app import build_server
 from cpersona.storage import vector_models
-from cpersona.storage.scan_limits import ScanLimits
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.vectors import search
 from mcp import Client
 

@@ -32,7 +32,7 @@ from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.retrieval.pipeline import RecallRequest
 from cpersona.storage import open_database
-from cpersona.storage.scan_limits import ScanLimits
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.vectors import search
 from cpersona.vectors.index import VectorIndex
 

@@ -219,10 +219,7 @@ def both(sqlite_db: Database, pg_db: Database, p: Probe) -> tuple[Hits, pg_vecto
         pg_db,  # type: ignore[arg-type]
         p.table,
         query.astype("<f4").tobytes(),
-        scope.agent_id,
-        scope.project,
-        scope.channel,
-        scope.source_prefix,
+        scope,
         p.limits,
     )
     return want, got
@@ -317,11 +314,7 @@ def test_time_scoped_scan_gives_the_fallback_scan_exactly(
         pg_db,  # type: ignore[arg-type]
         probe.table,
         query.astype("<f4").tobytes(),
-        scope.agent_id,
-        scope.project,
-        scope.channel,
-        scope.source_prefix,
-        span,
+        scope,
         probe.limits,
     )
     assert got.near == pairs(want.near_ids, want.near_scores)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cpersona.embedding.hashing import HashingProvider
-from cpersona.storage.scan_limits import ScanLimits
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.vectors.search import scan
 from support.commands import index_command
 from vecindex_support import TABLES, Probe, check_probe, new_engine, scope

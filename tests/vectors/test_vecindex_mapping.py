@@ -11,7 +11,7 @@ import cpersona.vectors.index as index_mod
 import numpy as np
 import pytest
 from cpersona.models import ProjectFilter
-from cpersona.storage.scan_limits import ScanLimits
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.vectors.search import Scope, scan, scan_sqlite
 from vecindex_support import IntEmbedder, as_lists, new_engine
 

@@ -24,7 +24,7 @@ from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from cpersona.models import ProjectFilter
 from cpersona.storage import Database
-from cpersona.storage.scan_limits import ScanLimits
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.timerange import row_time
 from cpersona.vectors.search import Hits, Scope, scan, scan_sqlite
 

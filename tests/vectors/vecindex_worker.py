@@ -23,7 +23,7 @@ from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from cpersona.models import ProjectFilter
-from cpersona.storage.scan_limits import ScanLimits
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.vectors.search import Scope, scan
 
 

@@ -43,13 +43,13 @@ from cpersona.retrieval.thresholds import Thresholds
 from cpersona.storage import Store, search
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage.error_kinds import OperationalError, StorageError, UnreachableError
-from cpersona.storage.scan_limits import ScanLimits
+from cpersona.storage.scan_request import ScanLimits, Scope
 from cpersona.storage.search import EpisodeHit, MemoryHit, ScopeSql
 from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.remote import Hit as RemoteHit
 from cpersona.vectors.remote import RemoteVectors
-from cpersona.vectors.search import Scope, scan_table
+from cpersona.vectors.search import scan_table
 
 if TYPE_CHECKING:
     from cpersona.embedding.routing import ModelRouter

@@ -20,11 +20,9 @@ import numpy as np
 
 from cpersona import _backend
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
-from cpersona.models import ProjectFilter
 from cpersona.storage import Store, database_scan
 from cpersona.storage import embeddings as vector_sql
-from cpersona.storage.scan_limits import ScanLimits
-from cpersona.timerange import TimeRange
+from cpersona.storage.scan_request import ScanLimits, Scope
 from cpersona.vectors.format import scope_hash
 from cpersona.vectors.index import VectorIndex
 
@@ -33,17 +31,6 @@ log = logging.getLogger("cpersona.vectors")
 _NONE_I = np.empty(0, dtype=np.int64)
 _NONE_F = np.empty(0, dtype=np.float32)
 _ANY = np.empty(0, dtype=np.uint64)
-
-
-@dataclass(frozen=True, slots=True)
-class Scope:
-    """The isolation scope of one call (retrieval.md §4.0)."""
-
-    agent_id: str
-    project: ProjectFilter
-    channel: str = ""
-    source_prefix: str = ""
-    span: TimeRange | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,28 +62,13 @@ def scan_table(
     chunk_rows: int = 512,
     kernels: ModuleType | None = None,
 ) -> Hits:
-    """Scan `table` the way this database can: in the database when its capabilities say so,
-    else through `index` (None: the SQLite window without an index). `kernels`: from
-    `_backend.load` (None: CPERSONA_KERNEL's)."""
-    if db.capabilities.vector_arm == "database" or index is None:
-        return scan_without_index(
-            db, table, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels
-        )
-    return scan(index, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels)
-
-
-def scan_without_index(
-    db: Store,
-    table: str,
-    query: np.ndarray,
-    scope: Scope,
-    limits: ScanLimits,
-    *,
-    chunk_rows: int = 512,
-    kernels: ModuleType | None = None,
-) -> Hits:
-    """The database's own path, the same answer as the index file's: one statement on a
-    store that scans vectors itself (PostgreSQL's pgvector), else the chunked BLOB scan."""
+    """Scan `table` the way this database can: through `index` unless its capabilities say
+    the vector arm runs in the database, else (and with no `index`) the database's own path,
+    the same answer as the index file's: one statement on a store that scans vectors itself
+    (PostgreSQL's pgvector), else the chunked BLOB scan. `kernels`: from `_backend.load`
+    (None: CPERSONA_KERNEL's)."""
+    if index is not None and db.capabilities.vector_arm != "database":
+        return scan(index, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels)
     if database_scan.available(db):
         return scan_database(db, table, query, scope, limits)
     return scan_sqlite(db, table, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels)
@@ -108,17 +80,7 @@ def scan_database(
     """The window scan as one statement in the database (on PostgreSQL pgvector's inner
     product, exact)."""
     query = np.ascontiguousarray(query, dtype="<f4").reshape(-1)
-    found = database_scan.window_scan(
-        db,
-        table,
-        query.tobytes(),
-        scope.agent_id,
-        scope.project,
-        scope.channel,
-        scope.source_prefix,
-        scope.span,
-        limits,
-    )
+    found = database_scan.window_scan(db, table, query.tobytes(), scope, limits)
 
     def arrays(hits: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
         return (
@@ -162,8 +124,8 @@ def scan(
         )
         if hits is not None:
             return hits
-    return scan_without_index(
-        index.db, index.table, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels
+    return scan_table(
+        index.db, index.table, None, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels
     )
 
 
@@ -239,16 +201,7 @@ def scan_sqlite(
     query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
     window = limits.window
     with vector_sql.snapshot(db):
-        ids = vector_sql.window_ids(
-            db,
-            table,
-            scope.agent_id,
-            scope.project,
-            scope.channel,
-            scope.source_prefix,
-            limits.positions,
-            scope.span,
-        )
+        ids = vector_sql.window_ids(db, table, scope, limits.positions)
         threshold = limits.threshold
         near = _score_region(
             kernels, db, table, ids[:window], 0, query, threshold, limits.k, chunk_rows

@@ -22,11 +22,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cpersona.models import ProjectFilter
 from cpersona.storage.filters import scope_where
 from cpersona.storage.pg import keys
-from cpersona.storage.scan_limits import ScanLimits
-from cpersona.timerange import TimeRange, row_time
+from cpersona.storage.scan_request import ScanLimits, Scope
+from cpersona.timerange import row_time
 
 if TYPE_CHECKING:
     from cpersona.storage.interface import Row as ResultRow
@@ -116,12 +115,10 @@ class WindowHits:
     far: list[tuple[int, float]]
 
 
-def _where(
-    table: str, agent_id: str, project: ProjectFilter, channel: str, source_prefix: str
-) -> tuple[str, list[object]]:
-    parts, params = scope_where(agent_id, project, channel)
+def _where(table: str, scope: Scope) -> tuple[str, list[object]]:
+    parts, params = scope_where(scope.agent_id, scope.project, scope.channel)
     parts.append("embedding IS NOT NULL")
-    if source_prefix:
+    if source_prefix := scope.source_prefix:
         if table != "memories":
             # Episodes carry no source: a source filter admits none of them.
             parts.append("FALSE")
@@ -159,24 +156,20 @@ def _regions(rows: Iterable[ResultRow]) -> WindowHits:
 
 
 def window_scan(
-    db: PgDatabase,
-    table: str,
-    query: bytes,
-    agent_id: str,
-    project: ProjectFilter,
-    channel: str,
-    source_prefix: str,
-    limits: ScanLimits,
+    db: PgDatabase, table: str, query: bytes, scope: Scope, limits: ScanLimits
 ) -> WindowHits:
-    """The near list and the far list of one table, in one statement (module docstring)."""
+    """The near list and the far list of one table, in one statement (module docstring); a
+    time-scoped scope is `span_scan`'s."""
     if table not in TABLES:
         raise ValueError(f"no vector scan for table {table!r}")
+    if scope.span is not None:
+        raise ValueError("window_scan of a time-scoped scope: span_scan reads its range")
     vector = db.vector_param(query)
     if vector is None:  # empty, not whole float32s, or not finite: nothing can match it
         return WindowHits([], [])
     if limits.keeps_nothing():
         return WindowHits([], [])
-    where, params = _where(table, agent_id, project, channel, source_prefix)
+    where, params = _where(table, scope)
     # One pass down the partial btree, newest first, stopped at the last position: row_number()
     # over the same order is each row's position, and each row is scored as it passes (nothing
     # but (id, pos, score) is kept). Foreign-width rows keep their position and score NULL
@@ -197,17 +190,9 @@ def window_scan(
 
 
 def span_scan(
-    db: PgDatabase,
-    table: str,
-    query: bytes,
-    agent_id: str,
-    project: ProjectFilter,
-    channel: str,
-    source_prefix: str,
-    span: TimeRange,
-    limits: ScanLimits,
+    db: PgDatabase, table: str, query: bytes, scope: Scope, limits: ScanLimits
 ) -> WindowHits:
-    """`window_scan` of a time-scoped scan: positions go to the rows whose instant `span`
+    """`window_scan` of a time-scoped scan: positions go to the rows whose instant `scope.span`
     admits, in the same order (created_key DESC, id DESC).
 
     The rows whose stored `instant_key` is in the range come from its index (a past week is
@@ -217,11 +202,14 @@ def span_scan(
     order, and only the first `limit` rows are scored."""
     if table not in TABLES:
         raise ValueError(f"no vector scan for table {table!r}")
+    span = scope.span
+    if span is None:
+        raise ValueError("span_scan needs a time-scoped scope: window_scan scans the others")
     vector = db.vector_param(query)
     if vector is None or limits.keeps_nothing():
         return WindowHits([], [])
     limit = limits.positions
-    where, params = _where(table, agent_id, project, channel, source_prefix)
+    where, params = _where(table, scope)
     stamp = "timestamp" if table == "memories" else "start_time"
     lo, hi = span.bounds()
     score = (

@@ -1,12 +1,26 @@
-"""What one scoped vector scan keeps (retrieval.md §4.2-4.3), as one value: the recall pipeline
-builds it once and every path below (the index file, the chunked SQLite scan, PostgreSQL's one
-statement) reads the same five numbers from it."""
+"""What one scoped vector scan asks for (retrieval.md §4.0, §4.2-4.3), as two values: whose rows
+(`Scope`) and what of them is kept (`ScanLimits`). The recall pipeline builds them once and every
+path below (the index file, the chunked SQLite scan, PostgreSQL's statement) reads them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ScanLimits"]
+from cpersona.models import ProjectFilter
+from cpersona.timerange import TimeRange
+
+__all__ = ["ScanLimits", "Scope"]
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The isolation scope of one call (retrieval.md §4.0)."""
+
+    agent_id: str
+    project: ProjectFilter
+    channel: str = ""
+    source_prefix: str = ""
+    span: TimeRange | None = None
 
 
 @dataclass(frozen=True, slots=True)
