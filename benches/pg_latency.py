@@ -41,6 +41,7 @@ from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.server.app import build_server
 from cpersona.storage import vector_models
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.vectors import search
 from mcp import Client
 
@@ -106,7 +107,7 @@ def _scan_ms(engine: Engine, query: np.ndarray, use_index: bool, reach: int) -> 
     started = time.perf_counter()
     hits = search.scan_table(
         engine.db, "memories", index, query, scale.SCOPE,
-        window=WINDOW, reach=reach, threshold=0.0, k=10, far_k=10,
+        ScanLimits(WINDOW, reach, threshold=0.0, k=10, far_k=10),
     )  # fmt: skip
     spent = (time.perf_counter() - started) * 1000
     if hits.near_ids.shape[0] != 10 or (reach and hits.far_ids.shape[0] != 10):

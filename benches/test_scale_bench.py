@@ -32,6 +32,7 @@ from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.retrieval.pipeline import RecallRequest
 from cpersona.storage import open_database
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.vectors import search
 from cpersona.vectors.index import VectorIndex
 
@@ -81,13 +82,13 @@ def test_scale_scan(benchmark, opened, region, path, bandwidth_gbs, request) -> 
     _skip_empty_far(region, corpus.rows, work)
     query = corpus.query()
     reach = work.reach if region == "far" else 0
-    kw = dict(window=work.window, reach=reach, threshold=-1.0, k=work.k, far_k=work.k)
+    limits = ScanLimits(work.window, reach, threshold=-1.0, k=work.k, far_k=work.k)
 
     def via_index() -> search.Hits:
-        return search.scan(index, query, scale.SCOPE, **kw)
+        return search.scan(index, query, scale.SCOPE, limits)
 
     def via_sqlite() -> search.Hits:
-        return search.scan_sqlite(index.db, "memories", query, scale.SCOPE, **kw)
+        return search.scan_sqlite(index.db, "memories", query, scale.SCOPE, limits)
 
     a, b = via_index(), via_sqlite()
     correct = (

@@ -73,39 +73,68 @@ pub const HEADER: [Field; 11] = [
     ),
 ];
 
-/// The sections in file order, each `capacity` entries of its element (`DIM_SECTION`'s entries
-/// are `dim` elements each), starting at the next multiple of `SECTION_ALIGN`.
-pub const SECTIONS: [(&str, Elem); 10] = [
-    ("ids", Elem::I64),
-    ("keys", Elem::I64),
-    ("times", Elem::I64),
-    ("agent", Elem::U64),
-    ("project", Elem::U64),
-    ("channel", Elem::U64),
-    ("source", Elem::U64),
-    ("flags", Elem::U8),
-    ("order", Elem::U32),
-    ("vectors", Elem::F32),
-];
+/// Declares the sections once, in file order, as `name: element` (`* dim`: `dim` elements a
+/// slot), and from that list `SECTIONS`, the `Layout` of their offsets and `Store`'s typed
+/// view of each, so that the four cannot disagree on a name, an order or a type.
+macro_rules! sections {
+    ($($(#[doc = $doc:literal])* $name:ident: $elem:ident $(* $per_slot:ident)?,)+) => {
+        /// The sections in file order, each `capacity` entries of its element (`DIM_SECTION`'s
+        /// entries are `dim` elements each), starting at the next multiple of `SECTION_ALIGN`.
+        pub const SECTIONS: [(&str, Elem); [$(stringify!($name)),+].len()] =
+            [$((stringify!($name), <$elem as Plain>::ELEM)),+];
+
+        /// Byte offsets of the sections for one `(dim, capacity)`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct Layout {
+            $(pub $name: usize,)+
+            /// The exact file size.
+            pub file_len: usize,
+        }
+
+        impl Layout {
+            /// The section offsets in `SECTIONS` order.
+            #[must_use]
+            pub const fn offsets(&self) -> [usize; SECTIONS.len()] {
+                [$(self.$name),+]
+            }
+
+            const fn from_offsets(
+                [$($name),+]: [usize; SECTIONS.len()],
+                file_len: usize,
+            ) -> Self {
+                Self { $($name,)+ file_len }
+            }
+        }
+
+        impl Store {
+            $(
+                $(#[doc = $doc])*
+                #[must_use]
+                pub fn $name(&self) -> &[$elem] {
+                    self.section(self.layout.$name, self.capacity $(* self.$per_slot)?)
+                }
+            )+
+        }
+    };
+}
+
+sections! {
+    ids: i64,
+    keys: i64,
+    /// Each row's instant in microseconds since the Unix epoch (UTC), `NO_TIME` when none.
+    times: i64,
+    agent: u64,
+    project: u64,
+    channel: u64,
+    source: u64,
+    flags: u8,
+    order: u32,
+    /// All vectors, row-major, `capacity * dim` floats.
+    vectors: f32 * dim,
+}
+
 /// The section that holds `dim` elements per slot.
 pub const DIM_SECTION: &str = "vectors";
-
-/// Byte offsets of the sections for one `(dim, capacity)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
-    pub ids: usize,
-    pub keys: usize,
-    pub times: usize,
-    pub agent: usize,
-    pub project: usize,
-    pub channel: usize,
-    pub source: usize,
-    pub flags: usize,
-    pub order: usize,
-    pub vectors: usize,
-    /// The exact file size.
-    pub file_len: usize,
-}
 
 impl Layout {
     /// Computes the section offsets; `None` when they do not fit in `usize`.
@@ -125,21 +154,7 @@ impl Layout {
             end = start.checked_add(capacity.checked_mul(per_slot)?)?;
             *offset = start;
         }
-        // In `SECTIONS` order (`sections_are_declared_in_file_order` checks the names).
-        let [ids, keys, times, agent, project, channel, source, flags, order, vectors] = offsets;
-        Some(Self {
-            ids,
-            keys,
-            times,
-            agent,
-            project,
-            channel,
-            source,
-            flags,
-            order,
-            vectors,
-            file_len: end,
-        })
+        Some(Self::from_offsets(offsets, end))
     }
 }
 
@@ -303,58 +318,6 @@ impl Store {
         Ok(count as usize)
     }
 
-    #[must_use]
-    pub fn ids(&self) -> &[i64] {
-        self.section(self.layout.ids, self.capacity)
-    }
-
-    #[must_use]
-    pub fn keys(&self) -> &[i64] {
-        self.section(self.layout.keys, self.capacity)
-    }
-
-    /// Each row's instant in microseconds since the Unix epoch (UTC), `NO_TIME` when none.
-    #[must_use]
-    pub fn times(&self) -> &[i64] {
-        self.section(self.layout.times, self.capacity)
-    }
-
-    #[must_use]
-    pub fn agent(&self) -> &[u64] {
-        self.section(self.layout.agent, self.capacity)
-    }
-
-    #[must_use]
-    pub fn project(&self) -> &[u64] {
-        self.section(self.layout.project, self.capacity)
-    }
-
-    #[must_use]
-    pub fn channel(&self) -> &[u64] {
-        self.section(self.layout.channel, self.capacity)
-    }
-
-    #[must_use]
-    pub fn source(&self) -> &[u64] {
-        self.section(self.layout.source, self.capacity)
-    }
-
-    #[must_use]
-    pub fn flags(&self) -> &[u8] {
-        self.section(self.layout.flags, self.capacity)
-    }
-
-    #[must_use]
-    pub fn order(&self) -> &[u32] {
-        self.section(self.layout.order, self.capacity)
-    }
-
-    /// All vectors, row-major, `capacity * dim` floats.
-    #[must_use]
-    pub fn vectors(&self) -> &[f32] {
-        self.section(self.layout.vectors, self.capacity * self.dim)
-    }
-
     /// The embedding of `slot`. Panics if `slot >= capacity`; callers check against `count`.
     #[must_use]
     pub fn vector(&self, slot: usize) -> &[f32] {
@@ -391,12 +354,25 @@ impl Store {
 }
 
 /// Element types that may be viewed in place in the mapping: every bit pattern is a valid value.
-trait Plain: Copy {}
-impl Plain for u8 {}
-impl Plain for u32 {}
-impl Plain for u64 {}
-impl Plain for i64 {}
-impl Plain for f32 {}
+trait Plain: Copy {
+    /// How the layout tables name it.
+    const ELEM: Elem;
+}
+impl Plain for u8 {
+    const ELEM: Elem = Elem::U8;
+}
+impl Plain for u32 {
+    const ELEM: Elem = Elem::U32;
+}
+impl Plain for u64 {
+    const ELEM: Elem = Elem::U64;
+}
+impl Plain for i64 {
+    const ELEM: Elem = Elem::I64;
+}
+impl Plain for f32 {
+    const ELEM: Elem = Elem::F32;
+}
 
 fn corrupt(reason: String) -> CoreError {
     CoreError::Corrupt(reason)
@@ -517,18 +493,7 @@ mod tests {
     #[test]
     fn layout_sections_are_aligned_and_ordered() {
         let layout = Layout::new(7, 3).unwrap();
-        let offsets = [
-            layout.ids,
-            layout.keys,
-            layout.times,
-            layout.agent,
-            layout.project,
-            layout.channel,
-            layout.source,
-            layout.flags,
-            layout.order,
-            layout.vectors,
-        ];
+        let offsets = layout.offsets();
         assert_eq!(layout.ids, HEADER_LEN);
         assert!(offsets.iter().all(|o| o % SECTION_ALIGN == 0));
         assert!(offsets.windows(2).all(|w| w[0] < w[1]));
@@ -544,8 +509,7 @@ mod tests {
 
     #[test]
     fn sections_are_declared_in_file_order() {
-        // The names `Layout::new` destructures its offsets into, and the element each typed
-        // view of `Store` reads, in the order the declaration lists them.
+        // The declaration against docs/vector-index.md: names, order and element widths.
         let read = [
             ("ids", size_of::<i64>()),
             ("keys", size_of::<i64>()),

@@ -1,4 +1,8 @@
-"""Stubs for the Rust extension `cpersona._core` (rust/py/); `_fallback` is its numpy twin."""
+"""Stubs for the Rust extension `cpersona._core` (rust/py/); `_fallback` is its numpy twin.
+
+No `__all__` here: a stub exports every public name it defines, and the extension's own
+`__all__` is the list of what rust/py/ registers (pyo3 builds it), so a third copy could only
+fall behind."""
 
 import os
 from collections.abc import Sequence
@@ -6,24 +10,6 @@ from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
-
-__all__ = [
-    "DEBUG_BUILD",
-    "DEFAULT_CHUNK_ROWS",
-    "KERNEL",
-    "FtsIndex",
-    "Unigram",
-    "VectorIndex",
-    "__version__",
-    "fts_fold",
-    "layout",
-    "merge_top_k",
-    "rrf",
-    "rsf",
-    "scan_chunk",
-    "scan_dot",
-    "top_k",
-]
 
 __version__: str
 DEBUG_BUILD: bool

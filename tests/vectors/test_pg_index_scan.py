@@ -79,10 +79,6 @@ def load(db: Store, table: str, rows: list[Row]) -> None:
     load_into(db, table, rows)  # type: ignore[arg-type]
 
 
-def _kw(p: Probe) -> dict[str, Any]:
-    return {"window": p.window, "reach": p.reach, "threshold": p.threshold, "k": p.k}
-
-
 def _scope(p: Probe) -> Scope:
     if p.table == "episodes":  # episodes carry no source
         return Scope(p.scope.agent_id, p.scope.project, p.scope.channel, "")
@@ -95,7 +91,7 @@ def from_index(index: VectorIndex, p: Probe) -> Hits:
     one, which falls back on SQLite as well)."""
     query = np.asarray(p.query, np.float32)
     with mock.patch.object(search, "scan_database", wraps=search.scan_database) as fallback:
-        hits = scan(index, query, _scope(p), far_k=p.far_k, kernels=core, **_kw(p))
+        hits = scan(index, query, _scope(p), p.limits, kernels=core)
     # A source prefix no source has answers empty before the file is read.
     if not (p.scope.source_prefix and p.table == "memories"):
         status = index.status()
@@ -108,7 +104,7 @@ def from_index(index: VectorIndex, p: Probe) -> Hits:
 
 def from_sql(db: Store, p: Probe) -> Hits:
     query = np.asarray(p.query, np.float32)
-    return scan_database(db, p.table, query, _scope(p), far_k=p.far_k, **_kw(p))
+    return scan_database(db, p.table, query, _scope(p), p.limits)
 
 
 HYP = settings(
@@ -209,9 +205,7 @@ def test_another_servers_concurrent_writes_are_seen_exactly(
             p = probes_[n % len(probes_)]
             query = np.asarray(p.query, np.float32)
             with pg_db.snapshot():
-                got = scan(
-                    indexes["memories"], query, _scope(p), far_k=p.far_k, kernels=core, **_kw(p)
-                )
+                got = scan(indexes["memories"], query, _scope(p), p.limits, kernels=core)
                 want = from_sql(pg_db, p)
             assert pairs(got.near_ids, got.near_scores) == pairs(want.near_ids, want.near_scores)
             assert pairs(got.far_ids, got.far_scores) == pairs(want.far_ids, want.far_scores)

@@ -218,21 +218,16 @@ def both(
     if p.table == "episodes":
         scope = dataclasses.replace(scope, source_prefix="")
     query = np.asarray(p.query, np.float32)
-    kw = {"window": p.window, "reach": p.reach, "threshold": p.threshold, "k": p.k}
-    kw |= {"far_k": p.far_k}
-    want = scan_sqlite(sqlite_db, p.table, query, scope, chunk_rows=7, kernels=_fallback, **kw)
-    args = (
-        pg_db,
+    want = scan_sqlite(sqlite_db, p.table, query, scope, p.limits, chunk_rows=7, kernels=_fallback)
+    scan = pg_vectors.window_scan if span is None else pg_vectors.span_scan
+    got = scan(
+        pg_db,  # type: ignore[arg-type]
         p.table,
         query.astype("<f4").tobytes(),
-        scope.agent_id,
-        scope.project,
-        scope.channel,
-        scope.source_prefix,
+        scope,
+        p.limits,
     )
-    if span is None:
-        return want, pg_vectors.window_scan(*args, **kw)  # type: ignore[arg-type]
-    return want, pg_vectors.span_scan(*args, span, **kw)  # type: ignore[arg-type]
+    return want, got
 
 
 def assert_exact(want: Hits, got: pg_vectors.WindowHits) -> None:

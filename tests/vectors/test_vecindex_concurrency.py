@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from cpersona.embedding.hashing import HashingProvider
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.vectors.search import scan
 from support.commands import index_command
 from vecindex_support import TABLES, Probe, check_probe, new_engine, scope
@@ -119,11 +120,7 @@ def test_two_threads_share_one_engine(tmp_path: Path) -> None:
                     engine.indexes["memories"],
                     q,
                     scope(name),
-                    window=1000,
-                    reach=0,
-                    threshold=-1.0,
-                    k=1000,
-                    far_k=0,
+                    ScanLimits(window=1000, reach=0, threshold=-1.0, k=1000, far_k=0),
                 )
                 # Only this thread writes this agent's rows: its scan sees exactly them.
                 assert sorted(int(x) for x in hits.near_ids) == sorted(mine)

@@ -70,7 +70,7 @@ def answers(
 ) -> list[tuple[list[int], list[float], list[int], list[float]]]:
     index = engine.indexes[table]
     return [
-        as_lists(scan(index, p.query, p.scope, kernels=kernels, **p.kwargs()))
+        as_lists(scan(index, p.query, p.scope, p.limits, chunk_rows=p.chunk_rows, kernels=kernels))
         for p in probes(table)
     ]
 

@@ -11,18 +11,19 @@ import cpersona.vectors.index as index_mod
 import numpy as np
 import pytest
 from cpersona.models import ProjectFilter
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.vectors.search import Scope, scan, scan_sqlite
 from vecindex_support import IntEmbedder, as_lists, new_engine
 
 SCOPE = Scope("a", ProjectFilter(None))
-KW = {"window": 4, "reach": 9, "threshold": -100.0, "k": 3, "far_k": 3}
+LIMITS = ScanLimits(window=4, reach=9, threshold=-100.0, k=3, far_k=3)
 
 
 def both(engine, query: np.ndarray, kernels: ModuleType) -> tuple[object, object]:
     index = engine.indexes["memories"]
     return (
-        as_lists(scan(index, query, SCOPE, kernels=kernels, **KW)),
-        as_lists(scan_sqlite(engine.db, "memories", query, SCOPE, kernels=kernels, **KW)),
+        as_lists(scan(index, query, SCOPE, LIMITS, kernels=kernels)),
+        as_lists(scan_sqlite(engine.db, "memories", query, SCOPE, LIMITS, kernels=kernels)),
     )
 
 

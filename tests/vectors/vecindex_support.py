@@ -24,6 +24,7 @@ from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from cpersona.models import ProjectFilter
 from cpersona.storage import Database
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.timerange import row_time
 from cpersona.vectors.search import Hits, Scope, scan, scan_sqlite
 
@@ -67,9 +68,6 @@ def new_engine(db_path: Any, embedder: Any = None) -> Engine:
 # -- the reference --------------------------------------------------------------------------
 
 
-_WINDOW_PARAMETERS = ("window", "reach", "threshold", "k", "far_k", "chunk_rows")
-
-
 @dataclass(frozen=True, slots=True)
 class Probe:
     """One scan request: a table, a query, a scope and the window parameters."""
@@ -84,9 +82,9 @@ class Probe:
     far_k: int
     chunk_rows: int = 512
 
-    def kwargs(self) -> dict[str, Any]:
-        """The window parameters, as the scan functions take them by keyword."""
-        return {name: getattr(self, name) for name in _WINDOW_PARAMETERS}
+    @property
+    def limits(self) -> ScanLimits:
+        return ScanLimits(self.window, self.reach, self.threshold, self.k, self.far_k)
 
     def __repr__(self) -> str:  # short enough to read in a falsifying example
         s = self.scope
@@ -204,9 +202,9 @@ def check_probe(
     """scan (index) == scan_sqlite (SQL window) [== reference], ids, order and scores, on
     `kernels` (None: those CPERSONA_KERNEL names)."""
     index = indexes[probe.table]
-    kw = {**probe.kwargs(), "kernels": kernels}
-    fast = as_lists(scan(index, probe.query, probe.scope, **kw))
-    sql = as_lists(scan_sqlite(db, probe.table, probe.query, probe.scope, **kw))
+    kw = {"chunk_rows": probe.chunk_rows, "kernels": kernels}
+    fast = as_lists(scan(index, probe.query, probe.scope, probe.limits, **kw))
+    sql = as_lists(scan_sqlite(db, probe.table, probe.query, probe.scope, probe.limits, **kw))
     assert fast == sql, f"index scan != SQLite scan for {probe!r}"
     if exact_ref:
         ref = as_lists(reference(db, probe))

@@ -23,6 +23,7 @@ from cpersona.config import Settings
 from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from cpersona.models import ProjectFilter
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.vectors.search import Scope, scan
 
 
@@ -71,11 +72,7 @@ def main() -> None:
                 engine.indexes[table],
                 query,
                 sc,
-                window=window,
-                reach=rng.choice([0, window + 20]),
-                threshold=-1.0,
-                k=1000,
-                far_k=1000,
+                ScanLimits(window, rng.choice([0, window + 20]), -1.0, k=1000, far_k=1000),
             )
             ids = [int(x) for x in hits.near_ids] + [int(x) for x in hits.far_ids]
             emit(scan=table, agent=agent, ids=ids)

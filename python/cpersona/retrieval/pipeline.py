@@ -43,12 +43,13 @@ from cpersona.retrieval.thresholds import Thresholds
 from cpersona.storage import Store, search
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage.error_kinds import OperationalError, StorageError, UnreachableError
+from cpersona.storage.scan_request import ScanLimits, Scope
 from cpersona.storage.search import EpisodeHit, MemoryHit, ScopeSql
 from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.remote import Hit as RemoteHit
 from cpersona.vectors.remote import RemoteVectors
-from cpersona.vectors.search import Scope, scan_table
+from cpersona.vectors.search import scan_table
 
 if TYPE_CHECKING:
     from cpersona.embedding.routing import ModelRouter
@@ -212,6 +213,7 @@ class Recaller:
         s = self.s
         far_k = min(limit, s.vector_far_limit) if s.vector_far_limit > 0 else limit
         reach = s.vector_reach if far else 0
+        limits = ScanLimits(s.max_memories, reach, threshold, limit, far_k)
         per_table = {}
         with stage("vector_scan"):
             for table in ("memories", "episodes"):
@@ -225,11 +227,7 @@ class Recaller:
                     self.indexes.get(table),
                     qvec.vector,
                     Scope(req.agent_id, req.project, req.channel, prefix, req.span),
-                    window=s.max_memories,
-                    reach=reach,
-                    threshold=threshold,
-                    k=limit,
-                    far_k=far_k,
+                    limits,
                     chunk_rows=s.vector_scan_chunk_rows,
                     kernels=self.kernels,
                 )

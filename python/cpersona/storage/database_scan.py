@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
-from cpersona.models import ProjectFilter
 from cpersona.storage.interface import Store
-from cpersona.timerange import TimeRange
+from cpersona.storage.scan_request import ScanLimits, Scope
 
 if TYPE_CHECKING:
     from cpersona.storage.pg.db import PgDatabase
@@ -25,24 +24,11 @@ def available(db: Store) -> bool:
 
 
 def window_scan(
-    db: Store,
-    table: str,
-    query: bytes,
-    agent_id: str,
-    project: ProjectFilter,
-    channel: str,
-    source_prefix: str,
-    span: TimeRange | None,
-    *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
+    db: Store, table: str, query: bytes, scope: Scope, limits: ScanLimits
 ) -> WindowHits:
     """The near list and the far list of `table` scored in the database by one statement
-    (retrieval.md §4.2-4.3; `query` as little-endian float32 bytes); with `span`, positions go
-    only to rows whose instant it admits.
+    (retrieval.md §4.2-4.3; `query` as little-endian float32 bytes); with `scope.span`,
+    positions go only to rows whose instant it admits.
 
     Raises:
         ValueError: the store cannot scan vectors in the database (`available`).
@@ -52,33 +38,6 @@ def window_scan(
     from cpersona.storage.pg import vectors as pg_vectors
 
     pg_db = cast("PgDatabase", db)
-    if span is None:
-        return pg_vectors.window_scan(
-            pg_db,
-            table,
-            query,
-            agent_id,
-            project,
-            channel,
-            source_prefix,
-            window=window,
-            reach=reach,
-            threshold=threshold,
-            k=k,
-            far_k=far_k,
-        )
-    return pg_vectors.span_scan(
-        pg_db,
-        table,
-        query,
-        agent_id,
-        project,
-        channel,
-        source_prefix,
-        span,
-        window=window,
-        reach=reach,
-        threshold=threshold,
-        k=k,
-        far_k=far_k,
-    )
+    if scope.span is None:
+        return pg_vectors.window_scan(pg_db, table, query, scope, limits)
+    return pg_vectors.span_scan(pg_db, table, query, scope, limits)

@@ -7,13 +7,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from cpersona.models import ProjectFilter
 from cpersona.storage.change_log import LOGS, ChangeLog
 from cpersona.storage.db import id_batches
-from cpersona.storage.filters import project_where
+from cpersona.storage.filters import scope_where
 from cpersona.storage.interface import Row, Store
 from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
-from cpersona.timerange import TimeRange, first_in_span, row_time
+from cpersona.storage.scan_request import Scope
+from cpersona.timerange import first_in_span, row_time
 
 _TABLES = ("memories", "episodes")
 # The window order is `ops.created_key()`: created_at as Unix seconds, a non-canonical stamp
@@ -168,30 +168,21 @@ def iter_rows(db: Store, table: str) -> Iterator[IndexRow]:
 def window_ids(
     db: Store,
     table: str,
-    agent_id: str,
-    project: ProjectFilter,
-    channel: str,
-    source_prefix: str,
+    scope: Scope,
     limit: int,
-    span: TimeRange | None = None,
 ) -> list[int]:
     """The spec's window as plain SQL (retrieval.md §4.2): ids of the in-scope embedded rows,
-    newest first by (created_at DESC, id DESC), positions [0, limit). With `span`, only rows
-    whose instant it admits take positions (read in that order until `limit` are found).
+    newest first by (created_at DESC, id DESC), positions [0, limit). With `scope.span`, only
+    rows whose instant it admits take positions (read in that order until `limit` are found).
 
     The order of the no-index path, read without touching a BLOB (`blobs` fetches them): sorting
     `(id, embedding)` pairs made SQLite carry every in-scope BLOB through its sorter, and
     `embedding IS NOT NULL` made it visit every row of the agent, when the agent's index and
     the partial index of unembedded rows answer both (docs/performance.md).
     """
-    where = ["agent_id = ?", f"id NOT IN (SELECT id FROM {_check(table)} WHERE embedding IS NULL)"]
-    params: list[object] = [agent_id]
-    pw, pp = project_where(project)
-    where.append(pw)
-    params.extend(pp)
-    if channel:
-        where.append("channel IN (?, '')")
-        params.append(channel)
+    where, params = scope_where(scope.agent_id, scope.project, scope.channel)
+    source_prefix, span = scope.source_prefix, scope.span
+    where.append(f"id NOT IN (SELECT id FROM {_check(table)} WHERE embedding IS NULL)")
     if source_prefix:
         where.append(f"substr({_source_id(db, table)}, 1, ?) = ?")
         params.extend([len(source_prefix), source_prefix])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cpersona.models import ProjectFilter
 
-__all__ = ["project_where"]
+__all__ = ["project_where", "scope_where"]
 
 
 def project_where(
@@ -19,3 +19,18 @@ def project_where(
     if project.value == "":
         return f"{column} = ''", ()
     return f"{column} IN (?, '')", (project.value,)
+
+
+def scope_where(
+    agent_id: str, project: ProjectFilter, channel: str
+) -> tuple[list[str], list[object]]:
+    """The conditions (to be joined by AND) that admit one agent's rows in `project` and
+    `channel` (a channel admits its own rows and the unchannelled ones), and their parameters
+    in order."""
+    where, pp = project_where(project)
+    parts = ["agent_id = ?", where]
+    params: list[object] = [agent_id, *pp]
+    if channel:
+        parts.append("channel IN (?, '')")
+        params.append(channel)
+    return parts, params

@@ -20,10 +20,9 @@ import numpy as np
 
 from cpersona import _backend
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
-from cpersona.models import ProjectFilter
 from cpersona.storage import Store, database_scan
 from cpersona.storage import embeddings as vector_sql
-from cpersona.timerange import TimeRange
+from cpersona.storage.scan_request import ScanLimits, Scope
 from cpersona.vectors.format import scope_hash
 from cpersona.vectors.index import VectorIndex
 
@@ -32,17 +31,6 @@ log = logging.getLogger("cpersona.vectors")
 _NONE_I = np.empty(0, dtype=np.int64)
 _NONE_F = np.empty(0, dtype=np.float32)
 _ANY = np.empty(0, dtype=np.uint64)
-
-
-@dataclass(frozen=True, slots=True)
-class Scope:
-    """The isolation scope of one call (retrieval.md §4.0)."""
-
-    agent_id: str
-    project: ProjectFilter
-    channel: str = ""
-    source_prefix: str = ""
-    span: TimeRange | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,76 +57,30 @@ def scan_table(
     index: VectorIndex | None,
     query: np.ndarray,
     scope: Scope,
+    limits: ScanLimits,
     *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
     chunk_rows: int = 512,
     kernels: ModuleType | None = None,
 ) -> Hits:
-    """Scan `table` the way this database can: in the database when its capabilities say so,
-    else through `index` (None: the SQLite window without an index). `kernels`: from
-    `_backend.load` (None: CPERSONA_KERNEL's)."""
-    kw = {"window": window, "reach": reach, "threshold": threshold, "k": k, "far_k": far_k}
-    if db.capabilities.vector_arm == "database" or index is None:
-        return scan_without_index(db, table, query, scope, chunk_rows, kernels, **kw)
-    return scan(index, query, scope, chunk_rows=chunk_rows, kernels=kernels, **kw)
-
-
-def scan_without_index(
-    db: Store,
-    table: str,
-    query: np.ndarray,
-    scope: Scope,
-    chunk_rows: int = 512,
-    kernels: ModuleType | None = None,
-    *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
-) -> Hits:
-    """The database's own path, the same answer as the index file's: one statement on a
-    store that scans vectors itself (PostgreSQL's pgvector), else the chunked BLOB scan."""
-    kw = {"window": window, "reach": reach, "threshold": threshold, "k": k, "far_k": far_k}
+    """Scan `table` the way this database can: through `index` unless its capabilities say
+    the vector arm runs in the database, else (and with no `index`) the database's own path,
+    the same answer as the index file's: one statement on a store that scans vectors itself
+    (PostgreSQL's pgvector), else the chunked BLOB scan. `kernels`: from `_backend.load`
+    (None: CPERSONA_KERNEL's)."""
+    if index is not None and db.capabilities.vector_arm != "database":
+        return scan(index, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels)
     if database_scan.available(db):
-        return scan_database(db, table, query, scope, **kw)
-    return scan_sqlite(db, table, query, scope, chunk_rows=chunk_rows, kernels=kernels, **kw)
+        return scan_database(db, table, query, scope, limits)
+    return scan_sqlite(db, table, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels)
 
 
 def scan_database(
-    db: Store,
-    table: str,
-    query: np.ndarray,
-    scope: Scope,
-    *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
+    db: Store, table: str, query: np.ndarray, scope: Scope, limits: ScanLimits
 ) -> Hits:
     """The window scan as one statement in the database (on PostgreSQL pgvector's inner
     product, exact)."""
     query = np.ascontiguousarray(query, dtype="<f4").reshape(-1)
-    found = database_scan.window_scan(
-        db,
-        table,
-        query.tobytes(),
-        scope.agent_id,
-        scope.project,
-        scope.channel,
-        scope.source_prefix,
-        scope.span,
-        window=window,
-        reach=reach,
-        threshold=threshold,
-        k=k,
-        far_k=far_k,
-    )
+    found = database_scan.window_scan(db, table, query.tobytes(), scope, limits)
 
     def arrays(hits: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
         return (
@@ -155,12 +97,8 @@ def scan(
     index: VectorIndex,
     query: np.ndarray,
     scope: Scope,
+    limits: ScanLimits,
     *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
     chunk_rows: int = 512,
     kernels: ModuleType | None = None,
 ) -> Hits:
@@ -181,22 +119,13 @@ def scan(
     # A file found damaged is being rebuilt in the background: the database answers
     # meanwhile, and the call does not wait for the rebuild.
     if not index.healing:
-        args = (projects, channels, sources, window, reach, threshold, k, far_k, chunk_rows)
-        hits = _scan_file(kernels, index, query, scope, *args)
+        hits = _scan_file(
+            kernels, index, query, scope, projects, channels, sources, limits, chunk_rows
+        )
         if hits is not None:
             return hits
-    return scan_without_index(
-        index.db,
-        index.table,
-        query,
-        scope,
-        chunk_rows,
-        kernels,
-        window=window,
-        reach=reach,
-        threshold=threshold,
-        k=k,
-        far_k=far_k,
+    return scan_table(
+        index.db, index.table, None, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels
     )
 
 
@@ -208,11 +137,7 @@ def _scan_file(
     projects: np.ndarray,
     channels: np.ndarray,
     sources: np.ndarray,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
+    limits: ScanLimits,
     chunk_rows: int,
 ) -> Hits | None:
     """The scan through the index file; None when the file cannot answer (the database will)."""
@@ -231,11 +156,11 @@ def _scan_file(
                 projects,
                 channels,
                 sources,
-                window,
-                reach,
-                float(threshold),
-                k,
-                far_k,
+                limits.window,
+                limits.reach,
+                float(limits.threshold),
+                limits.k,
+                limits.far_k,
                 chunk_rows,
                 sums=sums,
                 **({} if scope.span is None else scope.span.kernel_args()),
@@ -261,12 +186,8 @@ def scan_sqlite(
     table: str,
     query: np.ndarray,
     scope: Scope,
+    limits: ScanLimits,
     *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
     chunk_rows: int = 512,
     kernels: ModuleType | None = None,
 ) -> Hits:
@@ -278,24 +199,18 @@ def scan_sqlite(
     """
     kernels = _backend.from_environment() if kernels is None else kernels
     query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
-    span = max(window, reach)
+    window = limits.window
     with vector_sql.snapshot(db):
-        ids = vector_sql.window_ids(
-            db,
-            table,
-            scope.agent_id,
-            scope.project,
-            scope.channel,
-            scope.source_prefix,
-            span,
-            scope.span,
+        ids = vector_sql.window_ids(db, table, scope, limits.positions)
+        threshold = limits.threshold
+        near = _score_region(
+            kernels, db, table, ids[:window], 0, query, threshold, limits.k, chunk_rows
         )
-        near = _score_region(kernels, db, table, ids[:window], 0, query, threshold, k, chunk_rows)
         far = (
             _score_region(
-                kernels, db, table, ids[window:], window, query, threshold, far_k, chunk_rows
+                kernels, db, table, ids[window:], window, query, threshold, limits.far_k, chunk_rows
             )
-            if reach > window
+            if limits.has_far
             else (_NONE_I, _NONE_F)
         )
     return Hits(near[0], near[1], far[0], far[1])

@@ -18,16 +18,17 @@ SQL reads its stamp exactly as Python does, else NULL and the row is timed in Py
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cpersona.models import ProjectFilter
-from cpersona.storage.filters import project_where
+from cpersona.storage.filters import scope_where
 from cpersona.storage.pg import keys
-from cpersona.timerange import TimeRange, row_time
+from cpersona.storage.scan_request import ScanLimits, Scope
+from cpersona.timerange import row_time
 
 if TYPE_CHECKING:
+    from cpersona.storage.interface import Row as ResultRow
     from cpersona.storage.pg.connection import Row
     from cpersona.storage.pg.db import PgDatabase
 
@@ -114,18 +115,10 @@ class WindowHits:
     far: list[tuple[int, float]]
 
 
-def _where(
-    table: str, agent_id: str, project: ProjectFilter, channel: str, source_prefix: str
-) -> tuple[str, list[object]]:
-    parts = ["agent_id = ?", "embedding IS NOT NULL"]
-    params: list[object] = [agent_id]
-    pw, pp = project_where(project)
-    parts.append(pw)
-    params.extend(pp)
-    if channel:
-        parts.append("channel IN (?, '')")
-        params.append(channel)
-    if source_prefix:
+def _where(table: str, scope: Scope) -> tuple[str, list[object]]:
+    parts, params = scope_where(scope.agent_id, scope.project, scope.channel)
+    parts.append("embedding IS NOT NULL")
+    if source_prefix := scope.source_prefix:
         if table != "memories":
             # Episodes carry no source: a source filter admits none of them.
             parts.append("FALSE")
@@ -135,36 +128,51 @@ def _where(
     return " AND ".join(parts), params
 
 
+# The two lists cut from the scored rows `s` (id, pos, score) of a window: near, then far.
+_REGIONS = """
+    (SELECT 0 AS far, id, score, pos FROM s
+     WHERE pos < ? AND score >= CAST(? AS double precision)
+     ORDER BY score DESC, pos ASC LIMIT ?)
+    UNION ALL
+    (SELECT 1 AS far, id, score, pos FROM s
+     WHERE pos >= ? AND score >= CAST(? AS double precision)
+     ORDER BY score DESC, pos ASC LIMIT ?)"""
+
+
+def _region_params(limits: ScanLimits) -> list[object]:
+    """The parameters of `_REGIONS`."""
+    threshold = float(limits.threshold)
+    return [limits.window, threshold, max(limits.k, 0), limits.window, threshold, limits.kept_far]
+
+
+def _regions(rows: Iterable[ResultRow]) -> WindowHits:
+    """The near and far lists of `_REGIONS`' rows, each best first."""
+    found: tuple[list[tuple[float, int, int]], list[tuple[float, int, int]]] = ([], [])
+    for row in rows:
+        found[int(row[0])].append((-float(row[2]), int(row[3]), int(row[1])))
+    # UNION ALL keeps each branch's order in practice, but SQL does not promise it.
+    near, far = (sorted(f) for f in found)
+    return WindowHits([(i, -s) for s, _, i in near], [(i, -s) for s, _, i in far])
+
+
 def window_scan(
-    db: PgDatabase,
-    table: str,
-    query: bytes,
-    agent_id: str,
-    project: ProjectFilter,
-    channel: str,
-    source_prefix: str,
-    *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
+    db: PgDatabase, table: str, query: bytes, scope: Scope, limits: ScanLimits
 ) -> WindowHits:
-    """The near list and the far list of one table, in one statement (module docstring)."""
+    """The near list and the far list of one table, in one statement (module docstring); a
+    time-scoped scope is `span_scan`'s."""
     if table not in TABLES:
         raise ValueError(f"no vector scan for table {table!r}")
+    if scope.span is not None:
+        raise ValueError("window_scan of a time-scoped scope: span_scan reads its range")
     vector = db.vector_param(query)
     if vector is None:  # empty, not whole float32s, or not finite: nothing can match it
         return WindowHits([], [])
-    dim = len(vector.floats)
-    far = reach > window
-    span = max(window, reach) if far else window
-    if span <= 0 or (k <= 0 and (not far or far_k <= 0)):
+    if limits.keeps_nothing():
         return WindowHits([], [])
-    where, params = _where(table, agent_id, project, channel, source_prefix)
-    # One pass down the partial btree, newest first, stopped at `span`: row_number() over the
-    # same order is each row's position, and each row is scored as it passes (nothing but
-    # (id, pos, score) is kept). Foreign-width rows keep their position and score NULL
+    where, params = _where(table, scope)
+    # One pass down the partial btree, newest first, stopped at the last position: row_number()
+    # over the same order is each row's position, and each row is scored as it passes (nothing
+    # but (id, pos, score) is kept). Foreign-width rows keep their position and score NULL
     # (pgvector refuses mixed dimensions), which no threshold admits.
     sql = f"""
         WITH s AS MATERIALIZED (
@@ -175,43 +183,16 @@ def window_scan(
             WINDOW win AS (ORDER BY created_key DESC, id DESC)
             ORDER BY created_key DESC, id DESC
             LIMIT ?
-        )
-        (SELECT 0 AS far, id, score, pos FROM s
-         WHERE pos < ? AND score >= CAST(? AS double precision)
-         ORDER BY score DESC, pos ASC LIMIT ?)
-        UNION ALL
-        (SELECT 1 AS far, id, score, pos FROM s
-         WHERE pos >= ? AND score >= CAST(? AS double precision)
-         ORDER BY score DESC, pos ASC LIMIT ?)
+        ){_REGIONS}
     """
-    params = [dim, vector, *params, span]
-    params += [window, float(threshold), max(k, 0)]
-    params += [window, float(threshold), max(far_k, 0) if far else 0]
-    regions: tuple[list[tuple[float, int, int]], list[tuple[float, int, int]]] = ([], [])
-    for row in db.reader().execute(sql, params).fetchall():
-        regions[int(row[0])].append((-float(row[2]), int(row[3]), int(row[1])))
-    # UNION ALL keeps each branch's order in practice, but SQL does not promise it.
-    near, far_list = (sorted(r) for r in regions)
-    return WindowHits([(i, -s) for s, _, i in near], [(i, -s) for s, _, i in far_list])
+    params = [len(vector.floats), vector, *params, limits.positions, *_region_params(limits)]
+    return _regions(db.reader().execute(sql, params).fetchall())
 
 
 def span_scan(
-    db: PgDatabase,
-    table: str,
-    query: bytes,
-    agent_id: str,
-    project: ProjectFilter,
-    channel: str,
-    source_prefix: str,
-    span: TimeRange,
-    *,
-    window: int,
-    reach: int,
-    threshold: float,
-    k: int,
-    far_k: int,
+    db: PgDatabase, table: str, query: bytes, scope: Scope, limits: ScanLimits
 ) -> WindowHits:
-    """`window_scan` of a time-scoped scan: positions go to the rows whose instant `span`
+    """`window_scan` of a time-scoped scan: positions go to the rows whose instant `scope.span`
     admits, in the same order (created_key DESC, id DESC).
 
     The rows whose stored `instant_key` is in the range come from its index (a past week is
@@ -221,14 +202,14 @@ def span_scan(
     order, and only the first `limit` rows are scored."""
     if table not in TABLES:
         raise ValueError(f"no vector scan for table {table!r}")
+    span = scope.span
+    if span is None:
+        raise ValueError("span_scan needs a time-scoped scope: window_scan scans the others")
     vector = db.vector_param(query)
-    if vector is None:
+    if vector is None or limits.keeps_nothing():
         return WindowHits([], [])
-    far = reach > window
-    limit = max(window, reach) if far else window
-    if limit <= 0 or (k <= 0 and (not far or far_k <= 0)):
-        return WindowHits([], [])
-    where, params = _where(table, agent_id, project, channel, source_prefix)
+    limit = limits.positions
+    where, params = _where(table, scope)
     stamp = "timestamp" if table == "memories" else "start_time"
     lo, hi = span.bounds()
     score = (
@@ -256,23 +237,11 @@ def span_scan(
                 FROM w)"""
     keyed_params = [*params, lo, hi, limit, *dims]
     if not admitted:  # the usual case: positions and the top k in SQL, as window_scan does
-        cuts = [window, float(threshold), max(k, 0), window, float(threshold)]
-        cuts.append(max(far_k, 0) if far else 0)
-        found: tuple[list[tuple[float, int, int]], list[tuple[float, int, int]]] = ([], [])
-        for row in reader.execute(
-            f"""WITH {keyed}
-                (SELECT 0 AS far, id, score, pos FROM s
-                 WHERE pos < ? AND score >= CAST(? AS double precision)
-                 ORDER BY score DESC, pos ASC LIMIT ?)
-                UNION ALL
-                (SELECT 1 AS far, id, score, pos FROM s
-                 WHERE pos >= ? AND score >= CAST(? AS double precision)
-                 ORDER BY score DESC, pos ASC LIMIT ?)""",
-            [*keyed_params, *cuts],
-        ).fetchall():
-            found[int(row[0])].append((-float(row[2]), int(row[3]), int(row[1])))
-        near, far_list = (sorted(f) for f in found)
-        return WindowHits([(i, -s) for s, _, i in near], [(i, -s) for s, _, i in far_list])
+        return _regions(
+            reader.execute(
+                f"WITH {keyed}{_REGIONS}", [*keyed_params, *_region_params(limits)]
+            ).fetchall()
+        )
     candidates = [
         (int(r[1]), int(r[0]), r[3])
         for r in reader.execute(f"WITH {keyed} SELECT * FROM s", keyed_params).fetchall()
@@ -289,10 +258,10 @@ def span_scan(
         hits = [
             (-float(ordered[p][2]), p, ordered[p][1])
             for p in positions
-            if ordered[p][2] is not None and float(ordered[p][2]) >= threshold
+            if ordered[p][2] is not None and float(ordered[p][2]) >= limits.threshold
         ]
         return [(i, -s) for s, _, i in sorted(hits)[: max(keep, 0)]]
 
-    near_end = min(window, len(ordered))
-    far_hits = best(range(near_end, len(ordered)), far_k) if far else []
-    return WindowHits(best(range(near_end), k), far_hits)
+    near_end = min(limits.window, len(ordered))
+    far_hits = best(range(near_end, len(ordered)), limits.far_k) if limits.has_far else []
+    return WindowHits(best(range(near_end), limits.k), far_hits)
