@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 from cpersona.models import ProjectFilter
-from cpersona.storage import open_database
+from cpersona.retrieval.scope_reads import ScopeReads
+from cpersona.storage import open_database, vector_models
 from cpersona.storage import profiles as profile_sql
 from cpersona.storage import search as sql
-from cpersona.storage import vector_models
 from cpersona.storage.interface import Store
 from cpersona.storage.pg import horizons
 from cpersona.storage.pg.db import PgDatabase
@@ -127,3 +127,14 @@ def test_the_bounds_sent_with_begin_are_the_snapshots(db: PgDatabase) -> None:
         assert asked is not None
         xmin, xmax = int(asked[0]), int(asked[1])
         assert sent == horizons.encode(xmin, 2 if xmin == xmax else 3)
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_the_scope_read_sent_with_begin_answers_as_the_separate_reads(
+    db: PgDatabase, agent: str
+) -> None:
+    scope = ScopeSql(agent, ProjectFilter(None), "")
+    reads = ScopeReads(db, scope, "", 30)  # made before the snapshot, as recall makes it
+    with db.snapshot():
+        got = sql.ScopeFacts(reads.profile(), reads.latest_episode_created(), reads.stats(30))
+        assert got == _separately(db, scope, 30)

@@ -52,7 +52,10 @@ from cpersona.vectors.remote import RemoteVectors
 from cpersona.vectors.search import Scope, scan_table
 
 if TYPE_CHECKING:
+    from cpersona.embedding.cache import CachedProvider
     from cpersona.embedding.routing import ModelRouter
+
+    Route = tuple[CachedProvider | None, frozenset[str]]
 
 log = logging.getLogger("cpersona.recall")
 
@@ -85,6 +88,8 @@ class Recaller:
         self.kernels = _backend.load(settings.kernel)
         self._stats: dict[tuple[str, str | None, str], tuple[float, int, tuple[Any, Any]]] = {}
         self._stats_lock = threading.Lock()
+        #: The route (query provider, tables) the last snapshot read (`_embed_query`).
+        self._last_route: Route | None = None
 
     def invalidate_stats(self) -> None:
         """Own writes change pool counts at once (the TTL is for other processes' writes)."""
@@ -112,9 +117,9 @@ class Recaller:
         # A remote list is authoritative: no local scan, no far list, no query embedding.
         qvec = self._embed_query(req.query) if not blank and hits is None else None
         result = RecallResult(rows=[])
+        reads = self._reads(scope, req.source_id)  # before: its first read goes with BEGIN
         # One snapshot from the first retriever to the last score (embedding, remote call before).
         with self.db.snapshot():
-            reads = self._reads(scope, req.source_id)
             remote = None if hits is None else self._remote_rows(hits, reads.rows, episodes_ok)
             if hits is not None and remote is None:  # unreadable hits: the local scan runs
                 qvec = self._embed_query(req.query)
@@ -134,12 +139,15 @@ class Recaller:
             result.advisory = self.health.advisory(req.session_key)
         return result
 
-    def _embed_query(self, query: str) -> QueryVector | None:
-        """The query's vector by the model of the stored vectors, with the tables it may be
-        compared with; None when no vector search can run (never a vector of another model)."""
+    def _embed_query(self, query: str, route: Route | None = None) -> QueryVector | None:
+        """The query's vector by the model of the stored vectors (`route`: as a snapshot read
+        it), with the tables it may be compared with; None when no vector search can run
+        (never a vector of another model)."""
         if not self.router.configured.available:
             return None
-        provider, tables = self.router.query()
+        # Before the snapshot, the last snapshot's route is a guess that saves a read (a round
+        # trip on PostgreSQL): the snapshot's own check (_routed) re-embeds when it fails.
+        provider, tables = route or self._last_route or self.router.query()
         if provider is None:
             foreign = self.router.foreign()
             models = ", ".join(sorted(set(foreign.values())))
@@ -165,9 +173,10 @@ class Recaller:
         """`qvec` if the snapshot's vectors are its model's, else the query embedded anew."""
         if qvec is None or not qvec.model:
             return qvec
-        provider, tables = self.router.query()
+        provider, tables = route = self.router.query()
+        self._last_route = route if provider is not None else None
         same = provider is not None and provider.name == qvec.model and tables == qvec.tables
-        return qvec if same else self._embed_query(query)
+        return qvec if same else self._embed_query(query, route)
 
     def score_without_gate(
         self, agent_id: str, query: str, limit: int = 20, *, qvec: QueryVector | None = None
@@ -186,8 +195,9 @@ class Recaller:
         scope = ScopeSql(agent_id, req.project, "")
         if qvec is None and not blank:
             qvec = self._embed_query(query)
+        reads = self._reads(scope, "")
         with self.db.snapshot():  # as recall's: one snapshot, the embedding before it
-            qvec, reads = self._routed(qvec, query), self._reads(scope, "")
+            qvec = self._routed(qvec, query)
             if mode == "cascade":
                 rows = self._cascade(req, scope, qvec, limit, [], blank, True, reads)
             else:

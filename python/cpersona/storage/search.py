@@ -347,8 +347,9 @@ class ScopeFacts:
     stats: tuple[int, tuple[str | None, str | None]] | None
 
 
-@translating
-def scope_facts(db: Store, scope: ScopeSql, profile_sql: str, cap: int | None) -> ScopeFacts:
+def scope_facts_statement(
+    db: Store, scope: ScopeSql, profile_sql: str, cap: int | None
+) -> tuple[str, list[object]]:
     """`profile_sql` (one `?`: the agent), `latest_episode_created`, and with `cap`
     `pool_count(cap=cap)` and `timestamp_span`, as scalar subqueries of one statement: the
     same answers in one round trip (PostgreSQL's; SQLite asks each on its own). The capped
@@ -363,12 +364,23 @@ def scope_facts(db: Store, scope: ScopeSql, profile_sql: str, cap: int | None) -
         parts += [(counts, [cap, *params, cap, *params, cap])]
         parts += [_span_end(db, scope, "ASC"), _span_end(db, scope, "DESC")]
     sql = "SELECT " + ", ".join(f"({p})" for p, _ in parts)
-    row = db.query_one(sql, [v for _, ps in parts for v in ps])
-    assert row is not None  # a SELECT of scalar subqueries answers one row
+    return sql, [v for _, ps in parts for v in ps]
+
+
+def scope_facts_of(row: Row) -> ScopeFacts:
+    """The answer of `scope_facts_statement` (its one row)."""
     latest = None if row[1] is None else str(row[1])
     profile = None if row[0] is None else str(row[0])
-    stats = None if cap is None else (int(row[2]), (row[3], row[4]))
+    stats = None if len(row) < 5 else (int(row[2]), (row[3], row[4]))
     return ScopeFacts(profile, latest, stats)
+
+
+@translating
+def scope_facts(db: Store, scope: ScopeSql, profile_sql: str, cap: int | None) -> ScopeFacts:
+    """`scope_facts_statement`'s answers."""
+    row = db.query_one(*scope_facts_statement(db, scope, profile_sql, cap))
+    assert row is not None  # a SELECT of scalar subqueries answers one row
+    return scope_facts_of(row)
 
 
 @translating

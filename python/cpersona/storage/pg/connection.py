@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     import psycopg
 
 Tracer = Callable[[str, Any], None]
+#: One statement: portable SQL (`?` placeholders) and its parameters.
+Statement = tuple[str, Sequence[Any]]
 #: How the trace shows a statement sent in the round trip of the one before it.
 PIPELINED = "/* pipelined */"
 #: Turns an error that lost a connection into the error to raise (Reach.lost of its pool).
@@ -140,21 +142,24 @@ class PgConnection:
         """As `PgDatabase.vector_param` (storage functions that take a connection)."""
         return _vector_param(blob)
 
-    def begin(self, begin: str, reads: Sequence[str] = ()) -> list[PgCursor]:
-        """Open a transaction with `begin` and run `reads` (portable SQL, no parameters) in it,
-        in one round trip: psycopg's pipeline mode sends them all before it waits (the reads
-        every snapshot asks first: storage/pg/snapshot_reads.py). Their results, in order."""
+    def begin(self, begin: str, reads: Sequence[Statement] = ()) -> list[PgCursor]:
+        """Open a transaction with `begin` and run `reads` (portable SQL and parameters) in
+        it, in one round trip: psycopg's pipeline mode sends them all before it waits (the
+        reads a snapshot asks first: storage/pg/snapshot_reads.py). Their results, in order."""
         if not reads:
             self._run(begin, None, returns_id=False)
             return []
         if self._tracer is not None:
             self._tracer(begin, None)
-            for sql in reads:  # marked: the trace counts round trips (benches/pg_statements)
-                self._tracer(f"{PIPELINED} {sql}", None)
+            for sql, params in reads:  # marked: the trace counts round trips (pg_statements)
+                self._tracer(f"{PIPELINED} {sql}", params)
         try:
             with self.raw.pipeline():
                 self.raw.execute(begin)
-                cursors = [self.raw.execute(placeholders(sql), None, binary=True) for sql in reads]
+                cursors = [
+                    self.raw.execute(placeholders(sql), tuple(params), binary=True)
+                    for sql, params in reads
+                ]
             return [PgCursor(self._rows(cur), cur.rowcount, None) for cur in cursors]
         except Exception as exc:
             raise self._failure(exc) from exc

@@ -51,6 +51,7 @@ from cpersona.storage.pg.adapters import vector_param as _vector_param
 from cpersona.storage.pg.connection import (
     PgConnection,
     PgCursor,
+    Statement,
     Tracer,
     redact,
 )
@@ -92,6 +93,8 @@ class _Reader:
         self._pinned: PgConnection | None = None
         self._ctx: contextlib.AbstractContextManager[PgConnection] | None = None
         self._memo: dict[str, object] = {}
+        #: Reads for the next BEGIN only (storage/pg/snapshot_reads.send_with_begin).
+        self.next_begin: dict[str, Statement] = {}
 
     @property
     def in_transaction(self) -> bool:
@@ -113,7 +116,8 @@ class _Reader:
         if verb in ("BEGIN", "BEGIN DEFERRED"):
             if self._pinned is not None:
                 raise sqlite3.OperationalError("cannot start a transaction within a transaction")
-            reads = self._db.snapshot_reads  # one mapping: others only ever replace it
+            # db.snapshot_reads: one mapping, that others only ever replace.
+            reads, self.next_begin = {**self._db.snapshot_reads, **self.next_begin}, {}
             self._ctx, self._pinned, first = self._db._begun(READ_SNAPSHOT, tuple(reads.values()))
             answers = zip(reads, first, strict=True)
             self._memo = {f"read:{name}": cur.fetchall() for name, cur in answers}
@@ -153,7 +157,7 @@ class _Reader:
     def read_with_begin(self, name: str, sql: str) -> None:
         """Send `sql` with every later snapshot's BEGIN (storage/pg/snapshot_reads.py)."""
         if name not in self._db.snapshot_reads:
-            self._db.snapshot_reads = {**self._db.snapshot_reads, name: sql}
+            self._db.snapshot_reads = {**self._db.snapshot_reads, name: (sql, ())}
 
     def end(self, verb: str = "ROLLBACK") -> None:
         """End the pinned read transaction and give its connection back (a dead one is
@@ -219,7 +223,7 @@ class PgDatabase:
         self._pool_size = pool_size
         self._connect_timeout = connect_timeout
         #: What every read snapshot asks first, sent with its BEGIN (storage/pg/snapshot_reads.py).
-        self.snapshot_reads: dict[str, str] = {}
+        self.snapshot_reads: dict[str, Statement] = {}
         # The pool is made on first use, after the schema exists: a connection learns the
         # `vector` type when it is made (`_configure`).
         self._reach = Reach(self.path, self._new_pool, self._probe)
@@ -286,7 +290,7 @@ class PgDatabase:
             pool.putconn(raw)
 
     def _begun(
-        self, begin: str, reads: Sequence[str] = ()
+        self, begin: str, reads: Sequence[Statement] = ()
     ) -> tuple[contextlib.AbstractContextManager[PgConnection], PgConnection, list[PgCursor]]:
         """A pooled connection inside a transaction opened by `begin`, the context that gives
         it back and the results of `reads` run first in it (one round trip); retried once on a
@@ -425,7 +429,7 @@ class PgDatabase:
         take = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
         with gate:
             # The lock rides with BEGIN (a constant key, no parameter): one round trip.
-            ctx, conn, _ = self._begun("BEGIN", (f"SELECT {take}({WRITE_LOCK_KEY})",))
+            ctx, conn, _ = self._begun("BEGIN", [(f"SELECT {take}({WRITE_LOCK_KEY})", ())])
             self._local.writer = conn
             self._local.depth = 1
             self._local.exclusive = exclusive
