@@ -6,7 +6,9 @@ Each statement is a round trip on PostgreSQL (a fraction of a millisecond throug
 quiet machine), so their count is most of what separates a PostgreSQL recall from an SQLite one
 at 10,000 rows (docs/performance.md, "The vector arm from the host-local index file"). Counted
 from `CPERSONA_SQL_TRACE`'s log lines, after `--rows` stores and one warm-up recall; prints
-each phase's count and its statements in order (their first words).
+each phase's count of statements and of round trips (a statement the trace marks
+`/* pipelined */` went in the round trip of the one before it) and its statements in order
+(their first words).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from cpersona.embedding.hashing import HashingProvider
 from cpersona.engine import Engine
 from cpersona.server.registry import coerce
 from cpersona.server.tools import all_tools
+from cpersona.storage.pg.connection import PIPELINED
 
 
 class _Statements(logging.Handler):
@@ -62,7 +65,8 @@ def _count(settings: Settings, rows: int) -> None:
                 call("store", agent_id="a", message={"content": "a brand new memory about parrots"})
             else:
                 call("recall", agent_id="a", query="parrots and cats")
-            print(f"{engine.db.dialect} {phase}: {len(seen.seen)} statements")
+            trips = sum(1 for s in seen.seen if not s.startswith(PIPELINED))
+            print(f"{engine.db.dialect} {phase}: {len(seen.seen)} statements, {trips} round trips")
             for statement in seen.seen:
                 print(f"    {statement}")
     finally:

@@ -95,6 +95,21 @@ async def test_a_model_unavailable_here_turns_the_vector_arm_off(connect: Any) -
     assert widths(path) == {384, None}
 
 
+async def test_a_model_change_between_two_recalls_of_one_server_is_seen_by_the_second(
+    connect: Any,
+) -> None:
+    # The second recall embeds by the route the first one read (no read before its snapshot);
+    # its snapshot finds the record changed and answers by the new one.
+    async with connect() as t:
+        await t.store(DOC)
+        assert cosine_scored(await t.messages(QUERY)) == [DOC]
+        with database(t.engine.settings) as db, db.atomic() as conn:
+            conn.execute("UPDATE cpersona_vector_model SET model = 'api:text-embedding-3-large'")
+        out = await t.recall(QUERY)
+        assert cosine_scored(out["messages"]) == []
+        assert "text-embedding-3-large" in out["advisory"]["evidence"]
+
+
 async def test_a_cut_over_between_embedding_and_commit_re_embeds_the_row(connect: Any) -> None:
     async with connect() as t:
         await t.store(DOC)

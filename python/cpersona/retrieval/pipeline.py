@@ -32,6 +32,7 @@ from cpersona.retrieval.candidates import (
     merged_vector_list,
     profile_row,
 )
+from cpersona.retrieval.hydration import Hydration, Ranked
 from cpersona.retrieval.query import (
     is_excluded,
     match_expression,
@@ -39,9 +40,9 @@ from cpersona.retrieval.query import (
     normalise_exclusions,
 )
 from cpersona.retrieval.request import QueryVector, RecallRequest, RecallResult
+from cpersona.retrieval.scope_reads import ScopeReads
 from cpersona.retrieval.thresholds import Thresholds
 from cpersona.storage import Store, search
-from cpersona.storage import profiles as profile_sql
 from cpersona.storage.error_kinds import OperationalError, StorageError, UnreachableError
 from cpersona.storage.scan_request import ScanLimits, Scope
 from cpersona.storage.search import EpisodeHit, MemoryHit, ScopeSql
@@ -52,7 +53,10 @@ from cpersona.vectors.remote import RemoteVectors
 from cpersona.vectors.search import scan_table
 
 if TYPE_CHECKING:
+    from cpersona.embedding.cache import CachedProvider
     from cpersona.embedding.routing import ModelRouter
+
+    Route = tuple[CachedProvider | None, frozenset[str]]
 
 log = logging.getLogger("cpersona.recall")
 
@@ -85,6 +89,8 @@ class Recaller:
         self.kernels = _backend.load(settings.kernel)
         self._stats: dict[tuple[str, str | None, str], tuple[float, int, tuple[Any, Any]]] = {}
         self._stats_lock = threading.Lock()
+        #: The route (query provider, tables) the last snapshot read (`_embed_query`).
+        self._last_route: Route | None = None
 
     def invalidate_stats(self) -> None:
         """Own writes change pool counts at once (the TTL is for other processes' writes)."""
@@ -112,19 +118,20 @@ class Recaller:
         # A remote list is authoritative: no local scan, no far list, no query embedding.
         qvec = self._embed_query(req.query) if not blank and hits is None else None
         result = RecallResult(rows=[])
+        reads = self._reads(scope, req.source_id)  # before: its first read goes with BEGIN
         # One snapshot from the first retriever to the last score (embedding, remote call before).
         with self.db.snapshot():
-            remote = None if hits is None else self._remote_rows(hits, scope, req, episodes_ok)
+            remote = None if hits is None else self._remote_rows(hits, reads.rows, episodes_ok)
             if hits is not None and remote is None:  # unreadable hits: the local scan runs
                 qvec = self._embed_query(req.query)
             qvec, ok = self._routed(qvec, req.query), episodes_ok
             if mode == "cascade":
-                rows = self._cascade(req, scope, qvec, limit, exclusions, blank, ok, remote)
+                rows = self._cascade(req, scope, qvec, limit, exclusions, blank, ok, reads, remote)
             else:
-                rows = self._fused(req, mode, scope, qvec, limit, exclusions, ok, remote)
+                rows = self._fused(req, mode, scope, qvec, limit, exclusions, ok, reads, remote)
             if rows and limit > 0:
                 with stage("scoring"):
-                    rows, pool = self._score(req, scope, rows, qvec)
+                    rows, pool = self._score(req, scope, rows, qvec, reads)
                 with stage("gate"):
                     result = self._gate_and_cut(req, rows, pool, limit, blank)
         if result.rows:
@@ -133,12 +140,15 @@ class Recaller:
             result.advisory = self.health.advisory(req.session_key)
         return result
 
-    def _embed_query(self, query: str) -> QueryVector | None:
-        """The query's vector by the model of the stored vectors, with the tables it may be
-        compared with; None when no vector search can run (never a vector of another model)."""
+    def _embed_query(self, query: str, route: Route | None = None) -> QueryVector | None:
+        """The query's vector by the model of the stored vectors (`route`: as a snapshot read
+        it), with the tables it may be compared with; None when no vector search can run
+        (never a vector of another model)."""
         if not self.router.configured.available:
             return None
-        provider, tables = self.router.query()
+        # Before the snapshot, the last snapshot's route is a guess that saves a read (a round
+        # trip on PostgreSQL): the snapshot's own check (_routed) re-embeds when it fails.
+        provider, tables = route or self._last_route or self.router.query()
         if provider is None:
             foreign = self.router.foreign()
             models = ", ".join(sorted(set(foreign.values())))
@@ -164,9 +174,10 @@ class Recaller:
         """`qvec` if the snapshot's vectors are its model's, else the query embedded anew."""
         if qvec is None or not qvec.model:
             return qvec
-        provider, tables = self.router.query()
+        provider, tables = route = self.router.query()
+        self._last_route = route if provider is not None else None
         same = provider is not None and provider.name == qvec.model and tables == qvec.tables
-        return qvec if same else self._embed_query(query)
+        return qvec if same else self._embed_query(query, route)
 
     def score_without_gate(
         self, agent_id: str, query: str, limit: int = 20, *, qvec: QueryVector | None = None
@@ -185,16 +196,17 @@ class Recaller:
         scope = ScopeSql(agent_id, req.project, "")
         if qvec is None and not blank:
             qvec = self._embed_query(query)
+        reads = self._reads(scope, "")
         with self.db.snapshot():  # as recall's: one snapshot, the embedding before it
             qvec = self._routed(qvec, query)
             if mode == "cascade":
-                rows = self._cascade(req, scope, qvec, limit, [], blank, True)
+                rows = self._cascade(req, scope, qvec, limit, [], blank, True, reads)
             else:
-                rows = self._fused(req, mode, scope, qvec, limit, [], True)
+                rows = self._fused(req, mode, scope, qvec, limit, [], True, reads)
             if not rows or limit <= 0:
                 return []
             with stage("scoring"):
-                rows, _ = self._score(req, scope, rows, qvec)
+                rows, _ = self._score(req, scope, rows, qvec, reads)
         return rows
 
     # -- retrievers --------------------------------------------------------------------------
@@ -208,8 +220,10 @@ class Recaller:
         limit: int,
         far: bool,
         episodes_ok: bool,
-    ) -> tuple[list[Candidate], list[Candidate]]:
-        """The near list and the far list (§4.2-4.3), hydrated, best first."""
+        rows: Hydration,
+    ) -> tuple[list[Ranked], list[Ranked]]:
+        """The near list and the far list (§4.2-4.3), best first; their rows are read with
+        the next read of `rows` (hydration.py)."""
         s = self.s
         far_k = min(limit, s.vector_far_limit) if s.vector_far_limit > 0 else limit
         reach = s.vector_reach if far else 0
@@ -242,64 +256,52 @@ class Recaller:
         if overlap:
             log.warning("far list overlapped the near list (%d rows); dropped", len(overlap))
             far_list = [(k, i, sc) for k, i, sc in far_list if (k, i) not in near_ids]
-        with stage("hydration"):
-            return (
-                self._hydrate(near, scope, req.source_id),
-                self._hydrate(far_list, scope, req.source_id),
-            )
+        rows.expect(near + far_list)
+        return near, far_list
 
     def _remote_rows(
-        self, hits: list[RemoteHit], scope: ScopeSql, req: RecallRequest, episodes_ok: bool
+        self, hits: list[RemoteHit], rows: Hydration, episodes_ok: bool
     ) -> list[Candidate] | None:
         """The remote list hydrated in its order (retrieval.md §4.5); None: unreadable rows."""
         ranked = [(h.kind, h.row_id, h.score) for h in hits if h.kind == "mem" or episodes_ok]
         try:
-            return self._hydrate(ranked, scope, req.source_id)
+            return rows.candidates(ranked)
         except UnreachableError:
             raise
         except StorageError as exc:
             log.warning("remote vector hits could not be read (%s); using the local scan", exc)
             return None
 
-    def _hydrate(
-        self, hits: list[tuple[str, int, float]], scope: ScopeSql, source: str
-    ) -> list[Candidate]:
-        mems = search.memories_by_id(self.db, [i for k, i, _ in hits if k == "mem"], scope, source)
-        eps = search.episodes_by_id(self.db, [i for k, i, _ in hits if k == "ep"], scope)
-        out = []
-        for kind, row_id, score in hits:
-            hit = mems.get(row_id) if kind == "mem" else eps.get(row_id)
-            if hit is None:
-                continue  # vanished between the phases (or out of scope): dropped silently
-            row = from_memory(hit) if kind == "mem" else from_episode(hit)  # type: ignore[arg-type]
-            row.cosine = float(score)
-            out.append(row)
-        return out
-
-    def _memory_fts(self, scope: ScopeSql, source: str, match: str, limit: int) -> list[MemoryHit]:
+    def _memory_fts(
+        self, scope: ScopeSql, source: str, match: str, limit: int, hydration: Hydration
+    ) -> list[MemoryHit]:
         """The memory FTS channel: the full-text index, else the FTS5 statement (same rows)."""
         index = self.fts.get("memories")
         if index is not None:
             ranked = fts_search.ranked(index, match_terms_of(match), scope, source, limit)
             if ranked is not None:
-                rows = search.memories_by_id(self.db, [i for i, _ in ranked], scope, source)
+                rows = hydration.memories([i for i, _ in ranked])
                 return [replace(rows[i], bm25=b) for i, b in ranked if i in rows]
         return search.memory_fts(self.db, scope, source, match, limit)
 
-    def _episode_hits(self, scope: ScopeSql, match: str, limit: int) -> list[EpisodeHit]:
+    def _episode_hits(
+        self, scope: ScopeSql, match: str, limit: int, hydration: Hydration
+    ) -> list[EpisodeHit]:
         index = self.fts.get("episodes")
         if index is not None:
             ranked = fts_search.ranked(index, match_terms_of(match), scope, "", limit)
             if ranked is not None:
-                rows = search.episodes_by_id(self.db, [i for i, _ in ranked], scope)
+                rows = hydration.episodes([i for i, _ in ranked])
                 return [replace(rows[i], bm25=b) for i, b in ranked if i in rows]
         return search.episode_fts(self.db, scope, match, limit)
 
-    def _episode_fts(self, scope: ScopeSql, match: str, limit: int) -> list[Candidate]:
+    def _episode_fts(
+        self, scope: ScopeSql, match: str, limit: int, hydration: Hydration
+    ) -> list[Candidate]:
         if not (self.s.fts_enabled and match and limit > 0):
             return []
         try:
-            return [from_episode(h) for h in self._episode_hits(scope, match, limit)]
+            return [from_episode(h) for h in self._episode_hits(scope, match, limit, hydration)]
         except UnreachableError:
             raise  # no channel can answer: the call is refused (server/app.py)
         except (OperationalError, FullTextUnavailable) as exc:
@@ -307,7 +309,13 @@ class Recaller:
             return []
 
     def _keyword(
-        self, req: RecallRequest, scope: ScopeSql, match: str, limit: int, blank: bool
+        self,
+        req: RecallRequest,
+        scope: ScopeSql,
+        match: str,
+        limit: int,
+        blank: bool,
+        hydration: Hydration,
     ) -> list[Candidate]:
         """The memory keyword channel: FTS, else the LIKE fallback; recency for a blank query."""
         if limit <= 0:
@@ -319,7 +327,7 @@ class Recaller:
         hits: list[Any] = []
         if self.s.fts_enabled and match:
             try:
-                hits = self._memory_fts(scope, req.source_id, match, limit)
+                hits = self._memory_fts(scope, req.source_id, match, limit, hydration)
             except UnreachableError:
                 raise
             except (OperationalError, FullTextUnavailable) as exc:
@@ -331,9 +339,11 @@ class Recaller:
             hits = hits[:limit]
         return [from_memory(h) for h in hits]
 
-    def _profile(self, agent_id: str) -> Candidate | None:
-        text = profile_sql.get(self.db, agent_id)
-        return profile_row(text) if text else None
+    def _reads(self, scope: ScopeSql, source: str) -> ScopeReads:
+        """This recall's reads of `scope` (the scalar ones in one statement on PostgreSQL;
+        the pool and span among them only when the scope-stats cache has none)."""
+        cached = self._cached_stats(scope) is not None
+        return ScopeReads(self.db, scope, source, None if cached else scoring.POOL_SATURATION)
 
     # -- cascade and fusion ------------------------------------------------------------------
 
@@ -350,28 +360,31 @@ class Recaller:
         exclusions: list[str],
         blank: bool,
         episodes_ok: bool,
+        reads: ScopeReads,
         remote: list[Candidate] | None = None,
     ) -> list[Candidate]:
         rows: list[Candidate] = []
         if remote is not None:
             rows += [r for r in remote if not is_excluded(r.content, exclusions)]
         elif qvec is not None and not blank and limit > 0:
-            near, _ = self._vector(
-                req, scope, qvec, self._threshold(req.agent_id, False), limit, False, episodes_ok
+            threshold = self._threshold(req.agent_id, False)
+            ranked, _ = self._vector(
+                req, scope, qvec, threshold, limit, False, episodes_ok, reads.rows
             )
+            with stage("hydration"):
+                near = reads.rows.candidates(ranked)
             rows += [r for r in near if not is_excluded(r.content, exclusions)]
         match = match_expression(req.query) if not blank else ""
         if not blank and episodes_ok:
             with stage("full_text"):
-                rows += self._episode_fts(scope, match, limit)
+                rows += self._episode_fts(scope, match, limit, reads.rows)
         rows = dedupe(rows)
-        profile = self._profile(req.agent_id)
-        if profile is not None:
-            rows.append(profile)
+        if profile := reads.profile():
+            rows.append(profile_row(profile))
         remaining = limit - len(rows)
         if remaining > 0:
             with stage("keyword"):
-                kw = self._keyword(req, scope, match, remaining, blank)
+                kw = self._keyword(req, scope, match, remaining, blank, reads.rows)
             rows = dedupe(rows + [r for r in kw if not is_excluded(r.content, exclusions)])
         return rows
 
@@ -384,32 +397,37 @@ class Recaller:
         limit: int,
         exclusions: list[str],
         episodes_ok: bool,
+        reads: ScopeReads,
         remote: list[Candidate] | None = None,
     ) -> list[Candidate]:
         s = self.s
         near: list[Candidate] = []
         far: list[Candidate] = []
+        ranked: tuple[list[Ranked], list[Ranked]] = ([], [])
         if remote is not None:
             near = remote
         elif qvec is not None and limit > 0:
             want_far = s.vector_reach > s.max_memories
-            near, far = self._vector(
-                req, scope, qvec, self._threshold(req.agent_id, True), limit, want_far, episodes_ok
+            threshold = self._threshold(req.agent_id, True)
+            ranked = self._vector(
+                req, scope, qvec, threshold, limit, want_far, episodes_ok, reads.rows
             )
         match = match_expression(req.query)
         episodes: list[Candidate] = []
         if episodes_ok:
             with stage("full_text"):
-                episodes = self._episode_fts(scope, match, limit)
+                episodes = self._episode_fts(scope, match, limit, reads.rows)
         keyword: list[Candidate] = []
         if s.fts_enabled:
             with stage("keyword"):
-                keyword = self._keyword(req, scope, match, limit, False)
+                keyword = self._keyword(req, scope, match, limit, False, reads.rows)
+        if remote is None:  # the vector rows: read with the arms' above (hydration.py)
+            with stage("hydration"):
+                near, far = reads.rows.candidates(ranked[0]), reads.rows.candidates(ranked[1])
         with stage("fusion"):
             out = self._fuse(mode, [near, far, episodes, keyword], exclusions)
-        profile = self._profile(req.agent_id)
-        if profile is not None:
-            out.append(profile)
+        if profile := reads.profile():
+            out.append(profile_row(profile))
         return out
 
     def _fuse(
@@ -467,17 +485,23 @@ class Recaller:
 
     # -- scoring, gate, cut ------------------------------------------------------------------
 
-    def _scope_stats(self, scope: ScopeSql) -> tuple[int, tuple[Any, Any]]:
+    def _cached_stats(self, scope: ScopeSql) -> tuple[int, tuple[Any, Any]] | None:
+        if not self.s.scope_stats_cache:
+            return None
+        key = (scope.agent_id, scope.project.value, scope.channel)
+        with self._stats_lock:
+            hit = self._stats.get(key)
+        if hit is not None and time.monotonic() - hit[0] < self.s.scope_stats_ttl_seconds:
+            return hit[1], hit[2]
+        return None
+
+    def _scope_stats(self, scope: ScopeSql, reads: ScopeReads) -> tuple[int, tuple[Any, Any]]:
+        if (hit := self._cached_stats(scope)) is not None:
+            return hit
         key = (scope.agent_id, scope.project.value, scope.channel)
         now = time.monotonic()
-        if self.s.scope_stats_cache:
-            with self._stats_lock:
-                hit = self._stats.get(key)
-                if hit is not None and now - hit[0] < self.s.scope_stats_ttl_seconds:
-                    return hit[1], hit[2]
         # Capped: every pool of POOL_SATURATION rows or more gates alike (scoring.gate).
-        pool = search.pool_count(self.db, scope, cap=scoring.POOL_SATURATION)
-        span = search.timestamp_span(self.db, scope)
+        pool, span = reads.stats(scoring.POOL_SATURATION)
         if self.s.scope_stats_cache:
             with self._stats_lock:
                 if len(self._stats) >= 256:
@@ -512,16 +536,17 @@ class Recaller:
         scope: ScopeSql,
         rows: list[Candidate],
         qvec: QueryVector | None,
+        reads: ScopeReads,
     ) -> tuple[list[Candidate], int]:
         """§6 on the fused list: backfill, penalty, re-sort, confidence. Returns (rows, N_pool)."""
         s = self.s
         if s.confidence_enabled:
             self._backfill(rows, qvec)
-        boundary = parse_utc(search.latest_episode_created(self.db, scope))
+        boundary = parse_utc(reads.latest_episode_created())
         penalised = scoring.episode_penalty(rows, boundary, s)
         if penalised and not s.confidence_enabled:
             rows = scoring.penalty_resort(rows)
-        pool, (t_min, t_max) = self._scope_stats(scope)
+        pool, (t_min, t_max) = self._scope_stats(scope, reads)
         if s.confidence_enabled:
             now = datetime.now(UTC)
             span = scoring.scope_span(t_min, t_max, now)

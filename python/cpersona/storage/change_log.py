@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpersona.storage.interface import Store
+from cpersona.storage.interface import Connection, Store
 from cpersona.storage.pg import horizons
 
 LOGS = ("vector_log", "fts_log")
@@ -70,23 +70,19 @@ class ChangeLog:
         applying one is idempotent, the index re-reads the row's current state)."""
         table = self._logged(table)
         conn = db.reader()
+        if db.dialect != "sqlite":
+            return self._changes_in_one_statement(conn, table, seq)
         # One snapshot for every statement, so no change slips between them (the caller's,
         # when this thread's reader is already inside a read transaction: BEGIN would fail).
         own = not conn.in_transaction
-        params: tuple[object, ...]
         if own:
             conn.execute("BEGIN")
         try:
-            if db.dialect == "sqlite":
-                top = int(conn.execute(self._high_water).fetchone()[0])
-                where, params = "seq > ? AND seq <= ?", (seq, top)
-            else:
-                top = horizons.position(conn)
-                where, params = horizons.entries_after(seq)
+            top = int(conn.execute(self._high_water).fetchone()[0])
             rows = conn.execute(
-                f"SELECT row_id, MIN(seq) AS first FROM {self.name} WHERE tbl = ? AND {where} "
-                "GROUP BY row_id ORDER BY first",
-                (table, *params),
+                f"SELECT row_id, MIN(seq) AS first FROM {self.name} "
+                "WHERE tbl = ? AND seq > ? AND seq <= ? GROUP BY row_id ORDER BY first",
+                (table, seq, top),
             ).fetchall()
             # Read in the same snapshot: were entries this read needed deleted before it?
             mark = conn.execute(
@@ -97,6 +93,25 @@ class ChangeLog:
                 conn.execute("COMMIT")
         lost = mark is not None and _mark(mark[0]) > seq
         return Changes([int(r[0]) for r in rows], top, lost)
+
+    def _changes_in_one_statement(self, conn: Connection, table: str, seq: int) -> Changes:
+        """`changes_since` on PostgreSQL: the snapshot's bounds, the entries and the trim mark
+        as one statement, which reads one snapshot (the open read transaction's, else its
+        own) without a transaction around it: one round trip where a read transaction of
+        its own took four (BEGIN, the entries, the mark, COMMIT)."""
+        where, params = horizons.entries_after(seq)
+        row = conn.execute(
+            f"SELECT {horizons.BOUNDS_COLUMNS}, "
+            f"(SELECT array_agg(row_id ORDER BY first) FROM (SELECT row_id, MIN(seq) AS first "
+            f"FROM {self.name} WHERE tbl = ? AND {where} GROUP BY row_id) AS entries), "
+            "(SELECT value FROM cpersona_meta WHERE key = ?) "
+            f"FROM {horizons.SNAPSHOT_FROM}",
+            (table, *params, f"{self.name}_trimmed_{table}"),
+        ).fetchone()
+        assert row is not None  # one row: the FROM is one snapshot
+        top = horizons.position_of(int(row[0]), int(row[1]))
+        lost = row[3] is not None and _mark(row[3]) > seq
+        return Changes([int(r) for r in row[2] or ()], top, lost)
 
     def trim(self, db: Store, table: str, upto: int, keep: int = 0) -> int:
         """Forget applied entries of `table` (the index file remembers `applied_seq`), and

@@ -5,11 +5,13 @@ from __future__ import annotations
 from cpersona.storage.interface import Connection, Store
 from cpersona.storage.ops import ops_of
 
+#: The agent's profile text (one `?`: the agent); also a subquery of recall's scope read
+#: (storage/search.scope_facts).
+GET = "SELECT content FROM profiles WHERE agent_id = ? AND user_id = ''"
+
 
 def get(db: Store, agent_id: str) -> str | None:
-    row = db.query_one(
-        "SELECT content FROM profiles WHERE agent_id = ? AND user_id = ''", (agent_id,)
-    )
+    row = db.query_one(GET, (agent_id,))
     return None if row is None else str(row[0])
 
 

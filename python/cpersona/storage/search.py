@@ -220,6 +220,17 @@ def episode_fts(db: Store, scope: ScopeSql, match: str, limit: int) -> list[Epis
     return [_ep(r, float(r[8])) for r in rows]
 
 
+def _by_ids(db: Store, ids: Sequence[int], sql: str, params: Sequence[object] = ()) -> list[Row]:
+    """The rows of `sql` (its `{marks}` the id list, `params` after the ids), in batches of
+    500 ids."""
+    rows: list[Row] = []
+    for start in range(0, len(ids), 500):
+        batch = list(ids[start : start + 500])
+        marks = ",".join("?" * len(batch))
+        rows += db.query(sql.replace("{marks}", marks), [*batch, *params])
+    return rows
+
+
 @translating
 def memories_by_id(
     db: Store, ids: Sequence[int], scope: ScopeSql, source_prefix: str
@@ -231,36 +242,24 @@ def memories_by_id(
     each row against the id list, so hydrating 10 rows of a 237,654-row agent took 29 ms
     instead of 0.02 ms (docs/performance.md, "What these benchmarks found").
     """
-    out: dict[int, MemoryHit] = {}
     where, params = scope.where("m")
     sw, sp = _source_filter(db, "m", source_prefix)
-    for start in range(0, len(ids), 500):
-        batch = list(ids[start : start + 500])
-        marks = ",".join("?" * len(batch))
-        for r in db.query(
-            f"SELECT {_MEM_COLS} FROM memories m {db.ops.not_indexed()} "
-            f"WHERE m.id IN ({marks}) AND {where} AND {sw}",
-            [*batch, *params, *sp],
-        ):
-            out[r[0]] = _mem(r, None)
-    return out
+    sql = (
+        f"SELECT {_MEM_COLS} FROM memories m {db.ops.not_indexed()} "
+        f"WHERE m.id IN ({{marks}}) AND {where} AND {sw}"
+    )
+    return {r[0]: _mem(r, None) for r in _by_ids(db, ids, sql, [*params, *sp])}
 
 
 @translating
 def episodes_by_id(db: Store, ids: Sequence[int], scope: ScopeSql) -> dict[int, EpisodeHit]:
     """As `memories_by_id` (rowid lookups, `NOT INDEXED`), for episodes."""
-    out: dict[int, EpisodeHit] = {}
     where, params = scope.where("e")
-    for start in range(0, len(ids), 500):
-        batch = list(ids[start : start + 500])
-        marks = ",".join("?" * len(batch))
-        for r in db.query(
-            f"SELECT {_EP_COLS} FROM episodes e {db.ops.not_indexed()} "
-            f"WHERE e.id IN ({marks}) AND {where}",
-            [*batch, *params],
-        ):
-            out[r[0]] = _ep(r, None)
-    return out
+    sql = (
+        f"SELECT {_EP_COLS} FROM episodes e {db.ops.not_indexed()} "
+        f"WHERE e.id IN ({{marks}}) AND {where}"
+    )
+    return {r[0]: _ep(r, None) for r in _by_ids(db, ids, sql, params)}
 
 
 @translating
@@ -268,16 +267,12 @@ def embeddings(db: Store, table: str, ids: Sequence[int]) -> dict[int, bytes]:
     """Stored BLOBs by id (for the cosine backfill)."""
     if table not in ("memories", "episodes"):
         raise ValueError(table)
-    out: dict[int, bytes] = {}
-    for start in range(0, len(ids), 500):
-        batch = list(ids[start : start + 500])
-        marks = ",".join("?" * len(batch))
-        for r in db.query(
-            f"SELECT id, embedding FROM {table} WHERE id IN ({marks}) AND embedding IS NOT NULL",
-            batch,
-        ):
-            out[r[0]] = bytes(r[1])
-    return out
+    sql = f"SELECT id, embedding FROM {table} WHERE id IN ({{marks}}) AND embedding IS NOT NULL"
+    return {r[0]: bytes(r[1]) for r in _by_ids(db, ids, sql)}
+
+
+def _capped_count(table: str, where: str) -> str:
+    return f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT ?) AS capped"
 
 
 @translating
@@ -296,12 +291,18 @@ def pool_count(db: Store, scope: ScopeSql, cap: int | None = None) -> int:
     for table in ("memories", "episodes"):
         if total >= cap:
             break
-        row = db.query_one(
-            f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT ?) AS capped",
-            [*params, cap - total],
-        )
+        row = db.query_one(_capped_count(table, where), [*params, cap - total])
         total += int(row[0] if row else 0)
     return total
+
+
+def _span_end(db: Store, scope: ScopeSql, direction: str) -> tuple[str, list[object]]:
+    where, params = scope.where()
+    sql = f"""SELECT timestamp FROM memories
+                WHERE {where} AND timestamp != ''
+                  AND {db.ops.stamp_instant("memories")} IS NOT NULL
+                ORDER BY timestamp {direction} LIMIT 1"""
+    return sql, params
 
 
 @translating
@@ -313,46 +314,79 @@ def timestamp_span(db: Store, scope: ScopeSql) -> tuple[str | None, str | None]:
     every row of the agent after each write (40 ms at 237,654 rows), where an ordered read
     stops at the first timestamp that parses (docs/performance.md).
     """
-    where, params = scope.where()
     ends = []
     for direction in ("ASC", "DESC"):
-        row = db.query_one(
-            f"""SELECT timestamp FROM memories
-                WHERE {where} AND timestamp != ''
-                  AND {db.ops.stamp_instant("memories")} IS NOT NULL
-                ORDER BY timestamp {direction} LIMIT 1""",
-            params,
-        )
+        row = db.query_one(*_span_end(db, scope, direction))
         ends.append(None if row is None else row[0])
     return ends[0], ends[1]
+
+
+def _latest_episode(db: Store, scope: ScopeSql) -> tuple[str, list[object]]:
+    where, params = scope.where()
+    instant = db.ops.created_instant()
+    sql = f"""SELECT created_at FROM episodes WHERE {where}
+            ORDER BY {instant} IS NULL, {instant} DESC, created_at DESC
+            LIMIT 1"""
+    return sql, params
 
 
 @translating
 def latest_episode_created(db: Store, scope: ScopeSql) -> str | None:
     """created_at of the newest episode in scope by parsed instant (unparseable last)."""
-    where, params = scope.where()
-    instant = db.ops.created_instant()
-    row = db.query_one(
-        f"""SELECT created_at FROM episodes WHERE {where}
-            ORDER BY {instant} IS NULL, {instant} DESC, created_at DESC
-            LIMIT 1""",
-        params,
-    )
+    row = db.query_one(*_latest_episode(db, scope))
     return None if row is None else str(row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeFacts:
+    """What recall reads of a scope besides rows (retrieval/scope_reads.py)."""
+
+    profile: str | None
+    latest_episode: str | None
+    #: N_pool capped, and the timestamp span; None when not asked for.
+    stats: tuple[int, tuple[str | None, str | None]] | None
+
+
+def scope_facts_statement(
+    db: Store, scope: ScopeSql, profile_sql: str, cap: int | None
+) -> tuple[str, list[object]]:
+    """`profile_sql` (one `?`: the agent), `latest_episode_created`, and with `cap`
+    `pool_count(cap=cap)` and `timestamp_span`, as scalar subqueries of one statement: the
+    same answers in one round trip (PostgreSQL's; SQLite asks each on its own). The capped
+    pool is min(cap, memories capped + episodes capped), which is `pool_count`'s sum."""
+    parts: list[tuple[str, list[object]]] = [(profile_sql, [scope.agent_id])]
+    parts.append(_latest_episode(db, scope))
+    if cap is not None:
+        where, params = scope.where()
+        counts = (
+            f"LEAST(?, ({_capped_count('memories', where)}) + ({_capped_count('episodes', where)}))"
+        )
+        parts += [(counts, [cap, *params, cap, *params, cap])]
+        parts += [_span_end(db, scope, "ASC"), _span_end(db, scope, "DESC")]
+    sql = "SELECT " + ", ".join(f"({p})" for p, _ in parts)
+    return sql, [v for _, ps in parts for v in ps]
+
+
+def scope_facts_of(row: Row) -> ScopeFacts:
+    """The answer of `scope_facts_statement` (its one row)."""
+    latest = None if row[1] is None else str(row[1])
+    profile = None if row[0] is None else str(row[0])
+    stats = None if len(row) < 5 else (int(row[2]), (row[3], row[4]))
+    return ScopeFacts(profile, latest, stats)
+
+
+@translating
+def scope_facts(db: Store, scope: ScopeSql, profile_sql: str, cap: int | None) -> ScopeFacts:
+    """`scope_facts_statement`'s answers."""
+    row = db.query_one(*scope_facts_statement(db, scope, profile_sql, cap))
+    assert row is not None  # a SELECT of scalar subqueries answers one row
+    return scope_facts_of(row)
 
 
 @translating
 def recall_history(db: Store, ids: Sequence[int]) -> dict[int, tuple[int, str | None]]:
-    out: dict[int, tuple[int, str | None]] = {}
-    for start in range(0, len(ids), 500):
-        batch = list(ids[start : start + 500])
-        marks = ",".join("?" * len(batch))
-        for r in db.query(
-            f"SELECT id, recall_count, last_recalled_at FROM memories WHERE id IN ({marks})",
-            batch,
-        ):
-            out[r[0]] = (int(r[1]), r[2])
-    return out
+    sql = "SELECT id, recall_count, last_recalled_at FROM memories WHERE id IN ({marks})"
+    return {r[0]: (int(r[1]), r[2]) for r in _by_ids(db, ids, sql)}
 
 
 @translating

@@ -20,6 +20,7 @@ from cpersona.storage.db import embedding_param
 from cpersona.storage.error_kinds import translating
 from cpersona.storage.interface import Connection, Store
 from cpersona.storage.ops import ops_of
+from cpersona.storage.pg.snapshot_reads import remembered
 
 TABLES = ("memories", "episodes")
 #: The embedded text of each table.
@@ -278,7 +279,9 @@ def read(db: Store) -> tuple[dict[str, Recorded], dict[str, Conversion]]:
         _seen.add(db)
     record: dict[str, Recorded] = {}
     open_: dict[str, Conversion] = {}
-    for kind, table, model, dim, how, started_at in conn.execute(_BOTH).fetchall():
+    # Inside a read snapshot asked once, with its BEGIN (recall asks before the snapshot, to
+    # embed the query, and inside it, to check the model still holds).
+    for kind, table, model, dim, how, started_at in remembered(conn, "vector_models", _BOTH):
         if kind == "r":
             record[table] = Recorded(model, dim, how)
         else:

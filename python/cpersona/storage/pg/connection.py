@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     import psycopg
 
 Tracer = Callable[[str, Any], None]
+#: One statement: portable SQL (`?` placeholders) and its parameters.
+Statement = tuple[str, Sequence[Any]]
+#: How the trace shows a statement sent in the round trip of the one before it.
+PIPELINED = "/* pipelined */"
 #: Turns an error that lost a connection into the error to raise (Reach.lost of its pool).
 OnLost = Callable[[BaseException], Exception]
 
@@ -138,23 +142,54 @@ class PgConnection:
         """As `PgDatabase.vector_param` (storage functions that take a connection)."""
         return _vector_param(blob)
 
+    def begin(self, begin: str, reads: Sequence[Statement] = ()) -> list[PgCursor]:
+        """Open a transaction with `begin` and run `reads` (portable SQL and parameters) in
+        it, in one round trip: psycopg's pipeline mode sends them all before it waits (the
+        reads a snapshot asks first: storage/pg/snapshot_reads.py). Their results, in order."""
+        if not reads:
+            self._run(begin, None, returns_id=False)
+            return []
+        if self._tracer is not None:
+            self._tracer(begin, None)
+            for sql, params in reads:  # marked: the trace counts round trips (pg_statements)
+                self._tracer(f"{PIPELINED} {sql}", params)
+        try:
+            with self.raw.pipeline():
+                self.raw.execute(begin)
+                cursors = [
+                    self.raw.execute(placeholders(sql), tuple(params), binary=True)
+                    for sql, params in reads
+                ]
+            return [PgCursor(self._rows(cur), cur.rowcount, None) for cur in cursors]
+        except Exception as exc:
+            raise self._failure(exc) from exc
+
     def _run(self, sql: str, params: tuple[Any, ...] | None, *, returns_id: bool) -> PgCursor:
         if self._tracer is not None:
             self._tracer(sql, params)
         try:
             cur = self.raw.execute(sql, params, binary=True)
-            rows: list[AnyRow] = []
-            if cur.description is not None:
-                make = row_maker([c.name for c in cur.description])
-                rows = [make(r) for r in cur.fetchall()]
+            rows = self._rows(cur)
         except Exception as exc:
-            if self._on_lost is not None and is_connection_failure(exc, self.raw):
-                raise self._on_lost(exc) from exc
-            raise _mapped(exc) from exc
+            raise self._failure(exc) from exc
         if returns_id:
             lastrowid = int(rows[0][0]) if len(rows) == 1 else None
             return PgCursor([], cur.rowcount, lastrowid)
         return PgCursor(rows, cur.rowcount, None)
+
+    @staticmethod
+    def _rows(cur: psycopg.Cursor[Any]) -> list[AnyRow]:
+        if cur.description is None:
+            return []
+        make = row_maker([c.name for c in cur.description])
+        return [make(r) for r in cur.fetchall()]
+
+    def _failure(self, exc: Exception) -> Exception:
+        """The error to raise for `exc`: the pool's verdict on a lost connection, else the
+        sqlite3 class callers handle."""
+        if self._on_lost is not None and is_connection_failure(exc, self.raw):
+            return self._on_lost(exc)
+        return _mapped(exc)
 
 
 def _mapped(exc: Exception) -> Exception:

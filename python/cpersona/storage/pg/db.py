@@ -50,6 +50,7 @@ from cpersona.storage.pg.adapters import vector_param as _vector_param
 from cpersona.storage.pg.connection import (
     PgConnection,
     PgCursor,
+    Statement,
     Tracer,
     redact,
 )
@@ -91,6 +92,8 @@ class _Reader:
         self._pinned: PgConnection | None = None
         self._ctx: contextlib.AbstractContextManager[PgConnection] | None = None
         self._memo: dict[str, object] = {}
+        #: Reads for the next BEGIN only (storage/pg/snapshot_reads.send_with_begin).
+        self.next_begin: dict[str, Statement] = {}
 
     @property
     def in_transaction(self) -> bool:
@@ -112,8 +115,11 @@ class _Reader:
         if verb in ("BEGIN", "BEGIN DEFERRED"):
             if self._pinned is not None:
                 raise sqlite3.OperationalError("cannot start a transaction within a transaction")
-            self._memo = {}
-            self._ctx, self._pinned = self._db._begun(READ_SNAPSHOT)
+            # db.snapshot_reads: one mapping, that others only ever replace.
+            reads, self.next_begin = {**self._db.snapshot_reads, **self.next_begin}, {}
+            self._ctx, self._pinned, first = self._db._begun(READ_SNAPSHOT, tuple(reads.values()))
+            answers = zip(reads, first, strict=True)
+            self._memo = {f"read:{name}": cur.fetchall() for name, cur in answers}
             return PgCursor([], -1, None)
         if verb in ("COMMIT", "END", "ROLLBACK"):
             if self._pinned is None:
@@ -146,6 +152,11 @@ class _Reader:
         except Exception:
             with contextlib.suppress(Exception):  # a dead connection: the pool drops it
                 self.end()
+
+    def read_with_begin(self, name: str, sql: str) -> None:
+        """Send `sql` with every later snapshot's BEGIN (storage/pg/snapshot_reads.py)."""
+        if name not in self._db.snapshot_reads:
+            self._db.snapshot_reads = {**self._db.snapshot_reads, name: (sql, ())}
 
     def end(self, verb: str = "ROLLBACK") -> None:
         """End the pinned read transaction and give its connection back (a dead one is
@@ -209,6 +220,8 @@ class PgDatabase(Statements):
         self._vector_oid: int | None = None
         self._pool_size = pool_size
         self._connect_timeout = connect_timeout
+        #: What every read snapshot asks first, sent with its BEGIN (storage/pg/snapshot_reads.py).
+        self.snapshot_reads: dict[str, Statement] = {}
         # The pool is made on first use, after the schema exists: a connection learns the
         # `vector` type when it is made (`_configure`).
         self._reach = Reach(self.path, self._new_pool, self._probe)
@@ -275,15 +288,16 @@ class PgDatabase(Statements):
             pool.putconn(raw)
 
     def _begun(
-        self, begin: str
-    ) -> tuple[contextlib.AbstractContextManager[PgConnection], PgConnection]:
-        """A pooled connection inside a transaction opened by `begin`, and the context that
-        gives it back; retried once on a fresh pool when the first connection was dead."""
+        self, begin: str, reads: Sequence[Statement] = ()
+    ) -> tuple[contextlib.AbstractContextManager[PgConnection], PgConnection, list[PgCursor]]:
+        """A pooled connection inside a transaction opened by `begin`, the context that gives
+        it back and the results of `reads` run first in it (one round trip); retried once on a
+        fresh pool when the first connection was dead."""
         for attempt in (1, 2):
             ctx = self._connection()
             conn = ctx.__enter__()
             try:
-                conn.execute_raw(begin)
+                first = conn.begin(begin, reads)
             except StaleConnection:
                 ctx.__exit__(None, None, None)
                 if attempt == 2:
@@ -292,7 +306,7 @@ class PgDatabase(Statements):
             except BaseException as exc:
                 ctx.__exit__(type(exc), exc, exc.__traceback__)
                 raise
-            return ctx, conn
+            return ctx, conn, first
         raise AssertionError("unreachable")  # pragma: no cover
 
     def reachability(self) -> Counts:
@@ -395,13 +409,13 @@ class PgDatabase(Statements):
         gate = self._write_lock if exclusive else contextlib.nullcontext()
         take = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
         with gate:
-            ctx, conn = self._begun("BEGIN")
+            # The lock rides with BEGIN (a constant key, no parameter): one round trip.
+            ctx, conn, _ = self._begun("BEGIN", [(f"SELECT {take}({WRITE_LOCK_KEY})", ())])
             self._local.writer = conn
             self._local.depth = 1
             self._local.exclusive = exclusive
             failure: BaseException | None = None
             try:
-                conn.execute_raw(f"SELECT {take}(%s)", (WRITE_LOCK_KEY,))
                 yield conn
             except BaseException as exc:
                 failure = exc

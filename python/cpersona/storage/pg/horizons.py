@@ -35,29 +35,23 @@ release wrote, and the read hands out a horizon. Nothing is rebuilt on upgrade.
 from __future__ import annotations
 
 from cpersona.storage.interface import Connection
+from cpersona.storage.pg.snapshot_reads import remembered
 
 #: Where horizons start: above any seq a log has handed out (a bigint sequence from 1).
 OFFSET = 1 << 60
-#: The snapshot's bounds as decimal text (xid8 has no cast to bigint).
-_BOUNDS = (
-    "SELECT pg_snapshot_xmin(s)::text, pg_snapshot_xmax(s)::text "
-    "FROM (SELECT pg_current_snapshot() AS s) AS q"
-)
+#: The snapshot's bounds as decimal text (xid8 has no cast to bigint), read from
+#: `SNAPSHOT_FROM` (also by storage/change_log.py, beside the entries).
+BOUNDS_COLUMNS = "pg_snapshot_xmin(s)::text, pg_snapshot_xmax(s)::text"
+SNAPSHOT_FROM = "(SELECT pg_current_snapshot() AS s) AS q"
+_BOUNDS = f"SELECT {BOUNDS_COLUMNS} FROM {SNAPSHOT_FROM}"
 
 
 def _bounds(conn: Connection) -> tuple[int, int]:
     # Inside a REPEATABLE READ transaction pg_current_snapshot() is that transaction's
     # snapshot, the same at every ask: a recall syncs four index files in one (two logs, two
-    # tables), and asked the server four times (CPERSONA_SQL_TRACE).
-    memo: dict[str, object] | None = getattr(conn, "snapshot_memo", None)
-    if memo is not None and (known := memo.get("bounds")) is not None:
-        return known  # type: ignore[return-value]
-    row = conn.execute(_BOUNDS).fetchone()
-    assert row is not None
-    bounds = int(row[0]), int(row[1])
-    if memo is not None:
-        memo["bounds"] = bounds
-    return bounds
+    # tables), and asked the server four times (CPERSONA_SQL_TRACE); now it rides with BEGIN.
+    row = remembered(conn, "bounds", _BOUNDS)[0]
+    return int(row[0]), int(row[1])
 
 
 def encode(horizon: int, c: int) -> int:
@@ -69,9 +63,8 @@ def decode(position: int) -> int | None:
     return None if position < OFFSET else (position - OFFSET) // 4
 
 
-def position(conn: Connection) -> int:
-    """The position a read in this snapshot hands out."""
-    xmin, xmax = _bounds(conn)
+def position_of(xmin: int, xmax: int) -> int:
+    """The position a read in a snapshot of these bounds hands out."""
     return encode(xmin, 2 if xmin == xmax else 0)
 
 
