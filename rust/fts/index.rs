@@ -134,7 +134,17 @@ struct List<'a> {
     b_counts: &'a [u8],
 }
 
-impl List<'_> {
+impl<'a> List<'a> {
+    /// One ascending slot list (for `gallop`; it has no window counts).
+    fn of(slots: &'a [u32]) -> Self {
+        Self {
+            a: slots,
+            a_counts: &[],
+            b: &[],
+            b_counts: &[],
+        }
+    }
+
     fn len(&self) -> usize {
         self.a.len() + self.b.len()
     }
@@ -668,13 +678,18 @@ impl FtsIndex {
             rest -= bound(i);
             next += 1;
         }
+        // In slot order, so each lookup below gallops on from the last instead of a binary
+        // search over the whole list (at 1,000,000 rows twenty reads at random places each).
+        touched.sort_unstable();
         for &i in &order[next..] {
             let p = &phrases[i];
             if touched.len().saturating_mul(16) < p.slots.len() {
+                let list = List::of(&p.slots);
+                let mut pos = 0;
                 for &slot in &touched {
-                    if let Some(tf) = p.tf_of(slot) {
-                        let s = slot as usize;
-                        partial[s] += contribution(idfs[i], tf, self.size(s), avgdl);
+                    if gallop(&list, &mut pos, slot) {
+                        let size = u64::from(p.sizes[pos]);
+                        partial[slot as usize] += contribution(idfs[i], p.tfs[pos], size, avgdl);
                     }
                 }
             } else {
