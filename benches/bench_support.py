@@ -1,5 +1,5 @@
 """Helpers shared by the benchmarks: the bandwidth probe, the extra_info recorder, best-of-n
-timing, the scan benchmarks' unit-vector dataset and a timed MCP tool call."""
+timing, the scan benchmarks' unit-vector dataset and workload, and a timed MCP tool call."""
 
 from __future__ import annotations
 
@@ -66,6 +66,30 @@ def write_vector_file(path: Path, vectors: np.ndarray, *, checksummed: bool = Fa
     if checksummed:
         checksums.write(writer)
     writer.close()
+
+
+#: The scan benchmarks' workload (spec §4.2-4.3 defaults): a window of WINDOW rows, and a far
+#: region reaching to row REACH, k = K in each.
+WINDOW = 10_000
+REACH = 200_000
+K = 10
+NONE = np.empty(0, np.uint64)  # no project, channel or source filter
+
+
+def scan_region(index: Any, query: np.ndarray, region: str, **options: Any) -> Any:
+    """`index.scan` for agent 1 without filters: the window alone, or (region "far") the window
+    and the far region up to REACH; `options` go to the scan (`threads`, `sums`)."""
+    reach, far_k = (0, 0) if region == "window" else (REACH, K)
+    return index.scan(query, 1, NONE, NONE, NONE, WINDOW, reach, -1.0, K, far_k, **options)
+
+
+def time_region(benchmark: Any, region: str, run: Callable[[], object]) -> None:
+    """Times `run`, a scan of `region`: a far scan is slow enough that five rounds are timed,
+    not as many as fit in pytest-benchmark's default budget."""
+    if region == "far":
+        benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=1)
+    else:
+        benchmark(run)
 
 
 def best_of(run: Callable[[], object], repeats: int) -> float:

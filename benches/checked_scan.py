@@ -9,6 +9,7 @@ checksum's share of a scan (docs/performance.md, "1,000,000 memories").
 
 from __future__ import annotations
 
+import argparse
 import sqlite3
 import statistics
 import sys
@@ -22,8 +23,15 @@ from cpersona.vectors.format import scope_hash
 
 
 def main(argv: list[str]) -> int:
-    db, n = argv[0], int(argv[1]) if len(argv) > 1 else 60
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("db", help="an SQLite corpus whose memories.vec and .sum are built")
+    parser.add_argument("scans", nargs="?", type=int, default=60)
+    args = parser.parse_args(argv)
+    db, n = args.db, args.scans
     path = db + ".memories.vec"
+    # sqlite3.connect would create an empty database under a mistyped name.
+    if not Path(db).is_file() or not Path(path).is_file():
+        parser.error(f"{db} is not a corpus with a built vector index ({path} is missing)")
     agent = sqlite3.connect(db).execute("SELECT agent_id FROM memories LIMIT 1").fetchone()[0]
     handle = core.VectorIndex.open(path)
     sums = checksums.open_read(Path(path), handle.capacity)

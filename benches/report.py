@@ -58,7 +58,7 @@ def main(path: str) -> None:
         name = bench["name"].split("[")[0]
         by_kind.setdefault(name, []).append(bench)
 
-    kernel = [b for n in ("test_bandwidth_probe", "test_window_scan", "test_far_scan",
+    kernel = [b for n in ("test_bandwidth_probe", "test_index_scan",
                           "test_blob_chunk_scan") for b in by_kind.get(n, [])]  # fmt: skip
     if kernel:
         table(

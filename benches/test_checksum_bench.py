@@ -23,16 +23,11 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from bench_support import best_of, unit_vectors, write_vector_file
+from bench_support import REACH, best_of, scan_region, time_region, unit_vectors, write_vector_file
 from cpersona.fts.format import put_record
 from cpersona.storage.fulltext import FtsRow
 from cpersona.timerange import NO_TIME
 from cpersona.vectors import checksums, healing
-
-WINDOW = 10_000
-REACH = 200_000
-K = 10
-NONE = np.empty(0, np.uint64)
 
 
 @pytest.fixture(scope="module", params=[384, 768])
@@ -65,29 +60,26 @@ def _paired(plain, checked, repeats: int) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("region", ["window", "far"])
-def test_checked_scan_cost(benchmark, backend: ModuleType, dataset, region: str) -> None:
+def test_checked_scan_cost(benchmark, kernels: ModuleType, dataset, region: str) -> None:
     dim, path, query = dataset
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
     sums = checksums.open_read(path, index.capacity)
-    reach, far_k, repeats = (0, 0, 100) if region == "window" else (REACH, K, 3)
+    repeats = 100 if region == "window" else 3
 
     def plain():
-        return index.scan(query, 1, NONE, NONE, NONE, WINDOW, reach, -1.0, K, far_k)
+        return scan_region(index, query, region)
 
     def checked():
-        return index.scan(query, 1, NONE, NONE, NONE, WINDOW, reach, -1.0, K, far_k, sums=sums)
+        return scan_region(index, query, region, sums=sums)
 
     assert [a.tolist() for a in plain()] == [a.tolist() for a in checked()]
     benchmark.group = f"checked {region} scan d={dim}"
-    if region == "far":
-        benchmark.pedantic(checked, rounds=5, iterations=1, warmup_rounds=1)
-    else:
-        benchmark(checked)
+    time_region(benchmark, region, checked)
     if benchmark.disabled:
         return
     found = _paired(plain, checked, repeats)
-    benchmark.extra_info.update(found, backend=backend.KERNEL)
-    print(f"\n{region} scan d={dim} {backend.KERNEL}: {found}")
+    benchmark.extra_info.update(found, backend=kernels.KERNEL)
+    print(f"\n{region} scan d={dim} {kernels.KERNEL}: {found}")
 
 
 def test_map_check_cost(benchmark, dataset) -> None:

@@ -1,9 +1,9 @@
 """Window and far scans: the Rust index, the numpy fallback, and the chunked BLOB-style scan.
 
-Workloads (spec §4.2–4.3 defaults): a window of 10,000 rows, and REACH = 200,000 (a far region
-of 190,000 rows), at 384 and 768 dimensions, k = 10. Datasets come from a fixed seed, are
-written once per module as a vector file, and are checked against a float64 reference before
-anything is timed.
+Workloads (bench_support's, the spec §4.2–4.3 defaults): a window of 10,000 rows, and REACH =
+200,000 (a far region of 190,000 rows), at 384 and 768 dimensions, k = 10. Datasets come from a
+fixed seed, are written once per module as a vector file, and are checked against a float64
+reference before anything is timed.
 """
 
 from __future__ import annotations
@@ -16,14 +16,22 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from bench_support import best_of, record, unit_vectors, write_vector_file
+from bench_support import (
+    REACH,
+    WINDOW,
+    K,
+    best_of,
+    record,
+    scan_region,
+    time_region,
+    unit_vectors,
+    write_vector_file,
+)
 
-WINDOW = 10_000
-REACH = 200_000
-K = 10
 BLOB_CHUNK = 512  # CPERSONA_VECTOR_SCAN_CHUNK_ROWS default
 META_BYTES = 8 * 4 + 1 + 4  # agent, project, channel, source, flags, order per row
-NONE = np.empty(0, np.uint64)
+#: The rows each region covers, newest first: the window, and the far region behind it.
+REGIONS = {"window": (0, WINDOW), "far": (WINDOW, REACH)}
 
 
 @pytest.fixture(scope="module", params=[384, 768])
@@ -61,51 +69,28 @@ def blob_scan(kernels: ModuleType, rows: np.ndarray, query: np.ndarray, base: in
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_window_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
+@pytest.mark.parametrize("region", ["window", "far"])
+def test_index_scan(benchmark, kernels, dataset, region, threads, bandwidth_gbs) -> None:
     dim, path, rows, query = dataset
-    if backend.KERNEL == "numpy" and threads != 1:
+    if kernels.KERNEL == "numpy" and threads != 1:
         pytest.skip("the numpy fallback scores on one thread")
-    index = backend.VectorIndex.open(path)
+    index = kernels.VectorIndex.open(path)
+    lo, hi = REGIONS[region]
 
     def run():
-        return index.scan(query, 1, NONE, NONE, NONE, WINDOW, 0, -1.0, K, 0, threads=threads)
+        return scan_region(index, query, region, threads=threads)
 
-    near_ids = run()[0]
-    correct = ids_to_positions(near_ids) == reference(rows[:WINDOW], query, K, 0)
+    near_ids, _, far_ids, _ = run()
+    found = near_ids if region == "window" else far_ids
+    correct = ids_to_positions(found) == reference(rows[lo:hi], query, K, lo)
     assert correct
-    benchmark.group = f"window scan n={WINDOW} d={dim}"
-    benchmark(run)
+    benchmark.group = f"{region} scan n={hi} d={dim}"
+    time_region(benchmark, region, run)
     record(
         benchmark,
-        nbytes=WINDOW * (4 * dim + META_BYTES),
+        nbytes=hi * (4 * dim + META_BYTES),
         bandwidth=bandwidth_gbs,
-        backend=backend.KERNEL,
-        path="index",
-        threads=threads,
-        correct=correct,
-    )
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_far_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
-    dim, path, rows, query = dataset
-    if backend.KERNEL == "numpy" and threads != 1:
-        pytest.skip("the numpy fallback scores on one thread")
-    index = backend.VectorIndex.open(path)
-
-    def run():
-        return index.scan(query, 1, NONE, NONE, NONE, WINDOW, REACH, -1.0, K, K, threads=threads)
-
-    _, _, far_ids, _ = run()
-    correct = ids_to_positions(far_ids) == reference(rows[WINDOW:], query, K, WINDOW)
-    assert correct
-    benchmark.group = f"far scan n={REACH} d={dim}"
-    benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=1)
-    record(
-        benchmark,
-        nbytes=REACH * (4 * dim + META_BYTES),
-        bandwidth=bandwidth_gbs,
-        backend=backend.KERNEL,
+        backend=kernels.KERNEL,
         path="index",
         threads=threads,
         correct=correct,
@@ -113,33 +98,29 @@ def test_far_scan(benchmark, backend, dataset, threads, bandwidth_gbs) -> None:
 
 
 @pytest.mark.parametrize("region", ["window", "far"])
-def test_blob_chunk_scan(benchmark, backend, dataset, region, bandwidth_gbs) -> None:
+def test_blob_chunk_scan(benchmark, kernels, dataset, region, bandwidth_gbs) -> None:
     dim, _, rows, query = dataset
-    lo, hi = (0, WINDOW) if region == "window" else (WINDOW, REACH)
+    lo, hi = REGIONS[region]
     block = np.ascontiguousarray(rows[lo:hi])
 
     window = np.ascontiguousarray(rows[:WINDOW])
 
     def run():
         if region == "window":
-            return blob_scan(backend, block, query, lo, K)
+            return blob_scan(kernels, block, query, lo, K)
         # As the index scan: the window's top k and the far region's, both scored.
-        blob_scan(backend, window, query, 0, K)
-        return blob_scan(backend, block, query, lo, K)
+        blob_scan(kernels, window, query, 0, K)
+        return blob_scan(kernels, block, query, lo, K)
 
     correct = run()[0].tolist() == reference(block, query, K, lo)
     assert correct
-    n = hi
-    benchmark.group = f"{region} scan n={n} d={dim}"
-    if region == "far":
-        benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=1)
-    else:
-        benchmark(run)
+    benchmark.group = f"{region} scan n={hi} d={dim}"
+    time_region(benchmark, region, run)
     record(
         benchmark,
-        nbytes=n * 4 * dim,
+        nbytes=hi * 4 * dim,
         bandwidth=bandwidth_gbs,
-        backend=backend.KERNEL,
+        backend=kernels.KERNEL,
         path=f"blob chunks of {BLOB_CHUNK}",
         threads=1,
         correct=correct,
@@ -166,12 +147,12 @@ def test_kernels_against_blas(benchmark, dataset, request) -> None:
     pairs = {
         "window scan (index)": (
             lambda: window @ query,
-            lambda: index.scan(query, 1, NONE, NONE, NONE, WINDOW, 0, -1.0, K, 0, threads=1),
+            lambda: scan_region(index, query, "window", threads=1),
             200,
         ),
         "far scan (index)": (
             lambda: everything @ query,
-            lambda: index.scan(query, 1, NONE, NONE, NONE, WINDOW, REACH, -1.0, K, K, threads=1),
+            lambda: scan_region(index, query, "far", threads=1),
             5,
         ),
         "scan_chunk, 10,000-row block": (
@@ -205,7 +186,7 @@ def test_kernels_against_blas(benchmark, dataset, request) -> None:
                 }
 
     # The answers first: the same top 10 as a float64 reference.
-    near_ids = index.scan(query, 1, NONE, NONE, NONE, WINDOW, 0, -1.0, K, 0, threads=1)[0]
+    near_ids = scan_region(index, query, "window", threads=1)[0]
     assert ids_to_positions(near_ids) == reference(rows[:WINDOW], query, K, 0)
     assert core.scan_chunk(window, query, -1.0, K, 0)[0].tolist() == reference(window, query, K, 0)
     benchmark.group = f"kernels against BLAS sgemv d={dim}"

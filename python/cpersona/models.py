@@ -6,17 +6,39 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class Memory:
-    """One row of `memories` (the embedding is not carried; it stays in storage/vectors)."""
+class AgentRow:
+    """The columns every table of an agent's rows opens with (storage/rows.py builds each
+    whole row type on it, so the row and the shapes read from it share these fields)."""
 
     id: int
     agent_id: str
     project_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHead(AgentRow):
+    """The columns of `memories` before the embedding: what the row and the listing share
+    in the table's order."""
+
     msg_id: str
     content: str
     source: str  # JSON text
     timestamp: str
     metadata: str  # JSON text
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeHead(AgentRow):
+    """The columns of `episodes` before the embedding."""
+
+    summary: str
+    keywords: str
+
+
+@dataclass(frozen=True, slots=True)
+class Memory(MemoryHead):
+    """One row of `memories` (the embedding is not carried; it stays in storage/vectors)."""
+
     channel: str
     recall_count: int
     last_recalled_at: str | None
@@ -26,14 +48,9 @@ class Memory:
 
 
 @dataclass(frozen=True, slots=True)
-class Episode:
+class Episode(EpisodeHead):
     """One row of `episodes`."""
 
-    id: int
-    agent_id: str
-    project_id: str
-    summary: str
-    keywords: str
     start_time: str | None
     end_time: str | None
     resolved: bool

@@ -45,6 +45,14 @@ async def corpus(tools: Any, n: int = 6, agent: str = "a") -> list[int]:
     return ids
 
 
+async def planted(tools: Any, *statements: str, n: int = 6) -> list[int]:
+    """The corpus of agent a, then `statements` planted in it (`plant`); `{0}`, `{1}`, ... in a
+    statement name the ids of the corpus's rows (str.format). Returns those ids."""
+    ids = await corpus(tools, n=n)
+    plant(tools.engine, *(statement.format(*ids) for statement in statements))
+    return ids
+
+
 def hours_ago(hours: int) -> str:
     """UTC `hours` ago in SQLite's `datetime('now')` text, as a literal both backends store."""
     from datetime import UTC, datetime, timedelta

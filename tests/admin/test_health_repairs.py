@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from cpersona.vectors.format import HEADER_DTYPE, HEADER_LEN, Layout
-from health_support import corpus, hours_ago, of, plant, rows
+from health_support import corpus, hours_ago, of, plant, planted, rows
 
 pytestmark = pytest.mark.anyio
 
@@ -138,8 +138,7 @@ async def test_health_locked_duplicate_is_respected(tools: Any) -> None:
     ids=["delete-all", "data-rows-deleted"],
 )
 async def test_health_broken_fts_index(tools: Any, damage: str) -> None:
-    await corpus(tools)
-    plant(tools.engine, damage)
+    await planted(tools, damage)
     await cycle(tools, "fts_integrity", status="unhealthy", severity="critical")
     hits = rows(tools.engine, "SELECT rowid FROM memories_fts WHERE memories_fts MATCH 'platform'")
     assert len(hits) == 6
@@ -162,15 +161,13 @@ async def test_health_missing_embeddings_are_re_embedded(tools: Any) -> None:
 
 
 async def test_health_mostly_null_embeddings_are_critical(tools: Any) -> None:
-    await corpus(tools)
-    plant(tools.engine, "UPDATE memories SET embedding = NULL WHERE id > 1")
+    await planted(tools, "UPDATE memories SET embedding = NULL WHERE id > 1")
     await cycle(tools, "null_embedding", status="unhealthy", severity="critical")
 
 
 async def test_health_reembed_cap_leaves_the_rest(connect: Any) -> None:
     async with connect(reembed_row_cap=2) as tools:
-        await corpus(tools)
-        plant(tools.engine, "UPDATE memories SET embedding = NULL")
+        await planted(tools, "UPDATE memories SET embedding = NULL")
         fixed = await tools("check_health", {"fix": True, "checks": ["null_embedding"]})
         issue = of(fixed, "null_embedding")[0]
         assert (issue["re_embedded"], issue["remaining"]) == (2, 4)
@@ -190,12 +187,12 @@ async def test_health_null_embeddings_without_backend_are_info(connect: Any) -> 
 
 async def test_health_oversized_row_is_cut(connect: Any) -> None:
     async with connect(max_content_length=100) as tools:
-        ids = await corpus(tools, n=3)
-        plant(
-            tools.engine,
-            f"UPDATE memories SET content = content || printf('%.200c', 'x') WHERE id = {ids[0]}",
-            f"UPDATE memories SET content = content || printf('%.300c', 'y'), locked = 1 "
-            f"WHERE id = {ids[1]}",
+        ids = await planted(
+            tools,
+            "UPDATE memories SET content = content || printf('%.200c', 'x') WHERE id = {0}",
+            "UPDATE memories SET content = content || printf('%.300c', 'y'), locked = 1 "
+            "WHERE id = {1}",
+            n=3,
         )
         report = await tools("check_health")
         issue = of(report, "oversized_content")[0]
@@ -252,8 +249,7 @@ async def test_health_corrupt_vector_index_file(tools: Any, how: str) -> None:
 
 
 async def test_health_wrong_width_embedding(tools: Any) -> None:
-    ids = await corpus(tools)
-    plant(tools.engine, f"UPDATE memories SET embedding = zeroblob(64) WHERE id = {ids[2]}")
+    await planted(tools, "UPDATE memories SET embedding = zeroblob(64) WHERE id = {2}")
     fixed = await cycle(tools, "embedding_dimension", status="unhealthy", severity="critical")
     assert of(fixed, "embedding_dimension")[0]["re_embedded"] == 1
     widths = {
@@ -276,11 +272,10 @@ async def test_health_nonfinite_embedding(tools: Any) -> None:
 
 
 async def test_health_annotation_and_mention_rewrites(tools: Any) -> None:
-    ids = await corpus(tools)
-    plant(
-        tools.engine,
-        f"UPDATE memories SET content = '[Memory from 2024] trains run late' WHERE id = {ids[0]}",
-        f"UPDATE memories SET content = 'ping <@123> about <@!456> trains' WHERE id = {ids[1]}",
+    ids = await planted(
+        tools,
+        "UPDATE memories SET content = '[Memory from 2024] trains run late' WHERE id = {0}",
+        "UPDATE memories SET content = 'ping <@123> about <@!456> trains' WHERE id = {1}",
     )
     # Only these two: the planted texts no longer match their vectors, which embedding_model
     # reports (embedding_model_foreign_rows), and that is not what this test is about.
@@ -296,11 +291,10 @@ async def test_health_annotation_and_mention_rewrites(tools: Any) -> None:
 
 
 async def test_health_invalid_json_and_empty_content(tools: Any) -> None:
-    ids = await corpus(tools)
-    plant(
-        tools.engine,
-        f"UPDATE memories SET source = 'not json' WHERE id = {ids[0]}",
-        f"UPDATE memories SET content = '   ' WHERE id = {ids[1]}",
+    ids = await planted(
+        tools,
+        "UPDATE memories SET source = 'not json' WHERE id = {0}",
+        "UPDATE memories SET content = '   ' WHERE id = {1}",
     )
     await cycle(tools, "invalid_json", status="degraded")
     assert rows(tools.engine, "SELECT source FROM memories WHERE id = ?", (ids[0],)) == [("{}",)]
@@ -322,9 +316,8 @@ async def test_health_missing_msg_id_index(tools: Any) -> None:
 
 
 async def test_health_drifted_and_missing_perf_index(tools: Any) -> None:
-    await corpus(tools)
-    plant(
-        tools.engine,
+    await planted(
+        tools,
         "DROP INDEX idx_memories_span",
         "DROP INDEX idx_memories_agent",
         "CREATE INDEX idx_memories_agent ON memories(agent_id)",
@@ -339,12 +332,11 @@ async def test_health_drifted_and_missing_perf_index(tools: Any) -> None:
 
 
 async def test_health_profile_timestamps_and_permissions(tools: Any) -> None:
-    ids = await corpus(tools)
-    plant(
-        tools.engine,
+    ids = await planted(
+        tools,
         "UPDATE profiles SET content = printf('%.3000c', 'p')",
-        f"UPDATE memories SET timestamp = '2999-01-01T00:00:00+00:00' WHERE id = {ids[0]}",
-        f"UPDATE memories SET timestamp = 'last tuesday' WHERE id = {ids[1]}",
+        "UPDATE memories SET timestamp = '2999-01-01T00:00:00+00:00' WHERE id = {0}",
+        "UPDATE memories SET timestamp = 'last tuesday' WHERE id = {1}",
     )
     os.chmod(tools.engine.settings.db_path, 0o644)
     report = await tools("check_health")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from cpersona import __version__
 from cpersona.health.registry import NAMES, REPORT_ONLY, summarise, verdict
-from health_support import corpus, of, plant, rows
+from health_support import corpus, of, plant, planted, rows
 
 pytestmark = pytest.mark.anyio
 
@@ -69,8 +69,7 @@ async def test_health_selected_checks_dedup_in_request_order(tools: Any) -> None
 
 
 async def test_health_pause_downgrades_fix(tools: Any) -> None:
-    await corpus(tools)
-    plant(tools.engine, "UPDATE memories SET content = '  ' WHERE id = 1")
+    await planted(tools, "UPDATE memories SET content = '  ' WHERE id = 1")
     await tools("pause_persistence", {"session_key": "s"})
     out = await tools("check_health", {"fix": True, "session_key": "s"})
     assert out["fixed"] is False and out["repairs_skipped"] is True
@@ -153,9 +152,8 @@ async def test_deep_check_near_duplicates(tools: Any) -> None:
 
 
 async def test_session_findings_shape(tools: Any) -> None:
-    await corpus(tools)
-    plant(
-        tools.engine,
+    await planted(
+        tools,
         "UPDATE memories SET embedding = NULL WHERE id > 1",
         "UPDATE memories SET source = 'x' WHERE id = 1",
     )
@@ -232,9 +230,8 @@ async def test_health_fix_on_an_in_memory_database(connect: Any, store_backend: 
     if store_backend == "postgresql":
         pytest.skip("an in-memory database is SQLite's")
     async with connect(db_path=":memory:") as tools:
-        await corpus(tools)
-        plant(
-            tools.engine,
+        await planted(
+            tools,
             "UPDATE memories SET embedding = NULL WHERE id = 2",
             "INSERT INTO memories_fts(memories_fts) VALUES ('delete-all')",
         )

@@ -61,6 +61,12 @@ class StopsAfterStaging(Converter):
         raise KeyboardInterrupt  # stands in for a kill after staging
 
 
+def stop_after_staging(engine: Engine) -> None:
+    """Runs a conversion to `engine`'s model that is killed once the new vectors are staged."""
+    with pytest.raises(KeyboardInterrupt):
+        StopsAfterStaging(engine, io.StringIO(), batch=4).run()
+
+
 async def test_converts_both_tables_in_batches(tmp_path: Path) -> None:
     db = tmp_path / "mem.db"
     await build(db, 64)
@@ -158,10 +164,8 @@ async def test_check_health_tells_a_running_from_an_interrupted_conversion(tmp_p
     db = tmp_path / "mem.db"
     await build(db, 64)
     engine = Engine(settings(db), embedder=HashingProvider(384))
-
     try:
-        with pytest.raises(KeyboardInterrupt):
-            StopsAfterStaging(engine, io.StringIO(), batch=4).run()
+        stop_after_staging(engine)
         async with Client(build_server(engine), raise_exceptions=True) as client:
 
             async def findings() -> dict[str, dict[str, object]]:
@@ -186,13 +190,8 @@ async def test_check_health_tells_a_running_from_an_interrupted_conversion(tmp_p
 async def test_a_conversion_begun_towards_another_model_is_dropped(tmp_path: Path) -> None:
     db = tmp_path / "mem.db"
     await build(db, 64)
-    towards_32 = Engine(settings(db), embedder=HashingProvider(32))
-
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            StopsAfterStaging(towards_32, io.StringIO(), batch=4).run()
-    finally:
-        towards_32.close()
+    with closing(Engine(settings(db), embedder=HashingProvider(32))) as towards_32:
+        stop_after_staging(towards_32)
     assert state(db)[2] == 2
     out = io.StringIO()
     # Configured back to the stored model: nothing to convert, and the stale conversion goes.

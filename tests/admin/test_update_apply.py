@@ -69,25 +69,38 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "bin" / "python"
 
 
-@pytest.mark.slow
-@pytest.mark.anyio
-async def test_apply_installs_the_reported_release_from_the_index(
-    connect: Any, environment: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The wheel directory pip installs from in place of PyPI (empty until a test fills it)."""
     wheels = tmp_path / "index"
     wheels.mkdir()
-    fake_wheel(wheels, NEWER)
-    fake_wheel(wheels, "100.0.0rc1")  # a pre-release on the index is not what gets installed
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-    outside = tmp_path / "site-packages" / "cpersona" / "update.py"  # no checkout around it
+    return wheels
 
+
+async def apply(connect: Any, environment: Path, released: list[str]) -> dict[str, Any]:
+    """check_update(refresh, apply) where PyPI lists this version and `released`, and the
+    installer is pip of `environment` (a module path with no checkout around it)."""
+    outside = environment.parent.parent / "site-packages" / "cpersona" / "update.py"
     async with connect(update_check=True) as tools:
         updates = tools.engine.updates
-        updates.fetch = lambda: {__version__: False, NEWER: False, "100.0.0rc1": False}
+        updates.fetch = lambda: dict.fromkeys([__version__, *released], False)
         updates.installer = lambda: install_hint(executable=str(environment), module=outside)
-        out = await tools("check_update", {"refresh": True, "apply": True})
+        out: dict[str, Any] = await tools("check_update", {"refresh": True, "apply": True})
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_apply_installs_the_reported_release_from_the_index(
+    connect: Any, environment: Path, index: Path
+) -> None:
+    fake_wheel(index, NEWER)
+    fake_wheel(index, "100.0.0rc1")  # a pre-release on the index is not what gets installed
+
+    out = await apply(connect, environment, [NEWER, "100.0.0rc1"])
 
     assert (out["state"], out["available"]) == ("newer", NEWER)
     command = [str(environment), "-m", "pip", "install", "--upgrade", f"cpersona=={NEWER}"]
@@ -103,21 +116,11 @@ async def test_apply_installs_the_reported_release_from_the_index(
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_apply_reports_pips_failure_when_the_index_lacks_the_release(
-    connect: Any, environment: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    connect: Any, environment: Path, index: Path
 ) -> None:
-    empty = tmp_path / "index"
-    empty.mkdir()
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
-    monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-    outside = tmp_path / "site-packages" / "cpersona" / "update.py"
     before = installed_version(environment)
 
-    async with connect(update_check=True) as tools:
-        updates = tools.engine.updates
-        updates.fetch = lambda: {__version__: False, "98.0.0": False}
-        updates.installer = lambda: install_hint(executable=str(environment), module=outside)
-        out = await tools("check_update", {"refresh": True, "apply": True})
+    out = await apply(connect, environment, ["98.0.0"])
 
     result = out["apply_result"]
     assert result["applied"] is False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -40,13 +40,21 @@ class SlotSpec:
     deleted: bool = False
     foreign: bool = False
 
+    @property
+    def scope(self) -> dict[str, int]:
+        """The slot's scope hashes, by the names `VectorFileWriter.append` takes them."""
+        return {"agent": self.agent, "project": self.project, "channel": self.channel,
+                "source": self.source}  # fmt: skip
 
-@dataclass
+
+@dataclass(frozen=True)
 class ScanSpec:
+    """One scan's arguments; an empty filter (projects, channels, sources) admits any value."""
+
     agent: int
-    projects: list[int] = field(default_factory=list)
-    channels: list[int] = field(default_factory=list)
-    sources: list[int] = field(default_factory=list)
+    projects: tuple[int, ...] = ()
+    channels: tuple[int, ...] = ()
+    sources: tuple[int, ...] = ()
     window: int = 10
     reach: int = 0
     threshold: float = -1e30

@@ -28,20 +28,18 @@ def write(path: Path, dim: int, slots: list[SlotSpec], capacity: int | None = No
     """Writes `slots` in the given (arbitrary) order; the writer keeps `order` sorted."""
     writer = VectorFileWriter.create(path, dim, capacity or len(slots), UID, 0)
     for s in slots:
-        vector = np.zeros(dim + 1, np.float32) if s.foreign else s.vector
-        slot = writer.append(
-            s.id,
-            s.key,
-            agent=s.agent,
-            project=s.project,
-            channel=s.channel,
-            source=s.source,
-            vector=vector,
-        )
-        if s.deleted:
-            writer.set_deleted(slot)
+        append(writer, s)
     writer.close()
     return path
+
+
+def append(writer: VectorFileWriter, s: SlotSpec) -> int:
+    """Appends slot `s` (a foreign one with a vector one wider than its own); returns its slot."""
+    vector = np.zeros(s.vector.size + 1, np.float32) if s.foreign else s.vector
+    slot = writer.append(s.id, s.key, vector=vector, **s.scope)
+    if s.deleted:
+        writer.set_deleted(slot)
+    return slot
 
 
 def run_scan(index, query: np.ndarray, spec: ScanSpec, **kw):
@@ -92,9 +90,9 @@ def corpus(draw: st.DrawFn):
         )
     spec = ScanSpec(
         agent=draw(st.sampled_from([11, 12])),
-        projects=draw(st.lists(st.sampled_from([21, 22, 23]), max_size=2)),
-        channels=draw(st.lists(st.sampled_from([31, 32]), max_size=1)),
-        sources=draw(st.lists(st.sampled_from([41, 42]), max_size=1)),
+        projects=tuple(draw(st.lists(st.sampled_from([21, 22, 23]), max_size=2))),
+        channels=tuple(draw(st.lists(st.sampled_from([31, 32]), max_size=1))),
+        sources=tuple(draw(st.lists(st.sampled_from([41, 42]), max_size=1))),
         window=draw(st.integers(0, 40)),
         reach=draw(st.integers(0, 80)),
         threshold=draw(st.sampled_from([-1e30, -2.0, 0.0, 3.0])),
@@ -219,13 +217,13 @@ def test_masked_out_rows_do_not_change_results(kernels: ModuleType, tmp_path: Pa
 def test_header_properties_and_live_counters(kernels: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "h.vec"
     writer = VectorFileWriter.create(path, 4, 8, UID, 1)
-    writer.append(1, 10, agent=1, project=0, channel=0, source=0, vector=np.ones(4, np.float32))
+    append(writer, one(1, 10, np.ones(4)))
     writer.flush()
     index = kernels.VectorIndex.open(path)
     assert (index.dim, index.capacity, index.count, index.live, index.table) == (4, 8, 1, 1, 1)
     assert index.db_uid == UID and index.applied_seq == 0 and index.dirty == 0
     # The sync appends in place; an open index sees it without reopening.
-    writer.append(2, 11, agent=1, project=0, channel=0, source=0, vector=2 * np.ones(4, np.float32))
+    append(writer, one(2, 11, 2 * np.ones(4)))
     writer.set_deleted(0)
     writer.set_header(applied_seq=-5, dirty=1)
     writer.flush()
@@ -244,14 +242,10 @@ def test_grow_keeps_every_slot(kernels: ModuleType, tmp_path: Path) -> None:
     writer = VectorFileWriter.create(path, 3, 2, UID, 0)
     rows = [(1, 5, [1, 0, 0]), (2, 7, [0, 1, 0])]
     for row_id, key, vec in rows:
-        writer.append(
-            row_id, key, agent=1, project=0, channel=0, source=0, vector=np.array(vec, np.float32)
-        )
+        append(writer, one(row_id, key, vec))
     writer.set_header(applied_seq=9)
     writer.grow(10)
-    writer.append(
-        3, 6, agent=1, project=0, channel=0, source=0, vector=np.array([0, 0, 1], np.float32)
-    )
+    append(writer, one(3, 6, [0, 0, 1]))
     writer.close()
     assert os.path.getsize(path) == Layout.of(3, 10).file_len
     index = kernels.VectorIndex.open(path)
@@ -370,7 +364,7 @@ def test_extend_matches_appending_one_by_one(kernels, tmp_path: Path) -> None:
     ]
     single = write(tmp_path / "single.vec", dim, slots)
     q = rng.integers(-3, 4, dim).astype(np.float32)
-    spec = ScanSpec(agent=1, projects=[2], window=40, reach=120, k=15, far_k=15)
+    spec = ScanSpec(agent=1, projects=(2,), window=40, reach=120, k=15, far_k=15)
     a = as_lists(run_scan(kernels.VectorIndex.open(tmp_path / "bulk.vec"), q, spec))
     b = as_lists(run_scan(kernels.VectorIndex.open(single), q, spec))
     assert a == b == scan_oracle(slots, q, spec)

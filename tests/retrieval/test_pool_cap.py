@@ -13,11 +13,12 @@ import pytest
 from cpersona.models import ProjectFilter
 from cpersona.retrieval import scoring
 from cpersona.retrieval.candidates import Candidate
-from cpersona.storage import Database, open_database
+from cpersona.storage import Database
 from cpersona.storage import search as sql
 from cpersona.storage.search import ScopeSql
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from recall_support import STAMP, scoped_rows
 
 AGENTS = ("a", "b")
 PROJECTS = ("", "p", "q")
@@ -27,21 +28,11 @@ CHANNELS = ("", "c")
 @pytest.fixture(scope="module")
 def db() -> Iterator[Database]:
     """Rows spread over agents, projects and channels: 700 memories and 600 episodes."""
-    db = open_database(":memory:")
-    with db.atomic() as conn:
-        for i in range(700):
-            conn.execute(
-                "INSERT INTO memories (agent_id, project_id, channel, content, timestamp) "
-                "VALUES (?, ?, ?, ?, '2024-01-01T00:00:00+00:00')",
-                (AGENTS[i % 7 % 2], PROJECTS[i % 3], CHANNELS[i % 5 % 2], f"note {i}"),
-            )
-        for i in range(600):
-            conn.execute(
-                "INSERT INTO episodes (agent_id, project_id, channel, summary) VALUES (?, ?, ?, ?)",
-                (AGENTS[i % 2], PROJECTS[i % 3], CHANNELS[i % 4 % 2], f"episode {i}"),
-            )
-    yield db
-    db.close()
+    with scoped_rows(
+        [(AGENTS[i % 7 % 2], PROJECTS[i % 3], CHANNELS[i % 5 % 2], STAMP) for i in range(700)],
+        [(AGENTS[i % 2], PROJECTS[i % 3], CHANNELS[i % 4 % 2]) for i in range(600)],
+    ) as db:
+        yield db
 
 
 scopes = st.builds(

@@ -14,28 +14,17 @@ from typing import Any
 
 import pytest
 from cpersona.models import ProjectFilter
-from cpersona.storage import Database, open_database
+from cpersona.storage import Database
 from cpersona.storage import search as sql
 from cpersona.storage.search import ScopeSql
+from recall_support import STAMP, scoped_rows
 
 
 @pytest.fixture
 def db() -> Iterator[Database]:
-    db = open_database(":memory:")
-    with db.atomic() as conn:
-        for i in range(50):
-            conn.execute(
-                "INSERT INTO memories (agent_id, project_id, channel, content, timestamp) "
-                "VALUES ('a', 'p', 'c', ?, '2024-01-01T00:00:00+00:00')",
-                (f"note {i}",),
-            )
-            conn.execute(
-                "INSERT INTO episodes (agent_id, project_id, channel, summary) "
-                "VALUES ('a', 'p', 'c', ?)",
-                (f"episode {i}",),
-            )
-    yield db
-    db.close()
+    """50 memories and 50 episodes, all of agent a, project p, channel c."""
+    with scoped_rows([("a", "p", "c", STAMP)] * 50, [("a", "p", "c")] * 50) as db:
+        yield db
 
 
 def plans(db: Database, call: Any) -> list[str]:
@@ -111,16 +100,6 @@ def old_span(db: Database, scope: ScopeSql) -> tuple[object, object]:
 @pytest.mark.parametrize("channel", ["", "c", "d"])
 @pytest.mark.parametrize("project", [None, "", "p", "q"])
 def test_timestamp_span_equals_min_and_max(agent: str, project: str | None, channel: str) -> None:
-    db = open_database(":memory:")
-    try:
-        with db.atomic() as conn:
-            for i, (a, p, c, stamp) in enumerate(SPAN_STAMPS):
-                conn.execute(
-                    "INSERT INTO memories (agent_id, project_id, channel, content, timestamp) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (a, p, c, f"row {i}", stamp),
-                )
+    with scoped_rows(SPAN_STAMPS) as db:
         scope = ScopeSql(agent, ProjectFilter(project), channel)
         assert sql.timestamp_span(db, scope) == old_span(db, scope)
-    finally:
-        db.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from support.mcp_client import AGENT
+from recall_support import AGENT, IDENT, LEXICAL
 
 pytestmark = pytest.mark.anyio
 
@@ -41,6 +41,21 @@ TURNS = [
     {"role": "user", "content": "ok", "timestamp": ""},
     {"role": "user", "content": "bad stamp", "timestamp": "9999-12-31T23:59:59-14:00"},
 ]
+
+
+def said(content: str, source: dict, timestamp: str = "") -> dict:
+    """A caller's turn as the merge answers it."""
+    return {
+        "content": content,
+        "source": source,
+        "timestamp": timestamp,
+        "context_type": "conversation",
+    }
+
+
+def user(user_id: str, name: str) -> dict:
+    """The source the merge gives a user's turn."""
+    return {"type": "User", "id": f"discord:{user_id}", "name": name}
 
 
 async def merged(t, turns, query: str = "standup note", **kw) -> dict:
@@ -124,30 +139,10 @@ async def test_conversation_message_shapes(tools):
     )
     assert out == {
         "messages": [
-            {
-                "content": "hi",
-                "source": {"type": "User", "id": "discord:u7", "name": "Ann"},
-                "timestamp": "",
-                "context_type": "conversation",
-            },
-            {
-                "content": "yo",
-                "source": {"type": "User", "id": "discord:Bo", "name": "Bo"},
-                "timestamp": "",
-                "context_type": "conversation",
-            },
-            {
-                "content": "hey",
-                "source": {"type": "User", "id": "discord:User", "name": "User"},
-                "timestamp": "",
-                "context_type": "conversation",
-            },
-            {
-                "content": "sure",
-                "source": {"type": "Agent", "id": "self"},
-                "timestamp": "2026-03-01T00:00:00Z",
-                "context_type": "conversation",
-            },
+            said("hi", user("u7", "Ann")),
+            said("yo", user("Bo", "Bo")),
+            said("hey", user("User", "User")),
+            said("sure", {"type": "Agent", "id": "self"}, "2026-03-01T00:00:00Z"),
         ]
     }
 
@@ -255,16 +250,7 @@ async def test_reject_mode_refuses_before_recalling(connect):
 async def test_off_mode_reports_nothing(connect):
     async with connect(external_context_mode="off") as t:
         out = await merged(t, [{"role": "user", "content": "hi", "name": 3}], query="zebra")
-    assert out == {
-        "messages": [
-            {
-                "content": "hi",
-                "source": {"type": "User", "id": "discord:User", "name": "User"},
-                "timestamp": "",
-                "context_type": "conversation",
-            }
-        ]
-    }
+    assert out == {"messages": [said("hi", user("User", "User"))]}
 
 
 async def test_non_object_entries_are_refused_by_the_schema(tools):
@@ -275,25 +261,18 @@ async def test_non_object_entries_are_refused_by_the_schema(tools):
 
 
 async def test_gate_fallback_is_forwarded(connect):
-    lexical = (
-        "Quarterly security digest: we rotated credentials, refreshed dependency pins, "
-        "reviewed firewall rules, archived stale accounts, retrained staff on phishing, "
-        "replaced expiring certificates, validated backups, tightened container "
-        "policies, documented vendor contacts, rehearsed incident drills, updated asset "
-        "inventories, and confirmed the CVE-2024-3094 remediation across every fleet."
-    )
     async with connect(confidence_enabled=True) as t:
-        await t.store(lexical)
+        await t.store(LEXICAL)
         out = await t(
             "recall_with_context",
             {
                 "agent_id": AGENT,
-                "query": "CVE-2024-3094",
+                "query": IDENT,
                 "external_context": [{"role": "user", "content": "status?"}],
             },
         )
     assert out["gate_fallback"] is True
-    assert [m["content"] for m in out["messages"]] == ["status?", lexical]  # undated first
+    assert [m["content"] for m in out["messages"]] == ["status?", LEXICAL]  # undated first
 
 
 async def test_microseconds_order_even_far_from_the_epoch(tools):

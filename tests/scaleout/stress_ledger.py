@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 
 @dataclass
-class Row:
-    """A row one client was told it stored, and what it was told since."""
+class Placed:
+    """A memory's id, where it was stored (the dedup probe's columns, which never change) and
+    its content: as a client was told it, or as the database holds it."""
 
     id: int
     agent: str
@@ -25,6 +26,16 @@ class Row:
     channel: str
     msg_id: str
     content: str
+
+    @property
+    def scope(self) -> tuple[str, str, str, str]:
+        return (self.agent, self.project, self.channel, self.msg_id)
+
+
+@dataclass
+class Row(Placed):
+    """A row one client was told it stored, and what it was told since."""
+
     stored_content: str
     locked: bool = False
     deleted: bool = False
@@ -73,14 +84,10 @@ class Book:
 # -- checking ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DbRow:
-    id: int
-    agent: str
-    project: str
-    channel: str
-    msg_id: str
-    content: str
+@dataclass
+class DbRow(Placed):
+    """A row as the database holds it now."""
+
     locked: bool
 
 
@@ -125,8 +132,7 @@ def check(book: Book, target: str, agents: set[str]) -> list[str]:
         if found is None:
             problems.append(f"#{row.id} ({row.agent}): acknowledged {row.content!r}, lost")
             continue
-        scope = (found.agent, found.project, found.channel, found.msg_id)
-        if scope != (row.agent, row.project, row.channel, row.msg_id):
+        if found.scope != row.scope:
             problems.append(f"#{row.id}: stored as {row}, found {found}")
         if found.content != row.content:
             problems.append(f"#{row.id}: told {row.content!r}, found {found.content!r}")
@@ -144,8 +150,8 @@ def check(book: Book, target: str, agents: set[str]) -> list[str]:
         elif (row.agent, row.content) != (skip.agent, skip.content):
             problems.append(f"#{row.id}: resent store {skip}, found {row}")
     # 3. Skips name a row of the caller's agent that the probe covered.
-    scope_of = {i: (r.agent, r.project, r.channel, r.msg_id) for i, r in book.rows.items()}
-    scope_of.update({i: (r.agent, r.project, r.channel, r.msg_id) for i, r in db.items()})
+    scope_of = {i: r.scope for i, r in book.rows.items()}
+    scope_of.update({i: r.scope for i, r in db.items()})
     for skip in book.skips:
         known = scope_of.get(skip.id)
         if known is None:

@@ -4,6 +4,7 @@ databases climb the migration ladder with their data kept."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from cpersona.models import ProjectFilter
 from cpersona.storage import memories as memory_sql
-from cpersona.storage import open_database
+from cpersona.storage import open_database, schema
 from storage_helpers import (
     DATA_TABLES,
     file_schema,
@@ -32,13 +33,9 @@ FTS_TABLES = {
     for base in ("memories_fts", "episodes_fts")
     for suffix in ("", "_data", "_idx", "_docsize", "_config")
 }
+#: 2.5.x's full-text triggers: after insert, delete and update, of memories and of episodes.
 V13_TRIGGERS = {
-    "memories_fts_ai",
-    "memories_fts_ad",
-    "memories_fts_au",
-    "episodes_ai",
-    "episodes_ad",
-    "episodes_au",
+    f"{prefix}_{op}" for prefix in ("memories_fts", "episodes") for op in ("ai", "ad", "au")
 }
 V13_INDEXES = {
     "idx_memories_agent",
@@ -306,53 +303,30 @@ def test_sample_reopen_is_idempotent(sample_db, make_engine):
 
 # -- migrating older databases -------------------------------------------------------------------
 
-V2_SCHEMA = """
-CREATE TABLE schema_version (
-    version INTEGER PRIMARY KEY,
-    applied_at TEXT NOT NULL DEFAULT (datetime('now'))
-);
-CREATE TABLE memories (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    agent_id TEXT NOT NULL,
-    msg_id TEXT NOT NULL DEFAULT '',
-    content TEXT NOT NULL,
-    source TEXT NOT NULL DEFAULT '{}',
-    timestamp TEXT NOT NULL,
-    metadata TEXT NOT NULL DEFAULT '{}',
-    embedding BLOB,
-    created_at TEXT NOT NULL DEFAULT (datetime('now'))
-);
-CREATE INDEX idx_memories_agent ON memories(agent_id, created_at DESC);
-CREATE INDEX idx_memories_msg_id ON memories(agent_id, msg_id);
-CREATE TABLE profiles (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    agent_id TEXT NOT NULL,
-    user_id TEXT NOT NULL DEFAULT '',
-    content TEXT NOT NULL,
-    updated_at TEXT NOT NULL DEFAULT (datetime('now')),
-    UNIQUE(agent_id, user_id)
-);
-CREATE TABLE episodes (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    agent_id TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    keywords TEXT NOT NULL DEFAULT '',
-    embedding BLOB,
-    start_time TEXT,
-    end_time TEXT,
-    created_at TEXT NOT NULL DEFAULT (datetime('now'))
-);
-CREATE INDEX idx_episodes_agent ON episodes(agent_id, created_at DESC);
-CREATE TABLE pending_memory_tasks (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    task_type TEXT NOT NULL,
-    agent_id TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    retries INTEGER NOT NULL DEFAULT 0,
-    created_at TEXT NOT NULL DEFAULT (datetime('now'))
-);
-INSERT INTO schema_version(version) VALUES (1), (2);
-"""
+#: The columns the ladder adds to a v2 file's tables (steps 3-13), with the value each old row
+#: gets. Stated here, not read from the ladder, so that a step that forgets one fails the test.
+ADDED_SINCE_V2 = {
+    "memories": {"project_id": "", "channel": "", "recall_count": 0,
+                 "last_recalled_at": None, "locked": 0},
+    "episodes": {"project_id": "", "channel": "", "resolved": 0},
+    "profiles": {"project_id": ""},
+    "pending_memory_tasks": {"project_id": ""},
+}  # fmt: skip
+
+
+def v2_schema() -> str:
+    """A v2 file's schema: the v13 base tables and indexes as storage/schema.py declares them,
+    less the columns added since, and the schema_version rows 1 and 2."""
+    statements = []
+    for ddl in schema.BASE_TABLES:
+        table = re.match(r"CREATE TABLE IF NOT EXISTS (\w+)", ddl)
+        added = ADDED_SINCE_V2.get(table.group(1), {}) if table else {}
+        lines = ddl.splitlines()
+        kept = [line for line in lines if (line.split() or [""])[0] not in added]
+        assert len(lines) - len(kept) == len(added), ddl  # each added column is a line there
+        statements.append("\n".join(kept))
+    return ";\n".join([*statements, "INSERT INTO schema_version(version) VALUES (1), (2)"]) + ";"
+
 
 # A v4 file: FTS5 with the default (unicode61) tokenizer and the old, unscoped update triggers.
 V4_FTS = """
@@ -405,7 +379,7 @@ OLD_MEMORIES = [
 
 def make_old_db(path: Path, *, fts: bool) -> None:
     with closing(sqlite3.connect(path)) as conn:
-        conn.executescript(V2_SCHEMA)
+        conn.executescript(v2_schema())
         if fts:
             conn.executescript(V4_FTS)
         conn.executemany(
@@ -449,14 +423,7 @@ def test_old_database_migrates_to_v13_with_data_kept(tmp_path, make_engine, fts)
     assert integrity(path) == "ok"
 
     after = table_rows(path, ("memories", "episodes", "profiles", "pending_memory_tasks"))
-    new_columns = {
-        "memories": {"project_id": "", "channel": "", "recall_count": 0,
-                     "last_recalled_at": None, "locked": 0},
-        "episodes": {"project_id": "", "channel": "", "resolved": 0},
-        "profiles": {"project_id": ""},
-        "pending_memory_tasks": {"project_id": ""},
-    }  # fmt: skip
-    for table, defaults in new_columns.items():
+    for table, defaults in ADDED_SINCE_V2.items():
         old_rows = [dict(r) for r in before[table]]
         # v12: exact duplicates keep their oldest row (id 5 goes); older msg_id collisions
         # lose their msg_id (row 6 keeps its text, the newer row 7 keeps m9).

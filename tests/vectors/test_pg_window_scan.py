@@ -30,7 +30,7 @@ from cpersona.storage import open_database
 from cpersona.storage.db import Database
 from cpersona.storage.pg import keys as pg_keys
 from cpersona.storage.pg import vectors as pg_vectors
-from cpersona.timerange import NO_TIME, row_time
+from cpersona.timerange import NO_TIME, TimeRange, row_time
 from cpersona.vectors.search import Hits, Scope, scan_sqlite
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -209,27 +209,36 @@ def probes(dim: int, values: st.SearchStrategy[float]) -> st.SearchStrategy[Prob
     )
 
 
-def both(sqlite_db: Database, pg_db: Database, p: Probe) -> tuple[Hits, pg_vectors.WindowHits]:
-    scope = p.scope
+def both(
+    sqlite_db: Database, pg_db: Database, p: Probe, span: TimeRange | None = None
+) -> tuple[Hits, pg_vectors.WindowHits]:
+    """`scan_sqlite` with the numpy kernels (the oracle) and the PostgreSQL scan of probe `p`:
+    `span_scan` over `span` where one is given, else `window_scan`."""
+    scope = dataclasses.replace(p.scope, span=span)
     if p.table == "episodes":
-        scope = Scope(scope.agent_id, scope.project, scope.channel, "")
+        scope = dataclasses.replace(scope, source_prefix="")
     query = np.asarray(p.query, np.float32)
     kw = {"window": p.window, "reach": p.reach, "threshold": p.threshold, "k": p.k}
-    want = scan_sqlite(
-        sqlite_db, p.table, query, scope, far_k=p.far_k, chunk_rows=7, kernels=_fallback, **kw
-    )
-    got = pg_vectors.window_scan(
-        pg_db,  # type: ignore[arg-type]
+    kw |= {"far_k": p.far_k}
+    want = scan_sqlite(sqlite_db, p.table, query, scope, chunk_rows=7, kernels=_fallback, **kw)
+    args = (
+        pg_db,
         p.table,
         query.astype("<f4").tobytes(),
         scope.agent_id,
         scope.project,
         scope.channel,
         scope.source_prefix,
-        far_k=p.far_k,
-        **kw,
     )
-    return want, got
+    if span is None:
+        return want, pg_vectors.window_scan(*args, **kw)  # type: ignore[arg-type]
+    return want, pg_vectors.span_scan(*args, span, **kw)  # type: ignore[arg-type]
+
+
+def assert_exact(want: Hits, got: pg_vectors.WindowHits) -> None:
+    """The same ids in the same order with the same scores, near and far."""
+    assert got.near == pairs(want.near_ids, want.near_scores)
+    assert got.far == pairs(want.far_ids, want.far_scores)
 
 
 def pairs(ids: np.ndarray, scores: np.ndarray) -> list[tuple[int, float]]:
@@ -241,9 +250,14 @@ def pairs(ids: np.ndarray, scores: np.ndarray) -> list[tuple[int, float]]:
 SMALL = st.integers(-3, 3).map(float)
 
 
-@settings(
-    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+def examples(n: int) -> settings:
+    """Hypothesis settings of the scan properties: `n` examples over the module's databases."""
+    return settings(
+        max_examples=n, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+
+
+@examples(100)
 @given(data=st.data())
 def test_integer_vectors_give_the_fallback_scan_exactly(
     pg_db: Database, sqlite_db: Database, data: st.DataObject
@@ -253,8 +267,7 @@ def test_integer_vectors_give_the_fallback_scan_exactly(
     load(sqlite_db, pg_db, probe.table, rows)
     want, got = both(sqlite_db, pg_db, probe)
     event(f"near hits: {min(len(got.near), 3)}, far hits: {min(len(got.far), 3)}")
-    assert got.near == pairs(want.near_ids, want.near_scores)
-    assert got.far == pairs(want.far_ids, want.far_scores)
+    assert_exact(want, got)
 
 
 UNIT = st.floats(-1.0, 1.0, width=32, allow_subnormal=False)
@@ -277,9 +290,7 @@ def _agree_within_tolerance(
         assert [i for i, _ in got] == [i for i, _ in want]
 
 
-@settings(
-    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(100)
 @given(data=st.data())
 def test_float_vectors_agree_with_the_fallback_scan_within_rounding(
     pg_db: Database, sqlite_db: Database, data: st.DataObject
@@ -293,9 +304,7 @@ def test_float_vectors_agree_with_the_fallback_scan_within_rounding(
     _agree_within_tolerance(got.far, pairs(want.far_ids, want.far_scores), probe.threshold)
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(60)
 @given(data=st.data())
 def test_time_scoped_scan_gives_the_fallback_scan_exactly(
     pg_db: Database, sqlite_db: Database, data: st.DataObject
@@ -310,26 +319,7 @@ def test_time_scoped_scan_gives_the_fallback_scan_exactly(
     if span is None:
         span = span_support.span_of("2024-03-05", None)
     load(sqlite_db, pg_db, probe.table, rows)
-    scope = dataclasses.replace(probe.scope, span=span)
-    if probe.table == "episodes":
-        scope = dataclasses.replace(scope, source_prefix="")
-    query = np.asarray(probe.query, np.float32)
-    kw = {"window": probe.window, "reach": probe.reach, "threshold": probe.threshold}
-    kw |= {"k": probe.k, "far_k": probe.far_k}
-    want = scan_sqlite(sqlite_db, probe.table, query, scope, chunk_rows=7, kernels=_fallback, **kw)
-    got = pg_vectors.span_scan(
-        pg_db,  # type: ignore[arg-type]
-        probe.table,
-        query.astype("<f4").tobytes(),
-        scope.agent_id,
-        scope.project,
-        scope.channel,
-        scope.source_prefix,
-        span,
-        **kw,
-    )
-    assert got.near == pairs(want.near_ids, want.near_scores)
-    assert got.far == pairs(want.far_ids, want.far_scores)
+    assert_exact(*both(sqlite_db, pg_db, probe, span))
 
 
 # -- the time key ------------------------------------------------------------------------------

@@ -214,21 +214,22 @@ def rebuilder(db: Path, table: str) -> Iterator[subprocess.Popen[str]]:
                 child.kill()
 
 
-def answers_then_unlink(db: Path, kernels: ModuleType) -> list[Any]:
-    """What the memories index answers while whole; then its file is removed, so the next
+@pytest.fixture
+def after_rebuild(world: Path, rust_kernels: ModuleType) -> list[Any]:
+    """What m.db's memories index answers while whole; then its file is removed, so the next
     engine has to rebuild it."""
+    db = world / "m.db"
     reference = new_engine(db)
-    expected = answers(reference, "memories", kernels)
+    expected = answers(reference, "memories", rust_kernels)
     reference.close()
     Path(f"{db}.memories.vec").unlink()
     return expected
 
 
 def test_a_killed_rebuild_leaves_no_file_that_is_used(
-    rust_kernels: ModuleType, world: Path
+    rust_kernels: ModuleType, world: Path, after_rebuild: list[Any]
 ) -> None:
     db = world / "m.db"
-    after_rebuild = answers_then_unlink(db, rust_kernels)
     with rebuilder(db, "memories") as child:
         child.send_signal(signal.SIGKILL)
         child.wait(60)
@@ -248,10 +249,9 @@ def test_a_killed_rebuild_leaves_no_file_that_is_used(
 
 
 def test_one_process_rebuilds_the_others_use_its_file(
-    rust_kernels: ModuleType, world: Path
+    rust_kernels: ModuleType, world: Path, after_rebuild: list[Any]
 ) -> None:
     db = world / "m.db"
-    after_rebuild = answers_then_unlink(db, rust_kernels)
     with rebuilder(db, "memories") as child:
         engine = new_engine(db)
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -86,12 +87,23 @@ class World:
         ids = self.ids(table)
         return data.draw(st.sampled_from(ids), label=f"{table} id") if ids else None
 
+    def owner(self, table: str, row: int) -> str:
+        """The agent of row `row`, as the tools that check ownership are called with it."""
+        return str(self.db.query_one(f"SELECT agent_id FROM {table} WHERE id=?", (row,))[0])
+
+    @staticmethod
+    def place(data: st.DataObject) -> tuple[str, str, str]:
+        """An (agent, project, channel) to write to."""
+        return (
+            data.draw(st.sampled_from(AGENTS)),
+            data.draw(st.sampled_from(PROJECTS)),
+            data.draw(st.sampled_from(CHANNELS)),
+        )
+
     # -- steps: each draws its own arguments and returns a short description -----------------
 
     def store(self, data: st.DataObject) -> str:
-        agent = data.draw(st.sampled_from(AGENTS))
-        project = data.draw(st.sampled_from(PROJECTS))
-        channel = data.draw(st.sampled_from(CHANNELS))
+        agent, project, channel = self.place(data)
         message: dict[str, Any] = {"content": data.draw(texts)}
         source = data.draw(st.sampled_from(SOURCES))
         if source is not None:
@@ -104,35 +116,30 @@ class World:
         row = self.pick(data, "memories")
         if row is None:
             return "update: none"
-        agent = self.db.query_one("SELECT agent_id FROM memories WHERE id=?", (row,))[0]
-        out = self.w.update_memory(row, data.draw(texts), agent)
+        out = self.w.update_memory(row, data.draw(texts), self.owner("memories", row))
         return f"update {row}: {out.get('ok')}"
 
     def delete_memory(self, data: st.DataObject) -> str:
-        row = self.pick(data, "memories")
-        if row is None:
-            return "delete: none"
-        agent = self.db.query_one("SELECT agent_id FROM memories WHERE id=?", (row,))[0]
-        out = self.w.delete_memory(row, agent)
-        assert out["ok"], out
-        return f"delete memory {row}"
+        return self._delete(data, "memories")
 
     def archive_episode(self, data: st.DataObject) -> str:
-        agent = data.draw(st.sampled_from(AGENTS))
-        project = data.draw(st.sampled_from(PROJECTS))
-        channel = data.draw(st.sampled_from(CHANNELS))
+        agent, project, channel = self.place(data)
         out = self.w.archive_episode(agent, data.draw(texts), [], "kw", False, project, channel)
         assert out["ok"], out
         return f"archive {agent}/{project}/{channel} -> {out['episode_id']}"
 
     def delete_episode(self, data: st.DataObject) -> str:
-        row = self.pick(data, "episodes")
+        return self._delete(data, "episodes")
+
+    def _delete(self, data: st.DataObject, table: str) -> str:
+        """The delete tool of `table` on one of its rows, as its owner."""
+        row = self.pick(data, table)
         if row is None:
-            return "delete episode: none"
-        agent = self.db.query_one("SELECT agent_id FROM episodes WHERE id=?", (row,))[0]
-        out = self.w.delete_episode(row, agent)
+            return f"delete {table}: none"
+        delete = self.w.delete_memory if table == "memories" else self.w.delete_episode
+        out = delete(row, self.owner(table, row))
         assert out["ok"], out
-        return f"delete episode {row}"
+        return f"delete {table} {row}"
 
     def import_rows(self, data: st.DataObject) -> str:
         """Rows as an import writes them: an explicit old `created_at`, several in one second."""
@@ -141,9 +148,7 @@ class World:
         n = data.draw(st.integers(1, 4))
         with self.db.atomic() as conn:
             for _ in range(n):
-                agent = data.draw(st.sampled_from(AGENTS))
-                project = data.draw(st.sampled_from(PROJECTS))
-                channel = data.draw(st.sampled_from(CHANNELS))
+                agent, project, channel = self.place(data)
                 emb = self._embedding(data)
                 if table == "memories":
                     source = data.draw(st.sampled_from(SOURCES))
@@ -183,38 +188,42 @@ class World:
 
     def set_embedding(self, data: st.DataObject) -> str:
         """NULL, foreign width, a broken BLOB, or a fresh vector, written by plain SQL."""
-        table = data.draw(st.sampled_from(TABLES))
-        row = self.pick(data, table)
-        if row is None:
-            return "set embedding: none"
-        emb = self._embedding(data)
-        with self.db.atomic() as conn:
-            conn.execute(f"UPDATE {table} SET embedding=? WHERE id=?", (emb, row))
-        return f"set {table} {row} embedding {None if emb is None else len(emb)} bytes"
+        return self._update(data, "set", lambda table: ("embedding", self._embedding(data)))
 
     def move_row(self, data: st.DataObject) -> str:
         """A repair moves a row to another scope or time (every column the triggers watch)."""
+
+        def assignment(table: str) -> tuple[str, object]:
+            column = data.draw(
+                st.sampled_from(
+                    ["agent_id", "project_id", "channel", "created_at"]
+                    + (["source"] if table == "memories" else [])
+                )
+            )
+            value: Any = {
+                "agent_id": st.sampled_from(AGENTS),
+                "project_id": st.sampled_from(PROJECTS),
+                "channel": st.sampled_from(CHANNELS),
+                "created_at": st.sampled_from(OLD_STAMPS),
+                "source": st.sampled_from(SOURCES).map(lambda s: json.dumps(s or {})),
+            }[column]
+            return column, data.draw(value)
+
+        return self._update(data, "move", assignment)
+
+    def _update(
+        self, data: st.DataObject, step: str, assignment: Callable[[str], tuple[str, object]]
+    ) -> str:
+        """A row of a drawn table set by plain SQL to the (column, value) `assignment(table)`
+        draws; a change the dedup indexes forbid is skipped (OR IGNORE)."""
         table = data.draw(st.sampled_from(TABLES))
         row = self.pick(data, table)
         if row is None:
-            return "move: none"
-        column = data.draw(
-            st.sampled_from(
-                ["agent_id", "project_id", "channel", "created_at"]
-                + (["source"] if table == "memories" else [])
-            )
-        )
-        value: Any = {
-            "agent_id": st.sampled_from(AGENTS),
-            "project_id": st.sampled_from(PROJECTS),
-            "channel": st.sampled_from(CHANNELS),
-            "created_at": st.sampled_from(OLD_STAMPS),
-            "source": st.sampled_from(SOURCES).map(lambda s: json.dumps(s or {})),
-        }[column]
-        value = data.draw(value)
+            return f"{step}: none"
+        column, value = assignment(table)
         with self.db.atomic() as conn:
             conn.execute(f"UPDATE OR IGNORE {table} SET {column}=? WHERE id=?", (value, row))
-        return f"move {table} {row} {column}={value!r}"
+        return f"{step} {table} {row} {column}={value!r}"
 
     def delete_agent(self, data: st.DataObject) -> str:
         agent = data.draw(st.sampled_from(AGENTS))

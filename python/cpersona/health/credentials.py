@@ -12,12 +12,11 @@ credentials on purpose); locked memories are reported, never rewritten.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Reembedded
+from cpersona.health.issue import UNSET, Reembedded, finding, internal
 from cpersona.storage import secret_scan
 from cpersona.storage.upkeep.embedding_rows import texts_by_id
 from cpersona.storage.upkeep.handle import reading
@@ -34,13 +33,10 @@ ALLOW_HINT = (
 )
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(CHECK, "warn")
 class StoredCredentials(Reembedded):
     """One table's rows holding what a write now redacts: ids and kinds, never a value."""
 
-    type: str = CHECK
-    severity: str = "warn"
-    check: str = CHECK
     table: str
     count: int
     kinds: dict[str, int]
@@ -50,9 +46,7 @@ class StoredCredentials(Reembedded):
     redacted_rows: int = UNSET
     deleted_collisions: int = UNSET
     #: (agent_id, id, {column: redacted text}) of the rows the repair rewrites.
-    plan: list[tuple[str, int, dict[str, str]]] = field(
-        default_factory=list, repr=False, metadata=INTERNAL
-    )
+    plan: list[tuple[str, int, dict[str, str]]] = internal(list)
     _tail = (
         "repairable",
         "sample_ids",

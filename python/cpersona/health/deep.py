@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,8 @@ STALE_PROFILE_DAYS = 30
 STALE_CALIBRATION_DAYS = 90
 NEAR_DUPLICATE_THRESHOLD = 0.97
 NORM_TOLERANCE = 0.001
+#: Wrong rows an answer lists by id.
+SAMPLES = 10
 _NAMED = re.compile(r"^\[([^\]\n]+)\] ")
 
 
@@ -177,66 +180,76 @@ def near_duplicate(ctx: HealthContext, fix: bool) -> Result:
     return out
 
 
+@dataclass
+class _Scan:
+    """A capped scan of each table's newest rows: the rows found wrong per table, how many
+    were read, whether that was every row, and the first few wrong ones."""
+
+    by_table: dict[str, int] = field(default_factory=dict)
+    samples: list[Result] = field(default_factory=list)
+    scanned: int = 0
+    complete: bool = True
+
+    @property
+    def room(self) -> int:
+        """How many more samples the answer lists."""
+        return SAMPLES - len(self.samples)
+
+    def add(self, table: str, read: int, rows: int, wrong: int, samples: list[Result]) -> None:
+        """`read` of the table's `rows` scanned, `wrong` of them found wrong."""
+        self.scanned += read
+        self.complete = self.complete and read >= rows
+        self.by_table[table] = wrong
+        self.samples += samples[: self.room]
+
+    def result(self, **fields: Any) -> Result:
+        """The answer, with the check's own `fields` before `complete`."""
+        out: Result = {
+            "count": sum(self.by_table.values()),
+            "by_table": self.by_table,
+            "rows_scanned": self.scanned,
+            **fields,
+            "complete": self.complete,
+        }
+        if self.samples:
+            out["samples"] = self.samples
+        return out
+
+
 def unnormalized_content(ctx: HealthContext, fix: bool) -> Result:
     cap = ctx.settings.normalization_scan_cap
-    by_table: dict[str, int] = {}
-    samples: list[dict[str, Any]] = []
-    scanned = 0
-    complete = True
+    scan = _Scan()
     for table, column in (
         ("memories", "content"),
         ("episodes", "summary"),
         ("profiles", "content"),
     ):
         rows = newest_texts(ctx.c, table, column, ctx.agent_id, cap)
-        scanned += len(rows)
-        complete = complete and len(rows) >= count(ctx.c, table, ctx.agent_id)
         bad = [i for i, text in rows if not unicodedata.is_normalized("NFC", text)]
-        by_table[table] = len(bad)
-        samples += [{"table": table, "id": i} for i in bad[: 10 - len(samples)]]
-    out: Result = {
-        "count": sum(by_table.values()),
-        "by_table": by_table,
-        "rows_scanned": scanned,
-        "complete": complete,
-    }
-    if samples:
-        out["samples"] = samples
-    return out
+        samples = [{"table": table, "id": i} for i in bad[: scan.room]]
+        scan.add(table, len(rows), count(ctx.c, table, ctx.agent_id), len(bad), samples)
+    return scan.result()
 
 
 def embedding_norm(ctx: HealthContext, fix: bool) -> Result:
     import numpy as np  # on first use: see docs/performance.md, "Start-up"
 
     cap = ctx.settings.normalization_scan_cap
-    by_table: dict[str, int] = {}
-    samples: list[dict[str, Any]] = []
-    scanned = 0
-    complete = True
+    scan = _Scan()
     for table in ("memories", "episodes"):
         ids, vectors = _vectors(ctx, table, cap)
-        scanned += len(ids)
-        complete = complete and len(ids) >= sum(width_counts(ctx.c, table, ctx.agent_id).values())
+        embedded = sum(width_counts(ctx.c, table, ctx.agent_id).values())
         if not ids:
-            by_table[table] = 0
+            scan.add(table, 0, embedded, 0, [])
             continue
         norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
         bad = np.flatnonzero(np.abs(norms - 1.0) > NORM_TOLERANCE)
-        by_table[table] = int(bad.size)
-        samples += [
+        samples = [
             {"table": table, "id": ids[k], "norm": round(float(norms[k]), 6)}
-            for k in bad[: 10 - len(samples)]
+            for k in bad[: scan.room]
         ]
-    out: Result = {
-        "count": sum(by_table.values()),
-        "by_table": by_table,
-        "rows_scanned": scanned,
-        "tolerance": NORM_TOLERANCE,
-        "complete": complete,
-    }
-    if samples:
-        out["samples"] = samples
-    return out
+        scan.add(table, len(ids), embedded, int(bad.size), samples)
+    return scan.result(tolerance=NORM_TOLERANCE)
 
 
 DEEP_CHECKS: dict[str, Callable[[HealthContext, bool], Result]] = {

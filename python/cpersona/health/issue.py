@@ -1,19 +1,23 @@
 """A health finding as a typed object, and the JSON a client reads of it (surface.md §9.2).
 
-Each check declares the issues it reports as dataclasses deriving from `Issue`, in its own
-module. `to_json()` writes `type`, `severity` and `check`, then the class's own fields in the
-order they are declared, leaving out those still `UNSET` (a field a finding or its repair did
-not set is absent from the answer, not null), then, for a `Fixable` finding, `repairable`,
-`fixed` and `fix_error`, then `needs_human_review` and the review hint when the runner asked
-for a human. Fields with the `INTERNAL` metadata (a repair's plan, the
-rows a repair left without a vector) never leave the process.
+Each check declares the issues it reports as classes deriving from `Issue`, in its own
+module, with `@finding(check, severity)`: a keyword-only dataclass whose `check`, `type` (the
+check's name unless said otherwise) and `severity` default to what the decorator says, so a
+check's name is written once per issue type. `to_json()` writes `type`, `severity` and
+`check`, then the class's own fields in the order they are declared, leaving out those still
+`UNSET` (a field a finding or its repair did not set is absent from the answer, not null),
+then, for a `Fixable` finding, `repairable`, `fixed` and `fix_error`, then
+`needs_human_review` and the review hint when the runner asked for a human. Fields with the
+`INTERNAL` metadata (a repair's plan, the rows a repair left without a vector) never leave
+the process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Final, Protocol, TypeVar
+from typing import Any, ClassVar, Final, TypeVar, dataclass_transform
 
 #: The hint of a finding no repair can touch (the runner's review policy).
 REVIEW_HINT = (
@@ -45,17 +49,26 @@ UNSET: Final[Any] = _Unset()
 
 #: The metadata of a field the process keeps and the answer never shows.
 INTERNAL: Final = {"wire": False}
+_T = TypeVar("_T")
+
+
+def internal(factory: Callable[[], _T]) -> _T:
+    """A field the process keeps (a repair's plan) and the answer never shows."""
+    kept: _T = field(default_factory=factory, repr=False, metadata=INTERNAL)
+    return kept
 
 
 @dataclass(kw_only=True, eq=False)
 class Issue:
-    """One finding. Subclasses fix `type` and `check` where they are constant, add their
-    fields (default `UNSET` for optional ones) and, for fix-capable checks, the fields their
-    repair writes (`fixed`, `fix_error`, ...), in the order the answer lists them."""
+    """One finding. Subclasses (declared with `finding`) fix `type` and `check` where they are
+    constant, add their fields (default `UNSET` for optional ones) and, for fix-capable
+    checks, the fields their repair writes (`fixed`, `fix_error`, ...), in the order the
+    answer lists them."""
 
-    type: str
-    severity: str
-    check: str
+    # UNSET only until a subclass or the finding names them (__post_init__ holds it to that).
+    type: str = UNSET
+    severity: str = UNSET
+    check: str = UNSET
     #: Rows the repair left without a vector, {table: ids}: the second re-embed pass fills them.
     nulled: dict[str, list[int]] = field(default_factory=dict, repr=False, metadata=INTERNAL)
     #: Set by the runner's review policy (a finding no fix can touch).
@@ -66,6 +79,11 @@ class Issue:
     #: Fields written after the subclass's own, whatever their place among the dataclass's
     #: fields (a base class's fields come first there).
     _tail: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        unnamed = [name for name in _HEAD if getattr(self, name) is UNSET]
+        if unnamed:
+            raise TypeError(f"{type(self).__name__} needs {', '.join(unnamed)}")
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: getattr(self, name) for name in _HEAD}
@@ -90,7 +108,33 @@ class Issue:
             self.failure = error
 
 
-@dataclass(kw_only=True, eq=False)
+_I = TypeVar("_I", bound=Issue)
+
+
+@dataclass_transform(kw_only_default=True, eq_default=False, field_specifiers=(field, internal))
+def finding(
+    check: str | None = None, severity: str | None = None, *, type_name: str | None = None
+) -> Callable[[type[_I]], type[_I]]:
+    """Declare an issue type: a keyword-only dataclass compared by identity (a finding is
+    one object a run updates, not a value) whose `check`, `type` (`type_name`, else the
+    check's name) and `severity` default to what is given here; a base class of one
+    check's issue types gives only `check`, its subclasses their `type_name`."""
+    given = {"type": type_name or check, "severity": severity, "check": check}
+
+    def declare(cls: type[_I]) -> type[_I]:
+        own = inspect.get_annotations(cls)
+        for name, value in given.items():
+            if value is not None:
+                # An inherited field given a default here keeps its place in the answer.
+                own[name] = "str"
+                setattr(cls, name, value)
+        cls.__annotations__ = own
+        return dataclass(kw_only=True, eq=False)(cls)
+
+    return declare
+
+
+@finding()
 class Fixable(Issue):
     """A finding its check's repair acts on: how many rows it may touch, then, after a fix
     run, whether it did (`fixed`) or why not (`fix_error`). These close its answer, after
@@ -102,7 +146,7 @@ class Fixable(Issue):
     _tail: ClassVar[tuple[str, ...]] = ("repairable", "fixed", "fix_error")
 
 
-@dataclass(kw_only=True, eq=False)
+@finding()
 class Reembedded(Fixable):
     """A fixable finding whose repair leaves rows without a vector (`nulled`): after the
     runner's second pass, `re_embedded` closes its answer with how many it filled again."""
@@ -111,31 +155,10 @@ class Reembedded(Fixable):
     _tail: ClassVar[tuple[str, ...]] = (*Fixable._tail, "re_embedded")
 
 
-class _Fixes(Protocol):
-    fixed: int | bool
-
-
-_F = TypeVar("_F", bound=_Fixes)
-_T = TypeVar("_T")
-
-
-def fix_together(
-    issues: Sequence[_F], steps: Callable[[_F], Iterable[_T]], apply: Callable[[list[_T]], int]
-) -> int:
-    """Repair a check's findings in one write: `apply` gets the rows (or planned steps) every
-    finding kept, and the count it returns is each finding's `fixed`; returned too, for a
-    repair whose answer says more."""
-    fixed = apply([step for i in issues for step in steps(i)])
-    for i in issues:
-        i.fixed = fixed
-    return fixed
-
-
-@dataclass(kw_only=True, eq=False)
+@finding(severity="info")
 class Skipped(Issue):
     """A check that cannot apply here says why (info never degrades the verdict)."""
 
-    severity: str = "info"
     reason: str
 
 
@@ -143,12 +166,11 @@ def skipped(check: str, reason: str) -> list[Issue]:
     return [Skipped(type=f"{check}_skipped", check=check, reason=reason)]
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="info")
 class NotApplicable(Issue):
     """A check whose subject this database does not hold (an SQLite file's integrity on
     PostgreSQL): said, never passed silently; info never degrades."""
 
-    severity: str = "info"
     status: str = "not_applicable"
     reason: str
 
@@ -157,12 +179,10 @@ def not_applicable(check: str, reason: str) -> NotApplicable:
     return NotApplicable(type=f"{check}_not_applicable", check=check, reason=reason)
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="warn", type_name="check_crashed")
 class Crashed(Issue):
     """A detector that raised: the run goes on and says which check failed and how."""
 
-    type: str = "check_crashed"
-    severity: str = "warn"
     detail: str
 
     def to_json(self) -> dict[str, Any]:

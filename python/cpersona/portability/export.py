@@ -12,7 +12,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cpersona.portability import records
 from cpersona.portability import vectors as kept
@@ -83,17 +83,19 @@ def _write(
                 totals = rows.count_rows(scope)
                 n_mem, n_ep = totals.memories, totals.episodes
                 if span is not None:  # the header counts what the body holds
-                    n_mem = sum(1 for _ in _mems(rows, scope, False, span))
-                    n_ep = sum(1 for _ in _eps(rows, scope, False, span))
+                    n_mem = sum(1 for _ in _within(span, rows.iter_memories(scope)))
+                    n_ep = sum(1 for _ in _within(span, rows.iter_episodes(scope)))
                 head = records.header(agent_id, n_mem, n_ep, totals.profiles)
                 if include_embeddings:
                     # Which model made the vectors: an import keeps only its own model's.
                     head["embedding_models"] = kept.export_models(rows.vector_models())
                 out.write(records.dumps(head) + "\n")
-                for mem in _mems(rows, scope, include_embeddings, span):
+                mems = rows.iter_memories(scope, with_embeddings=include_embeddings)
+                for mem in _within(span, mems):
                     out.write(records.dumps(records.memory_json(mem, include_embeddings)) + "\n")
                     written[0] += 1
-                for ep in _eps(rows, scope, include_embeddings, span):
+                eps = rows.iter_episodes(scope, with_embeddings=include_embeddings)
+                for ep in _within(span, eps):
                     out.write(records.dumps(records.episode_json(ep, include_embeddings)) + "\n")
                     written[1] += 1
                 for prof in rows.iter_profiles(scope):
@@ -110,20 +112,19 @@ def _write(
     return written[0], written[1], written[2]
 
 
-def _mems(
-    rows: bulk.Rows, scope: str | None, embeddings: bool, span: TimeRange | None
-) -> Iterator[bulk.MemoryRecord]:
-    for mem in rows.iter_memories(scope, with_embeddings=embeddings):
-        if span is None or span.admits(row_time(mem.timestamp, mem.created_at)):
-            yield mem
+R = TypeVar("R", bulk.MemoryRecord, bulk.EpisodeRecord)
 
 
-def _eps(
-    rows: bulk.Rows, scope: str | None, embeddings: bool, span: TimeRange | None
-) -> Iterator[bulk.EpisodeRecord]:
-    for ep in rows.iter_episodes(scope, with_embeddings=embeddings):
-        if span is None or span.admits(row_time(ep.start_time, ep.created_at)):
-            yield ep
+def _within(span: TimeRange | None, found: Iterator[R]) -> Iterator[R]:
+    """The records whose instant `span` admits (all of them without a span): a memory's
+    timestamp, an episode's start, else the row's created_at (cpersona.timerange)."""
+    if span is None:
+        return found
+    return (rec for rec in found if span.admits(row_time(_stamp(rec), rec.created_at)))
+
+
+def _stamp(rec: bulk.MemoryRecord | bulk.EpisodeRecord) -> str | None:
+    return rec.timestamp if isinstance(rec, bulk.MemoryRecord) else rec.start_time
 
 
 def _fsync_dir(directory: str) -> None:

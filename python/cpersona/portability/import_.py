@@ -31,6 +31,7 @@ from cpersona.credentials.policy import kinds, screen_record
 from cpersona.memory.text import parse_utc, sanitize, utc_now_iso
 from cpersona.portability import records
 from cpersona.portability import vectors as kept
+from cpersona.portability.counts import Copied
 from cpersona.portability.paths import confine, read_bounded, refusal
 from cpersona.storage import bulk
 from cpersona.storage.bulk import EpisodeRecord, MemoryRecord, ProfileRecord
@@ -79,11 +80,7 @@ class _Plan:
 
 
 @dataclass(slots=True)
-class _Tally:
-    imported_memories: int = 0
-    skipped_memories: int = 0
-    imported_episodes: int = 0
-    skipped_episodes: int = 0
+class _Tally(Copied):
     profile_updated: bool = False
     future_timestamps: int = 0
     embedded_here: int = 0
@@ -179,10 +176,7 @@ def import_memories(
                 engine.remote.index(agent, items)
         log.info(
             "imported %s memories (%s skipped), %s episodes (%s skipped) from %s",
-            tally.imported_memories,
-            tally.skipped_memories,
-            tally.imported_episodes,
-            tally.skipped_episodes,
+            *tally.logged(),
             path,
         )
     out = _tally_shape(tally, dry_run=dry_run)
@@ -432,7 +426,7 @@ def _apply(
                     if rec.msg_id:
                         seen_msg.add(msg_key)
                     seen_content.add(content_key)
-                tally.imported_memories += 1
+                tally.memories += 1
                 if _ahead(rec.timestamp, settings):
                     tally.future_timestamps += 1
                 _count_written(tally, item, plan)
@@ -450,7 +444,7 @@ def _apply(
                     )
                 else:
                     seen_episode.add(key)
-                tally.imported_episodes += 1
+                tally.episodes += 1
                 _count_written(tally, item, plan)
                 if keep is not None:
                     keep.append(item)
@@ -503,10 +497,7 @@ def _tally_shape(tally: _Tally, *, dry_run: bool) -> dict[str, Any]:
     return {
         "ok": True,
         "dry_run": dry_run,
-        "imported_memories": tally.imported_memories,
-        "skipped_memories": tally.skipped_memories,
-        "imported_episodes": tally.imported_episodes,
-        "skipped_episodes": tally.skipped_episodes,
+        **tally.fields("imported"),
         "profile_updated": tally.profile_updated,
     }
 
@@ -517,10 +508,7 @@ def _aborted(exc: Exception, dry_run: bool, tally: _Tally, errors: list[str]) ->
         "ok": False,
         "error": f"import {how}: {DISK_FULL if is_disk_full(exc) else exc}",
         "dry_run": dry_run,
-        "imported_memories": 0,
-        "skipped_memories": tally.skipped_memories,
-        "imported_episodes": 0,
-        "skipped_episodes": tally.skipped_episodes,
+        **tally.fields("imported", rolled_back=True),
         "profile_updated": False,
     }
     if errors:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cpersona.portability.agents import forget_agent
+from cpersona.portability.counts import Copied
 from cpersona.storage import bulk
 from cpersona.vectors.remote import Item, RemoteVectors
 
@@ -31,11 +32,7 @@ MODES = ("copy", "move")
 
 
 @dataclass(slots=True)
-class _Tally:
-    merged_memories: int = 0
-    skipped_memories: int = 0
-    merged_episodes: int = 0
-    skipped_episodes: int = 0
+class _Tally(Copied):
     profile_copied: bool = False
     skipped_profile: bool = False
     copied: dict[str, list[int]] = field(
@@ -102,10 +99,7 @@ def merge_memories(
             "error": f"merge aborted and rolled back: {exc}",
             "dry_run": dry_run,
             **head,
-            "merged_memories": 0,
-            "skipped_memories": tally.skipped_memories,
-            "merged_episodes": 0,
-            "skipped_episodes": tally.skipped_episodes,
+            **tally.fields("merged", rolled_back=True),
             "profile_copied": False,
             "skipped_profile": tally.skipped_profile,
         }
@@ -129,10 +123,7 @@ def merge_memories(
         target,
         mode,
         ", dry run" if dry_run else "",
-        tally.merged_memories,
-        tally.skipped_memories,
-        tally.merged_episodes,
-        tally.skipped_episodes,
+        *tally.logged(),
     )
     return out
 
@@ -156,10 +147,7 @@ def _success(
         **head,
         "strategy": strategy,
         "mode": mode,
-        "merged_memories": tally.merged_memories,
-        "skipped_memories": tally.skipped_memories,
-        "merged_episodes": tally.merged_episodes,
-        "skipped_episodes": tally.skipped_episodes,
+        **tally.fields("merged"),
         "profile_copied": tally.profile_copied,
         "skipped_profile": tally.skipped_profile,
     }
@@ -198,7 +186,7 @@ def _copy_all(rows: bulk.Rows, source: str, target: str, tally: _Tally, *, write
             if mem.msg_id:
                 seen_msg.add(msg_key)
             seen_content.add(content_key)
-        tally.merged_memories += 1
+        tally.memories += 1
         tally.copied["memories"].append(mem.id)
 
     seen_episode: set[tuple[str, str, str]] = set()
@@ -214,7 +202,7 @@ def _copy_all(rows: bulk.Rows, source: str, target: str, tally: _Tally, *, write
             tally.inserted.append(Item(f"ep:{new_id}", ep.summary))
         else:
             seen_episode.add(key)
-        tally.merged_episodes += 1
+        tally.episodes += 1
         tally.copied["episodes"].append(ep.id)
 
     for prof in list(rows.iter_profiles(source)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -50,62 +51,56 @@ def _parsed(text: str) -> Any:
         return {}
 
 
+#: One JSON object of the file.
+Row = dict[str, Any]
+
+
 def _b64(blob: bytes | None) -> str | None:
     return base64.b64encode(blob).decode("ascii") if blob else None
 
 
-def memory_json(rec: MemoryRecord, include_embeddings: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "_type": "memory",
-        "id": rec.id,
-        "agent_id": rec.agent_id,
-        "msg_id": rec.msg_id,
-        "content": rec.content,
-        "source": _parsed(rec.source),
-        "timestamp": rec.timestamp,
-        "metadata": _parsed(rec.metadata),
-        "created_at": rec.created_at,
-        "project_id": rec.project_id,
-        "channel": rec.channel,
-        "locked": 1 if rec.locked else 0,
-        "recall_count": rec.recall_count,
-        "last_recalled_at": rec.last_recalled_at,
-    }
-    encoded = _b64(rec.embedding) if include_embeddings else None
+#: Each record's fields in the order of the file (2.5.x's), after `_type`: every one the
+#: row's column of that name, written as `_WRITTEN` says where not verbatim.
+MEMORY_FIELDS = (
+    "id", "agent_id", "msg_id", "content", "source", "timestamp", "metadata", "created_at",
+    "project_id", "channel", "locked", "recall_count", "last_recalled_at",
+)  # fmt: skip
+EPISODE_FIELDS = (
+    "id", "agent_id", "summary", "keywords", "start_time", "end_time", "created_at",
+    "resolved", "project_id", "channel",
+)  # fmt: skip
+PROFILE_FIELDS = ("agent_id", "user_id", "content", "updated_at", "project_id")
+
+#: The columns a memory record does not carry as stored: JSON text as its value, the lock
+#: flag as 0 or 1.
+_WRITTEN: dict[str, Callable[[Any], Any]] = {
+    "source": _parsed,
+    "metadata": _parsed,
+    "locked": lambda flag: 1 if flag else 0,
+}
+
+
+def _record(kind: str, rec: object, names: tuple[str, ...], embedding: bytes | None) -> Row:
+    out: Row = {"_type": kind}
+    for name in names:
+        value = getattr(rec, name)
+        out[name] = _WRITTEN[name](value) if name in _WRITTEN else value
+    encoded = _b64(embedding)
     if encoded is not None:
         out["embedding_b64"] = encoded
     return out
 
 
-def episode_json(rec: EpisodeRecord, include_embeddings: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "_type": "episode",
-        "id": rec.id,
-        "agent_id": rec.agent_id,
-        "summary": rec.summary,
-        "keywords": rec.keywords,
-        "start_time": rec.start_time,
-        "end_time": rec.end_time,
-        "created_at": rec.created_at,
-        "resolved": rec.resolved,
-        "project_id": rec.project_id,
-        "channel": rec.channel,
-    }
-    encoded = _b64(rec.embedding) if include_embeddings else None
-    if encoded is not None:
-        out["embedding_b64"] = encoded
-    return out
+def memory_json(rec: MemoryRecord, include_embeddings: bool) -> Row:
+    return _record("memory", rec, MEMORY_FIELDS, rec.embedding if include_embeddings else None)
 
 
-def profile_json(rec: ProfileRecord) -> dict[str, Any]:
-    return {
-        "_type": "profile",
-        "agent_id": rec.agent_id,
-        "user_id": rec.user_id,
-        "content": rec.content,
-        "updated_at": rec.updated_at,
-        "project_id": rec.project_id,
-    }
+def episode_json(rec: EpisodeRecord, include_embeddings: bool) -> Row:
+    return _record("episode", rec, EPISODE_FIELDS, rec.embedding if include_embeddings else None)
+
+
+def profile_json(rec: ProfileRecord) -> Row:
+    return _record("profile", rec, PROFILE_FIELDS, None)
 
 
 # -- reading fields back -------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import math
 import os
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -65,18 +65,8 @@ class Payload:
     calibrated_at: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "embedding_dim": self.embedding_dim,
-            "embedding_model": self.embedding_model,
-            "scoring_version": self.scoring_version,
-            "global_threshold": self.global_threshold,
-            "agent_thresholds": dict(self.agent_thresholds),
-            "global_fused_gate": self.global_fused_gate,
-            "agent_fused_gates": dict(self.agent_fused_gates),
-            "fused_gate_signal": self.fused_gate_signal,
-            "agent_betas": dict(self.agent_betas),
-            "calibrated_at": self.calibrated_at,
-        }
+        """The file's object: every field, in their order (the maps copied)."""
+        return asdict(self)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Payload:

@@ -171,6 +171,13 @@ def iter_profiles(conn: Connection, agent_id: str | None) -> Iterator[ProfileRec
 # -- exact-bucket dedup probes -----------------------------------------------------------------
 
 
+def _exists(conn: Connection, table: str, **equal: str) -> bool:
+    """Whether `table` has a row whose columns equal these values."""
+    where = " AND ".join(f"{column} = ?" for column in equal)
+    row = conn.execute(f"SELECT 1 FROM {table} WHERE {where} LIMIT 1", tuple(equal.values()))
+    return row.fetchone() is not None
+
+
 def memory_exists(
     conn: Connection,
     agent_id: str,
@@ -180,38 +187,21 @@ def memory_exists(
     content: str,
 ) -> bool:
     """A row in exactly this bucket with this msg_id (if any) or this exact content."""
-    if (
-        msg_id
-        and conn.execute(
-            "SELECT 1 FROM memories WHERE agent_id = ? AND project_id = ? AND msg_id = ? LIMIT 1",
-            (agent_id, project_id, msg_id),
-        ).fetchone()
-    ):
+    bucket = {"agent_id": agent_id, "project_id": project_id}
+    if msg_id and _exists(conn, "memories", **bucket, msg_id=msg_id):
         return True
-    row = conn.execute(
-        "SELECT 1 FROM memories WHERE agent_id = ? AND project_id = ? AND channel = ? "
-        "AND content = ? LIMIT 1",
-        (agent_id, project_id, channel, content),
-    ).fetchone()
-    return row is not None
+    return _exists(conn, "memories", **bucket, channel=channel, content=content)
 
 
 def episode_exists(
     conn: Connection, agent_id: str, project_id: str, channel: str, summary: str
 ) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM episodes WHERE agent_id = ? AND project_id = ? AND channel = ? "
-        "AND summary = ? LIMIT 1",
-        (agent_id, project_id, channel, summary),
-    ).fetchone()
-    return row is not None
+    bucket = {"agent_id": agent_id, "project_id": project_id, "channel": channel}
+    return _exists(conn, "episodes", **bucket, summary=summary)
 
 
 def profile_exists(conn: Connection, agent_id: str, user_id: str) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM profiles WHERE agent_id = ? AND user_id = ? LIMIT 1", (agent_id, user_id)
-    ).fetchone()
-    return row is not None
+    return _exists(conn, "profiles", agent_id=agent_id, user_id=user_id)
 
 
 # -- writes --------------------------------------------------------------------------------------
@@ -301,12 +291,12 @@ class Rows:
         return count_rows(self._conn, agent_id)
 
     def iter_memories(
-        self, agent_id: str | None, *, with_embeddings: bool
+        self, agent_id: str | None, *, with_embeddings: bool = False
     ) -> Iterator[MemoryRecord]:
         return iter_memories(self._conn, agent_id, with_embeddings=with_embeddings)
 
     def iter_episodes(
-        self, agent_id: str | None, *, with_embeddings: bool
+        self, agent_id: str | None, *, with_embeddings: bool = False
     ) -> Iterator[EpisodeRecord]:
         return iter_episodes(self._conn, agent_id, with_embeddings=with_embeddings)
 

@@ -6,9 +6,9 @@ BLOBs of the chosen ids afterwards, so a large table is never sorted together wi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cpersona.storage import search
 from cpersona.storage.interface import Store
 
 
@@ -45,20 +45,9 @@ def sample_embeddings(db: Store, agent_id: str, n: int) -> list[bytes]:
             [*params, n],
         )
     ]
-    return list(_blobs(db, ids).values())
-
-
-def _blobs(db: Store, ids: Sequence[int]) -> dict[int, bytes]:
-    out: dict[int, bytes] = {}
-    for start in range(0, len(ids), 500):
-        batch = list(ids[start : start + 500])
-        marks = ",".join("?" * len(batch))
-        for r in db.query(
-            f"SELECT id, embedding FROM memories WHERE id IN ({marks}) AND embedding IS NOT NULL",
-            batch,
-        ):
-            out[int(r[0])] = bytes(r[1])
-    return {i: out[i] for i in ids if i in out}
+    # The batched read by id is search's (the cosine backfill's); the draw's order is kept.
+    stored = search.embeddings(db, "memories", ids)
+    return [stored[i] for i in ids if i in stored]
 
 
 def newest_timed_embeddings(db: Store, agent_id: str, n: int) -> list[TimedEmbedding]:

@@ -34,10 +34,10 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from cpersona.storage.error_kinds import DISK_FULL, is_disk_full
-from cpersona.storage.interface import Capabilities, Params, Row
+from cpersona.storage.interface import Capabilities, Connection, Params, Row
 from cpersona.storage.ops import SQLITE, OpsConnection, SqlOps
 
 if TYPE_CHECKING:
@@ -64,7 +64,54 @@ def is_row_id(value: int) -> bool:
     return SQLITE_INT_MIN <= value <= SQLITE_INT_MAX
 
 
-class Database:
+class _InTransaction(Protocol):
+    @property
+    def in_transaction(self) -> bool: ...
+
+
+C = TypeVar("C", bound=_InTransaction)
+
+
+@contextmanager
+def savepoint(
+    local: threading.local, conn: C, depth: int, run: Callable[[str], object]
+) -> Iterator[C]:
+    """A write nested in this thread's transaction on `conn` (either backend): a SAVEPOINT
+    at `depth` (the thread's `local.depth` while it runs), released when the block ends and
+    rolled back to alone when it fails. The block's error is the one that propagates: a
+    transaction the backend has already rolled back (SQLite on SQLITE_FULL, a PostgreSQL
+    transaction aborted) leaves the outer transaction to end it."""
+    run(f"SAVEPOINT sp{depth}")
+    local.depth = depth + 1
+    try:
+        yield conn
+    except BaseException:
+        local.depth = depth
+        if conn.in_transaction:
+            with contextlib.suppress(Exception):
+                run(f"ROLLBACK TO SAVEPOINT sp{depth}")
+                run(f"RELEASE SAVEPOINT sp{depth}")
+        raise
+    local.depth = depth
+    run(f"RELEASE SAVEPOINT sp{depth}")
+
+
+class Statements:
+    """`Store.query` and `query_one` for either database: one statement on this thread's
+    read connection, whatever backend's `reader()` lends it."""
+
+    def reader(self) -> Connection:
+        raise NotImplementedError
+
+    def query(self, sql: str, params: Params = ()) -> list[Row]:
+        return self.reader().execute(sql, params).fetchall()
+
+    def query_one(self, sql: str, params: Params = ()) -> Row | None:
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
+
+
+class Database(Statements):
     """One SQLite database file: a guarded writer connection and per-thread readers."""
 
     #: Which backend this is; storage modules branch on it where SQL differs (issue 12).
@@ -253,13 +300,6 @@ class Database:
         with self._all_lock:
             return len(self._all)
 
-    def query(self, sql: str, params: Params = ()) -> list[Row]:
-        return self.reader().execute(sql, params).fetchall()
-
-    def query_one(self, sql: str, params: Params = ()) -> Row | None:
-        rows = self.query(sql, params)
-        return rows[0] if rows else None
-
     # -- writes ------------------------------------------------------------------------------
 
     @contextmanager
@@ -272,30 +312,24 @@ class Database:
         with self._write_lock:
             conn = self._writer
             depth = getattr(self._local, "depth", 0)
-            if depth == 0:
-                conn.execute("BEGIN IMMEDIATE")
-            else:
-                conn.execute(f"SAVEPOINT sp{depth}")
-            self._local.depth = depth + 1
+            if depth > 0:
+                with savepoint(self._local, conn, depth, conn.execute):
+                    yield conn
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            self._local.depth = 1
             try:
                 yield conn
             except BaseException:
-                self._local.depth = depth
+                self._local.depth = 0
                 # SQLite may have rolled the whole transaction back itself (SQLITE_FULL,
                 # SQLITE_IOERR, SQLITE_NOMEM): a ROLLBACK then fails and would replace the
                 # error that says what happened.
                 if conn.in_transaction:
-                    if depth == 0:
-                        conn.execute("ROLLBACK")
-                    else:
-                        conn.execute(f"ROLLBACK TO sp{depth}")
-                        conn.execute(f"RELEASE sp{depth}")
+                    conn.execute("ROLLBACK")
                 raise
-            self._local.depth = depth
-            if depth == 0:
-                conn.execute("COMMIT")
-            else:
-                conn.execute(f"RELEASE sp{depth}")
+            self._local.depth = 0
+            conn.execute("COMMIT")
 
     def vector_param(self, blob: bytes | None) -> bytes | None:
         """An embedding BLOB as the parameter that stores it: on SQLite, the bytes unchanged

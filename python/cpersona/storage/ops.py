@@ -10,7 +10,9 @@ backends bind a different value, the parameter to bind).
 
 Reach it as `db.ops` (either Database), `conn.ops` (a connection of either: SQLite's are
 `OpsConnection`s, PostgreSQL's carry it), or `ops_of(conn)` for any connection, a plain
-`sqlite3.Connection` included. Adding a backend means one more implementation of `SqlOps`.
+`sqlite3.Connection` included. The fragments that are a template of their arguments are
+spelled side by side in `_Spellings` (one line a fragment, both backends); each backend's class
+spells the rest. Adding a backend means one more spelling there and one more class.
 
 Only additive changes here: other storage modules are written against these names.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Callable
 from typing import Any, Protocol
 
 __all__ = [
@@ -165,50 +168,93 @@ class SqlOps(Protocol):
         ...
 
 
-class SqliteOps:
+class _Spelled:
+    """One fragment of `SqlOps` that is a template of its arguments, spelled for each backend:
+    `{0}`, `{1}` stand for the SQL expressions passed (in `SqlOps`' order)."""
+
+    def __init__(self, sqlite: str, postgresql: str) -> None:
+        self.spellings = {"sqlite": sqlite, "postgresql": postgresql}
+
+    def __get__(self, ops: _Spellings, owner: type | None = None) -> Callable[..., str]:
+        return self.spellings[ops.name].format
+
+
+class _Spellings:
+    """The fragments both backends spell as a template, side by side (SQLite 3.40's, then
+    PostgreSQL's); a backend's class spells the others itself."""
+
+    name: str
+
+    now = _Spelled(
+        "datetime('now')",
+        "to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')",
+    )
+    # lower() folds by the locale on PostgreSQL; SQLite folds A-Z only.
+    ascii_lower = _Spelled("lower({0})", f"translate({{0}}, '{_ASCII_UPPER}', '{_ASCII_LOWER}')")
+    ascii_upper = _Spelled("upper({0})", f"translate({{0}}, '{_ASCII_LOWER}', '{_ASCII_UPPER}')")
+    position = _Spelled("instr({1}, {0})", "strpos({1}, {0})")
+    # GLOB, not LIKE, on SQLite: case sensitive, and the agent_id indexes serve it as a range
+    # scan.
+    prefix_match = _Spelled("{0} GLOB ?", "starts_with({0}, ?)")
+    glob_match = _Spelled("{0} GLOB ?", "{0} ~ ?")
+    greatest = _Spelled("MAX({0}, {1})", "GREATEST({0}, {1})")
+    least = _Spelled("MIN({0}, {1})", "LEAST({0}, {1})")
+    table_exists = _Spelled(
+        "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?",
+        "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
+        "AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND c.relname = ?",
+    )
+    column_names = _Spelled(
+        "SELECT name FROM pragma_table_info(?) ORDER BY cid",
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = current_schema() AND table_name = ? "
+        "AND is_generated = 'NEVER' ORDER BY ordinal_position",
+    )
+    # PostgreSQL's last_value is NULL until the sequence first hands out a value.
+    identity_high = _Spelled(
+        "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = ?), 0)",
+        "SELECT COALESCE((SELECT last_value FROM pg_sequences "
+        "WHERE schemaname || '.' || sequencename = pg_get_serial_sequence(?, 'id')), 0)",
+    )
+    json_valid = _Spelled("json_valid({0})", "({0} IS JSON)")
+    # On PostgreSQL, text without an offset is UTC: every connection's TimeZone is UTC
+    # (storage/pg/db.py).
+    age_seconds = _Spelled(
+        "((julianday('now') - julianday({0})) * 86400.0)",
+        "CASE WHEN pg_input_is_valid({0}, 'timestamptz') THEN "
+        "extract(epoch FROM statement_timestamp() - CAST({0} AS timestamptz)) END",
+    )
+    utc_iso = _Spelled(
+        "strftime('%Y-%m-%dT%H:%M:%S+00:00', {0})",
+        "CASE WHEN pg_input_is_valid({0}, 'timestamptz') THEN "
+        "to_char(CAST({0} AS timestamptz) AT TIME ZONE 'UTC', "
+        """'YYYY-MM-DD"T"HH24:MI:SS"+00:00"') END""",
+    )
+    database_bytes = _Spelled(
+        "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+        "SELECT pg_database_size(current_database())",
+    )
+    blob = _Spelled("CAST({0} AS BLOB)", "CAST({0} AS BYTEA)")
+    byte_length = _Spelled("length({0})", "(vector_dims({0}) * 4)")
+    not_indexed = _Spelled("NOT INDEXED", "")
+
+
+def _column(alias: str, name: str) -> str:
+    """`name`, `alias.`-qualified when an alias is given."""
+    return f"{alias}.{name}" if alias else name
+
+
+class SqliteOps(_Spellings):
     """SQLite 3.40's spelling."""
 
     name = "sqlite"
 
-    def now(self) -> str:
-        return "datetime('now')"
-
-    def ascii_lower(self, expr: str) -> str:
-        return f"lower({expr})"
-
-    def ascii_upper(self, expr: str) -> str:
-        return f"upper({expr})"
-
-    def position(self, needle: str, haystack: str) -> str:
-        return f"instr({haystack}, {needle})"
-
-    def prefix_match(self, expr: str) -> str:
-        # GLOB, not LIKE: case sensitive, and the agent_id indexes serve it as a range scan.
-        return f"{expr} GLOB ?"
-
     def prefix_param(self, prefix: str) -> str:
         return glob_escape(prefix) + "*"
 
-    def glob_match(self, expr: str) -> str:
-        return f"{expr} GLOB ?"
-
     def glob_param(self, pattern: str) -> str:
         return pattern
-
-    def greatest(self, a: str, b: str) -> str:
-        return f"MAX({a}, {b})"
-
-    def least(self, a: str, b: str) -> str:
-        return f"MIN({a}, {b})"
-
-    def table_exists(self) -> str:
-        return "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?"
-
-    def column_names(self) -> str:
-        return "SELECT name FROM pragma_table_info(?) ORDER BY cid"
-
-    def identity_high(self) -> str:
-        return "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = ?), 0)"
 
     def raise_identity(self) -> tuple[str, ...]:
         # AUTOINCREMENT's high-water mark is sqlite_sequence's row (absent until a first id).
@@ -220,106 +266,38 @@ class SqliteOps:
             "WHERE mark > 0 AND NOT EXISTS (SELECT 1 FROM sqlite_sequence s WHERE s.name = p.name)",
         )
 
-    def json_valid(self, expr: str) -> str:
-        return f"json_valid({expr})"
-
     def json_text(self, expr: str, key: str) -> str:
         _check_key(key)
         # CASE: json_extract raises on malformed JSON even behind AND.
         member = f"CAST(json_extract({expr}, '$.{key}') AS TEXT)"
         return f"CASE WHEN json_valid({expr}) THEN {member} END"
 
-    def age_seconds(self, expr: str) -> str:
-        return f"((julianday('now') - julianday({expr})) * 86400.0)"
-
-    def utc_iso(self, expr: str) -> str:
-        return f"strftime('%Y-%m-%dT%H:%M:%S+00:00', {expr})"
-
-    def database_bytes(self) -> str:
-        return "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
-
-    def blob(self, expr: str) -> str:
-        return f"CAST({expr} AS BLOB)"
-
-    def byte_length(self, expr: str) -> str:
-        return f"length({expr})"
-
     def created_key(self, alias: str = "") -> str:
-        col = f"{alias}.created_at" if alias else "created_at"
+        col = _column(alias, "created_at")
         return f"COALESCE(CAST(strftime('%s', {col}) AS INTEGER), 0)"
 
     def source_id(self, alias: str = "") -> str:
-        return self.json_text(f"{alias}.source" if alias else "source", "id")
+        return self.json_text(_column(alias, "source"), "id")
 
     def created_instant(self, alias: str = "") -> str:
-        return f"datetime({alias}.created_at)" if alias else "datetime(created_at)"
+        return f"datetime({_column(alias, 'created_at')})"
 
     def stamp_instant(self, table: str, alias: str = "") -> str:
-        col = _STAMP[table]
-        return f"julianday({alias}.{col})" if alias else f"julianday({col})"
-
-    def not_indexed(self) -> str:
-        return "NOT INDEXED"
+        return f"julianday({_column(alias, _STAMP[table])})"
 
 
-class PostgresOps:
+class PostgresOps(_Spellings):
     """PostgreSQL's spelling (16 or newer: `IS JSON`, `pg_input_is_valid`). Keys SQLite
     computes per query are plain columns here, written by the storage write paths
     (storage/pg/keys.py)."""
 
     name = "postgresql"
 
-    def now(self) -> str:
-        return "to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')"
-
-    def ascii_lower(self, expr: str) -> str:
-        # lower() folds by the locale; SQLite folds A-Z only.
-        return f"translate({expr}, '{_ASCII_UPPER}', '{_ASCII_LOWER}')"
-
-    def ascii_upper(self, expr: str) -> str:
-        return f"translate({expr}, '{_ASCII_LOWER}', '{_ASCII_UPPER}')"
-
-    def position(self, needle: str, haystack: str) -> str:
-        return f"strpos({haystack}, {needle})"
-
-    def prefix_match(self, expr: str) -> str:
-        return f"starts_with({expr}, ?)"
-
     def prefix_param(self, prefix: str) -> str:
         return prefix
 
-    def glob_match(self, expr: str) -> str:
-        return f"{expr} ~ ?"
-
     def glob_param(self, pattern: str) -> str:
         return glob_regex(pattern)
-
-    def greatest(self, a: str, b: str) -> str:
-        return f"GREATEST({a}, {b})"
-
-    def least(self, a: str, b: str) -> str:
-        return f"LEAST({a}, {b})"
-
-    def table_exists(self) -> str:
-        return (
-            "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
-            "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
-            "AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND c.relname = ?"
-        )
-
-    def column_names(self) -> str:
-        return (
-            "SELECT column_name FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND table_name = ? "
-            "AND is_generated = 'NEVER' ORDER BY ordinal_position"
-        )
-
-    def identity_high(self) -> str:
-        # last_value is NULL until the sequence first hands out a value.
-        return (
-            "SELECT COALESCE((SELECT last_value FROM pg_sequences "
-            "WHERE schemaname || '.' || sequencename = pg_get_serial_sequence(?, 'id')), 0)"
-        )
 
     def raise_identity(self) -> tuple[str, ...]:
         current = (
@@ -332,43 +310,17 @@ class PostgresOps:
             "FROM (VALUES (?, CAST(? AS BIGINT))) AS p(name, mark) WHERE mark > 0) AS q",
         )
 
-    def json_valid(self, expr: str) -> str:
-        return f"({expr} IS JSON)"
-
     def json_text(self, expr: str, key: str) -> str:
         _check_key(key)
         # The cast applies to the guarded value: a constant `expr` (a bound parameter in a
         # custom plan) is folded by the planner, which would cast it even behind a CASE arm.
         return f"(CAST(CASE WHEN {expr} IS JSON OBJECT THEN {expr} END AS json) ->> '{key}')"
 
-    def age_seconds(self, expr: str) -> str:
-        # Text without an offset is UTC: every connection's TimeZone is UTC (storage/pg/db.py).
-        return (
-            f"CASE WHEN pg_input_is_valid({expr}, 'timestamptz') THEN "
-            f"extract(epoch FROM statement_timestamp() - CAST({expr} AS timestamptz)) END"
-        )
-
-    def utc_iso(self, expr: str) -> str:
-        return (
-            f"CASE WHEN pg_input_is_valid({expr}, 'timestamptz') THEN "
-            f"to_char(CAST({expr} AS timestamptz) AT TIME ZONE 'UTC', "
-            """'YYYY-MM-DD"T"HH24:MI:SS"+00:00"') END"""
-        )
-
-    def database_bytes(self) -> str:
-        return "SELECT pg_database_size(current_database())"
-
-    def blob(self, expr: str) -> str:
-        return f"CAST({expr} AS BYTEA)"
-
-    def byte_length(self, expr: str) -> str:
-        return f"(vector_dims({expr}) * 4)"
-
     def created_key(self, alias: str = "") -> str:
-        return f"{alias}.created_key" if alias else "created_key"
+        return _column(alias, "created_key")
 
     def source_id(self, alias: str = "") -> str:
-        return f"{alias}.source_id" if alias else "source_id"
+        return _column(alias, "source_id")
 
     def created_instant(self, alias: str = "") -> str:
         # created_key is 0 where created_at does not parse (storage/pg/keys.py).
@@ -377,10 +329,7 @@ class PostgresOps:
     def stamp_instant(self, table: str, alias: str = "") -> str:
         if table not in _STAMP:
             raise ValueError(f"no stamp in table {table!r}")
-        return f"{alias}.instant_key" if alias else "instant_key"
-
-    def not_indexed(self) -> str:
-        return ""
+        return _column(alias, "instant_key")
 
 
 SQLITE: SqlOps = SqliteOps()

@@ -1,7 +1,10 @@
 """The row types: one per data table, its column list declared once, as that type's fields.
 
 `MemoryRow`, `EpisodeRow` and `ProfileRow` are a whole row each, every column in the table's
-order (tests/storage/test_storage_rows.py compares them with the tables both backends create).
+order (tests/storage/test_storage_rows.py compares them with the tables both backends create);
+their leading columns are declared in `models` (`AgentRow`, `MemoryHead`, `EpisodeHead`),
+which the listing's `Memory` and `Episode` extend too, and PostgreSQL's CREATE TABLE takes its
+column list from them (storage/pg/schema.py).
 Everything else that carries part of a row is a *projection* of one of them: the listing's
 `models.Memory`, the recall hits `storage.retrieval.MemoryHit`, the index rows, the health
 checks' flags. A projection's fields that are columns must be the row's columns with the row's
@@ -20,6 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cpersona.models import AgentRow, EpisodeHead, MemoryHead
+
 if TYPE_CHECKING:
     from cpersona.storage.interface import Row
 
@@ -27,17 +32,9 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryRow:
+class MemoryRow(MemoryHead):
     """One row of `memories`."""
 
-    id: int
-    agent_id: str
-    project_id: str
-    msg_id: str
-    content: str
-    source: str  # JSON text
-    timestamp: str
-    metadata: str  # JSON text
     embedding: bytes | None
     channel: str
     recall_count: int
@@ -47,14 +44,9 @@ class MemoryRow:
 
 
 @dataclass(frozen=True, slots=True)
-class EpisodeRow:
+class EpisodeRow(EpisodeHead):
     """One row of `episodes`."""
 
-    id: int
-    agent_id: str
-    project_id: str
-    summary: str
-    keywords: str
     embedding: bytes | None
     start_time: str | None
     end_time: str | None
@@ -64,12 +56,9 @@ class EpisodeRow:
 
 
 @dataclass(frozen=True, slots=True)
-class ProfileRow:
+class ProfileRow(AgentRow):
     """One row of `profiles`."""
 
-    id: int
-    agent_id: str
-    project_id: str
     user_id: str
     content: str
     updated_at: str | None  # None on insert: the database's datetime('now')

@@ -4,13 +4,12 @@ length cap, duplicate rows). Repairs skip locked rows."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Fixable, Reembedded, fix_together
+from cpersona.health.issue import UNSET, Reembedded, finding
+from cpersona.health.rows import LockedRows, Planned, write_plan
 from cpersona.storage.upkeep.texts import (
     delete_unlocked_memories,
     duplicate_groups,
@@ -24,18 +23,16 @@ ANNOTATION = re.compile(r"\[Memory from [^\]]+\]\s*")
 MENTION = re.compile(r"\s*<@!?\d+>")
 
 
-@dataclass(kw_only=True, eq=False)
-class Rewrite(Reembedded):
-    """Memories holding what the check strips from their text."""
+@finding(severity="info")
+class Rewrite(Reembedded, Planned[tuple[int, str]]):
+    """Memories holding what the check strips from their text; the plan is (id, new text) of
+    the unlocked rows the strip changes."""
 
-    severity: str = "info"
     count: int
     locked: int
     sample_ids: list[int]
     rewritten: int = UNSET
     deleted_collisions: int = UNSET
-    #: (id, new text) of the unlocked rows the strip changes.
-    plan: list[tuple[int, str]] = field(default_factory=list, repr=False, metadata=INTERNAL)
     _tail = (
         "repairable",
         "sample_ids",
@@ -93,40 +90,23 @@ def discord_mention(ctx: HealthContext) -> list[Rewrite]:
     return _rewrite_check(ctx, "discord_mention", "<@", MENTION)
 
 
-@dataclass(kw_only=True, eq=False)
-class OversizedContent(Reembedded):
-    type: str = "oversized_content"
-    severity: str = "warn"
-    check: str = "oversized_content"
-    count: int
+@finding("oversized_content", "warn")
+class OversizedContent(Reembedded, LockedRows):
     max_len: int
     cap: int
-    locked: int
     lossy: bool = UNSET
-    ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
-    _tail = ("repairable", "fixed", "lossy", "fix_error", "re_embedded")
+    _tail = ("locked", "repairable", "fixed", "lossy", "fix_error", "re_embedded")
 
 
 def oversized_content(ctx: HealthContext) -> list[OversizedContent]:
     cap = ctx.settings.max_content_length
     rows = oversized_memories(ctx.c, cap, ctx.agent_id)
-    if not rows:
-        return []
-    ids = [int(r.id) for r in rows if not r.locked]
-    return [
-        OversizedContent(
-            count=len(rows),
-            max_len=max(int(r.n) for r in rows),
-            cap=cap,
-            locked=len(rows) - len(ids),
-            repairable=len(ids),
-            ids=ids,
-        )
-    ]
+    longest = max((int(r.n) for r in rows), default=0)
+    return OversizedContent.found(rows, max_len=longest, cap=cap)
 
 
 def cut_content(ctx: HealthContext, issues: list[OversizedContent]) -> None:
-    ids = [row_id for i in issues for row_id in i.ids]
+    ids = [row_id for i in issues for row_id in i.plan]
     clashed = truncate_memories(ctx.write_handle, ids, ctx.settings.max_content_length)
     cut = [i for i in ids if i not in set(clashed)]
     for i in issues:
@@ -139,15 +119,13 @@ def cut_content(ctx: HealthContext, issues: list[OversizedContent]) -> None:
         i.nulled = {"memories": cut}
 
 
-@dataclass(kw_only=True, eq=False)
-class DuplicateContent(Fixable):
-    type: str = "duplicate_content"
-    severity: str = "warn"
-    check: str = "duplicate_content"
+@finding("duplicate_content", "warn")
+class DuplicateContent(Planned[int]):
+    """Groups of memories with the same text; the plan is every unlocked row of a group but
+    its survivor (the lowest id of the channel-global bucket)."""
+
     groups: int
     total_extra: int
-    #: Every row of a group but its survivor (the lowest id of the channel-global bucket).
-    doomed: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 
 def duplicate_content(ctx: HealthContext) -> list[DuplicateContent]:
@@ -164,13 +142,9 @@ def duplicate_content(ctx: HealthContext) -> list[DuplicateContent]:
             groups=len(groups),
             total_extra=sum(len(g) - 1 for g in groups),
             repairable=len(doomed),
-            doomed=doomed,
+            plan=doomed,
         )
     ]
-
-
-def delete_duplicates(ctx: HealthContext, issues: list[DuplicateContent]) -> None:
-    fix_together(issues, lambda i: i.doomed, partial(delete_unlocked_memories, ctx.write_handle))
 
 
 CHECKS: tuple[Check[Any], ...] = (
@@ -190,6 +164,6 @@ CHECKS: tuple[Check[Any], ...] = (
         duplicate_content,
         (DuplicateContent,),
         EVERYWHERE,
-        repair=delete_duplicates,
+        repair=write_plan(delete_unlocked_memories),
     ),
 )

@@ -6,12 +6,12 @@ outside the write lock."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext, Reembed
-from cpersona.health.issue import INTERNAL, UNSET, Issue, Reembedded, Skipped, skipped
+from cpersona.health.issue import UNSET, Issue, Reembedded, Skipped, finding, internal, skipped
+from cpersona.health.rows import Planned
 from cpersona.storage.upkeep.embedding_rows import (
     iter_embeddings,
     missing_embeddings,
@@ -25,15 +25,13 @@ from cpersona.storage.upkeep.handle import count, reading
 TABLES = ("memories", "episodes")
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("embedding_dimension", "critical")
 class EmbeddingDimension(Reembedded):
-    type: str = "embedding_dimension"
-    severity: str = "critical"
-    check: str = "embedding_dimension"
     count: int
     by_table: dict[str, int]
     expected_dim: int
-    ids: dict[str, list[int]] = field(default_factory=dict, repr=False, metadata=INTERNAL)
+    #: The rows of each table whose vector is of another width.
+    ids: dict[str, list[int]] = internal(dict)
 
 
 def embedding_dimension(ctx: HealthContext) -> list[Issue]:
@@ -66,14 +64,12 @@ def clear_wrong_widths(ctx: HealthContext, issues: list[Issue]) -> None:
             i.nulled = {t: ids for t, ids in i.ids.items() if ids}
 
 
-@dataclass(kw_only=True, eq=False)
-class NonfiniteEmbedding(Reembedded):
-    type: str = "nonfinite_embedding"
-    severity: str = "warn"
-    check: str = "nonfinite_embedding"
+@finding("nonfinite_embedding", "warn")
+class NonfiniteEmbedding(Reembedded, Planned[int]):
+    """One table's vectors holding NaN or infinity: the plan is their rows, cleared."""
+
     table: str
     count: int
-    ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 
 def nonfinite_embedding(ctx: HealthContext) -> list[NonfiniteEmbedding]:
@@ -88,37 +84,32 @@ def nonfinite_embedding(ctx: HealthContext) -> list[NonfiniteEmbedding]:
                     bad.append(row_id)
         if bad:
             out.append(
-                NonfiniteEmbedding(table=table, count=len(bad), repairable=len(bad), ids=bad)
+                NonfiniteEmbedding(table=table, count=len(bad), repairable=len(bad), plan=bad)
             )
     return out
 
 
 def clear_nonfinite(ctx: HealthContext, issues: list[NonfiniteEmbedding]) -> None:
     for i in issues:
-        i.fixed = null_embeddings(ctx.write_handle, i.table, i.ids)
-        i.nulled = {i.table: i.ids}
+        i.fixed = null_embeddings(ctx.write_handle, i.table, i.plan)
+        i.nulled = {i.table: i.plan}
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("embedding_backend")
 class BackendIssue(Issue):
     """A finding of the embedding_backend check."""
 
-    check: str = "embedding_backend"
 
-
-@dataclass(kw_only=True, eq=False)
+@finding(severity="warn")
 class BackendFault(BackendIssue):
     """The backend failed: as recall last saw it (`source` recall) or the fix run's probe."""
 
-    severity: str = "warn"
     evidence: str | None
     source: str
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="info", type_name="embedding_backend_not_probed")
 class BackendNotProbed(BackendIssue):
-    type: str = "embedding_backend_not_probed"
-    severity: str = "info"
     hint: str = "liveness is tested by check_health(fix=true)"
 
 
@@ -143,7 +134,7 @@ def embedding_backend(ctx: HealthContext) -> list[Issue]:
     return [BackendNotProbed()]
 
 
-@dataclass(kw_only=True, eq=False)
+@finding()
 class NullEmbedding(Issue):
     """Rows without a vector (`null_embedding`: memories, `null_episode_embedding`)."""
 

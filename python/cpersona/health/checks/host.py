@@ -4,24 +4,21 @@ index files, the operating context file, file modes)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Applies, Check, Phase
 from cpersona.health.checks.embeddings import TABLES
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, Fixable, Issue, Skipped, skipped
+from cpersona.health.issue import Fixable, Issue, Skipped, finding, internal, skipped
 from cpersona.operating_context import SUMMARY_SOFT_LIMIT
 from cpersona.storage.upkeep.embedding_rows import width_counts
 from cpersona.storage.upkeep.handle import Subject, subjects
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("vector_fallback_config", "info", type_name="no_local_vector_fallback")
 class NoLocalVectorFallback(Issue):
-    type: str = "no_local_vector_fallback"
-    severity: str = "info"
-    check: str = "vector_fallback_config"
     hint: str = "with the remote vector service down, recall has no local vectors"
 
 
@@ -32,59 +29,46 @@ def vector_fallback_config(ctx: HealthContext) -> list[NoLocalVectorFallback]:
     return []
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("vector_index")
 class VectorIndexIssue(Issue):
-    """A finding of the vector_index check (one per table)."""
+    """A finding of the vector_index check about one table's index file."""
 
-    check: str = "vector_index"
+    table: str
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="info", type_name="vector_index_absent")
 class IndexNotBuilt(VectorIndexIssue):
     """Read-only: the file is not there yet, and the server builds it when it starts."""
 
-    type: str = "vector_index_absent"
-    severity: str = "info"
-    table: str
     rows: int
     hint: str = "the server builds it when it starts"
 
 
-@dataclass(kw_only=True, eq=False)
+@finding()
 class IndexUnusable(VectorIndexIssue, Fixable):
     """The file is missing (`vector_index_absent`) or cannot be used (`_unusable`)."""
 
-    table: str
     reason: str
     repairable: int = 1
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="info", type_name="vector_index_behind")
 class IndexBehind(VectorIndexIssue):
-    type: str = "vector_index_behind"
-    severity: str = "info"
-    table: str
     applied_seq: int
     log_seq: int
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="warn", type_name="vector_index_mismatch")
 class IndexMismatch(VectorIndexIssue, Fixable):
-    type: str = "vector_index_mismatch"
-    severity: str = "warn"
-    table: str
     count: int
     samples: list[str]
     repairable: int = 1
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="info", type_name="vector_index_rebuilding")
 class IndexRebuilding(VectorIndexIssue):
     """Being rebuilt in the background on this host (issue 20): how far, and no verify meanwhile."""
 
-    type: str = "vector_index_rebuilding"
-    severity: str = "info"
-    table: str
     reason: str
     done: int
     total: int
@@ -107,16 +91,8 @@ def vector_index(ctx: HealthContext) -> list[Issue]:
             continue
         status = index.status()
         if status.rebuild is not None:
-            progress = status.rebuild
-            out.append(
-                IndexRebuilding(
-                    table=table,
-                    reason=progress.reason,
-                    done=progress.done,
-                    total=progress.total,
-                    pid=progress.pid,
-                )
-            )
+            # The finding says what the build lock file says, field for field.
+            out.append(IndexRebuilding(table=table, **asdict(status.rebuild)))
             continue
         if not status.usable:
             if status.reason == "missing" and not embedded:
@@ -156,11 +132,8 @@ def rebuild_index(ctx: HealthContext, issues: list[Issue]) -> None:
                 i.fix_error = "; ".join(problems[:3])
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("operating_context_parse", "warn")
 class OperatingContextParse(Issue):
-    type: str = "operating_context_parse"
-    severity: str = "warn"
-    check: str = "operating_context_parse"
     path: str
     detail: str
     hint: str = "the operating context is dormant until the file is fixed"
@@ -173,11 +146,8 @@ def operating_context_parse(ctx: HealthContext) -> list[OperatingContextParse]:
     return [OperatingContextParse(path=ctx.oc.path, detail=problem)]
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("operating_context_size", "info")
 class OperatingContextSize(Issue):
-    type: str = "operating_context_size"
-    severity: str = "info"
-    check: str = "operating_context_size"
     chars: int
     limit: int = SUMMARY_SOFT_LIMIT
 
@@ -227,14 +197,12 @@ def _sqlite_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
     return files, [db.parent]
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("file_permissions", "warn")
 class FilePermissions(Fixable):
-    type: str = "file_permissions"
-    severity: str = "warn"
-    check: str = "file_permissions"
     files: list[str]
     directories: list[str]
-    loose: list[Path] = field(default_factory=list, repr=False, metadata=INTERNAL)
+    #: The files with a group or other mode bit set, which the repair sets to 0600.
+    loose: list[Path] = internal(list)
 
 
 def file_permissions(ctx: HealthContext) -> list[Issue]:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.checks.embeddings import TABLES
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import UNSET, Issue, Reembedded, Skipped, skipped
+from cpersona.health.issue import UNSET, Issue, Reembedded, Skipped, finding, skipped
 from cpersona.storage.upkeep.embedding_rows import (
     conversion_progress,
     has_vectors,
@@ -45,17 +45,13 @@ class ModelProbe:
         return sum(len(ids) for ids in self.differing.values())
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("embedding_model")
 class EmbeddingModelIssue(Issue):
     """A finding of the embedding_model check."""
 
-    check: str = "embedding_model"
 
-
-@dataclass(kw_only=True, eq=False)
+@finding(severity="warn", type_name="embedding_model_width_mismatch")
 class WidthMismatch(EmbeddingModelIssue, Reembedded):
-    type: str = "embedding_model_width_mismatch"
-    severity: str = "warn"
     stored_width: int
     configured_width: int
     configured_model: str
@@ -66,10 +62,8 @@ class WidthMismatch(EmbeddingModelIssue, Reembedded):
 _HINT_IN_TAIL = ("repairable", "hint", "fixed", "fix_error")
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="warn", type_name="embedding_model_mismatch")
 class ModelMismatch(EmbeddingModelIssue, Reembedded):
-    type: str = "embedding_model_mismatch"
-    severity: str = "warn"
     configured_model: str
     stored_model: str | None
     sampled: int
@@ -81,10 +75,8 @@ class ModelMismatch(EmbeddingModelIssue, Reembedded):
     _tail: ClassVar[tuple[str, ...]] = (*_HINT_IN_TAIL, "re_embedded")
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="warn", type_name="embedding_model_foreign_rows")
 class ForeignRows(EmbeddingModelIssue, Reembedded):
-    type: str = "embedding_model_foreign_rows"
-    severity: str = "warn"
     configured_model: str
     sampled: int
     differing: int
@@ -98,16 +90,14 @@ class ForeignRows(EmbeddingModelIssue, Reembedded):
     _tail: ClassVar[tuple[str, ...]] = (*_HINT_IN_TAIL, "re_embedded")
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="info", type_name="embedding_model_label_stale")
 class LabelStale(EmbeddingModelIssue):
-    type: str = "embedding_model_label_stale"
-    severity: str = "info"
     configured_model: str
     stored_model: str
     hint: str = "stored vectors match the configured model; calibrate_threshold records its name"
 
 
-@dataclass(kw_only=True, eq=False)
+@finding()
 class Advised(EmbeddingModelIssue):
     """A finding whose answer has the fix fields but no rows this check's repair counts
     (`repairable` null): the hint says what to do."""
@@ -119,10 +109,8 @@ class Advised(EmbeddingModelIssue):
     _tail: ClassVar[tuple[str, ...]] = _HINT_IN_TAIL
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="warn", type_name="embedding_model_changed")
 class ModelChanged(Advised):
-    type: str = "embedding_model_changed"
-    severity: str = "warn"
     configured_model: str
     stored_model: str
     hint: str = (
@@ -132,7 +120,7 @@ class ModelChanged(Advised):
     )
 
 
-@dataclass(kw_only=True, eq=False)
+@finding()
 class Conversion(Advised):
     """A `cpersona reembed` conversion running (`reembed_running`) or stopped before it
     finished (`reembed_interrupted`)."""
@@ -146,10 +134,8 @@ class Conversion(Advised):
     rows: int
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="warn", type_name="embedding_model_conversion_pending")
 class ConversionPending(Advised):
-    type: str = "embedding_model_conversion_pending"
-    severity: str = "warn"
     configured_model: str
     stored_model: dict[str, str]
 

@@ -4,13 +4,12 @@ canonical type, profiles over the length cap, anonymous sources)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue, fix_together
+from cpersona.health.issue import UNSET, Issue, finding
+from cpersona.health.rows import LockedRows, Planned, Rows, write_plan, write_plans
 from cpersona.memory.text import normalize_source, py_json
 from cpersona.storage.upkeep.sources import anonymous_sources, set_sources, untyped_sources
 from cpersona.storage.upkeep.texts import (
@@ -22,11 +21,8 @@ from cpersona.storage.upkeep.texts import (
 )
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("missing_profile", "info")
 class MissingProfile(Issue):
-    type: str = "missing_profile"
-    severity: str = "info"
-    check: str = "missing_profile"
     count: int
     agents: list[str]
 
@@ -38,43 +34,30 @@ def missing_profile(ctx: HealthContext) -> list[MissingProfile]:
     return [MissingProfile(count=len(agents), agents=agents[:50])]
 
 
-@dataclass(kw_only=True, eq=False)
-class EmptyContent(Fixable):
-    type: str = "empty_content"
-    severity: str = "warn"
-    check: str = "empty_content"
-    count: int
-    locked: int
-    ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
+@finding("empty_content", "warn")
+class EmptyContent(LockedRows):
+    """Memories whose text is blank: the unlocked ones are deleted."""
 
 
 def empty_content(ctx: HealthContext) -> list[EmptyContent]:
-    rows = empty_content_rows(ctx.c, ctx.agent_id)
-    if not rows:
-        return []
-    ids = [int(r.id) for r in rows if not r.locked]
-    return [
-        EmptyContent(count=len(rows), locked=len(rows) - len(ids), repairable=len(ids), ids=ids)
-    ]
+    return EmptyContent.found(empty_content_rows(ctx.c, ctx.agent_id))
 
 
-def delete_empty(ctx: HealthContext, issues: list[EmptyContent]) -> None:
-    fix_together(issues, lambda i: i.ids, partial(delete_unlocked_memories, ctx.write_handle))
+@finding("invalid_source_type")
+class InvalidSourceType(Planned[tuple[int, str]]):
+    """Sources without a canonical type; the plan is (id, the canonical source text) of the
+    unlocked rows that map."""
 
-
-@dataclass(kw_only=True, eq=False)
-class InvalidSourceType(Fixable):
-    type: str = "invalid_source_type"
-    check: str = "invalid_source_type"
     count: int
     mappable: int
     unmapped: int
     locked: int
     remaining: int
     mapped: int = UNSET
-    #: (id, the canonical source text) of the unlocked rows that map.
-    plan: list[tuple[int, str]] = field(default_factory=list, repr=False, metadata=INTERNAL)
     _tail = ("repairable", "fixed", "mapped", "fix_error")
+
+    def wrote(self, rows: int) -> None:
+        self.fixed = self.mapped = rows
 
 
 def invalid_source_type(ctx: HealthContext) -> list[InvalidSourceType]:
@@ -107,53 +90,31 @@ def invalid_source_type(ctx: HealthContext) -> list[InvalidSourceType]:
     ]
 
 
-def map_sources(ctx: HealthContext, issues: list[InvalidSourceType]) -> None:
-    mapped = fix_together(issues, lambda i: i.plan, partial(set_sources, ctx.write_handle))
-    for i in issues:
-        i.mapped = mapped
-
-
-@dataclass(kw_only=True, eq=False)
-class OversizedProfile(Fixable):
-    type: str = "oversized_profile"
-    severity: str = "warn"
-    check: str = "oversized_profile"
-    count: int
+@finding("oversized_profile", "warn")
+class OversizedProfile(Rows):
     max_len: int
     cap: int
     lossy: bool = UNSET
-    ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
     _tail = ("repairable", "fixed", "lossy", "fix_error")
+
+    def wrote(self, rows: int) -> None:
+        self.fixed, self.lossy = rows, True
 
 
 def oversized_profile(ctx: HealthContext) -> list[OversizedProfile]:
     cap = ctx.settings.max_profile_length
     rows = oversized_profiles(ctx.c, cap, ctx.agent_id)
-    if not rows:
-        return []
-    return [
-        OversizedProfile(
-            count=len(rows),
-            max_len=max(int(r.n) for r in rows),
-            cap=cap,
-            repairable=len(rows),
-            ids=[int(r.id) for r in rows],
-        )
-    ]
+    longest = max((int(r.n) for r in rows), default=0)
+    return OversizedProfile.found([int(r.id) for r in rows], max_len=longest, cap=cap)
 
 
 def cut_profiles(ctx: HealthContext, issues: list[OversizedProfile]) -> None:
     cap = ctx.settings.max_profile_length
-    fix_together(issues, lambda i: i.ids, lambda ids: truncate_profiles(ctx.write_handle, ids, cap))
-    for i in issues:
-        i.lossy = True
+    write_plans(ctx, issues, lambda handle, ids: truncate_profiles(handle, ids, cap))
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("anonymous_source", "info")
 class AnonymousSource(Issue):
-    type: str = "anonymous_source"
-    severity: str = "info"
-    check: str = "anonymous_source"
     count: int
     unattributed: int
     hint: str = "deep_check anonymous_source recovers names written as '[name] ...'"
@@ -168,14 +129,21 @@ def anonymous_source(ctx: HealthContext) -> list[AnonymousSource]:
 
 CHECKS: tuple[Check[Any], ...] = (
     Check("missing_profile", "info", missing_profile, (MissingProfile,), EVERYWHERE),
-    Check("empty_content", "warn", empty_content, (EmptyContent,), EVERYWHERE, repair=delete_empty),
+    Check(
+        "empty_content",
+        "warn",
+        empty_content,
+        (EmptyContent,),
+        EVERYWHERE,
+        repair=write_plan(delete_unlocked_memories),
+    ),
     Check(
         "invalid_source_type",
         "warn",
         invalid_source_type,
         (InvalidSourceType,),
         EVERYWHERE,
-        repair=map_sources,
+        repair=write_plan(set_sources),
     ),
     Check(
         "oversized_profile",

@@ -6,12 +6,11 @@ on whole objects."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from cpersona.health.check import EVERYWHERE, Applies, Check, Phase
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Fixable, Issue, Skipped, skipped
+from cpersona.health.issue import UNSET, Fixable, Issue, Skipped, finding, internal, skipped
 from cpersona.storage.error_kinds import ConstraintError, StorageError
 from cpersona.storage.schema import SCHEMA_VERSION
 from cpersona.storage.upkeep.handle import Subject, count, schema_version, table_exists
@@ -33,11 +32,8 @@ from cpersona.storage.upkeep.sqlite_objects import (
 TESTED_UPSTREAM_SCHEMA = 21
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("fts_integrity", "critical")
 class FtsIntegrity(Fixable):
-    type: str = "fts_integrity"
-    severity: str = "critical"
-    check: str = "fts_integrity"
     table: str
     missing: bool = UNSET
     detail: str = UNSET
@@ -83,30 +79,24 @@ def rebuild_fts(ctx: HealthContext, issues: list[Issue]) -> None:
                 i.fix_error = problem
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("schema_version")
 class SchemaVersionIssue(Issue):
-    """A finding of the schema_version check."""
+    """A finding of the schema_version check: the version found, and the one cpersona writes."""
 
-    check: str = "schema_version"
+    found: int
+    expected: int
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="info", type_name="schema_version_newer")
 class SchemaVersionNewer(SchemaVersionIssue):
     """A store a newer upstream CPersona (2.6.x) has upgraded: history, not damage."""
 
-    type: str = "schema_version_newer"
-    severity: str = "info"
-    found: int
-    expected: int
     hint: str
 
 
-@dataclass(kw_only=True, eq=False)
+@finding(severity="critical")
 class SchemaVersionOlder(SchemaVersionIssue):
-    type: str = "schema_version"
-    severity: str = "critical"
-    found: int
-    expected: int
+    """A store older than cpersona's schema (its type is the check's name, as in 2.5.x)."""
 
 
 def check_schema_version(ctx: HealthContext) -> list[Issue]:
@@ -132,11 +122,8 @@ def check_schema_version(ctx: HealthContext) -> list[Issue]:
     return [SchemaVersionOlder(found=found, expected=SCHEMA_VERSION)]
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("dedup_msg_id_index", "critical", type_name="dedup_msg_id_index_missing")
 class MsgIdIndexMissing(Fixable):
-    type: str = "dedup_msg_id_index_missing"
-    severity: str = "critical"
-    check: str = "dedup_msg_id_index"
     colliding_rows: int
     locked_colliding_rows: int
     cross_agent: bool = True
@@ -172,15 +159,14 @@ def restore_msg_id_index(ctx: HealthContext, issues: list[MsgIdIndexMissing]) ->
             i.fix_error = f"locked rows still collide: {exc}"
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("schema_objects")
 class SchemaObject(Fixable):
     """An index or trigger of cpersona's schema that is missing or differs from its DDL."""
 
-    check: str = "schema_objects"
     object: str
     kind: str
     repairable: int = 1
-    state: str = field(default="", repr=False, metadata=INTERNAL)
+    state: str = internal(str)
 
 
 def _normalise_ddl(text: str) -> str:
@@ -230,11 +216,8 @@ def recreate_objects(ctx: HealthContext, issues: list[SchemaObject]) -> None:
             )
 
 
-@dataclass(kw_only=True, eq=False)
+@finding("sqlite_integrity", "critical")
 class SqliteIntegrity(Issue):
-    type: str = "sqlite_integrity"
-    severity: str = "critical"
-    check: str = "sqlite_integrity"
     messages: list[str]
     hint: str = "restore the database from a backup"
 

@@ -5,14 +5,13 @@ row's `created_at` where the stamp is lost and rewrite offsets as UTC; locked ro
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from datetime import UTC
-from functools import partial
-from typing import Any
+from typing import Any, Self
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.context import HealthContext
-from cpersona.health.issue import INTERNAL, UNSET, Fixable, fix_together
+from cpersona.health.issue import UNSET, finding
+from cpersona.health.rows import Planned, Rows, write_plan
 from cpersona.memory.text import parse_utc
 from cpersona.storage.upkeep.stamps import (
     StampFlag,
@@ -34,16 +33,14 @@ _UTC_OFFSETS = ("Z", "z", "+00:00", "-00:00", "+0000", "-0000")
 STALE_TASK_HOURS = 1
 
 
-@dataclass(kw_only=True, eq=False)
-class BadTimestamps(Fixable):
+@finding(severity="warn")
+class BadTimestamps(Planned[int]):
     """Memories whose `timestamp` does not parse (`invalid_timestamp`) or lies ahead of now
-    by more than the allowed skew (`future_timestamp`)."""
+    by more than the allowed skew (`future_timestamp`); the plan is the unlocked rows whose
+    created_at can stand in."""
 
-    severity: str = "warn"
     count: int
     sample_ids: list[int]
-    #: Unlocked rows whose created_at can stand in.
-    ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
     _tail = ("repairable", "sample_ids", "fixed", "fix_error")
 
 
@@ -58,7 +55,7 @@ def _timestamp_rows(check: str, rows: list[StampFlag]) -> list[BadTimestamps]:
             count=len(rows),
             repairable=len(ids),
             sample_ids=[int(r.id) for r in rows[:10]],
-            ids=ids,
+            plan=ids,
         )
     ]
 
@@ -72,28 +69,13 @@ def future_timestamp(ctx: HealthContext) -> list[BadTimestamps]:
     return _timestamp_rows("future_timestamp", future_timestamps(ctx.c, skew, ctx.agent_id))
 
 
-def stamp_from_created_at(ctx: HealthContext, issues: list[BadTimestamps]) -> None:
-    fix_together(issues, lambda i: i.ids, partial(timestamps_from_created_at, ctx.write_handle))
-
-
-@dataclass(kw_only=True, eq=False)
-class MissingStartTime(Fixable):
-    type: str = "missing_episode_start_time"
-    severity: str = "info"
-    check: str = "missing_episode_start_time"
-    count: int
-    ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
+@finding("missing_episode_start_time", "info")
+class MissingStartTime(Rows):
+    """Episodes without a start: it is taken from their created_at."""
 
 
 def missing_episode_start_time(ctx: HealthContext) -> list[MissingStartTime]:
-    ids = episodes_without_start(ctx.c, ctx.agent_id)
-    if not ids:
-        return []
-    return [MissingStartTime(count=len(ids), repairable=len(ids), ids=ids)]
-
-
-def start_from_created_at(ctx: HealthContext, issues: list[MissingStartTime]) -> None:
-    fix_together(issues, lambda i: i.ids, partial(start_times_from_created_at, ctx.write_handle))
+    return MissingStartTime.found(episodes_without_start(ctx.c, ctx.agent_id))
 
 
 def stamp_class(stamp: str) -> str | None:
@@ -112,62 +94,71 @@ def to_utc(stamp: str) -> str:
     return instant.astimezone(UTC).isoformat()
 
 
-@dataclass(kw_only=True, eq=False)
-class FormatDrift(Fixable):
-    """Stamps in more than one form (UTC, another offset, naive) among memories
-    (`timestamp_format_drift`) or episode spans (`episode_timestamp_format_drift`)."""
+class StampForms:
+    """How many stamps of each form (`stamp_class`) a drift check has seen."""
 
-    severity: str = "warn"
+    def __init__(self) -> None:
+        self.counts = {"utc": 0, "aware": 0, "naive": 0}
+
+    def see(self, stamp: str | None) -> str | None:
+        """The stamp's form, counted; None for an empty stamp or one that does not parse."""
+        kind = stamp_class(stamp) if stamp else None
+        if kind is not None:
+            self.counts[kind] += 1
+        return kind
+
+    @property
+    def mixed(self) -> bool:
+        return sum(1 for n in self.counts.values() if n) > 1
+
+
+@finding(severity="warn")
+class FormatDrift(Planned[Any]):
+    """Stamps in more than one form (UTC, another offset, naive) among memories
+    (`timestamp_format_drift`: the plan is (id, new timestamp)) or episode spans
+    (`episode_timestamp_format_drift`: (id, new start, new end))."""
+
     utc: int
     aware: int
     naive: int
     unfixable_naive: int
     unfixable_locked: int = UNSET
-    #: (id, new timestamp) of memories, (id, new start, new end) of episodes.
-    plan: list[Any] = field(default_factory=list, repr=False, metadata=INTERNAL)
+
+    @classmethod
+    def found(cls, check: str, forms: StampForms, plan: list[Any], **fields: int) -> list[Self]:
+        """The finding of `check` when a stamp has another offset or the forms are mixed."""
+        if not forms.counts["aware"] and not forms.mixed:
+            return []
+        return [
+            cls(type=check, check=check, **forms.counts, repairable=len(plan), plan=plan, **fields)
+        ]
 
 
 def timestamp_format_drift(ctx: HealthContext) -> list[FormatDrift]:
-    counts = {"utc": 0, "aware": 0, "naive": 0}
+    forms = StampForms()
     plan: list[tuple[int, str]] = []
     locked = 0
     for r in memory_timestamps(ctx.c, ctx.agent_id):
-        kind = stamp_class(r.timestamp)
-        if kind is None:
-            continue
-        counts[kind] += 1
-        if kind == "aware":
+        if forms.see(r.timestamp) == "aware":
             if r.locked:
                 locked += 1
             else:
                 plan.append((int(r.id), to_utc(r.timestamp)))
-    forms = sum(1 for n in counts.values() if n)
-    if not counts["aware"] and forms <= 1:
-        return []
-    return [
-        FormatDrift(
-            type="timestamp_format_drift",
-            check="timestamp_format_drift",
-            **counts,
-            unfixable_naive=counts["naive"] if forms > 1 else 0,
-            unfixable_locked=locked,
-            repairable=len(plan),
-            plan=plan,
-        )
-    ]
+    naive = forms.counts["naive"] if forms.mixed else 0
+    return FormatDrift.found(
+        "timestamp_format_drift", forms, plan, unfixable_naive=naive, unfixable_locked=locked
+    )
 
 
 def episode_timestamp_format_drift(ctx: HealthContext) -> list[FormatDrift]:
-    counts = {"utc": 0, "aware": 0, "naive": 0}
+    forms = StampForms()
     plan: list[tuple[int, str | None, str | None]] = []
     unfixable = 0
     for r in episode_times(ctx.c, ctx.agent_id):
         new = []
         changed = False
         for stamp in (r.start_time, r.end_time):
-            kind = stamp_class(stamp) if stamp else None
-            if kind is not None:
-                counts[kind] += 1
+            kind = forms.see(stamp)
             if kind == "aware":
                 new.append(to_utc(stamp))
                 changed = True
@@ -179,48 +170,20 @@ def episode_timestamp_format_drift(ctx: HealthContext) -> list[FormatDrift]:
                 new.append(stamp)
         if changed:
             plan.append((int(r.id), new[0], new[1]))
-    forms = sum(1 for n in counts.values() if n)
-    if not counts["aware"] and forms <= 1:
-        return []
-    return [
-        FormatDrift(
-            type="episode_timestamp_format_drift",
-            check="episode_timestamp_format_drift",
-            **counts,
-            unfixable_naive=unfixable,
-            repairable=len(plan),
-            plan=plan,
-        )
-    ]
+    return FormatDrift.found(
+        "episode_timestamp_format_drift", forms, plan, unfixable_naive=unfixable
+    )
 
 
-def rewrite_memory_stamps(ctx: HealthContext, issues: list[FormatDrift]) -> None:
-    fix_together(issues, lambda i: i.plan, partial(set_timestamps, ctx.write_handle))
+@finding("stale_pending_tasks", "warn")
+class StalePendingTasks(Rows):
+    """Pending memory tasks left over an hour: they are deleted."""
 
-
-def rewrite_episode_stamps(ctx: HealthContext, issues: list[FormatDrift]) -> None:
-    fix_together(issues, lambda i: i.plan, partial(set_episode_times, ctx.write_handle))
-
-
-@dataclass(kw_only=True, eq=False)
-class StalePendingTasks(Fixable):
-    type: str = "stale_pending_tasks"
-    severity: str = "warn"
-    check: str = "stale_pending_tasks"
-    count: int
     older_than_hours: int = STALE_TASK_HOURS
-    ids: list[int] = field(default_factory=list, repr=False, metadata=INTERNAL)
 
 
 def stale_pending_tasks(ctx: HealthContext) -> list[StalePendingTasks]:
-    ids = stale_tasks(ctx.c, ctx.agent_id, STALE_TASK_HOURS)
-    if not ids:
-        return []
-    return [StalePendingTasks(count=len(ids), repairable=len(ids), ids=ids)]
-
-
-def drop_stale_tasks(ctx: HealthContext, issues: list[StalePendingTasks]) -> None:
-    fix_together(issues, lambda i: i.ids, partial(delete_tasks, ctx.write_handle))
+    return StalePendingTasks.found(stale_tasks(ctx.c, ctx.agent_id, STALE_TASK_HOURS))
 
 
 CHECKS: tuple[Check[Any], ...] = (
@@ -230,7 +193,7 @@ CHECKS: tuple[Check[Any], ...] = (
         invalid_timestamp,
         (BadTimestamps,),
         EVERYWHERE,
-        repair=stamp_from_created_at,
+        repair=write_plan(timestamps_from_created_at),
     ),
     Check(
         "future_timestamp",
@@ -238,7 +201,7 @@ CHECKS: tuple[Check[Any], ...] = (
         future_timestamp,
         (BadTimestamps,),
         EVERYWHERE,
-        repair=stamp_from_created_at,
+        repair=write_plan(timestamps_from_created_at),
     ),
     Check(
         "missing_episode_start_time",
@@ -246,7 +209,7 @@ CHECKS: tuple[Check[Any], ...] = (
         missing_episode_start_time,
         (MissingStartTime,),
         EVERYWHERE,
-        repair=start_from_created_at,
+        repair=write_plan(start_times_from_created_at),
     ),
     Check(
         "timestamp_format_drift",
@@ -254,7 +217,7 @@ CHECKS: tuple[Check[Any], ...] = (
         timestamp_format_drift,
         (FormatDrift,),
         EVERYWHERE,
-        repair=rewrite_memory_stamps,
+        repair=write_plan(set_timestamps),
     ),
     Check(
         "episode_timestamp_format_drift",
@@ -262,7 +225,7 @@ CHECKS: tuple[Check[Any], ...] = (
         episode_timestamp_format_drift,
         (FormatDrift,),
         EVERYWHERE,
-        repair=rewrite_episode_stamps,
+        repair=write_plan(set_episode_times),
     ),
     Check(
         "stale_pending_tasks",
@@ -270,6 +233,6 @@ CHECKS: tuple[Check[Any], ...] = (
         stale_pending_tasks,
         (StalePendingTasks,),
         EVERYWHERE,
-        repair=drop_stale_tasks,
+        repair=write_plan(delete_tasks),
     ),
 )

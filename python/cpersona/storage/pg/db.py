@@ -34,7 +34,6 @@ passes `vector_param(blob)`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import sqlite3
 import threading
@@ -42,9 +41,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
+from cpersona.storage.db import Statements, savepoint
 from cpersona.storage.error_kinds import InDoubtError, UnreachableError
-from cpersona.storage.interface import Capabilities, Params
-from cpersona.storage.interface import Row as AnyRow
+from cpersona.storage.interface import Capabilities
 from cpersona.storage.ops import POSTGRES, SqlOps
 from cpersona.storage.pg.adapters import VectorParam, register_vector, str_dumper
 from cpersona.storage.pg.adapters import vector_param as _vector_param
@@ -162,7 +161,7 @@ class _Reader:
             ctx.__exit__(None, None, None)
 
 
-class PgDatabase:
+class PgDatabase(Statements):
     """One PostgreSQL database through a connection pool (see the module docstring)."""
 
     dialect: Literal["sqlite", "postgresql"] = "postgresql"
@@ -170,17 +169,7 @@ class PgDatabase:
     ops: SqlOps = POSTGRES
     #: Whether text may hold U+0000 (PostgreSQL's text cannot; tools refuse it there).
     stores_nul = False
-    #: A server that many hosts may share: each host keeps its own full-text index files (there
-    #: is no FTS5) in its cache directory, and its vector index files there too when opened
-    #: with `vector_index` (else vectors are scanned in the database, which is also the
-    #: fallback while a file is rebuilt: storage/database_scan.py).
-    capabilities = Capabilities(
-        vector_arm="database",
-        full_text_in_database=False,
-        derived_files="host_cache",
-        local_files=False,
-        shared=True,
-    )
+    capabilities: Capabilities
 
     def __init__(
         self,
@@ -196,8 +185,17 @@ class PgDatabase:
         that the Rust core and the cache directory allow it: engine.py)."""
         from cpersona.storage.pg import errors as pg_errors
 
-        if vector_index:
-            self.capabilities = dataclasses.replace(self.capabilities, vector_arm="index_file")
+        # A server that many hosts may share: each host keeps its own full-text index files
+        # (there is no FTS5) in its cache directory, and its vector index files there too when
+        # opened with `vector_index` (else vectors are scanned in the database, which is also
+        # the fallback while a file is rebuilt: storage/database_scan.py).
+        self.capabilities = Capabilities(
+            vector_arm="index_file" if vector_index else "database",
+            full_text_in_database=False,
+            derived_files="host_cache",
+            local_files=False,
+            shared=True,
+        )
 
         pg_errors.install()  # psycopg's errors as storage errors (storage/error_kinds.py)
         self.url = url
@@ -375,13 +373,6 @@ class PgDatabase:
         """How many connections the pool holds open."""
         return self._reach.open_connections()
 
-    def query(self, sql: str, params: Params = ()) -> list[AnyRow]:
-        return self.reader().execute(sql, params).fetchall()
-
-    def query_one(self, sql: str, params: Params = ()) -> AnyRow | None:
-        rows = self.query(sql, params)
-        return rows[0] if rows else None
-
     # -- writes ------------------------------------------------------------------------------
 
     @contextmanager
@@ -398,18 +389,8 @@ class PgDatabase:
                 # doing the same: maintenance must open its own transaction.
                 raise RuntimeError("an exclusive write nested in a write tool's transaction")
             conn: PgConnection = self._local.writer
-            conn.execute_raw(f"SAVEPOINT sp{depth}")
-            self._local.depth = depth + 1
-            try:
+            with savepoint(self._local, conn, depth, conn.execute_raw):
                 yield conn
-            except BaseException:
-                self._local.depth = depth
-                with contextlib.suppress(Exception):  # an aborted transaction: the outer rolls back
-                    conn.execute_raw(f"ROLLBACK TO SAVEPOINT sp{depth}")
-                    conn.execute_raw(f"RELEASE SAVEPOINT sp{depth}")
-                raise
-            self._local.depth = depth
-            conn.execute_raw(f"RELEASE SAVEPOINT sp{depth}")
             return
         gate = self._write_lock if exclusive else contextlib.nullcontext()
         take = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from cpersona.storage import vector_models
 from cpersona.storage.db import embedding_param, quote_identifier
 from cpersona.storage.upkeep.handle import Conn, chunks, ids_clause, scope, write_by_ids
+from cpersona.storage.upkeep.texts import id_texts
 
 
 def recorded_models(conn: Conn) -> dict[str, vector_models.Recorded]:
@@ -100,13 +101,7 @@ def missing_embeddings(conn: Conn, table: str, agent_id: str) -> int:
 def texts_to_embed(conn: Conn, table: str, agent_id: str, limit: int) -> list[tuple[int, str]]:
     """(id, text) of rows without an embedding, oldest first, at most `limit`."""
     column = "content" if table == "memories" else "summary"
-    where, params = scope(agent_id)
-    rows = conn.execute(
-        f"SELECT id, {column} FROM {quote_identifier(table)} WHERE embedding IS NULL{where} "
-        "ORDER BY id LIMIT ?",
-        [*params, limit],
-    ).fetchall()
-    return [(int(r[0]), str(r[1])) for r in rows]
+    return id_texts(conn, table, column, agent_id, limit, where="embedding IS NULL")
 
 
 def texts_by_id(conn: Conn, table: str, ids: Sequence[int]) -> dict[int, str]:

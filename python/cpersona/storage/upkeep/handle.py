@@ -109,6 +109,13 @@ def scope(agent_id: str, column: str = "agent_id") -> tuple[str, Params]:
     return (f" AND {column} = ?", [agent_id]) if agent_id else ("", [])
 
 
+def scoped_rows(conn: Conn, sql: str, agent_id: str, *after: object) -> list[Any]:
+    """The rows of `sql` whose `{scope}` is the agent's condition (nothing for every agent),
+    its parameter bound before `after`."""
+    where, params = scope(agent_id)
+    return list(conn.execute(sql.format(scope=where), [*params, *after]).fetchall())
+
+
 def ids_clause(ids: Sequence[int]) -> str:
     return ",".join("?" * len(ids))
 
@@ -167,13 +174,11 @@ def db_size(conn: Conn) -> int:
 
 
 def axis_counts(conn: Conn, column: str, agent_id: str, limit: int = 20) -> list[tuple[str, int]]:
-    where, params = scope(agent_id)
-    rows = conn.execute(
-        f"SELECT {column}, COUNT(*) AS n FROM memories WHERE 1=1{where} "
-        f"GROUP BY {column} ORDER BY n DESC, {column} LIMIT ?",
-        [*params, limit],
-    ).fetchall()
-    return [(str(r[0]), int(r[1])) for r in rows]
+    sql = (
+        f"SELECT {column}, COUNT(*) AS n FROM memories WHERE 1=1{{scope}} "
+        f"GROUP BY {column} ORDER BY n DESC, {column} LIMIT ?"
+    )
+    return [(str(r[0]), int(r[1])) for r in scoped_rows(conn, sql, agent_id, limit)]
 
 
 def project_ids(conn: Conn, agent_id: str) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from cpersona.storage.db import quote_identifier
 from cpersona.storage.error_kinds import ConstraintError
-from cpersona.storage.upkeep.handle import Conn, scope, write_by_ids
+from cpersona.storage.upkeep.handle import Conn, scope, scoped_rows, write_by_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,13 +186,24 @@ def agents_without_profile(conn: Conn, agent_id: str) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
+def id_texts(
+    conn: Conn,
+    table: str,
+    column: str,
+    agent_id: str,
+    limit: int,
+    *,
+    where: str = "1=1",
+    newest_first: bool = False,
+) -> list[tuple[int, str]]:
+    """(id, text of `column`) of at most `limit` rows matching `where`, in id order."""
+    order = "DESC" if newest_first else "ASC"
+    sql = f"SELECT id, {column} FROM {quote_identifier(table)} WHERE {where}{{scope}} "
+    sql += f"ORDER BY id {order} LIMIT ?"
+    return [(int(r[0]), str(r[1] or "")) for r in scoped_rows(conn, sql, agent_id, limit)]
+
+
 def newest_texts(
     conn: Conn, table: str, column: str, agent_id: str, limit: int
 ) -> list[tuple[int, str]]:
-    where, params = scope(agent_id)
-    rows = conn.execute(
-        f"SELECT id, {column} FROM {quote_identifier(table)} WHERE 1=1{where} "
-        "ORDER BY id DESC LIMIT ?",
-        [*params, limit],
-    ).fetchall()
-    return [(int(r[0]), str(r[1] or "")) for r in rows]
+    return id_texts(conn, table, column, agent_id, limit, newest_first=True)

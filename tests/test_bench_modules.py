@@ -1,0 +1,96 @@
+"""The benchmarks that run as `python -m benches.X` (not pytest files) still run.
+
+CI never runs them at their real sizes (minutes to hours); a renamed function or a changed
+tool answer would otherwise break them unnoticed until someone reran a published number.
+Each runs here at a toy size, from the repository root as docs/performance.md says, and its
+output is read for the figures the docs quote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = 1500
+
+
+def _run(args: list[str], env_extra: dict[str, str], timeout: float = 240) -> str:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **env_extra)
+    done = subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"{args[0]} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def million_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """One toy run of benches.million: its JSON result and the cache holding its corpus."""
+    cache = tmp_path_factory.mktemp("bench-cache")
+    out = cache / "million.jsonl"
+    _run(
+        ["benches.million", "--sizes", str(ROWS), "--rounds", "3", "--stores", "2"],
+        {"CPERSONA_BENCH_CACHE": str(cache), "CPERSONA_BENCH_OUT": str(out)},
+    )
+    return json.loads(out.read_text().splitlines()[-1]), cache
+
+
+def test_million_reports_every_figure_the_docs_quote(
+    million_run: tuple[dict[str, Any], Path],
+) -> None:
+    size = million_run[0][str(ROWS)]
+    for figure in ("recall", "trivial", "store"):
+        assert size[figure]["p50"] > 0 and size[figure]["p95"] >= size[figure]["p50"]
+    assert size["recall"]["n"] == 3 and size["store"]["n"] == 2
+    assert {"server_share_p50", "server_share_p95", "first_recall_ms"} <= size.keys()
+    assert size["rss_after_rounds"]["RssAnon_mb"] > 0
+
+
+def test_checked_scan_times_both_scans(million_run: tuple[dict[str, Any], Path]) -> None:
+    corpus = next((million_run[1] / "million").glob(f"natural-{ROWS}x*.db"))
+    text = _run(["benches.checked_scan", str(corpus), "4"], {})
+    assert f"{ROWS} rows x 384" in text
+    assert "checked: median" in text and "unchecked: median" in text and "n=4" in text
+
+
+def test_checked_scan_refuses_a_missing_corpus(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "benches.checked_scan", str(missing)],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "is not a corpus with a built vector index" in done.stderr
+    assert not missing.exists()  # no empty database left under the mistyped name
+
+
+def test_pg_statements_counts_both_backends(pg_url: str) -> None:
+    text = _run(["benches.pg_statements", "--url", pg_url, "--rows", "20"], {})
+    counts = {
+        line.rsplit(":", 1)[0]: int(line.rsplit(":", 1)[1].split()[0])
+        for line in text.splitlines()
+        if line.endswith("statements") and not line.startswith(" ")
+    }
+    assert set(counts) == {
+        "sqlite store",
+        "sqlite recall",
+        "postgresql store",
+        "postgresql recall",
+    }, text
+    assert all(n > 0 for n in counts.values()), counts
