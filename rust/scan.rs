@@ -381,6 +381,13 @@ impl HashSet64 {
             _ => self.sorted.binary_search(&value).is_ok(),
         }
     }
+
+    /// Whether the set admits every value (it is empty), so a caller need not read the value.
+    #[inline]
+    #[must_use]
+    pub fn is_all(&self) -> bool {
+        self.sorted.is_empty()
+    }
 }
 
 /// A half-open range of row instants `[lo, hi)` in microseconds since the Unix epoch.

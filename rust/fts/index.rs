@@ -18,22 +18,25 @@ use std::sync::{Arc, Mutex, PoisonError};
 use memchr::memmem::Finder;
 
 use super::fold::{fold_text, occurrences, token_count, trigrams};
-use super::segment::{self, Meta, RowIn, Segment};
+use super::segment::{self, prefetch, Meta, RowIn, Segment};
 use crate::error::CoreError;
 use crate::layout::Elem;
-use crate::scan::Scope;
+use crate::scan::{HashSet64, Scope};
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 /// Phrases kept in the cache before it is emptied (each costs its row list).
 const CACHE_PHRASES: usize = 4096;
+/// How many rows ahead of the one at hand a loop over rows at random places asks for the next
+/// rows' data (a cache hint: enough to cover a memory load's latency).
+const AHEAD: usize = 8;
 /// Compact the slots once this many are dead and they outnumber the live ones.
 const COMPACT_MIN_DEAD: usize = 65_536;
 
-/// One row as the change records carry it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Doc {
-    pub id: i64,
+/// Where a row belongs and when: the fields of a row besides its id and texts, as the change
+/// records, the heap slots, the segment and `verify` all carry them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowMeta {
     pub agent: u64,
     pub project: u64,
     pub channel: u64,
@@ -43,6 +46,13 @@ pub struct Doc {
     /// The row's instant in microseconds since the Unix epoch, `NO_TIME` when it has none
     /// (docs/fts-index.md): what a time-scoped search admits.
     pub time: i64,
+}
+
+/// One row as the change records carry it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Doc {
+    pub id: i64,
+    pub meta: RowMeta,
     pub columns: Vec<String>,
 }
 
@@ -55,12 +65,7 @@ pub enum Record {
 
 struct Slot {
     id: i64,
-    agent: u64,
-    project: u64,
-    channel: u64,
-    source: u64,
-    key: i64,
-    time: i64,
+    meta: RowMeta,
     tokens: u64,
     columns: Box<[Box<str>]>,
 }
@@ -77,6 +82,10 @@ struct Postings {
 struct Phrase {
     slots: Vec<u32>,
     tfs: Vec<u32>,
+    /// Each row's size (FTS5's token count; a row of `SQLite`'s at most 10^9 bytes has fewer
+    /// than 2^32), kept here because the scoring loop would otherwise read it from the row
+    /// arrays at random, one cache miss per row.
+    sizes: Vec<u32>,
     /// Live rows among `slots` (FTS5's `nHit`).
     hits: i64,
     /// The largest frequency and the smallest row size among `slots`: the phrase's best
@@ -92,6 +101,7 @@ impl Phrase {
         }
         self.slots.push(slot);
         self.tfs.push(tf);
+        self.sizes.push(u32::try_from(size).unwrap_or(u32::MAX));
         self.hits += 1;
         self.max_tf = self.max_tf.max(tf);
         self.min_size = self.min_size.min(size);
@@ -100,16 +110,17 @@ impl Phrase {
     fn tf_of(&self, slot: u32) -> Option<u32> {
         self.slots.binary_search(&slot).ok().map(|i| self.tfs[i])
     }
+
+    /// The rows with their frequency and size, ascending by slot.
+    fn rows(&self) -> impl Iterator<Item = (u32, u32, u64)> + '_ {
+        let rows = self.slots.iter().zip(&self.tfs).zip(&self.sizes);
+        rows.map(|((&s, &tf), &size)| (s, tf, u64::from(size)))
+    }
 }
 
 /// A row of the index as `verify` compares it with `SQLite`.
 pub struct RowView<'a> {
-    pub agent: u64,
-    pub project: u64,
-    pub channel: u64,
-    pub source: u64,
-    pub key: i64,
-    pub time: i64,
+    pub meta: RowMeta,
     pub columns: Vec<&'a str>,
 }
 
@@ -123,7 +134,17 @@ struct List<'a> {
     b_counts: &'a [u8],
 }
 
-impl List<'_> {
+impl<'a> List<'a> {
+    /// One ascending slot list (for `gallop`; it has no window counts).
+    fn of(slots: &'a [u32]) -> Self {
+        Self {
+            a: slots,
+            a_counts: &[],
+            b: &[],
+            b_counts: &[],
+        }
+    }
+
     fn len(&self) -> usize {
         self.a.len() + self.b.len()
     }
@@ -162,6 +183,17 @@ pub struct FtsIndex {
     postings: HashMap<u64, Postings>,
     live_tokens: u64,
     cache: Mutex<HashMap<Box<str>, Arc<Phrase>>>,
+    /// Zeroed per-slot arrays of finished searches, one per search that ran at once: zeroing
+    /// 9 bytes a row for each search cost a millisecond at 1,000,000 rows.
+    scratch: Mutex<Vec<Scratch>>,
+}
+
+/// A search's per-slot arrays: 0 = row not seen, 1 = in scope, 2 = out of scope; and each
+/// in-scope row's partial score.
+#[derive(Default)]
+struct Scratch {
+    seen: Vec<u8>,
+    partial: Vec<f64>,
 }
 
 impl FtsIndex {
@@ -208,15 +240,9 @@ impl FtsIndex {
             .into_iter()
             .map(|id| {
                 let s = self.slot_of(id).expect("a live id has a slot");
-                let (agent, project, channel, source, key, time) = self.scope_of(s);
                 RowIn {
                     id,
-                    agent,
-                    project,
-                    channel,
-                    source,
-                    key,
-                    time,
+                    meta: self.meta_of(s),
                     size: self.size(s),
                     columns: self.columns_of(s).collect(),
                 }
@@ -266,21 +292,10 @@ impl FtsIndex {
         }
     }
 
-    /// (agent, project, channel, source, key, time) of a slot.
-    fn scope_of(&self, s: usize) -> (u64, u64, u64, u64, i64, i64) {
+    fn meta_of(&self, s: usize) -> RowMeta {
         match &self.base {
-            Some(b) if s < b.rows() => (
-                b.agents()[s],
-                b.projects()[s],
-                b.channels()[s],
-                b.sources()[s],
-                b.keys()[s],
-                b.times()[s],
-            ),
-            _ => {
-                let r = &self.slots[s - self.nb()];
-                (r.agent, r.project, r.channel, r.source, r.key, r.time)
-            }
+            Some(b) if s < b.rows() => b.meta(s),
+            _ => self.slots[s - self.nb()].meta,
         }
     }
 
@@ -338,14 +353,8 @@ impl FtsIndex {
     #[must_use]
     pub fn row(&self, id: i64) -> Option<RowView<'_>> {
         self.slot_of(id).map(|s| {
-            let (agent, project, channel, source, key, time) = self.scope_of(s);
             RowView {
-                agent,
-                project,
-                channel,
-                source,
-                key,
-                time,
+                meta: self.meta_of(s),
                 // The texts were UTF-8 when written (the segment's CRC says they still are).
                 columns: self
                     .columns_of(s)
@@ -405,17 +414,12 @@ impl FtsIndex {
         }
         self.slots.push(Slot {
             id: doc.id,
-            agent: doc.agent,
-            project: doc.project,
-            channel: doc.channel,
-            source: doc.source,
-            key: doc.key,
-            time: doc.time,
+            meta: doc.meta,
             tokens,
             columns: columns.into_boxed_slice(),
         });
         self.alive.push(true);
-        self.agents.push(doc.agent);
+        self.agents.push(doc.meta.agent);
         self.sizes.push(tokens);
         self.by_id.insert(doc.id, slot);
         self.live_tokens += tokens;
@@ -469,12 +473,7 @@ impl FtsIndex {
             if live {
                 let doc = Doc {
                     id: slot.id,
-                    agent: slot.agent,
-                    project: slot.project,
-                    channel: slot.channel,
-                    source: slot.source,
-                    key: slot.key,
-                    time: slot.time,
+                    meta: slot.meta,
                     columns: slot.columns.iter().map(ToString::to_string).collect(),
                 };
                 self.insert(&doc, &mut none);
@@ -534,7 +533,10 @@ impl FtsIndex {
             // One window: the rows holding the trigram are the phrase's rows, and the
             // trigram's count in a row is the phrase frequency (counted anew only if saturated).
             let list = lists[0];
-            for (slot, count) in list.iter() {
+            for (j, (slot, count)) in list.iter().enumerate() {
+                if j + AHEAD < list.len() {
+                    self.prefetch_stat(list.slot(j + AHEAD) as usize, Segment::sizes, &self.sizes);
+                }
                 if self.is_alive(slot as usize) {
                     let tf = if count < u8::MAX {
                         u32::from(count)
@@ -548,9 +550,10 @@ impl FtsIndex {
         }
         lists.sort_by_key(List::len);
         let (drive, others) = lists.split_first().expect("non-empty");
-        // Two more lists prune nearly all false candidates; the text search settles the rest.
-        let others = &others[..others.len().min(2)];
+        // Every other list is probed: a probe reads posting arrays in ascending order, while a
+        // false candidate costs a read of its text at a random place.
         let mut cursors = vec![0usize; others.len()];
+        let mut candidates: Vec<u32> = Vec::new();
         'rows: for (slot, _) in drive.iter() {
             if !self.is_alive(slot as usize) {
                 continue;
@@ -560,19 +563,51 @@ impl FtsIndex {
                     continue 'rows;
                 }
             }
-            let tf = self.frequency(slot, &finder);
+            candidates.push(slot);
+        }
+        self.verify(&candidates, &finder, &mut out);
+        out
+    }
+
+    /// The candidates' frequencies (their texts searched), the matching ones pushed to `out`.
+    ///
+    /// Each candidate of the segment costs three dependent reads at random places (its column
+    /// range, the column's offset, the text) and one for its size; they are requested
+    /// `AHEAD` candidates early, one level per stage, so the loads overlap instead of each
+    /// waiting for memory in turn.
+    fn verify(&self, candidates: &[u32], finder: &Finder<'_>, out: &mut Phrase) {
+        let ahead = |i: usize, stage| {
+            if let (Some(b), Some(&slot)) = (&self.base, candidates.get(i)) {
+                if (slot as usize) < b.rows() {
+                    b.prefetch(slot as usize, stage);
+                }
+            }
+        };
+        for i in 0..AHEAD * 3 {
+            ahead(i, i / AHEAD);
+        }
+        for (i, &slot) in candidates.iter().enumerate() {
+            ahead(i + AHEAD * 3, 0);
+            ahead(i + AHEAD * 2, 1);
+            ahead(i + AHEAD, 2);
+            let tf = self.frequency(slot, finder);
             if tf > 0 {
                 out.push(slot, tf, self.size(slot as usize));
             }
         }
-        out
     }
 
     /// Occurrences of a phrase in one row, over its columns.
     fn frequency(&self, slot: u32, finder: &Finder<'_>) -> u32 {
-        self.columns_of(slot as usize)
-            .map(|c| occurrences(finder, c))
-            .sum()
+        let s = slot as usize;
+        match &self.base {
+            Some(b) if s < b.rows() => b.columns(s).map(|c| occurrences(finder, c)).sum(),
+            _ => self.slots[s - self.nb()]
+                .columns
+                .iter()
+                .map(|c| occurrences(finder, c.as_bytes()))
+                .sum(),
+        }
     }
 
     /// The top `limit` rows of `scope` matching any of `terms` (already-folded query phrases,
@@ -604,23 +639,32 @@ impl FtsIndex {
         order.sort_by(|&a, &b| bound(b).total_cmp(&bound(a)));
         let mut rest: f64 = order.iter().map(|&i| bound(i)).sum();
 
-        // 0 = not seen, 1 = in scope, 2 = out of scope.
-        let mut seen = vec![0u8; self.total_slots()];
-        let mut partial = vec![0f64; self.total_slots()];
+        let mut scratch = self.scratch();
+        let Scratch { seen, partial } = &mut scratch;
+        // Every slot whose `seen` is set: what is zeroed again before the scratch goes back.
+        let mut marked: Vec<u32> = Vec::new();
         let mut touched: Vec<u32> = Vec::new();
         let mut next = 0;
         while next < order.len() {
-            if touched.len() >= limit && kth_largest(&touched, &partial, limit) > rest * SAFETY {
+            if touched.len() >= limit && kth_largest(&touched, partial, limit) > rest * SAFETY {
                 break;
             }
             let i = order[next];
             let p = &phrases[i];
-            for (&slot, &tf) in p.slots.iter().zip(&p.tfs) {
+            for (j, (slot, tf, size)) in p.rows().enumerate() {
+                if let Some(&ahead) = p.slots.get(j + AHEAD) {
+                    // The rows' scratch entries and agents are read at random places.
+                    let ahead = ahead as usize;
+                    prefetch(seen.get(ahead));
+                    prefetch(partial.get(ahead));
+                    self.prefetch_stat(ahead, Segment::agents, &self.agents);
+                }
                 let s = slot as usize;
                 match seen[s] {
                     0 => {
                         let ok = self.is_alive(s) && self.in_scope(s, scope);
                         seen[s] = if ok { 1 } else { 2 };
+                        marked.push(slot);
                         if !ok {
                             continue;
                         }
@@ -629,25 +673,30 @@ impl FtsIndex {
                     2 => continue,
                     _ => {}
                 }
-                partial[s] += contribution(idfs[i], tf, self.size(s), avgdl);
+                partial[s] += contribution(idfs[i], tf, size, avgdl);
             }
             rest -= bound(i);
             next += 1;
         }
+        // In slot order, so each lookup below gallops on from the last instead of a binary
+        // search over the whole list (at 1,000,000 rows twenty reads at random places each).
+        touched.sort_unstable();
         for &i in &order[next..] {
             let p = &phrases[i];
             if touched.len().saturating_mul(16) < p.slots.len() {
+                let list = List::of(&p.slots);
+                let mut pos = 0;
                 for &slot in &touched {
-                    if let Some(tf) = p.tf_of(slot) {
-                        let s = slot as usize;
-                        partial[s] += contribution(idfs[i], tf, self.size(s), avgdl);
+                    if gallop(&list, &mut pos, slot) {
+                        let size = u64::from(p.sizes[pos]);
+                        partial[slot as usize] += contribution(idfs[i], p.tfs[pos], size, avgdl);
                     }
                 }
             } else {
-                for (&slot, &tf) in p.slots.iter().zip(&p.tfs) {
+                for (slot, tf, size) in p.rows() {
                     let s = slot as usize;
                     if seen[s] == 1 {
-                        partial[s] += contribution(idfs[i], tf, self.size(s), avgdl);
+                        partial[s] += contribution(idfs[i], tf, size, avgdl);
                     }
                 }
             }
@@ -655,9 +704,14 @@ impl FtsIndex {
         // `partial` now holds each seen row's whole score, summed in another order than
         // FTS5's: keep every row within rounding of the limit-th, then score those exactly.
         if touched.len() > limit {
-            let kth = kth_largest(&touched, &partial, limit);
+            let kth = kth_largest(&touched, partial, limit);
             touched.retain(|&s| partial[s as usize] >= kth / SAFETY);
         }
+        for &slot in &marked {
+            seen[slot as usize] = 0;
+            partial[slot as usize] = 0.0;
+        }
+        self.give_back(scratch);
         let mut ranked: Vec<(i64, f64)> = touched
             .iter()
             .map(|&slot| {
@@ -677,15 +731,48 @@ impl FtsIndex {
         ranked
     }
 
+    /// Whether slot `s` is in the scope; reads only the parts the scope restricts (each is
+    /// another array of the segment, and a read of it one more cache miss per row).
     fn in_scope(&self, s: usize, scope: &Scope) -> bool {
         if self.agent(s) != scope.agent {
             return false;
         }
-        let (_, project, channel, source, _, time) = self.scope_of(s);
-        scope.projects.admits(project)
-            && scope.channels.admits(channel)
-            && scope.sources.admits(source)
-            && scope.times.admits(time)
+        let field = |base: fn(&Segment) -> &[u64], heap: fn(&RowMeta) -> u64| match &self.base {
+            Some(b) if s < b.rows() => base(b)[s],
+            _ => heap(&self.slots[s - self.nb()].meta),
+        };
+        let admits = |set: &HashSet64, base, heap| set.is_all() || set.admits(field(base, heap));
+        admits(&scope.projects, Segment::projects, |m| m.project)
+            && admits(&scope.channels, Segment::channels, |m| m.channel)
+            && admits(&scope.sources, Segment::sources, |m| m.source)
+            && (scope.times.is_all() || scope.times.admits(self.meta_of(s).time))
+    }
+
+    /// A cache hint for slot `s`'s entry of a per-row array (`base` of the segment's rows,
+    /// `heap` of the delta's).
+    fn prefetch_stat(&self, s: usize, base: fn(&Segment) -> &[u64], heap: &[u64]) {
+        match &self.base {
+            Some(b) if s < b.rows() => prefetch(base(b).get(s)),
+            _ => prefetch(heap.get(s - self.nb())),
+        }
+    }
+
+    /// A search's per-slot scratch, all zero: one kept from an earlier search, else new.
+    fn scratch(&self) -> Scratch {
+        let kept = self.scratch.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let mut scratch = kept.unwrap_or_default();
+        let n = self.total_slots();
+        scratch.seen.resize(n, 0);
+        scratch.partial.resize(n, 0.0);
+        scratch
+    }
+
+    /// Keep a search's scratch (zeroed again by it) for the next search.
+    fn give_back(&self, scratch: Scratch) {
+        self.scratch
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(scratch);
     }
 }
 
@@ -802,12 +889,14 @@ pub fn parse_records(bytes: &[u8]) -> Result<Vec<Record>, CoreError> {
                 }
                 Record::Put(Doc {
                     id,
-                    agent,
-                    project,
-                    channel,
-                    source,
-                    key,
-                    time,
+                    meta: RowMeta {
+                        agent,
+                        project,
+                        channel,
+                        source,
+                        key,
+                        time,
+                    },
                     columns,
                 })
             }
@@ -862,12 +951,11 @@ mod tests {
     fn doc(id: i64, text: &str) -> Record {
         Record::Put(Doc {
             id,
-            agent: 7,
-            project: 0,
-            channel: 0,
-            source: 0,
-            key: 0,
-            time: id,
+            meta: RowMeta {
+                agent: 7,
+                time: id,
+                ..RowMeta::default()
+            },
             columns: vec![text.to_string()],
         })
     }
@@ -955,12 +1043,14 @@ mod tests {
         bytes.extend(declared_record(&DELETE_FIELDS, delete, &[]));
         let want = Doc {
             id: 3,
-            agent: 11,
-            project: 12,
-            channel: 13,
-            source: 14,
-            key: 15,
-            time: -16,
+            meta: RowMeta {
+                agent: 11,
+                project: 12,
+                channel: 13,
+                source: 14,
+                key: 15,
+                time: -16,
+            },
             columns: vec!["ab".into(), "cde".into()],
         };
         assert_eq!(
@@ -983,7 +1073,7 @@ mod tests {
         let mut out = Vec::new();
         for id in ix.ids() {
             let s = ix.slot_of(id).unwrap();
-            if !scope.times.admits(ix.scope_of(s).5) {
+            if !scope.times.admits(ix.meta_of(s).time) {
                 continue;
             }
             let mut total = 0.0;
@@ -1068,7 +1158,7 @@ mod tests {
             proptest::prop_assert_eq!(mapped.total_tokens(), whole.total_tokens());
             for id in whole.ids() {
                 let (a, b) = (mapped.row(id).unwrap(), whole.row(id).unwrap());
-                proptest::prop_assert_eq!((a.key, a.time, a.columns), (b.key, b.time, b.columns));
+                proptest::prop_assert_eq!((a.meta, a.columns), (b.meta, b.columns));
             }
             proptest::prop_assert_eq!(mapped.search(&terms, &scope(), limit), whole.search(&terms, &scope(), limit));
             // And a segment written from the segment + delta (compaction) answers the same.

@@ -13,6 +13,7 @@ use std::path::Path;
 
 use memmap2::Mmap;
 
+use super::index::RowMeta;
 use crate::error::CoreError;
 use crate::layout::{Elem, Field};
 
@@ -307,6 +308,46 @@ impl Segment {
         self.section(S_POSTING_START)
     }
 
+    /// Where a row belongs and when.
+    #[must_use]
+    pub fn meta(&self, slot: usize) -> RowMeta {
+        RowMeta {
+            agent: self.agents()[slot],
+            project: self.projects()[slot],
+            channel: self.channels()[slot],
+            source: self.sources()[slot],
+            key: self.keys()[slot],
+            time: self.times()[slot],
+        }
+    }
+
+    /// A hint that row `slot`'s texts are read soon (`FtsIndex::verify`): at `stage` 0 its
+    /// column range is requested from memory, at 1 its first column's offset (reading the
+    /// range, requested earlier), at 2 its text and size. Results never depend on it.
+    pub fn prefetch(&self, slot: usize, stage: usize) {
+        let start = self.column_start();
+        match stage {
+            0 => prefetch(start.get(slot)),
+            1 => prefetch(start.get(slot).and_then(|&c| self.column_offset().get(c as usize))),
+            _ => {
+                let text: &[u8] = self.section(S_TEXT);
+                let offset = self.column_offset();
+                let (Some(&c0), Some(&c1)) = (start.get(slot), start.get(slot + 1)) else {
+                    return;
+                };
+                let (Some(&from), Some(&to)) = (offset.get(c0 as usize), offset.get(c1 as usize))
+                else {
+                    return;
+                };
+                // The row's texts, up to four cache lines (most rows are one or two).
+                for at in (from..to).step_by(64).take(4) {
+                    prefetch(text.get(at as usize));
+                }
+                prefetch(self.sizes().get(slot));
+            }
+        }
+    }
+
     /// The folded texts of a row's columns, as UTF-8 bytes.
     pub fn columns(&self, slot: usize) -> impl Iterator<Item = &[u8]> {
         let start = self.column_start();
@@ -337,12 +378,7 @@ impl Segment {
 /// One row handed to `write`, in ascending id order.
 pub struct RowIn<'a> {
     pub id: i64,
-    pub agent: u64,
-    pub project: u64,
-    pub channel: u64,
-    pub source: u64,
-    pub key: i64,
-    pub time: i64,
+    pub meta: RowMeta,
     pub size: u64,
     pub columns: Vec<&'a [u8]>,
 }
@@ -405,12 +441,12 @@ pub fn write(path: &Path, meta: Meta, rows: &[RowIn<'_>]) -> Result<(), CoreErro
     };
     let le64 = |v: u64| v.to_le_bytes();
     section(&mut out, &mut rows.iter().flat_map(|r| le64(r.id as u64)))?;
-    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.agent)))?;
-    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.project)))?;
-    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.channel)))?;
-    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.source)))?;
-    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.key as u64)))?;
-    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.time as u64)))?;
+    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.meta.agent)))?;
+    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.meta.project)))?;
+    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.meta.channel)))?;
+    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.meta.source)))?;
+    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.meta.key as u64)))?;
+    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.meta.time as u64)))?;
     section(&mut out, &mut rows.iter().flat_map(|r| le64(r.size)))?;
     let column_start = std::iter::once(0u64).chain(rows.iter().scan(0u64, |n, r| {
         *n += r.columns.len() as u64;
@@ -478,6 +514,23 @@ fn read_u32(bytes: &[u8], offset: usize) -> u32 {
 
 fn read_u64(bytes: &[u8], offset: usize) -> u64 {
     u64::from_le_bytes(bytes[offset..offset + 8].try_into().expect("8 bytes"))
+}
+
+/// Ask the CPU to start loading the cache line of `at` (a hint: it reads nothing the program
+/// sees and never faults).
+#[inline]
+pub(super) fn prefetch<T>(at: Option<&T>) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(at) = at {
+        // SAFETY: `_mm_prefetch` only hints the cache; `at` is a valid reference anyway.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                std::ptr::from_ref(at).cast::<i8>(),
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
 }
 
 /// Element types that may be viewed in place in the mapping: every bit pattern is a valid value.

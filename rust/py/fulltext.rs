@@ -162,12 +162,12 @@ impl FtsIndex {
     fn row(&self, id: i64) -> Option<FtsRow> {
         self.read().row(id).map(|r| {
             (
-                r.agent,
-                r.project,
-                r.channel,
-                r.source,
-                r.key,
-                r.time,
+                r.meta.agent,
+                r.meta.project,
+                r.meta.channel,
+                r.meta.source,
+                r.meta.key,
+                r.meta.time,
                 r.columns.iter().map(ToString::to_string).collect(),
             )
         })
