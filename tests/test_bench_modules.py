@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,15 +83,18 @@ def test_checked_scan_refuses_a_missing_corpus(tmp_path: Path) -> None:
 
 def test_pg_statements_counts_both_backends(pg_url: str) -> None:
     text = _run(["benches.pg_statements", "--url", pg_url, "--rows", "20"], {})
-    counts = {
-        line.rsplit(":", 1)[0]: int(line.rsplit(":", 1)[1].split()[0])
-        for line in text.splitlines()
-        if line.endswith("statements") and not line.startswith(" ")
-    }
+    # "<backend> <tool>: N statements, M round trips", each followed by its statements
+    counts = {}
+    for line in text.splitlines():
+        found = re.fullmatch(r"(\w+ \w+): (\d+) statements, (\d+) round trips", line)
+        if found:
+            counts[found[1]] = (int(found[2]), int(found[3]))
     assert set(counts) == {
         "sqlite store",
         "sqlite recall",
         "postgresql store",
         "postgresql recall",
     }, text
-    assert all(n > 0 for n in counts.values()), counts
+    assert all(0 < trips <= n for n, trips in counts.values()), counts
+    # pipelining is PostgreSQL's: there a recall sends fewer round trips than statements
+    assert counts["postgresql recall"][1] < counts["postgresql recall"][0], text

@@ -759,7 +759,11 @@ impl FtsIndex {
 
     /// A search's per-slot scratch, all zero: one kept from an earlier search, else new.
     fn scratch(&self) -> Scratch {
-        let kept = self.scratch.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let kept = self
+            .scratch
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
         let mut scratch = kept.unwrap_or_default();
         let n = self.total_slots();
         scratch.seen.resize(n, 0);

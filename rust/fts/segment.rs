@@ -328,7 +328,11 @@ impl Segment {
         let start = self.column_start();
         match stage {
             0 => prefetch(start.get(slot)),
-            1 => prefetch(start.get(slot).and_then(|&c| self.column_offset().get(c as usize))),
+            1 => prefetch(
+                start
+                    .get(slot)
+                    .and_then(|&c| self.column_offset().get(c as usize)),
+            ),
             _ => {
                 let text: &[u8] = self.section(S_TEXT);
                 let offset = self.column_offset();
@@ -442,11 +446,23 @@ pub fn write(path: &Path, meta: Meta, rows: &[RowIn<'_>]) -> Result<(), CoreErro
     let le64 = |v: u64| v.to_le_bytes();
     section(&mut out, &mut rows.iter().flat_map(|r| le64(r.id as u64)))?;
     section(&mut out, &mut rows.iter().flat_map(|r| le64(r.meta.agent)))?;
-    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.meta.project)))?;
-    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.meta.channel)))?;
+    section(
+        &mut out,
+        &mut rows.iter().flat_map(|r| le64(r.meta.project)),
+    )?;
+    section(
+        &mut out,
+        &mut rows.iter().flat_map(|r| le64(r.meta.channel)),
+    )?;
     section(&mut out, &mut rows.iter().flat_map(|r| le64(r.meta.source)))?;
-    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.meta.key as u64)))?;
-    section(&mut out, &mut rows.iter().flat_map(|r| le64(r.meta.time as u64)))?;
+    section(
+        &mut out,
+        &mut rows.iter().flat_map(|r| le64(r.meta.key as u64)),
+    )?;
+    section(
+        &mut out,
+        &mut rows.iter().flat_map(|r| le64(r.meta.time as u64)),
+    )?;
     section(&mut out, &mut rows.iter().flat_map(|r| le64(r.size)))?;
     let column_start = std::iter::once(0u64).chain(rows.iter().scan(0u64, |n, r| {
         *n += r.columns.len() as u64;

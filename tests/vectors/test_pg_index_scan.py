@@ -94,8 +94,12 @@ def from_index(index: VectorIndex, p: Probe) -> Hits:
         hits = scan(index, query, _scope(p), p.limits, kernels=core)
     # A source prefix no source has answers empty before the file is read.
     if not (p.scope.source_prefix and p.table == "memories"):
+        # Not `applied_seq == log_seq`: on PostgreSQL a position is a transaction horizon,
+        # and any transaction of the cluster (another test database's) moves `log_seq` on
+        # between the scan and this check. Whether the file was current is the comparison
+        # with the SQL scan's answer, which the caller makes.
         status = index.status()
-        assert status.usable and status.applied_seq == status.log_seq, status
+        assert status.usable, status
         if status.dim == query.shape[0]:
             assert fallback.call_count == 0, "the index file did not answer"
     event("index answered" if fallback.call_count == 0 else "database answered (width)")

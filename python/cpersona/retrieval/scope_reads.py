@@ -4,10 +4,10 @@ capped pool count and the timestamp span (retrieval.md §6-7).
 
 On SQLite each is its own statement, asked when first needed (microseconds each). On
 PostgreSQL each statement is a round trip (a fraction of a millisecond, several under load),
-so they are one statement of scalar subqueries (storage/search.scope_facts), sent with the
-snapshot's BEGIN when the reads are made before it (storage/pg/snapshot_reads.py), else asked
-on first use: inside one REPEATABLE READ snapshot the answers are the ones the separate
-statements would give, whenever each is asked.
+so they are one statement of scalar subqueries (storage/scope_facts.py), sent with the
+snapshot's BEGIN when the reads are made before it, else asked on first use: inside one
+REPEATABLE READ snapshot the answers are the ones the separate statements would give, whenever
+each is asked.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from cpersona.retrieval.hydration import Hydration
 from cpersona.storage import Store, search
 from cpersona.storage import profiles as profile_sql
-from cpersona.storage.pg import snapshot_reads
+from cpersona.storage.scope_facts import PendingScopeFacts
 from cpersona.storage.search import ScopeFacts, ScopeSql
 
 Stats = tuple[int, tuple[str | None, str | None]]
@@ -32,24 +32,11 @@ class ScopeReads:
         self._db = db
         self._scope = scope
         self._cap = stats_cap
-        self._folded: ScopeFacts | None = None
-        self._sent: str | None = None
-        if db.dialect == "postgresql":
-            sql, params = search.scope_facts_statement(db, scope, profile_sql.GET, stats_cap)
-            self._sent = snapshot_reads.send_with_begin(db.reader(), sql, params)
+        self._pending = PendingScopeFacts(db, scope, profile_sql.GET, stats_cap)
 
     def _facts(self) -> ScopeFacts | None:
         """Every read at once on PostgreSQL (read on first use); None on SQLite."""
-        if self._db.dialect != "postgresql":
-            return None
-        if self._folded is None:
-            rows = snapshot_reads.sent_with_begin(self._db.reader(), self._sent)
-            self._folded = (
-                search.scope_facts_of(rows[0])
-                if rows
-                else search.scope_facts(self._db, self._scope, profile_sql.GET, self._cap)
-            )
-        return self._folded
+        return self._pending.get()
 
     def profile(self) -> str | None:
         facts = self._facts()
