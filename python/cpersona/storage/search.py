@@ -80,7 +80,8 @@ _EP_COLS = projection(EpisodeHit, EpisodeRow, extra=("bm25",)).select_list("e")
 
 
 def _mem(r: Row, bm25: float | None) -> MemoryHit:
-    return MemoryHit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bm25)
+    t = r[:8]  # a plain tuple: one slice, not eight item reads (a Python call on PostgreSQL)
+    return MemoryHit(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], bm25)
 
 
 def _ep(r: Row, bm25: float | None) -> EpisodeHit:

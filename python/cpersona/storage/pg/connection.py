@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from cpersona.storage.interface import Row as AnyRow
@@ -51,12 +52,16 @@ def redact(url: str) -> str:
 
 
 class Row(tuple):  # type: ignore[type-arg]
-    """A result row: `row[0]`, `row["col"]` (case-insensitive, like sqlite3.Row), `tuple(row)`."""
+    """A result row: `row[0]`, `row["col"]` (case-insensitive, like sqlite3.Row), `tuple(row)`.
 
-    _index: dict[str, int]
+    Each set of column names has its own subclass holding the name index (`row_class`), so a
+    row is a bare tuple (no per-row dict) and a statement's rows cost one C call each."""
+
+    __slots__ = ()
+    _index: ClassVar[dict[str, int]] = {}
 
     def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, str):
+        if key.__class__ is str:
             try:
                 return tuple.__getitem__(self, self._index[key.lower()])
             except KeyError:
@@ -67,17 +72,22 @@ class Row(tuple):  # type: ignore[type-arg]
         return list(self._index)
 
 
-def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], Row]:
+@lru_cache(maxsize=1024)
+def row_class(names: tuple[str, ...]) -> type[Row]:
+    """The Row subclass of one list of column names (the first of equal names wins)."""
     index: dict[str, int] = {}
     for i, name in enumerate(names):
         index.setdefault(name.lower(), i)
+    return type("Row", (Row,), {"__slots__": (), "_index": index})
 
-    def make(values: Sequence[Any]) -> Row:
-        row = Row(values)
-        row._index = index
-        return row
 
-    return make
+def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], Row]:
+    return row_class(tuple(names))
+
+
+@lru_cache(maxsize=1024)
+def _row_class_of(names: tuple[bytes, ...]) -> type[Row]:
+    return row_class(tuple(n.decode() for n in names))
 
 
 class PgCursor:
@@ -179,10 +189,13 @@ class PgConnection:
 
     @staticmethod
     def _rows(cur: psycopg.Cursor[Any]) -> list[AnyRow]:
-        if cur.description is None:
+        res = cur.pgresult
+        if res is None or cur.description is None:
             return []
-        make = row_maker([c.name for c in cur.description])
-        return [make(r) for r in cur.fetchall()]
+        # The names straight from the result (bytes), not `description`: that builds a Column
+        # object per column on every statement (7 us against 0.5 us for a hydration's 8).
+        names = tuple([res.fname(i) or b"" for i in range(res.nfields)])
+        return list(map(_row_class_of(names), cur.fetchall()))
 
     def _failure(self, exc: Exception) -> Exception:
         """The error to raise for `exc`: the pool's verdict on a lost connection, else the
