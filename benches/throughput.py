@@ -30,6 +30,7 @@ Run: ``python benches/throughput.py`` or ``python benches/throughput.py --backen
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -46,6 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from stress_support import Book, Cluster, Workload, check, make_lanes, run_phase
 from support.load import percentile
+
+from benches.pg_probe import PgFigures, PgProbe, enable_timing
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -92,6 +95,7 @@ class Measure:
     wall: float
     latencies: list[float]
     cpu: dict[str, float]  # process group -> % of one core
+    pg: PgFigures | None = None  # PostgreSQL's commits, fsyncs and waits (benches/pg_probe.py)
 
     @property
     def rate(self) -> float:
@@ -154,6 +158,7 @@ def measure(
     tag: str,
     book: Book,
     agents: int = 0,
+    probe: PgProbe | None = None,
 ) -> Measure:
     """One measured run; `book` is every earlier run's ledger too (the check covers all)."""
     view = Cluster(cluster.target, cluster.workdir, cluster.http_servers[:servers])
@@ -169,17 +174,19 @@ def measure(
     # Round-robin, as a load balancer spreads connections (make_lanes fills in blocks).
     for lane in lanes:
         lane.server = view.servers[lane.client % servers]
-    machine0, before, start = machine_busy(), sampler.snapshot(), time.perf_counter()
-    anyio.run(run_phase, view, work, lanes, calls)
-    wall = time.perf_counter() - start
-    after, machine1 = sampler.snapshot(), machine_busy()
+    watch = probe.run() if probe is not None else contextlib.nullcontext(None)
+    with watch as figures:
+        machine0, before, start = machine_busy(), sampler.snapshot(), time.perf_counter()
+        anyio.run(run_phase, view, work, lanes, calls)
+        wall = time.perf_counter() - start
+        after, machine1 = sampler.snapshot(), machine_busy()
     cpu = Sampler.percent(before, after, wall)
     busy = machine1[0] - machine0[0]
     ours = sum(cpu.values())
     cpu["machine"] = (os.cpu_count() or 1) * 100.0 * busy / max(1, machine1[1] - machine0[1])
     cpu["others"] = max(0.0, cpu["machine"] - ours)  # other users of this shared machine
     every = [x for v in book.latencies.values() for x in v]
-    return Measure(workload, servers, clients * calls, wall, every, cpu)
+    return Measure(workload, servers, clients * calls, wall, every, cpu, figures)
 
 
 def saturated(cpu: dict[str, float]) -> str:
@@ -223,6 +230,37 @@ def report(results: list[Measure], names: list[str]) -> list[str]:
     return lines
 
 
+def pg_report(results: list[Measure]) -> list[str]:
+    """PostgreSQL's side of each configuration: transactions per second and WAL fsyncs per
+    call (medians of the rounds), its busy backends' wait shares over all rounds
+    (benches/pg_probe.py)."""
+    lines = [
+        "| workload | servers | transactions/s | WAL fsyncs per call | fsync time, % of the run | "
+        "busy backends (mean) | what they waited on (share of samples) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    keys = sorted({(m.workload, m.servers) for m in results}, key=lambda k: (k[0] != "recall", k))
+    for workload, servers in keys:
+        runs = [m for m in results if (m.workload, m.servers) == (workload, servers) and m.pg]
+        if not runs:
+            continue
+        figs = [(m.pg, m.wall) for m in runs if m.pg is not None]
+        calls = runs[0].calls
+        waits = PgFigures()
+        for f, _ in figs:
+            waits.waits.update(f.waits)
+        samples = sum(max(1, round(w / 0.02)) for _, w in figs)
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in list(waits.shares().items())[:5])
+        lines.append(
+            f"| {workload} | {servers} | "
+            f"{statistics.median(f.commits / w for f, w in figs):.0f} | "
+            f"{statistics.median(f.fsyncs / calls for f, _ in figs):.2f} | "
+            f"{statistics.median(100 * f.fsync_ms / 1000 / w for f, w in figs):.0f} | "
+            f"{sum(waits.waits.values()) / samples:.2f} | {shares} |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("postgresql", "sqlite"), default="postgresql")
@@ -254,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
         cluster.start_http()
         try:
             sampler = Sampler(cluster, postmaster)
+            probe = None
+            if postmaster is not None:
+                settings = enable_timing(target)
+                print("postgresql: " + ", ".join(f"{k} {v}" for k, v in settings.items()))
+                probe = PgProbe(target)
             book = Book()
             pairs = args.agents or max(1, args.clients // 2)
             seed_lanes = make_lanes(cluster, args.clients, "seed", 1, pairs)
@@ -266,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                         tag = f"r{round_no}{workload[0]}{servers}"
                         m = measure(
                             cluster, sampler, servers, workload, args.clients, args.calls, tag,
-                            book, args.agents,
+                            book, args.agents, probe,
                         )  # fmt: skip
                         results.append(m)
                         print(
@@ -274,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
                             + "  ".join(f"{k} {v:.0f}%" for k, v in m.cpu.items()),
                             flush=True,
                         )
+                        if m.pg is not None:
+                            print(f"    postgresql: {m.pg.summary(m.wall, m.calls)}", flush=True)
             # The ledger of every run against the database: no error, nothing lost.
             checks = book.errors + check(book, target, {f"agent-{i}" for i in range(pairs)})
         finally:
@@ -289,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs"
     )
     print("\n".join(report(results, names)))
+    if postmaster is not None:
+        print("\n".join(pg_report(results)))
     print(f"  server exit codes {codes}; problems {len(checks)}")
     for problem in checks[:20]:
         print(f"  FAIL: {problem}")
