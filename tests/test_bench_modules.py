@@ -66,6 +66,23 @@ def test_checked_scan_times_both_scans(million_run: tuple[dict[str, Any], Path])
     assert "checked: median" in text and "unchecked: median" in text and "n=4" in text
 
 
+def test_store_stages_times_each_stage_of_a_store(
+    million_run: tuple[dict[str, Any], Path], tmp_path: Path
+) -> None:
+    work = str(tmp_path / "work")
+    text = _run(
+        ["benches.store_stages", "--rows", str(ROWS), "--stores", "3", "--json", "--work", work],
+        {"CPERSONA_BENCH_CACHE": str(million_run[1])},
+    )
+    result = json.loads(text)
+    stages = result["stages"]
+    assert result["rows"] == ROWS and result["first_store_ms"] > 0
+    for name in ("store (handler)", "sqlite transaction", "embedding", "vector sync memories"):
+        assert stages[name]["n"] == 3 and stages[name]["p95"] >= stages[name]["p50"] > 0
+    assert stages["  sync: append"]["n"] == 3  # one new slot per store
+    assert stages["full-text refresh memories"]["n"] == 3
+
+
 def test_checked_scan_refuses_a_missing_corpus(tmp_path: Path) -> None:
     missing = tmp_path / "nothing.db"
     done = subprocess.run(
