@@ -55,6 +55,7 @@ def test_million_reports_every_figure_the_docs_quote(
     for figure in ("recall", "trivial", "store"):
         assert size[figure]["p50"] > 0 and size[figure]["p95"] >= size[figure]["p50"]
     assert size["recall"]["n"] == 3 and size["store"]["n"] == 2
+    assert size["store_paired_share"]["n"] == 2
     assert {"server_share_p50", "server_share_p95", "first_recall_ms"} <= size.keys()
     assert size["rss_after_rounds"]["RssAnon_mb"] > 0
 
