@@ -15,7 +15,8 @@ measured elsewhere), reached through the MCP SDK's client as a real client reach
    alike) answers one trivial call (`get_profile`) and one `recall` (limit 10) of a query that
    no earlier call has sent (`million_corpus.queries`: 6-8 Zipf-weighted words, most of them
    rare); server share = recall minus the trivial call, at p50 and p95;
-3. `store` calls, interleaved the same way (the hashing embedder: ~0.5 ms of embedding);
+3. `store` calls, interleaved the same way (the hashing embedder: ~0.5 ms of embedding), each
+   right after a trivial call: `store_paired_share` summarises store minus that call;
 4. resident memory (/proc/<pid>/status) of each server; with ``--four``, three more servers on
    the largest size's copy, one recall each, and the resident memory of all four.
 
@@ -157,7 +158,9 @@ async def _measure(dbs: dict[int, Path], rounds: int, stores: int, four: bool) -
         for client in clients.values():  # a few recalls each: SQLite's page cache, imports
             for _ in range(5):
                 await _timed(client, "recall", _recall_args(next(queries)))
-        times = {n: {"trivial": [], "recall": [], "store": []} for n in dbs}
+        times: dict[int, dict[str, list[float]]] = {
+            n: {"trivial": [], "recall": [], "store": [], "store_trivial": []} for n in dbs
+        }
         order = list(dbs)
         for i in range(rounds):
             turn = order[i % len(order) :] + order[: i % len(order)]
@@ -171,6 +174,11 @@ async def _measure(dbs: dict[int, Path], rounds: int, stores: int, four: bool) -
         for i in range(stores):
             turn = order[i % len(order) :] + order[: i % len(order)]
             for n in turn:
+                # Each store right after a trivial call: the pair's difference is the store's
+                # server share with the machine's state of that moment.
+                times[n]["store_trivial"].append(
+                    await _timed(clients[n], "get_profile", {"agent_id": AGENT})
+                )
                 message = {"id": f"million-{i}", "content": f"{next(queries)} stored {i}"}
                 times[n]["store"].append(
                     await _timed(clients[n], "store", {"agent_id": AGENT, "message": message})
@@ -185,6 +193,11 @@ async def _measure(dbs: dict[int, Path], rounds: int, stores: int, four: bool) -
                 server_share_p95=round(rec["p95"] - triv["p95"], 2),
                 paired_share=_summary(share),
                 store=_summary(t["store"]) if t["store"] else None,
+                store_paired_share=(
+                    _summary([s - g for s, g in zip(t["store"], t["store_trivial"], strict=True)])
+                    if t["store"]
+                    else None
+                ),
                 rss_after_rounds=_status(_server_pids(dbs[n])[0]),
             )
         if four:
@@ -259,6 +272,9 @@ def main() -> None:
     work = Path(args.work)
     corpora = {n: mc.corpus(n) for n in sizes}
     dbs = {n: _copy(c, work / str(n)) for n, c in corpora.items()}
+    # The copies' dirty pages (4.3 GB at 1M) go to disk before anything is timed: written back
+    # during the rounds, they held every store's WAL fsync behind them.
+    os.sync()
     load = os.getloadavg()
     started = time.strftime("%H:%M UTC", time.gmtime())
     if args.profile:

@@ -55,6 +55,7 @@ def test_million_reports_every_figure_the_docs_quote(
     for figure in ("recall", "trivial", "store"):
         assert size[figure]["p50"] > 0 and size[figure]["p95"] >= size[figure]["p50"]
     assert size["recall"]["n"] == 3 and size["store"]["n"] == 2
+    assert size["store_paired_share"]["n"] == 2
     assert {"server_share_p50", "server_share_p95", "first_recall_ms"} <= size.keys()
     assert size["rss_after_rounds"]["RssAnon_mb"] > 0
 
@@ -64,6 +65,23 @@ def test_checked_scan_times_both_scans(million_run: tuple[dict[str, Any], Path])
     text = _run(["benches.checked_scan", str(corpus), "4"], {})
     assert f"{ROWS} rows x 384" in text
     assert "checked: median" in text and "unchecked: median" in text and "n=4" in text
+
+
+def test_store_stages_times_each_stage_of_a_store(
+    million_run: tuple[dict[str, Any], Path], tmp_path: Path
+) -> None:
+    work = str(tmp_path / "work")
+    text = _run(
+        ["benches.store_stages", "--rows", str(ROWS), "--stores", "3", "--json", "--work", work],
+        {"CPERSONA_BENCH_CACHE": str(million_run[1])},
+    )
+    result = json.loads(text)
+    stages = result["stages"]
+    assert result["rows"] == ROWS and result["first_store_ms"] > 0
+    for name in ("store (handler)", "sqlite transaction", "embedding", "vector sync memories"):
+        assert stages[name]["n"] == 3 and stages[name]["p95"] >= stages[name]["p50"] > 0
+    assert stages["  sync: append"]["n"] == 3  # one new slot per store
+    assert stages["full-text refresh memories"]["n"] == 3
 
 
 def test_checked_scan_refuses_a_missing_corpus(tmp_path: Path) -> None:

@@ -431,7 +431,10 @@ async def test_two_processes_see_each_others_writes(pg_url, tmp_path, hosts):
             assert header is not None
             core = kernels.FtsIndex()
             core.apply(os.pread(f.fileno(), header.end - HEADER_LEN, HEADER_LEN))
-        assert header.applied_seq == fts_sql.max_seq(db)
+        # Not `==`: a position on PostgreSQL is a transaction horizon, which any later
+        # transaction of the cluster moves on (b's own recall bookkeeping after its answer).
+        # That the file took every change is what its rows show: the delete applied.
+        assert header.applied_seq <= fts_sql.max_seq(db)
         assert sorted(core.ids().tolist()) == [stored["id"] - 1]  # the warm-up row only
     finally:
         db.close()

@@ -45,9 +45,11 @@ from cpersona.vectors.healing import RebuildProgress
 from cpersona.vectors.slots import (
     HEADROOM,
     TABLE_CODES,
+    KeptWriter,
     Shape,
     append_row,
     compare_slot,
+    file_key,
     live_slots,
     release,
 )
@@ -86,7 +88,7 @@ class IndexStatus:
     rebuild: RebuildProgress | None = None
 
 
-class VectorIndex(DerivedIndex[np.void, VectorFileWriter, int]):
+class VectorIndex(DerivedIndex[np.void, KeptWriter, int]):
     """The index of one table (`memories` or `episodes`) of one database."""
 
     kind = "vector"
@@ -115,6 +117,9 @@ class VectorIndex(DerivedIndex[np.void, VectorFileWriter, int]):
         #: The kernel's mapping of the file, its checksums, and the identity they were opened
         #: for (kernel_handle).
         self._handle: tuple[tuple[object, ...], tuple[Any, np.ndarray]] | None = None
+        #: The sync's writer, kept mapped between syncs while the file is the same
+        #: (`_open_for_update`); only touched under the thread lock and the exclusive lock.
+        self._kept: KeptWriter | None = None
         super().__init__(
             db,
             table,
@@ -246,15 +251,47 @@ class VectorIndex(DerivedIndex[np.void, VectorFileWriter, int]):
 
     # -- applying the log --------------------------------------------------------------------
 
-    def _open_for_update(self) -> tuple[VectorFileWriter | None, int, str]:
-        writer, problem = self._open_trusted()
-        return writer, 0 if writer is None else writer.header().applied_seq, problem
+    def _open_for_update(self) -> tuple[KeptWriter | None, int, str]:
+        # The file's checks run at every sync; the mapping (and its one pass over the scan
+        # order in `_open_writer`) only when the file is not the one kept (slots.KeptWriter).
+        header, problem = super()._trusted()
+        if header is None or problem:
+            self._drop_kept()
+            return None, 0, problem
+        key = file_key(self.path, int(header["dim"]), int(header["capacity"]))
+        kept = self._kept
+        if kept is None or kept.key != key:
+            self._drop_kept()
+            writer, problem = self._open_writer()
+            if writer is None:
+                return None, 0, problem
+            kept = self._kept = KeptWriter(writer, checksums.SumWriter(writer), key)
+        return kept, kept.writer.header().applied_seq, ""
 
-    def _close_update(self, handle: VectorFileWriter) -> None:
-        release(handle)
+    def _close_update(self, handle: KeptWriter) -> None:
+        if self._kept is not handle:  # dropped by a failed apply
+            return
+        try:  # after the apply's own writes (and a growth's new files): the files as they are
+            header = handle.writer.header()
+            handle.key = file_key(self.path, header.dim, header.capacity)
+        except OSError:
+            self._drop_kept()
 
-    def _apply(self, handle: VectorFileWriter, changes: Changes) -> str:
-        if self._apply_changes(handle, changes):
+    def _drop_kept(self) -> None:
+        # Under the thread lock: a reader's thread may start a background rebuild (or close
+        # the index) while another thread's sync applies through the kept writer.
+        with self._thread_lock:
+            kept, self._kept = self._kept, None
+            if kept is not None:
+                kept.release()
+
+    def _apply(self, handle: KeptWriter, changes: Changes) -> str:
+        try:
+            applied = self._apply_changes(handle.writer, changes, handle)
+        except BaseException:  # the file is left dirty (rebuilt next time): map it afresh
+            self._drop_kept()
+            raise
+        if applied:
             return ""
         return "half its slots are deleted, or a first width"
 
@@ -265,21 +302,27 @@ class VectorIndex(DerivedIndex[np.void, VectorFileWriter, int]):
         changes = vector_sql.changes_since(self.db, self.table, writer.header().applied_seq)
         return not changes.lost and self._apply_changes(writer, changes)
 
-    def _apply_changes(self, writer: VectorFileWriter, changes: Changes) -> bool:
-        """Apply `changes` to `writer`'s file; False (nothing applied) when the table must be
-        rebuilt instead (a compaction, or a first row of another width)."""
+    def _apply_changes(
+        self, writer: VectorFileWriter, changes: Changes, kept: KeptWriter | None = None
+    ) -> bool:
+        """Apply `changes` to `writer`'s file (through `kept`, `writer`'s kept mapping, when
+        given); False (nothing applied) when the table must be rebuilt instead (a
+        compaction, or a first row of another width)."""
         if changes.row_ids:
             rows = vector_sql.rows_by_id(self.db, self.table, changes.row_ids)
             if self._needs_rebuild(writer, rows, changes.row_ids):
                 return False
             writer.set_header(dirty=1)
-            slots = live_slots(writer, changes.row_ids)
-            sums = checksums.SumWriter(writer)
+            if kept is None:
+                slots, sums = live_slots(writer, changes.row_ids), checksums.SumWriter(writer)
+            else:
+                slots, sums = kept.live_slots(changes.row_ids), kept.sums
             try:
                 for row_id in changes.row_ids:
                     self._apply_row(writer, sums, slots, row_id, rows.get(row_id))
             finally:
-                sums.release()
+                if kept is None:
+                    sums.release()
         writer.set_header(applied_seq=changes.max_seq, dirty=0)
         return True
 
@@ -366,6 +409,7 @@ class VectorIndex(DerivedIndex[np.void, VectorFileWriter, int]):
 
     def _installed(self, built: int | None) -> None:
         self._handle = None
+        self._drop_kept()
 
     def _rebuild_online(self, step: Progress) -> int:
         return healing.rebuild_online(self, step)
@@ -379,9 +423,11 @@ class VectorIndex(DerivedIndex[np.void, VectorFileWriter, int]):
 
     def _deferring(self) -> None:
         self._handle = None
+        self._drop_kept()
 
     def _release(self) -> None:
         self._handle = None
+        self._drop_kept()
 
     # -- inspection --------------------------------------------------------------------------
 

@@ -3,7 +3,9 @@ that the sync, the rebuilds (`index.py`, `healing.py`) and `verify` share."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -118,3 +120,54 @@ class Shape:
     log_seq: int
     total: int
     dim: int | None
+
+
+def file_key(path: Path, dim: int, capacity: int) -> tuple[int, ...]:
+    """What a kept mapping of the file at `path` and of its sidecar is valid for: both files'
+    identity and size, and the header's fixed fields (`dim`, `capacity`). As for the readers'
+    `VectorIndex.kernel_handle`: a file changes in place only by a sync under the exclusive
+    lock (slots appended or flagged, header counters), which a kept mapping sees live; a
+    rebuild, a growth or a new sidecar renames a new file in (a new inode), and nothing
+    overwrites an index file in place (bundles and migrations unlink it)."""
+    st, sums = os.stat(path), os.stat(checksums.sums_path(path))
+    return (st.st_dev, st.st_ino, st.st_size, sums.st_ino, sums.st_size, dim, capacity)
+
+
+@dataclass(eq=False)
+class KeptWriter:
+    """A sync's writer and sidecar writer of one file, kept mapped between syncs.
+
+    Mapping the file anew for each sync cost more than the append itself at 1,000,000 rows
+    (docs/performance.md, "Store at 1M"): the 1.6 GB mapping made and unmade, every page of the
+    scan order faulted in again when the append shifts it, and a pass over `order` to check it
+    (done here once per mapping, as the readers' `kernel_handle` does). The owner reuses it
+    only while `key` (`file_key`) still matches under the exclusive lock, and re-keys it after
+    each apply (a growth remaps both files).
+    """
+
+    writer: VectorFileWriter
+    sums: checksums.SumWriter
+    key: tuple[int, ...]
+    #: `max_id` is the largest row id among slots [0, seen) (-1: none yet).
+    seen: int = field(default=0)
+    max_id: int = field(default=-1)
+
+    def live_slots(self, row_ids: list[int]) -> dict[int, int]:
+        """`live_slots(self.writer, row_ids)`, skipping the pass over the ids for rows above
+        every slot's id (an inserted row's: most writes). Exact because a slot's id never
+        changes in a file (slots are appended, flagged deleted, or the file is replaced by a
+        new one), so the largest id is kept up to date from the slots appended since (by any
+        process: `count` is read from the mapped header)."""
+        ids = self.writer.view("ids")
+        count = ids.shape[0]
+        if count < self.seen:  # not a file this mapping has seen grow: count afresh
+            self.seen, self.max_id = 0, -1
+        if count > self.seen:
+            self.max_id = max(self.max_id, int(ids[self.seen : count].max()))
+            self.seen = count
+        known = [row_id for row_id in row_ids if row_id <= self.max_id]
+        return live_slots(self.writer, known) if known else {}
+
+    def release(self) -> None:
+        self.sums.release()
+        release(self.writer)
