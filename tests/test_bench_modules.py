@@ -116,3 +116,37 @@ def test_pg_statements_counts_both_backends(pg_url: str) -> None:
     assert all(0 < trips <= n for n, trips in counts.values()), counts
     # pipelining is PostgreSQL's: there a recall sends fewer round trips than statements
     assert counts["postgresql recall"][1] < counts["postgresql recall"][0], text
+
+
+def test_pg_probe_counts_the_runs_transactions_and_what_backends_waited_on(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """benches/throughput.py says what saturated from these figures (docs/scale-out.md)."""
+    import threading
+
+    import psycopg
+
+    from benches import pg_probe
+
+    monkeypatch.setattr(pg_probe, "FLUSH_WAIT", 0.2)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE probe_t (x int)")
+
+    def sleep() -> None:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_sleep(0.5)")
+
+    sleeper = threading.Thread(target=sleep)
+    with pg_probe.PgProbe(pg_url).run() as figures:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            for i in range(25):
+                conn.execute("INSERT INTO probe_t VALUES (%s)", [i])
+            # The counters are a backend's once it flushes its statistics (at most once a
+            # second): make this one's go out with its next statement.
+            conn.execute("SELECT pg_stat_force_next_flush()")
+            conn.execute("SELECT 1")
+        sleeper.start()
+        sleeper.join()
+    assert figures.commits >= 25
+    assert figures.waits["Timeout:PgSleep"] > 0, figures.waits
+    assert "Timeout:PgSleep" in figures.summary(1.0, 25)
