@@ -1,7 +1,7 @@
 """Recall and store through MCP at 1,000,000 memories on PostgreSQL against SQLite (issue 19).
 
 ``nice -n 5 python -m benches.pg_million --url postgresql://.../million [--rounds 100]
-[--stores 20] [--work DIR]``
+[--stores 20] [--work DIR] [--rows N: another cached corpus size, as the tests' toy run]``
 
 The SQLite side is a private copy of the 1M corpus of `benches/million_corpus.py` (natural
 vocabulary, 384-d hashing vectors, index files built; `python -m benches.million` builds it)
@@ -128,8 +128,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--stores", type=int, default=20)
     parser.add_argument("--work", default="/tmp/cpersona-pg-million", help="the private copies")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="which cached corpus")
     args = parser.parse_args()
-    rows = 1_000_000
+    rows = args.rows
     path = mc.cache_dir() / f"natural-{rows}x{mc.DIM}-v{mc.CORPUS_VERSION}.db"
     stamp = path.with_name(path.name + ".json")
     if not stamp.exists():  # building it takes 10 minutes and 4 GB: benches.million does
@@ -139,6 +140,7 @@ def main() -> None:
     cache = work / "pg-cache"
     started = time.perf_counter()
     db = mb._copy(corpus, work / "sqlite")
+    os.sync()  # as benches.million: the copy's dirty pages must not hold the stores' fsyncs
     print(f"SQLite copy in {time.perf_counter() - started:.0f} s", flush=True)
     print(f"PostgreSQL index files ready in {build_pg_indexes(args.url, cache):.0f} s", flush=True)
     load0 = os.getloadavg()

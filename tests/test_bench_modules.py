@@ -150,3 +150,24 @@ def test_pg_probe_counts_the_runs_transactions_and_what_backends_waited_on(
     assert figures.commits >= 25
     assert figures.waits["Timeout:PgSleep"] > 0, figures.waits
     assert "Timeout:PgSleep" in figures.summary(1.0, 25)
+
+
+def test_pg_million_compares_both_backends_on_one_corpus(
+    million_run: tuple[dict[str, Any], Path], pg_url: str, tmp_path: Path
+) -> None:
+    """The toy corpus of `million_run`, migrated into a fresh PostgreSQL database as
+    docs/performance.md says, then benches.pg_million against it and the SQLite copy."""
+    _, cache = million_run
+    corpus = next(cache.rglob(f"natural-{ROWS}x*.db"))
+    _run(["cpersona", "migrate", "--from", str(corpus), "--to", pg_url], {})
+    text = _run(
+        ["benches.pg_million", "--url", pg_url, "--rows", str(ROWS), "--rounds", "3",
+         "--stores", "2", "--work", str(tmp_path / "work")],
+        {"CPERSONA_BENCH_CACHE": str(cache)},
+    )  # fmt: skip
+    result = json.loads(text[text.index("\n{") + 1 :])
+    for backend in ("sqlite", "postgresql"):
+        figures = result[backend]
+        assert figures["recall"]["n"] == 3 and figures["store"]["n"] == 2, figures
+        assert figures["recall"]["p95"] >= figures["recall"]["p50"] > 0
+    assert result["ratio"]["recall_p50"] > 0
