@@ -113,3 +113,14 @@ async def timed_tool_call(
     if result.is_error or ("result" not in payload and "messages" not in payload):
         raise RuntimeError(f"{name} failed: {payload}")
     return spent, payload
+
+
+def index_files_current(engine: Any) -> float:
+    """Bring every index file of `engine` (vector and full-text, both tables) current, waiting
+    for any rebuild, so that what is timed next reads built files and not the database's
+    fallback; seconds taken."""
+    started = time.perf_counter()
+    for index in [*engine.indexes.values(), *engine.fts.values()]:
+        while not index.sync():
+            index.wait_for_healing()
+    return time.perf_counter() - started

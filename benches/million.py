@@ -51,8 +51,17 @@ AGENT = mc.AGENT
 
 
 def _params(db: Path, log: Path | None = None) -> StdioServerParameters:
+    return server_params({"CPERSONA_DB_PATH": str(db)}, db.parent, log)
+
+
+def server_params(
+    database: dict[str, str], cwd: Path, log: Path | None = None
+) -> StdioServerParameters:
+    """A stdio server on the hashing embedder, start-up calibration off, on the database that
+    `database` names (CPERSONA_DB_PATH or CPERSONA_DATABASE_URL, and its cache directory);
+    with `log`, its debug log appended there."""
     env = {
-        "CPERSONA_DB_PATH": str(db),
+        **database,
         "CPERSONA_EMBEDDING_MODE": "hashing",
         "CPERSONA_CALIBRATE_ON_MODEL_CHANGE": "false",
         "PYTHONPATH": os.pathsep.join(
@@ -66,7 +75,7 @@ def _params(db: Path, log: Path | None = None) -> StdioServerParameters:
     for key in ("CPERSONA_KERNEL", "PATH", "HOME"):
         if key in os.environ:
             env[key] = os.environ[key]
-    return StdioServerParameters(command=command, args=args, env=env, cwd=str(db.parent))
+    return StdioServerParameters(command=command, args=args, env=env, cwd=str(cwd))
 
 
 def _server_pids(db: Path) -> list[int]:

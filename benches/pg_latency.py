@@ -46,7 +46,7 @@ from cpersona.vectors import search
 from mcp import Client
 
 from benches import scale_support as scale
-from benches.bench_support import timed_tool_call
+from benches.bench_support import index_files_current, timed_tool_call
 
 DIM = 384
 WINDOW = 10_000
@@ -186,14 +186,11 @@ async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path)
         # embedded); unrecorded, recall would treat them as another model's and skip them.
         with engine.db.atomic() as conn:
             vector_models.record(conn, "memories", provider.name, DIM, "bench corpus")
-        started = time.perf_counter()
         # Timings are of built files, not the fallback: the vector files and the full-text
         # ones (a full-text file missing from the copied corpus would otherwise be rebuilt in
         # the background during the first round, and SQLite's first recalls fall back to LIKE).
-        for index in [*engine.indexes.values(), *engine.fts.values()]:
-            while not index.sync():
-                index.wait_for_healing()
-        print(f"{key}: vector index files ready in {time.perf_counter() - started:.1f} s")
+        took = index_files_current(engine)
+        print(f"{key}: vector index files ready in {took:.1f} s")
     arms = {k: e.db.capabilities.vector_arm for k, e in engines.items()}
     print(f"vector arms: {arms}", flush=True)
     kinds = ["store", "recall", "scan window", "scan far"]

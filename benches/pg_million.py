@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -33,23 +32,7 @@ from mcp import Client, StdioServerParameters
 
 from benches import million as mb
 from benches import million_corpus as mc
-
-
-def _params(env_extra: dict[str, str], cwd: Path) -> StdioServerParameters:
-    env = {
-        "CPERSONA_EMBEDDING_MODE": "hashing",
-        "CPERSONA_CALIBRATE_ON_MODEL_CHANGE": "false",
-        "PYTHONPATH": os.pathsep.join(
-            str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
-        ),
-        **env_extra,
-    }
-    for key in ("CPERSONA_KERNEL", "PATH", "HOME"):
-        if key in os.environ:
-            env[key] = os.environ[key]
-    return StdioServerParameters(
-        command=sys.executable, args=["-m", "cpersona"], env=env, cwd=str(cwd)
-    )
+from benches.bench_support import index_files_current
 
 
 def build_pg_indexes(url: str, cache: Path) -> float:
@@ -57,18 +40,14 @@ def build_pg_indexes(url: str, cache: Path) -> float:
     from cpersona.config import Settings
     from cpersona.engine import Engine
 
-    started = time.perf_counter()
     settings = Settings(
         db_path="", embedding_mode="hashing", database_url=url, cache_dir=str(cache)
     )
     engine = Engine(settings)
     try:
-        for index in [*engine.indexes.values(), *engine.fts.values()]:
-            while not index.sync():
-                index.wait_for_healing()
+        return index_files_current(engine)
     finally:
         engine.close()
-    return time.perf_counter() - started
 
 
 async def _measure(
@@ -145,8 +124,8 @@ def main() -> None:
     print(f"PostgreSQL index files ready in {build_pg_indexes(args.url, cache):.0f} s", flush=True)
     load0 = os.getloadavg()
     servers = {
-        "sqlite": _params({"CPERSONA_DB_PATH": str(db)}, db.parent),
-        "postgresql": _params(
+        "sqlite": mb.server_params({"CPERSONA_DB_PATH": str(db)}, db.parent),
+        "postgresql": mb.server_params(
             {"CPERSONA_DATABASE_URL": args.url, "CPERSONA_CACHE_DIR": str(cache)}, work
         ),
     }

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -37,12 +36,8 @@ from cpersona.storage import embeddings as vector_sql
 from cpersona.storage import writes
 from cpersona.vectors import checksums, format, index, slots
 
+from benches import million as mb
 from benches import million_corpus as mc
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 class Stages:
@@ -68,15 +63,10 @@ class Stages:
 
 
 def run(rows: int, stores: int, work: Path) -> dict[str, Any]:
-    corpus = mc.corpus(rows)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    for src in corpus.db_path.parent.glob(corpus.db_path.name + "*"):
-        if src.suffix != ".json":
-            shutil.copyfile(src, work / src.name)
+    db = mb._copy(mc.corpus(rows), work)
     os.sync()  # the copy written back before anything is timed (benches/million.py says why)
     settings = Settings(
-        db_path=str(work / corpus.db_path.name),
+        db_path=str(db),
         embedding_mode="hashing",
         calibrate_on_model_change=False,
     )
@@ -124,7 +114,7 @@ def run(rows: int, stores: int, work: Path) -> dict[str, Any]:
     summary = {
         name: {
             "p50": round(statistics.median(v), 3),
-            "p95": round(_pct(v, 0.95), 3),
+            "p95": round(mb._pct(v, 0.95), 3),
             "max": round(max(v), 3),
             "n": len(v),
         }

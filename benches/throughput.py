@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from stress_support import Book, Cluster, Workload, check, make_lanes, run_phase
 from support.load import percentile
 
-from benches.pg_probe import PgFigures, PgProbe, enable_timing
+from benches.pg_probe import PERIOD, PgFigures, PgProbe, enable_timing
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -249,7 +249,7 @@ def pg_report(results: list[Measure]) -> list[str]:
         waits = PgFigures()
         for f, _ in figs:
             waits.waits.update(f.waits)
-        samples = sum(max(1, round(w / 0.02)) for _, w in figs)
+        samples = sum(max(1, round(w / PERIOD)) for _, w in figs)
         shares = ", ".join(f"{k} {v:.0%}" for k, v in list(waits.shares().items())[:5])
         lines.append(
             f"| {workload} | {servers} | "
