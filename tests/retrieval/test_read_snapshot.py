@@ -20,6 +20,7 @@ import cpersona.engine as engine_module
 import pytest
 from cpersona.engine import Engine
 from cpersona.retrieval.pipeline import Recaller
+from cpersona.storage.pg.db import OPENER_THREAD
 
 pytestmark = pytest.mark.anyio
 
@@ -47,7 +48,12 @@ class Injector:
         self.injected = False
 
     def trace(self, sql: str, params: object) -> None:
-        if threading.get_ident() != self.recall_thread:
+        # PostgreSQL sends a snapshot's BEGIN (and its reads) from an opener thread for the
+        # recall: they are the recall's statements too (one recall runs at a time here).
+        opener = threading.current_thread().name.startswith(OPENER_THREAD)
+        if self.recall_thread is None or (
+            threading.get_ident() != self.recall_thread and not opener
+        ):
             return
         if sql.lstrip().upper().startswith(_CONTROL):
             return

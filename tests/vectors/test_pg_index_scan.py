@@ -23,8 +23,10 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from cpersona.models import ProjectFilter
 from cpersona.storage import database_scan, open_database
 from cpersona.storage.interface import Store
+from cpersona.storage.scan_request import ScanLimits
 from cpersona.vectors import search
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.search import Hits, Scope, scan, scan_database
@@ -246,3 +248,55 @@ def test_the_log_triggers_record_what_sqlite_records(pg_db: Store) -> None:
         ("memories", 901, "d"),
     ]
     assert database_scan.available(pg_db)
+
+
+def _insert(db: Store, vec: list[float], agent: str = "early") -> int:
+    with db.atomic() as conn:
+        row = conn.execute(
+            "INSERT INTO memories (agent_id, content, timestamp, created_at, embedding) "
+            "VALUES (?, ?, '2024-03-05 10:00:00', '2024-03-05 10:00:00', ?) RETURNING id",
+            (agent, f"early {vec}", db.vector_param(np.array(vec, "<f4").tobytes())),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_scan_while_the_snapshot_opens_keeps_a_current_file_and_rescans_one_behind(
+    pg_url: str, pg_db: Store, indexes: dict[str, VectorIndex]
+) -> None:
+    """A recall's vector scan runs while its snapshot's BEGIN is on its way (PostgreSQL) and is
+    kept only when the file holds exactly the snapshot: a row another server committed after
+    this host's file was last brought current is found by the rescan, never missed."""
+    index = indexes["memories"]
+    query = np.array([1, 2, 3, 4], np.float32)
+    scope = Scope("early", ProjectFilter(None))
+    limits = ScanLimits(window=50, reach=0, threshold=0.0, k=5, far_k=0)
+    first = _insert(pg_db, [1, 2, 3, 4])
+    verdicts: list[bool] = []
+    real = VectorIndex.current_at
+
+    def spy(self: VectorIndex, applied: int) -> bool:
+        verdicts.append(real(self, applied))
+        return verdicts[-1]
+
+    other = open_database("", database_url=pg_url, pool_size=2, vector_index=True)
+    try:
+        with mock.patch.object(VectorIndex, "current_at", spy):
+            scan(index, query, scope, limits, kernels=core)  # the file is current now
+            with pg_db.snapshot():
+                assert pg_db.snapshot_opening()
+                kept = scan(index, query, scope, limits, kernels=core)
+            assert verdicts == [True]
+            assert kept.near_ids.tolist() == [first]
+            # Another server (no index file of this host's) stores a better match.
+            second = _insert(other, [2, 4, 6, 8])
+            with pg_db.snapshot():
+                rescanned = scan(index, query, scope, limits, kernels=core)
+                want = scan_database(pg_db, "memories", query, scope, limits)
+            assert rescanned.near_ids.tolist() == [second, first]
+            assert verdicts == [True, False]
+            assert pairs(rescanned.near_ids, rescanned.near_scores) == pairs(
+                want.near_ids, want.near_scores
+            )
+    finally:
+        other.close()

@@ -124,11 +124,14 @@ class Recaller:
             remote = None if hits is None else self._remote_rows(hits, reads.rows, episodes_ok)
             if hits is not None and remote is None:  # unreadable hits: the local scan runs
                 qvec = self._embed_query(req.query)
-            qvec, ok = self._routed(qvec, req.query), episodes_ok
+            ok = episodes_ok
             if mode == "cascade":
+                qvec = self._routed(qvec, req.query)
                 rows = self._cascade(req, scope, qvec, limit, exclusions, blank, ok, reads, remote)
             else:
-                rows = self._fused(req, mode, scope, qvec, limit, exclusions, ok, reads, remote)
+                rows, qvec = self._fused(
+                    req, mode, scope, qvec, limit, exclusions, ok, reads, remote
+                )
             if rows and limit > 0:
                 with stage("scoring"):
                     rows, pool = self._score(req, scope, rows, qvec, reads)
@@ -198,11 +201,11 @@ class Recaller:
             qvec = self._embed_query(query)
         reads = self._reads(scope, "")
         with self.db.snapshot():  # as recall's: one snapshot, the embedding before it
-            qvec = self._routed(qvec, query)
             if mode == "cascade":
+                qvec = self._routed(qvec, query)
                 rows = self._cascade(req, scope, qvec, limit, [], blank, True, reads)
             else:
-                rows = self._fused(req, mode, scope, qvec, limit, [], True, reads)
+                rows, qvec = self._fused(req, mode, scope, qvec, limit, [], True, reads)
             if not rows or limit <= 0:
                 return []
             with stage("scoring"):
@@ -399,19 +402,33 @@ class Recaller:
         episodes_ok: bool,
         reads: ScopeReads,
         remote: list[Candidate] | None = None,
-    ) -> list[Candidate]:
+    ) -> tuple[list[Candidate], QueryVector | None]:
+        """The fused candidates and the query vector the snapshot's model record confirmed
+        (`qvec` embedded by the last snapshot's route, checked here after the vector scans:
+        on PostgreSQL they run while the snapshot's BEGIN is on its way)."""
         s = self.s
         near: list[Candidate] = []
         far: list[Candidate] = []
         ranked: tuple[list[Ranked], list[Ranked]] = ([], [])
         if remote is not None:
             near = remote
+            qvec = self._routed(qvec, req.query)
         elif qvec is not None and limit > 0:
             want_far = s.vector_reach > s.max_memories
             threshold = self._threshold(req.agent_id, True)
             ranked = self._vector(
                 req, scope, qvec, threshold, limit, want_far, episodes_ok, reads.rows
             )
+            routed = self._routed(qvec, req.query)
+            if routed is not qvec:  # the model changed since the last snapshot: scan again
+                qvec = routed
+                ranked = ([], [])
+                if qvec is not None:
+                    ranked = self._vector(
+                        req, scope, qvec, threshold, limit, want_far, episodes_ok, reads.rows
+                    )
+        else:
+            qvec = self._routed(qvec, req.query)
         match = match_expression(req.query)
         episodes: list[Candidate] = []
         if episodes_ok:
@@ -428,7 +445,7 @@ class Recaller:
             out = self._fuse(mode, [near, far, episodes, keyword], exclusions)
         if profile := reads.profile():
             out.append(profile_row(profile))
-        return out
+        return out, qvec
 
     def _fuse(
         self, mode: str, lists: list[list[Candidate]], exclusions: list[str]

@@ -295,6 +295,11 @@ class Database(Statements):
         slot: _ReaderSlot | None = getattr(self._local, "reader", None)
         return slot is not None and slot.conn.in_transaction
 
+    def snapshot_opening(self) -> bool:
+        """Never: an SQLite snapshot is open as soon as it is asked for (PostgreSQL's may still
+        be on its way: storage/pg/db.py)."""
+        return False
+
     def open_connections(self) -> int:
         """How many connections this Database holds open (the writer and live threads' readers)."""
         with self._all_lock:

@@ -152,6 +152,10 @@ class Store(Protocol):
 
     def in_snapshot(self) -> bool: ...
 
+    def snapshot_opening(self) -> bool:
+        """Whether this thread's snapshot is asked for but its bounds are not known yet."""
+        ...
+
     def write_connection(self) -> Connection: ...
 
     def vector_param(self, blob: bytes | None, /) -> object:

@@ -141,31 +141,43 @@ def _scan_file(
     chunk_rows: int,
 ) -> Hits | None:
     """The scan through the index file; None when the file cannot answer (the database will)."""
+
+    def scanned() -> Hits | None:
+        handle, sums = index.kernel_handle(kernels.VectorIndex.open)
+        if handle.count == 0:  # a current file without a row: none is embedded
+            return Hits.empty()
+        if handle.dim != query.shape[0]:
+            return None
+        near_ids, near_scores, far_ids, far_scores = handle.scan(
+            query,
+            scope_hash(scope.agent_id),
+            projects,
+            channels,
+            sources,
+            limits.window,
+            limits.reach,
+            float(limits.threshold),
+            limits.k,
+            limits.far_k,
+            chunk_rows,
+            sums=sums,
+            **({} if scope.span is None else scope.span.kernel_args()),
+        )
+        return Hits(near_ids, near_scores, far_ids, far_scores)
+
     try:
+        if index.db.snapshot_opening():
+            # The snapshot's BEGIN is on its way (PostgreSQL): scan the file as it is during the
+            # round trip, and keep the answer if the file holds what the snapshot sees, which
+            # after this host's own write is the common case; else follow the log and rescan.
+            with index.reading_as_is() as applied:
+                early = None if applied is None else scanned()
+            if applied is not None and index.current_at(applied):
+                return early
         with index.reading() as path:
             if path is None:  # rebuilt in the background: SQLite answers meanwhile
                 return None
-            handle, sums = index.kernel_handle(kernels.VectorIndex.open)
-            if handle.count == 0:  # a current file without a row: none is embedded
-                return Hits.empty()
-            if handle.dim != query.shape[0]:
-                return None
-            near_ids, near_scores, far_ids, far_scores = handle.scan(
-                query,
-                scope_hash(scope.agent_id),
-                projects,
-                channels,
-                sources,
-                limits.window,
-                limits.reach,
-                float(limits.threshold),
-                limits.k,
-                limits.far_k,
-                chunk_rows,
-                sums=sums,
-                **({} if scope.span is None else scope.span.kernel_args()),
-            )
-            return Hits(near_ids, near_scores, far_ids, far_scores)
+            return scanned()
     except AheadOfSnapshot:
         # Another writer's sync moved the file past this recall's snapshot: the snapshot's
         # own rows answer, so every arm of the recall reads the same state.

@@ -4,6 +4,7 @@ redaction of a database URL for messages. PgDatabase (db.py) owns the pool and t
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -172,6 +173,12 @@ class PgConnection:
                 ]
             return [PgCursor(self._rows(cur), cur.rowcount, None) for cur in cursors]
         except Exception as exc:
+            if self.raw.pgconn.pipeline_status:
+                # Still in pipeline mode ("cannot exit pipeline mode while busy": the server
+                # went away with results owed, as in a restart): its state is unknown, so it
+                # is closed, which makes this a lost connection (the pool drops it).
+                with contextlib.suppress(Exception):
+                    self.raw.close()
             raise self._failure(exc) from exc
 
     def _run(self, sql: str, params: tuple[Any, ...] | None, *, returns_id: bool) -> PgCursor:

@@ -38,6 +38,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -54,6 +55,7 @@ from cpersona.storage.pg.connection import (
     Tracer,
     redact,
 )
+from cpersona.storage.pg.finisher import SnapshotFinisher
 from cpersona.storage.pg.reach import (
     Counts,
     Reach,
@@ -71,6 +73,13 @@ log = logging.getLogger("cpersona.storage")
 #: maintenance exclusive (the key of the global write lock before issue 19, so a server of an
 #: older release, which takes it exclusive for every write, still excludes both).
 WRITE_LOCK_KEY = 0x63706572736F6E61
+
+#: An open transaction: the context that gives its connection back, the connection, and the
+#: results of the reads sent with its BEGIN (`PgDatabase._begun`).
+_Begun = tuple[contextlib.AbstractContextManager[PgConnection], PgConnection, list[PgCursor]]
+
+#: The name (prefix) of the threads that open read snapshots for their callers.
+OPENER_THREAD = "cpersona-pg-open"
 
 #: How a read snapshot begins: the snapshot SQLite's deferred read transaction gives.
 READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
@@ -94,38 +103,66 @@ class _Reader:
         self._memo: dict[str, object] = {}
         #: Reads for the next BEGIN only (storage/pg/snapshot_reads.send_with_begin).
         self.next_begin: dict[str, Statement] = {}
+        #: A snapshot being opened by the database's opener thread, and its reads' names.
+        self._opening: tuple[Future[_Begun], tuple[str, ...]] | None = None
 
     @property
     def in_transaction(self) -> bool:
-        return self._pinned is not None
+        return self._pinned is not None or self._opening is not None
+
+    @property
+    def opening(self) -> bool:
+        """Whether this thread's snapshot is asked for and its BEGIN's answer not yet taken
+        (what may run meanwhile without the database: vectors/search.py)."""
+        return self._opening is not None
 
     @property
     def pinned(self) -> PgConnection | None:
         """The connection of the open read transaction (storage/pg/vectors.stream_rows)."""
+        self._opened()
         return self._pinned
 
     @property
     def snapshot_memo(self) -> dict[str, object] | None:
         """What a caller learnt of the open read transaction's snapshot that cannot change
         before it ends (storage/pg/horizons.py: its bounds), None outside one."""
+        self._opened()
         return self._memo if self._pinned is not None else None
+
+    def _opened(self) -> None:
+        """Take the answer of a BEGIN sent by the opener thread (its error, if it failed)."""
+        if self._opening is None:
+            return
+        (future, names), self._opening = self._opening, None
+        self._ctx, self._pinned, first = future.result()
+        answers = zip(names, first, strict=True)
+        self._memo = {f"read:{name}": cur.fetchall() for name, cur in answers}
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
         verb = sql.strip().rstrip(";").strip().upper()
         if verb in ("BEGIN", "BEGIN DEFERRED"):
-            if self._pinned is not None:
+            if self.in_transaction:
                 raise sqlite3.OperationalError("cannot start a transaction within a transaction")
             # db.snapshot_reads: one mapping, that others only ever replace.
             reads, self.next_begin = {**self._db.snapshot_reads, **self.next_begin}, {}
-            self._ctx, self._pinned, first = self._db._begun(READ_SNAPSHOT, tuple(reads.values()))
+            statements = tuple(reads.values())
+            if self._db.opener is not None:
+                # Sent from the opener thread: the caller's next work that needs no database
+                # (a recall's vector scans) runs during the round trip (docs/performance.md).
+                begun = self._db.opener.submit(self._db._begun, READ_SNAPSHOT, statements)
+                self._opening = (begun, tuple(reads))
+                return PgCursor([], -1, None)
+            self._ctx, self._pinned, first = self._db._begun(READ_SNAPSHOT, statements)
             answers = zip(reads, first, strict=True)
             self._memo = {f"read:{name}": cur.fetchall() for name, cur in answers}
             return PgCursor([], -1, None)
         if verb in ("COMMIT", "END", "ROLLBACK"):
+            self._opened()
             if self._pinned is None:
                 raise sqlite3.OperationalError(f"cannot {verb.lower()} - no transaction is active")
             self.end("ROLLBACK" if verb == "ROLLBACK" else "COMMIT")
             return PgCursor([], -1, None)
+        self._opened()
         if self._pinned is not None:
             try:
                 return self._pinned.execute(sql, params)
@@ -161,10 +198,21 @@ class _Reader:
     def end(self, verb: str = "ROLLBACK") -> None:
         """End the pinned read transaction and give its connection back (a dead one is
         discarded by the pool)."""
+        try:
+            self._opened()
+        except Exception:  # the BEGIN failed: no transaction; its connection went back
+            self._pinned = self._ctx = None
+            self._memo = {}
+            if verb == "COMMIT":
+                raise
+            return
         pinned, ctx = self._pinned, self._ctx
         self._pinned = self._ctx = None
         self._memo = {}
         if pinned is None or ctx is None:
+            return
+        if verb == "COMMIT" and self._db.finisher is not None:
+            self._db.finisher.end(pinned, ctx)
             return
         try:
             pinned.execute_raw(verb)
@@ -225,6 +273,13 @@ class PgDatabase(Statements):
         # The pool is made on first use, after the schema exists: a connection learns the
         # `vector` type when it is made (`_configure`).
         self._reach = Reach(self.path, self._new_pool, self._probe)
+        #: Ends read snapshots off the caller's path (storage/pg/finisher.py).
+        self.finisher: SnapshotFinisher | None = SnapshotFinisher()
+        #: Opens read snapshots off the caller's path (`_Reader.execute`): threads made on
+        #: demand, at most one per pooled connection.
+        self.opener: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_workers=pool_size, thread_name_prefix=OPENER_THREAD
+        )
         try:
             self._probe()
         except Exception as exc:
@@ -287,9 +342,7 @@ class PgDatabase(Statements):
         finally:
             pool.putconn(raw)
 
-    def _begun(
-        self, begin: str, reads: Sequence[Statement] = ()
-    ) -> tuple[contextlib.AbstractContextManager[PgConnection], PgConnection, list[PgCursor]]:
+    def _begun(self, begin: str, reads: Sequence[Statement] = ()) -> _Begun:
         """A pooled connection inside a transaction opened by `begin`, the context that gives
         it back and the results of `reads` run first in it (one round trip); retried once on a
         fresh pool when the first connection was dead."""
@@ -375,6 +428,12 @@ class PgDatabase(Statements):
         reader: _Reader | None = getattr(self._local, "reader", None)
         return reader is not None and reader.in_transaction
 
+    def snapshot_opening(self) -> bool:
+        """Whether this thread's read snapshot is still being opened: its bounds not yet known,
+        so that work which needs no database may run first and be checked against them."""
+        reader: _Reader | None = getattr(self._local, "reader", None)
+        return reader is not None and reader.opening
+
     def release_reader(self) -> None:
         """End this thread's read transaction if one is still open (the end of a tool call:
         no thread keeps a connection from one call to the next)."""
@@ -454,6 +513,10 @@ class PgDatabase(Statements):
         if self._closed:
             return
         self._closed = True
+        if self.opener is not None:
+            self.opener.shutdown(wait=True)
+        if self.finisher is not None:
+            self.finisher.close()
         self._reach.close()
 
 
