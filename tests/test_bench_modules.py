@@ -171,3 +171,23 @@ def test_pg_million_compares_both_backends_on_one_corpus(
         assert figures["recall"]["n"] == 3 and figures["store"]["n"] == 2, figures
         assert figures["recall"]["p95"] >= figures["recall"]["p50"] > 0
     assert result["ratio"]["recall_p50"] > 0
+
+
+def test_pg_recall_stages_times_each_backends_stages_and_statements(
+    pg_url: str, tmp_path: Path
+) -> None:
+    text = _run(
+        ["benches.pg_recall_stages", "--pg-url", pg_url, "--rows", "200", "--rounds", "2",
+         "--per-round", "3"],
+        {"CPERSONA_BENCH_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    for backend in ("sqlite", "postgresql"):
+        found = re.search(
+            rf"^{backend}: client wall p50 ([\d.]+) ms, server call p50 ([\d.]+)", text, re.M
+        )
+        assert found, text
+        assert float(found[1]) >= float(found[2]) > 0, found[0]
+    assert re.search(r"^  vector_scan +[\d.]+ ms$", text, re.M), text
+    # the snapshot's BEGIN and its reads, one pipeline, timed while recalls ran
+    assert re.search(r"^  BEGIN \+ \d reads +[\d.]+ +[\d.]+$", text, re.M), text
+    assert re.search(r"^SELECT 1: back to back [\d.]+ ms, after 3 ms idle [\d.]+ ms$", text, re.M)
