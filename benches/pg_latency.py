@@ -160,7 +160,12 @@ async def _rounds(
                 times.setdefault(kind, []).append([run() for _ in range(args.per_round)])
 
 
-async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path) -> None:
+def same_data_engines(
+    rows: int, server_url: str, tmp: Path, *, sql_arm: bool = True
+) -> tuple[dict[str, Engine], scale.FixedQueryProvider]:
+    """The scale corpus of `rows` copied into a fresh PostgreSQL database (and the SQLite copy),
+    an Engine on each with the corpus's query provider, every index file current: `sqlite`,
+    `postgresql` (this host's index files) and, with `sql_arm`, `postgresql (sql)`."""
     corpus = scale.corpus(rows, DIM).copy_to(tmp / f"sqlite-{rows}")
     provider = scale.FixedQueryProvider(corpus.query())
     name = f"bench_pg_{rows}"
@@ -179,8 +184,11 @@ async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path)
     engines = {
         "sqlite": Engine(base, embedder=provider),
         "postgresql": Engine(Settings(**pg), embedder=provider),
-        "postgresql (sql)": Engine(Settings(**pg, pg_vector_index=False), embedder=provider),
     }
+    if sql_arm:
+        engines["postgresql (sql)"] = Engine(
+            Settings(**pg, pg_vector_index=False), embedder=provider
+        )
     for key, engine in engines.items():
         # The corpus's vectors are the provider's (the probe cannot tell: they are seeded, not
         # embedded); unrecorded, recall would treat them as another model's and skip them.
@@ -193,6 +201,11 @@ async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path)
         print(f"{key}: vector index files ready in {took:.1f} s")
     arms = {k: e.db.capabilities.vector_arm for k, e in engines.items()}
     print(f"vector arms: {arms}", flush=True)
+    return engines, provider
+
+
+async def _size(rows: int, args: argparse.Namespace, server_url: str, tmp: Path) -> None:
+    engines, provider = same_data_engines(rows, server_url, tmp)
     kinds = ["store", "recall", "scan window", "scan far"]
     times: dict[tuple[str, str], list[list[float]]] = {}
     try:

@@ -28,16 +28,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.server.app import build_server
-from cpersona.storage import vector_models
 from cpersona.storage.pg import connection as pg_connection
 from mcp import Client
 
 from benches import pg_latency
 from benches import scale_support as scale
-from benches.bench_support import index_files_current, timed_tool_call
+from benches.bench_support import timed_tool_call
 
 #: (backend, statement) -> seconds, while a recall runs.
 _STATEMENTS: dict[str, list[float]] = defaultdict(list)
@@ -150,34 +148,13 @@ async def main_async(args: argparse.Namespace) -> int:
         tmp = Path(tmp_name)
         server_url, server = pg_latency._server_url(args.pg_url, tmp / "pg")
         try:
-            corpus = scale.corpus(args.rows, pg_latency.DIM).copy_to(tmp / "sqlite")
-            provider = scale.FixedQueryProvider(corpus.query())
-            with psycopg.connect(server_url, autocommit=True) as admin:
-                admin.execute("DROP DATABASE IF EXISTS bench_pg_stages WITH (FORCE)")
-                admin.execute("CREATE DATABASE bench_pg_stages")
-            url = pg_latency._database_url(server_url, "bench_pg_stages")
-            Engine(Settings(db_path="", embedding_mode="none", database_url=url)).close()
-            pg_latency._copy_corpus(corpus, url)
-            common = {"embedding_mode": "hashing", "recall_mode": "rrf"}
-            engines = {
-                "sqlite": Engine(
-                    Settings(db_path=str(corpus.db_path), **common), embedder=provider
-                ),
-                "postgresql": Engine(
-                    Settings(db_path="", database_url=url, cache_dir=str(tmp / "cache"), **common),
-                    embedder=provider,
-                ),
-            }
+            engines, _ = pg_latency.same_data_engines(args.rows, server_url, tmp, sql_arm=False)
             try:
-                for engine in engines.values():
-                    with engine.db.atomic() as conn:
-                        vector_models.record(conn, "memories", provider.name, 384, "bench")
-                    index_files_current(engine)
                 got = await _measure(engines, args)
             finally:
                 for engine in engines.values():
                     engine.close()
-            back_to_back, after_idle = _idle_round_trips(url)
+            back_to_back, after_idle = _idle_round_trips(server_url)
         finally:
             if server is not None:
                 server.cleanup()

@@ -28,8 +28,8 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Generic, Protocol, TypeVar
@@ -277,6 +277,25 @@ class DerivedIndex(Generic[H, U, B]):
         """The file's applied_seq read without the lock (a hint: sync re-checks under lock)."""
         header, problem = self._inspect()
         return None if header is None or problem else self._fields(header).applied_seq
+
+    @contextmanager
+    def reading_as_is(self) -> Iterator[int | None]:
+        """The file as it is, without following the log, under the shared lock while the caller
+        reads it: yields the position it has applied, None when it cannot be read as it is (the
+        caller follows the log as usual). For a read made while the caller's snapshot is still
+        being opened (vectors/search.py): its answer counts only if `current_at` the position."""
+        if self._healer.running:
+            yield None
+            return
+        with self._flock(exclusive=False):
+            header, problem = self._inspect()
+            yield None if header is None or problem else self._fields(header).applied_seq
+
+    def current_at(self, applied: int) -> bool:
+        """Whether a file that has applied `applied` holds exactly the caller's snapshot: the
+        test `sync` makes before it reads a file without applying anything (there with the
+        high-water mark it goes on to use, so it reads it once)."""
+        return applied == self.source.max_seq(self.db)
 
     def _rebuild_reason(self) -> str:
         """Why the file needs a rebuild ("" = it is sound): asked by a background rebuild

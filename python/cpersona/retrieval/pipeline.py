@@ -409,26 +409,21 @@ class Recaller:
         s = self.s
         near: list[Candidate] = []
         far: list[Candidate] = []
-        ranked: tuple[list[Ranked], list[Ranked]] = ([], [])
+        scans = remote is None and limit > 0
+        want_far = s.vector_reach > s.max_memories
+        threshold = self._threshold(req.agent_id, True)
+
+        def scanned(q: QueryVector | None) -> tuple[list[Ranked], list[Ranked]]:
+            if q is None or not scans:
+                return [], []
+            return self._vector(req, scope, q, threshold, limit, want_far, episodes_ok, reads.rows)
+
+        ranked = scanned(qvec)
+        routed = self._routed(qvec, req.query)
+        if routed is not qvec:  # the model changed since the last snapshot: scan again
+            qvec, ranked = routed, scanned(routed)
         if remote is not None:
             near = remote
-            qvec = self._routed(qvec, req.query)
-        elif qvec is not None and limit > 0:
-            want_far = s.vector_reach > s.max_memories
-            threshold = self._threshold(req.agent_id, True)
-            ranked = self._vector(
-                req, scope, qvec, threshold, limit, want_far, episodes_ok, reads.rows
-            )
-            routed = self._routed(qvec, req.query)
-            if routed is not qvec:  # the model changed since the last snapshot: scan again
-                qvec = routed
-                ranked = ([], [])
-                if qvec is not None:
-                    ranked = self._vector(
-                        req, scope, qvec, threshold, limit, want_far, episodes_ok, reads.rows
-                    )
-        else:
-            qvec = self._routed(qvec, req.query)
         match = match_expression(req.query)
         episodes: list[Candidate] = []
         if episodes_ok:

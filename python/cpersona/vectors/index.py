@@ -148,24 +148,6 @@ class VectorIndex(DerivedIndex[np.void, KeptWriter, int]):
         with self._flock(exclusive=False):
             yield self.path
 
-    @contextmanager
-    def reading_as_is(self) -> Iterator[int | None]:
-        """The file as it is, without following the log, under the shared lock while the caller
-        scans it: yields the position it has applied, None when it cannot be read as it is (the
-        caller takes `reading()`). For a scan run while the caller's snapshot is still being
-        opened (vectors/search.py): its answer counts only if `current_at` the position."""
-        if self._healer.running:
-            yield None
-            return
-        with self._flock(exclusive=False):
-            header, problem = self._inspect()
-            yield None if header is None or problem else self._fields(header).applied_seq
-
-    def current_at(self, applied: int) -> bool:
-        """Whether a file that has applied `applied` holds exactly the caller's snapshot: what
-        `sync` would have scanned without applying anything."""
-        return applied == self.source.max_seq(self.db)
-
     def kernel_handle(self, open_file: Callable[[str], Any]) -> tuple[Any, np.ndarray]:
         """`open_file(path)` (a kernel's `VectorIndex.open`: a read-only mapping of the file)
         and the file's content checksums (a read-only mapping of its sidecar, for the scan's

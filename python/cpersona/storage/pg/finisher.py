@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,58 +23,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cpersona.storage")
 
-#: One snapshot to end: its connection and the pool context that gives the connection back.
-_Pending = tuple["PgConnection", contextlib.AbstractContextManager["PgConnection"]]
-
 
 class SnapshotFinisher:
-    """One daemon thread that ends read snapshots in the order they were handed over."""
+    """One thread (made on first use) that ends read snapshots in the order handed over."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
-        self._idle = threading.Event()
-        self._idle.set()
-        self._lock = threading.Lock()
-        self._pending = 0
-        self._thread: threading.Thread | None = None
-        self._closed = False
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpersona-pg-finisher")
 
     def end(self, conn: PgConnection, ctx: contextlib.AbstractContextManager[PgConnection]) -> None:
         """COMMIT `conn`'s read-only transaction and give it back, soon; at once (in this
         thread) once the finisher is closed."""
-        with self._lock:
-            if self._closed:
-                _finish(conn, ctx)
-                return
-            self._pending += 1
-            self._idle.clear()
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="cpersona-pg-finisher", daemon=True
-                )
-                self._thread.start()
-        self._queue.put((conn, ctx))
+        try:
+            self._pool.submit(_finish, conn, ctx)
+        except RuntimeError:  # shut down: the caller ends its own
+            _finish(conn, ctx)
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every snapshot handed over has ended; whether they all did in time."""
-        return self._idle.wait(timeout)
+        """Wait until every snapshot handed over has ended (one worker: in order, so a no-op
+        submitted now runs after them); whether they all did in time."""
+        try:
+            self._pool.submit(lambda: None).result(timeout)
+        except RuntimeError:  # shut down, which waited for them
+            return True
+        except TimeoutError:
+            return False
+        return True
 
-    def close(self, timeout: float = 5.0) -> None:
-        """End what is pending, then stop the thread (later snapshots end in their caller)."""
-        with self._lock:
-            self._closed = True
-            thread = self._thread
-        if thread is not None:
-            self._queue.put(None)
-            thread.join(timeout)
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            _finish(*item)
-            with self._lock:
-                self._pending -= 1
-                if self._pending == 0:
-                    self._idle.set()
+    def close(self) -> None:
+        """End what is pending; later snapshots end in their caller."""
+        self._pool.shutdown(wait=True)
 
 
 def _finish(conn: PgConnection, ctx: contextlib.AbstractContextManager[PgConnection]) -> None:
