@@ -277,6 +277,11 @@ class VectorFileWriter:
         """The first ``count`` entries of a section (a writable view of the mapping)."""
         return self._views[section][: self.count]
 
+    @property
+    def sections(self) -> dict[str, np.ndarray[Any, Any]]:
+        """Every section, capacity-long (what `checksums.slot_sums` reads)."""
+        return self._views
+
     # -- slots -----------------------------------------------------------------------------
 
     def append(

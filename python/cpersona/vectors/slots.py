@@ -1,5 +1,5 @@
 """How one SQLite row becomes a slot of a vector index file, and back: the writer-side steps
-that the sync, the rebuilds (`index.py`, `healing.py`) and `verify` share."""
+that the sync, the rebuilds (`index.py`) and `verify` share."""
 
 from __future__ import annotations
 
