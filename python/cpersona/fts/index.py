@@ -27,6 +27,7 @@ from cpersona.derived import healing
 from cpersona.derived.base import DerivedIndex, Fields, Progress
 from cpersona.derived.healing import RebuildProgress
 from cpersona.derived.placement import SHARED_KEEP_LOG
+from cpersona.derived.scope import scope_hash
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
 from cpersona.fts import checksums, rebuild, segment
 from cpersona.fts.format import (
@@ -41,10 +42,8 @@ from cpersona.fts.format import (
 )
 from cpersona.fts.rebuild import Built
 from cpersona.storage import Store
-from cpersona.storage import embeddings as vector_sql
 from cpersona.storage import fulltext as fts_sql
 from cpersona.storage.change_log import Changes
-from cpersona.vectors.format import scope_hash
 from cpersona.yielding import CallActivity
 
 __all__ = ["SHARED_KEEP_LOG", "FtsIndex", "FtsStatus", "open_fts_indexes"]
@@ -442,7 +441,7 @@ class FtsIndex(DerivedIndex[Header, Header, Built]):
             except StoreCorrupt as exc:
                 return [*problems, f"{self.table}: records do not parse: {exc}"]
             seq = header.applied_seq
-            with vector_sql.snapshot(self.db):
+            with self.db.snapshot():
                 if fts_sql.max_seq(self.db) != seq:
                     problems.append(f"{self.table}: index applied seq {seq}, the log is further")
                 indexed = set(core.ids().tolist())

@@ -15,7 +15,6 @@ from cpersona.derived.base import Progress
 from cpersona.fts import checksums
 from cpersona.fts.format import HEADER_LEN, Header, put_record, records_for
 from cpersona.storage import Store
-from cpersona.storage import embeddings as vector_sql
 from cpersona.storage import fulltext as fts_sql
 from cpersona.storage.change_log import Changes
 
@@ -47,7 +46,7 @@ def build(
     no `tmp` behind."""
     total = fts_sql.row_count(db, table)
     done, crc = 0, 0
-    with vector_sql.snapshot(db):
+    with db.snapshot():
         log_seq = fts_sql.max_seq(db)
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         complete = False

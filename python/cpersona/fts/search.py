@@ -8,11 +8,11 @@ import logging
 
 import numpy as np
 
+from cpersona.derived.scope import scope_hash
 from cpersona.errors import StoreCorrupt
 from cpersona.fts.index import FtsIndex
 from cpersona.storage import embeddings as vector_sql
 from cpersona.storage.search import ScopeSql
-from cpersona.vectors.format import scope_hash
 
 log = logging.getLogger("cpersona.fts")
 

@@ -19,11 +19,11 @@ from types import ModuleType
 import numpy as np
 
 from cpersona import _backend
+from cpersona.derived.scope import scope_hash
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
 from cpersona.storage import Store, database_scan
 from cpersona.storage import embeddings as vector_sql
 from cpersona.storage.scan_request import ScanLimits, Scope
-from cpersona.vectors.format import scope_hash
 from cpersona.vectors.index import VectorIndex
 
 log = logging.getLogger("cpersona.vectors")
