@@ -1,5 +1,6 @@
 """The storage interface's types hold (issue 18 item 4): `mypy --strict` over
-python/cpersona/storage and the modules it uses, as pyproject.toml [tool.mypy] configures it,
+python/cpersona/storage, python/cpersona/retrieval (issue 31) and the modules they use, as
+pyproject.toml [tool.mypy] configures it,
 finds nothing; among others it checks that both backends' stores satisfy `Store`, as
 `open_database` returns either. .ci/run runs the same command before pytest."""
 
