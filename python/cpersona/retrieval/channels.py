@@ -8,8 +8,8 @@ Adding a channel is a class with `stage` and `rank` (retrieval/channel.py) and o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import ModuleType
 
+from cpersona import _backend
 from cpersona.config import Settings
 from cpersona.fts.index import FtsIndex
 from cpersona.retrieval.candidates import Candidate
@@ -43,30 +43,32 @@ class Channels:
     fused: tuple[Channel, ...]
 
 
-def choose(
-    db: Store,
-    settings: Settings,
-    indexes: dict[str, VectorIndex],
-    fts: dict[str, FtsIndex],
-    kernels: ModuleType,
-    *,
-    remote: bool,
-) -> Channels:
-    """The channels for `db` with its vector `indexes` and full-text `fts` index files."""
+@dataclass(frozen=True, slots=True)
+class IndexFiles:
+    """The derived index files a recaller's channels read, per table (engine.py opens them)."""
+
+    vectors: dict[str, VectorIndex]
+    full_text: dict[str, FtsIndex]
+
+
+def choose(db: Store, settings: Settings, files: IndexFiles, *, remote: bool) -> Channels:
+    """The channels for `db` with its index `files`; `remote`: a remote vector service ranks
+    the vector arm when it answers."""
+    kernels = _backend.load(settings.kernel)
     chunk = settings.vector_scan_chunk_rows
     in_database: Backend[Hits] = (
         PgVector(db) if database_scan.available(db) else ChunkedScan(db, kernels, chunk)
     )
     scans: dict[str, Backend[Hits]] = {}
     for table in ("memories", "episodes"):
-        index = indexes.get(table)
+        index = files.vectors.get(table)
         if index is not None and db.capabilities.vector_arm != "database":
             scans[table] = Fallback(VectorFile(index, kernels, chunk), in_database)
         else:
             scans[table] = in_database
     texts: dict[str, Backend[list[Candidate]]] = {}
     for table in ("memories", "episodes"):
-        fts_index = fts.get(table)
+        fts_index = files.full_text.get(table)
         texts[table] = (
             Fts5(db) if fts_index is None else Fallback(FullTextFile(fts_index), Fts5(db))
         )

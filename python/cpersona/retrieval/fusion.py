@@ -24,11 +24,24 @@ def kept(lst: RankedList, exclusions: Sequence[str]) -> list[bool]:
     return [not is_excluded(r.content, exclusions) for r in lst.rows]
 
 
-def fuse(
-    mode: str, lists: Sequence[RankedList], exclusions: Sequence[str], kernels: ModuleType, k: int
+class Fusion:
+    """rrf (with constant `k`) and rsf in `kernels`."""
+
+    def __init__(self, kernels: ModuleType, k: int) -> None:
+        self.kernels = kernels
+        self.k = k
+
+    def __call__(
+        self, mode: str, lists: Sequence[RankedList], exclusions: Sequence[str]
+    ) -> list[Candidate]:
+        """The lists fused by `mode` ("rrf" or "rsf"), best first; each row's fused score set
+        on it (`rrf` / `rsf`)."""
+        return _fuse(mode, lists, exclusions, self)
+
+
+def _fuse(
+    mode: str, lists: Sequence[RankedList], exclusions: Sequence[str], by: Fusion
 ) -> list[Candidate]:
-    """The lists fused by `mode` ("rrf" with constant `k`, or "rsf"), best first; each row's
-    fused score set on it (`rrf` / `rsf`)."""
     # Ties go to the lists first in fusion's order: the lexical ones (E, M, then V, F; 2.5.x:
     # V, F, E, M). A vector arm that cannot read the language (MiniLM on Japanese) otherwise
     # wins every tie with BM25's first row: JSQuAD R@1 0.32 -> 0.68 under rrf (docs/quality.md).
@@ -50,9 +63,9 @@ def fuse(
         ]
         weights = [lst.weight for lst in ordered]
         if all(w == 1.0 for w in weights):
-            keys, scores = kernels.rrf(rankings, k=k)
+            keys, scores = by.kernels.rrf(rankings, k=by.k)
         else:
-            keys, scores = kernels.rrf(rankings, k=k, weights=weights)
+            keys, scores = by.kernels.rrf(rankings, k=by.k, weights=weights)
     else:
         if any(lst.weight != 1.0 for lst in ordered):
             raise ValueError("rsf takes no list weights (retrieval.md §5.4)")
@@ -61,7 +74,7 @@ def fuse(
             rows = [r for r, keep in zip(lst.rows, mask, strict=True) if keep]
             rankings.append(np.array([r.key for r in rows], dtype=np.int64))
             raws.append(np.array([_raw(r, lst) for r in rows], dtype=np.float64))
-        keys, scores = kernels.rsf(rankings, raws)
+        keys, scores = by.kernels.rsf(rankings, raws)
     out = []
     for key, score in zip(keys.tolist(), scores.tolist(), strict=True):
         row = by_key[key]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -22,14 +22,14 @@ from cpersona import _backend
 from cpersona.config import Settings
 from cpersona.embedding.base import EmbeddingMisconfigured
 from cpersona.errors import EmbeddingUnavailable
-from cpersona.fts.index import FtsIndex
 from cpersona.retrieval import channels as channel_choice
 from cpersona.retrieval import scoring
 from cpersona.retrieval.advisory import EmbeddingHealth
 from cpersona.retrieval.candidates import Candidate, dedupe, profile_row
 from cpersona.retrieval.channel import RankedList
-from cpersona.retrieval.fusion import admitted, fuse
-from cpersona.retrieval.recall_query import FUSED_MODES, RecallQuery, recall_query
+from cpersona.retrieval.channels import IndexFiles
+from cpersona.retrieval.fusion import Fusion, admitted
+from cpersona.retrieval.recall_query import RecallQuery, recall_query
 from cpersona.retrieval.request import QueryVector, RecallRequest, RecallResult
 from cpersona.retrieval.scope_reads import ScopeReads
 from cpersona.retrieval.scored import Scorer
@@ -38,7 +38,6 @@ from cpersona.retrieval.vector_channels import remote_readable
 from cpersona.storage import Store, search
 from cpersona.storage.error_kinds import StorageError, UnreachableError
 from cpersona.timings import stage
-from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.remote import RemoteVectors
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
 
     Route = tuple[CachedProvider | None, frozenset[str]]
 
-__all__ = ["QueryVector", "RecallRequest", "RecallResult", "Recaller"]
+__all__ = ["QueryVector", "RecallParts", "RecallRequest", "RecallResult", "Recaller"]
 
 log = logging.getLogger("cpersona.recall")
 
@@ -69,36 +68,37 @@ def no_trace(stage: str, rows: Sequence[Candidate] | Sequence[RankedList]) -> No
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class RecallParts:
+    """What a recaller is built from besides its database and settings (engine.py)."""
+
+    router: ModelRouter
+    thresholds: Thresholds
+    health: EmbeddingHealth
+    files: IndexFiles
+    remote: RemoteVectors | None = None
+
+
 class Recaller:
     """The recall pipeline over one database, embedder and set of channels."""
 
-    def __init__(
-        self,
-        db: Store,
-        settings: Settings,
-        router: ModelRouter,
-        indexes: dict[str, VectorIndex],
-        thresholds: Thresholds,
-        health: EmbeddingHealth,
-        fts: dict[str, FtsIndex] | None = None,
-        *,
-        remote: RemoteVectors | None = None,
-    ) -> None:
+    def __init__(self, db: Store, settings: Settings, parts: RecallParts) -> None:
         self.db = db
         self.s = settings
-        self.router = router
-        self.thresholds = thresholds
-        self.health = health
-        self.remote = remote
+        self.router = parts.router
+        self.thresholds = parts.thresholds
+        self.health = parts.health
+        self.remote = parts.remote
         #: The kernels of the vector scan, fusion and backfill: those the settings name.
         self.kernels = _backend.load(settings.kernel)
         #: Each arm's channel on this store, chosen once (retrieval/channels.py).
         self.channels = channel_choice.choose(
-            db, settings, indexes, fts or {}, self.kernels, remote=remote is not None
+            db, settings, parts.files, remote=parts.remote is not None
         )
         #: Steps between the channels and fusion, in order (ListStep).
         self.list_steps: tuple[ListStep, ...] = ()
-        self.scorer = Scorer(db, settings, thresholds, self.kernels)
+        self.fusion = Fusion(self.kernels, settings.rrf_k)
+        self.scorer = Scorer(db, settings, parts.thresholds, self.kernels)
         #: The route (query provider, tables) the last snapshot read (`_embed_query`).
         self._last_route: Route | None = None
 
@@ -117,8 +117,7 @@ class Recaller:
         query = self._query(req, limit)
         if self.remote is not None and not query.blank and limit > 0 and req.span is None:
             # The remote service knows no instants: a time-scoped recall scans locally.
-            threshold = self._threshold(req.agent_id, query.fused)
-            hits = self.remote.search(req.agent_id, req.query, limit, threshold)
+            hits = self.remote.search(req.agent_id, req.query, limit, query.scan.threshold)
             query = replace(query, remote=None if hits is None else tuple(hits))
         # A remote list is authoritative: no local scan, no far list, no query embedding.
         if not query.blank and query.remote is None:
@@ -166,14 +165,8 @@ class Recaller:
         return rows
 
     def _query(self, req: RecallRequest, limit: int) -> RecallQuery:
-        fused = bool(req.query.strip()) and self.s.recall_mode in FUSED_MODES
-        mode = self.s.recall_mode if fused else "cascade"
-        threshold = self._threshold(req.agent_id, mode != "cascade")
-        return recall_query(req, self.s, limit, threshold, mode=mode)
-
-    def _threshold(self, agent_id: str, fused: bool) -> float:
-        t = self.thresholds.vector_threshold(agent_id)
-        return t * self.s.rrf_threshold_factor if fused else t
+        threshold = self.thresholds.vector_threshold(req.agent_id)
+        return recall_query(req, self.s, limit, threshold)
 
     def _reads(self, query: RecallQuery) -> ScopeReads:
         """This recall's reads of its scope (the scalar ones in one statement on PostgreSQL;
@@ -195,7 +188,7 @@ class Recaller:
         trace("channels", lists)
         if query.fused:
             with stage("fusion"):
-                rows = fuse(query.mode, lists, query.exclusions, self.kernels, self.s.rrf_k)
+                rows = self.fusion(query.mode, lists, query.exclusions)
             if profile := reads.profile():
                 rows.append(profile_row(profile))
         else:

@@ -53,12 +53,12 @@ class RecallQuery:
         return not (self.scope.source_prefix and not self.scope.channel)
 
 
-def recall_query(
-    req: RecallRequest, s: Settings, limit: int, threshold: float, *, mode: str
-) -> RecallQuery:
-    """`req` as a RecallQuery with its `limit` (clamped by the caller) under `mode`; `threshold`
-    is the vector threshold of that mode (the agent's, scaled for fusion)."""
-    fused = mode in FUSED_MODES
+def recall_query(req: RecallRequest, s: Settings, limit: int, threshold: float) -> RecallQuery:
+    """`req` as a RecallQuery with its `limit` (clamped by the caller); `threshold` is the
+    agent's vector threshold, scaled here when the query is fused (§4.2)."""
+    fused = bool(req.query.strip()) and s.recall_mode in FUSED_MODES
+    mode = s.recall_mode if fused else "cascade"
+    threshold = threshold * s.rrf_threshold_factor if fused else threshold
     far_k = min(limit, s.vector_far_limit) if s.vector_far_limit > 0 else limit
     # The far region only where fusion can weigh it (§19.2) and the reach passes the window.
     reach = s.vector_reach if fused and s.vector_reach > s.max_memories else 0
