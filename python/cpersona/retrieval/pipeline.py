@@ -52,10 +52,10 @@ log = logging.getLogger("cpersona.recall")
 
 
 class ListStep(Protocol):
-    """A step between the channels and fusion: the hydrated lists in, the lists fusion takes
-    out (for instance, superseded rows replaced by their successors in each list)."""
+    """A step between the channels and fusion, on each hydrated list in turn (the cascade's
+    keyword list too): for instance, superseded rows replaced by their successors."""
 
-    def __call__(self, query: RecallQuery, lists: list[RankedList]) -> list[RankedList]: ...
+    def __call__(self, query: RecallQuery, ranked: RankedList) -> RankedList: ...
 
 
 class Trace(Protocol):
@@ -183,8 +183,7 @@ class Recaller:
         """The candidates of every channel, fused (or cascaded), with the profile row; and the
         query whose vector the snapshot's model record confirmed."""
         query, lists = self._channel_lists(query, reads)
-        for step in self.list_steps:
-            lists = step(query, lists)
+        lists = [self._stepped(query, lst) for lst in lists]
         trace("channels", lists)
         if query.fused:
             with stage("fusion"):
@@ -218,6 +217,11 @@ class Recaller:
         with stage("hydration"):
             return query, [lst.hydrated(reads.rows) for lst in vector + lists]
 
+    def _stepped(self, query: RecallQuery, ranked: RankedList) -> RankedList:
+        for step in self.list_steps:
+            ranked = step(query, ranked)
+        return ranked
+
     def _cascade(
         self, query: RecallQuery, lists: list[RankedList], reads: ScopeReads
     ) -> list[Candidate]:
@@ -232,6 +236,7 @@ class Recaller:
         if remaining > 0:
             with stage("keyword"):
                 (keyword,) = self.channels.keyword.rank(replace(query, limit=remaining), reads.rows)
+            keyword = self._stepped(query, keyword)
             rows = dedupe(rows + admitted(keyword, query.exclusions))
         return rows
 
