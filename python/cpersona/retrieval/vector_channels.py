@@ -45,14 +45,9 @@ class VectorFile:
 
     def answer(self, query: RecallQuery, reads: Hydration, table: str) -> Hits | None:
         assert query.vector is not None
-        return scan_file(
-            self.index,
-            query.vector.vector,
-            table_scope(query, table),
-            query.scan,
-            chunk_rows=self.chunk_rows,
-            kernels=self.kernels,
-        )
+        scope = table_scope(query, table)
+        vector = query.vector.vector
+        return scan_file(self.index, self.kernels, vector, scope, query.scan, self.chunk_rows)
 
 
 class PgVector:

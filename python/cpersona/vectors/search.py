@@ -99,7 +99,8 @@ def scan(
 ) -> Hits:
     """Scan one table for `query` within `scope` (see the module docstring): the index file,
     else the database's own path."""
-    hits = scan_file(index, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels)
+    kernels = _backend.from_environment() if kernels is None else kernels
+    hits = scan_file(index, kernels, query, scope, limits, chunk_rows)
     if hits is not None:
         return hits
     return scan_table(
@@ -109,16 +110,15 @@ def scan(
 
 def scan_file(
     index: VectorIndex,
+    kernels: ModuleType,
     query: np.ndarray,
     scope: Scope,
     limits: ScanLimits,
-    *,
-    chunk_rows: int = 512,
-    kernels: ModuleType | None = None,
+    chunk_rows: int,
 ) -> Hits | None:
-    """The scan through the index file; None when the file cannot answer (being rebuilt,
-    ahead of the snapshot, damaged, unusable, or of another dimension): the database will."""
-    kernels = _backend.from_environment() if kernels is None else kernels
+    """The scan through the index file with `kernels` (from `_backend.load`); None when the
+    file cannot answer (being rebuilt, ahead of the snapshot, damaged, unusable, or of another
+    dimension): the database will."""
     query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
     where = KernelScope.of(index.db, index.table, scope)
     if where is None:
