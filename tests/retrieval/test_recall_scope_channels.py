@@ -192,7 +192,7 @@ async def test_each_channel_returns_the_rows_its_scope_admits(
         if name == "remote":
             hits = tuple(Hit(r.kind, r.id, 0.5) for r in rows)
             query = replace(query, remote=hits)
-        reads = ScopeReads(engine.db, scope, scope.source_prefix, None).rows
+        reads = ScopeReads(engine.db, scope, None).rows
         stand_in = reads if name == "remote" else EveryRow()
         got: set[tuple[str, int]] = set()
         kinds: set[str] = set()

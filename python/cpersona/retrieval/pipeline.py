@@ -173,7 +173,7 @@ class Recaller:
         the pool and span among them only when the scope-stats cache has none)."""
         scope = query.scope
         cap = None if self.scorer.cached_stats(scope) is not None else scoring.POOL_SATURATION
-        return ScopeReads(self.db, scope, scope.source_prefix, cap)
+        return ScopeReads(self.db, scope, cap)
 
     # -- channels, list steps, fusion --------------------------------------------------------
 
