@@ -24,7 +24,9 @@ def ranked(
         # FTS5 rejects a NUL inside a phrase ("unterminated string"); its error path is the
         # behaviour to keep, so that query goes to FTS5.
         return None
-    where = KernelScope.of(index.db, index.table, replace(scope, source_prefix=source_prefix))
+    if scope.source_prefix != source_prefix:  # (a copy costs microseconds per call)
+        scope = replace(scope, source_prefix=source_prefix)
+    where = KernelScope.of(index.db, index.table, scope)
     if where is None:
         return []
     if index.healing:  # said once when the damage was found; FTS5 answers meanwhile

@@ -34,7 +34,9 @@ TABLES = (("memories", "mem"), ("episodes", "ep"))
 def table_scope(query: RecallQuery, table: str) -> Scope:
     """The query's scope for `table`: episodes have no source, so no source prefix."""
     scope = query.scope
-    return scope if table == "memories" else replace(scope, source_prefix="")
+    if table == "memories" or not scope.source_prefix:
+        return scope
+    return replace(scope, source_prefix="")
 
 
 class VectorFile:
