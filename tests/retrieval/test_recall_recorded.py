@@ -186,6 +186,19 @@ async def _answers(make_engine: Any, store_backend: str, results: list[Any]) -> 
     return answers
 
 
+def _dumped(recorded: dict[str, dict[str, Any]]) -> str:
+    """The recording as JSON with one line per call (a diff names the calls that changed)."""
+
+    def line(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+    pairs = [
+        line(name) + ": {\n" + ",\n".join(f"{line(k)}: {line(v[k])}" for k in sorted(v)) + "\n}"
+        for name, v in sorted(recorded.items())
+    ]
+    return "{\n" + ",\n".join(pairs) + "\n}\n"
+
+
 async def test_answers_equal_the_recorded_ones(
     make_engine, store_backend, kernel, captured
 ) -> None:
@@ -197,7 +210,7 @@ async def test_answers_equal_the_recorded_ones(
     if os.environ.get("CPERSONA_RECORD_ANSWERS") == "1":
         recorded[name] = got
         RECORDING.parent.mkdir(exist_ok=True)
-        RECORDING.write_text(json.dumps(recorded, sort_keys=True, ensure_ascii=False, indent=0))
+        RECORDING.write_text(_dumped(recorded))
         return
     assert name in recorded, f"no recording for {name}: record with CPERSONA_RECORD_ANSWERS=1"
     want = recorded[name]
