@@ -52,7 +52,9 @@ class RankedList:
 class Channel(Protocol):
     """Ranks one query into ranked lists (one, or the vector arm's near and far lists)."""
 
-    #: The timing stage its work is counted under (cpersona.timings.STAGES).
+    #: The timing stage its work is counted under (cpersona.timings.STAGES): the channel enters
+    #: it when it does work for the query (a blank query runs no vector scan, and is not timed
+    #: as one).
     stage: str
 
     def rank(self, query: RecallQuery, reads: Hydration) -> list[RankedList]: ...

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -202,19 +203,19 @@ class Recaller:
         snapshot's route embedded; the route is checked after (on PostgreSQL the scan runs
         while the snapshot's BEGIN is on its way) and the arm ranks again if it changed."""
         ch = self.channels
-        with stage("vector_scan"):
-            vector = ch.vector.rank(query, reads.rows)
+        vector = ch.vector.rank(query, reads.rows)
         routed = self._routed(query)
         if routed is not query:  # the model changed since the last snapshot: scan again
             query = routed
-            with stage("vector_scan"):
-                vector = ch.vector.rank(query, reads.rows)
+            vector = ch.vector.rank(query, reads.rows)
         lists: list[RankedList] = []
         # The cascade ranks its keyword channel last, for what the others leave (_cascade).
         for channel in ch.fused if query.fused else (ch.episodes,):
-            with stage(channel.stage):
-                lists += channel.rank(query, reads.rows)
-        with stage("hydration"):
+            lists += channel.rank(query, reads.rows)
+        # Timed as the vector rows' read, where the local scan ranks them (cascade) or can.
+        scanned = query.vector is not None and not query.blank and query.limit > 0
+        timed = query.remote is None and (query.fused or scanned)
+        with stage("hydration") if timed else nullcontext():
             return query, [lst.hydrated(reads.rows) for lst in vector + lists]
 
     def _stepped(self, query: RecallQuery, ranked: RankedList) -> RankedList:
@@ -234,8 +235,7 @@ class Recaller:
             rows.append(profile_row(profile))
         remaining = query.limit - len(rows)
         if remaining > 0:
-            with stage("keyword"):
-                (keyword,) = self.channels.keyword.rank(replace(query, limit=remaining), reads.rows)
+            (keyword,) = self.channels.keyword.rank(replace(query, limit=remaining), reads.rows)
             keyword = self._stepped(query, keyword)
             rows = dedupe(rows + admitted(keyword, query.exclusions))
         return rows

@@ -23,6 +23,7 @@ from cpersona.retrieval.query import render_match
 from cpersona.retrieval.recall_query import RecallQuery
 from cpersona.storage import Store, search
 from cpersona.storage.error_kinds import OperationalError, UnreachableError
+from cpersona.timings import stage
 
 log = logging.getLogger("cpersona.recall")
 
@@ -94,8 +95,10 @@ class EpisodeText:
 
     def rank(self, query: RecallQuery, reads: Hydration) -> list[RankedList]:
         rows: list[Candidate] | None = []
-        if self.enabled and query.terms and query.limit > 0 and query.episodes:
-            rows = _full_text(self.backend, query, reads, "episodes")
+        if query.episodes and not query.blank:
+            with stage(self.stage):
+                if self.enabled and query.terms and query.limit > 0:
+                    rows = _full_text(self.backend, query, reads, "episodes")
         # Exclusions do not apply to episode hits (§4.10).
         return [RankedList("episodes", rows=rows or [], excludable=False)]
 
@@ -112,7 +115,8 @@ class Keyword:
         self.s = settings
 
     def rank(self, query: RecallQuery, reads: Hydration) -> list[RankedList]:
-        return [RankedList("keyword", rows=self._rows(query, reads))]
+        with stage(self.stage):
+            return [RankedList("keyword", rows=self._rows(query, reads))]
 
     def _rows(self, query: RecallQuery, reads: Hydration) -> list[Candidate]:
         limit, scope = query.limit, query.scope

@@ -23,6 +23,7 @@ from cpersona.retrieval.recall_query import RecallQuery
 from cpersona.storage import Store
 from cpersona.storage.error_kinds import StorageError, UnreachableError
 from cpersona.storage.scan_request import Scope
+from cpersona.timings import stage
 from cpersona.vectors.index import VectorIndex
 from cpersona.vectors.search import Hits, scan_database, scan_file, scan_sqlite
 
@@ -111,15 +112,16 @@ class VectorChannel:
         if vector is None or query.blank or query.limit <= 0 or query.remote is not None:
             return near_and_far([], [])
         per_table: dict[str, tuple[list[tuple[int, float]], list[tuple[int, float]]]] = {}
-        for table, _ in TABLES:
-            hits = None
-            if table in vector.tables and (table == "memories" or query.episodes):
-                hits = self.scans[table].answer(query, reads, table)
-            hits = Hits.empty() if hits is None else hits
-            per_table[table] = (
-                _pairs(hits.near_ids, hits.near_scores),
-                _pairs(hits.far_ids, hits.far_scores),
-            )
+        with stage(self.stage):
+            for table, _ in TABLES:
+                hits = None
+                if table in vector.tables and (table == "memories" or query.episodes):
+                    hits = self.scans[table].answer(query, reads, table)
+                hits = Hits.empty() if hits is None else hits
+                per_table[table] = (
+                    _pairs(hits.near_ids, hits.near_scores),
+                    _pairs(hits.far_ids, hits.far_scores),
+                )
         near = merged_vector_list(per_table["memories"][0], per_table["episodes"][0], query.limit)
         far = merged_vector_list(
             per_table["memories"][1], per_table["episodes"][1], query.scan.far_k
@@ -137,7 +139,7 @@ class RemoteFirst:
     """The remote service's list as the near list when the query has one (§4.5: authoritative,
     no local scan), else `local`'s lists."""
 
-    stage = "vector_scan"
+    stage = "vector_scan"  # timed only when the local scan runs
 
     def __init__(self, local: VectorChannel) -> None:
         self.local = local
