@@ -23,6 +23,24 @@ import sys
 from typing import IO, Any
 
 
+def fixed_query_engine(scale: Any, copy: Any) -> Any:
+    """An Engine over a scale corpus `copy` (benches/scale_support.py) whose embedder is the
+    fixed query provider the corpus was written with, its vectors recorded as that model's so
+    that the vector arm runs (also benches/tree_compare.py's)."""
+    from cpersona.config import Settings
+    from cpersona.engine import Engine
+    from cpersona.storage import open_database, vector_models
+
+    provider = scale.FixedQueryProvider(copy.query())
+    db = open_database(str(copy.db_path))
+    with db.atomic() as conn:
+        for table in vector_models.TABLES:
+            vector_models.record(conn, table, provider.name, 384, "written")
+    db.close()
+    settings = Settings(db_path=str(copy.db_path), embedding_mode="hashing")
+    return Engine(settings, embedder=provider)
+
+
 def worker(rows: int) -> None:
     """One side: an Engine over a copy of the corpus; answers "n start" lines on stdin with the
     times of n recalls. Runs in the checkout whose package `cpersona` is, with its benches/."""
@@ -35,22 +53,11 @@ def worker(rows: int) -> None:
     # The benches/ of the checkout whose package runs (its corpora helpers speak its storage).
     sys.path.insert(0, str(Path(cpersona.__file__).resolve().parents[2] / "benches"))
     import scale_support as scale
-    from cpersona.config import Settings
-    from cpersona.engine import Engine
     from cpersona.retrieval.pipeline import RecallRequest
-    from cpersona.storage import open_database, vector_models
 
     corpus = scale.corpus(rows, 384)
     with tempfile.TemporaryDirectory() as tmp:
-        copy = corpus.copy_to(Path(tmp))
-        provider = scale.FixedQueryProvider(copy.query())
-        db = open_database(str(copy.db_path))
-        with db.atomic() as conn:
-            for table in vector_models.TABLES:
-                vector_models.record(conn, table, provider.name, 384, "written")
-        db.close()
-        settings = Settings(db_path=str(copy.db_path), embedding_mode="hashing")
-        engine = Engine(settings, embedder=provider)
+        engine = fixed_query_engine(scale, corpus.copy_to(Path(tmp)))
 
         def recall(query: str) -> None:
             engine.recaller.recall(RecallRequest(agent_id=scale.AGENT, query=query, limit=10))
