@@ -191,3 +191,17 @@ def test_pg_recall_stages_times_each_backends_stages_and_statements(
     # the snapshot's BEGIN and its reads, one pipeline, timed while recalls ran
     assert re.search(r"^  BEGIN \+ \d reads +[\d.]+ +[\d.]+$", text, re.M), text
     assert re.search(r"^SELECT 1: back to back [\d.]+ ms, after 3 ms idle [\d.]+ ms$", text, re.M)
+
+
+def test_recall_ab_times_both_checkouts_in_turns(tmp_path: Path) -> None:
+    python = str(ROOT / "python")
+    text = _run(
+        ["benches.recall_ab", "--before", python, "--after", python, "--rows", "300",
+         "--turns", "2", "--batch", "3"],
+        {"CPERSONA_BENCH_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    out = json.loads(text.strip().splitlines()[-1])
+    assert out["recalls_per_side"] == 6
+    for side in ("before", "after"):
+        assert 0 < out[side]["p10"] <= out[side]["p50"] <= out[side]["p90"], out
+    assert out["ratio_after_before"]["min"] <= out["ratio_after_before"]["median"], out

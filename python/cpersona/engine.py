@@ -119,7 +119,8 @@ class Engine:
         from cpersona.memory.writes import Writer
         from cpersona.retrieval.advisory import EmbeddingHealth
         from cpersona.retrieval.calibration import Calibrator
-        from cpersona.retrieval.pipeline import Recaller
+        from cpersona.retrieval.channels import IndexFiles
+        from cpersona.retrieval.pipeline import Recaller, RecallParts
         from cpersona.retrieval.sidecar import DatabaseSidecar, Sidecar, sidecar_path
         from cpersona.retrieval.thresholds import Thresholds
         from cpersona.tasks import TaskQueue
@@ -166,9 +167,9 @@ class Engine:
         writer = Writer(self.db, settings, router, after_write=self.after_write, remote=remote)
         thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
         health = EmbeddingHealth(settings.transport)
-        recaller = Recaller(
-            self.db, settings, router, indexes, thresholds, health, fts, remote=remote
-        )
+        files = IndexFiles(indexes, fts)
+        parts = RecallParts(router, thresholds, health, files, remote)
+        recaller = Recaller(self.db, settings, parts)
         calibrator = Calibrator(
             self.db,
             settings,

@@ -1,7 +1,7 @@
-"""The types hold (issue 18 item 4, issue 31 item 6): `mypy --strict` over the files
-pyproject.toml [tool.mypy] names (storage/, derived/, health/, engine.py) and the modules they
-use finds nothing; among others it checks that both backends' stores satisfy `Store`, as
-`open_database` returns either. .ci/run runs the same command before pytest."""
+"""The types hold (issue 18 item 4, issue 31 items 6 and 1-3): `mypy --strict` over the files
+pyproject.toml [tool.mypy] names (storage/, derived/, health/, engine.py, retrieval/) and the
+modules they use finds nothing; among others it checks that both backends' stores satisfy
+`Store`, as `open_database` returns either. .ci/run runs the same command before pytest."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def test_the_strict_files_include_the_layers_issue_31_names() -> None:
     """The layers whose types issue 31 put under mypy --strict stay there."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     files = set(config["tool"]["mypy"]["files"])
-    wanted = {f"python/cpersona/{name}" for name in ("storage", "derived", "health", "engine.py")}
+    names = ("storage", "derived", "health", "engine.py", "retrieval")
+    wanted = {f"python/cpersona/{name}" for name in names}
     assert wanted <= files
     assert config["tool"]["mypy"]["strict"] is True

@@ -1,11 +1,15 @@
-"""Query text rules: the FTS5 MATCH expression (§4.8) and exclusions (§4.10).
+"""Query text rules: the full-text terms and their FTS5 MATCH rendering (§4.8), and
+exclusions (§4.10).
 
-The LIKE fallback (§4.7) takes the raw query; storage/search.py builds its pattern.
+A query becomes its terms once (`match_terms`, RecallQuery.terms); only the FTS5 channel renders
+them as a MATCH expression (`render_match`), and nothing parses one back. The LIKE fallback
+(§4.7) takes the raw query; storage/search.py builds its pattern.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff66-\uff9f"
 _TOKENS = re.compile(f"([{_CJK}]+)|([^\\s{_CJK}]+)")
@@ -48,14 +52,20 @@ def match_expression(query: str) -> str:
     quarter of its R@10 (docs/quality.md). The original token stays a term, so every row the
     2.5.x expression matches still matches.
     """
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in match_terms(query))
+    return render_match(match_terms(query))
 
 
-def normalise_exclusions(entries: list[str]) -> list[str]:
+def render_match(terms: Sequence[str]) -> str:
+    """`terms` as an FTS5 MATCH expression: each quoted (its quotes doubled), joined with OR;
+    '' for no term."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def normalise_exclusions(entries: Sequence[str]) -> list[str]:
     return [e.strip().lower() for e in entries if isinstance(e, str) and e.strip()]
 
 
-def is_excluded(content: str, exclusions: list[str]) -> bool:
+def is_excluded(content: str, exclusions: Sequence[str]) -> bool:
     """Whether a candidate's text matches an exclusion (exact below 32 chars, else prefix)."""
     if not exclusions:
         return False
@@ -69,11 +79,3 @@ def is_excluded(content: str, exclusions: list[str]) -> bool:
         elif text.startswith(e) or e.startswith(text):
             return True
     return False
-
-
-def match_terms_of(match: str) -> list[str]:
-    """The terms of a MATCH expression built by `match_expression`: `"t1" OR "t2"`, each with
-    its quotes doubled. No term holds whitespace, so `" OR "` only ever separates terms."""
-    if not match:
-        return []
-    return [t.replace('""', '"') for t in match[1:-1].split('" OR "')]

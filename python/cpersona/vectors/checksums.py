@@ -63,7 +63,7 @@ def slot_sums(views: dict[str, Any], slots: np.ndarray | slice) -> np.ndarray:
     # uint32 arithmetic wraps, and wrapping addition is associative: numpy's pairwise sums
     # give the same value as the kernels' running sum.
     vectors, *values = CHECKSUMMED
-    total = views[vectors][slots].view("<u4").sum(axis=1, dtype=np.uint32)
+    total: np.ndarray = views[vectors][slots].view("<u4").sum(axis=1, dtype=np.uint32)
     for name in values:
         words = views[name][slots].view("<u4")
         total += words[0::2]

@@ -182,7 +182,15 @@ class VectorIndex(DerivedIndex[np.void, KeptWriter, Written]):
             os.close(fd)
         sums_st = os.stat(checksums.sums_path(self.path))
         # magic, version, dim | capacity | db_uid, table: what a reader fixes at open.
-        key = (open_file, st.st_dev, st.st_ino, st.st_size, head[:16], head[24:32], head[40:60])
+        key: tuple[object, ...] = (
+            open_file,
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            head[:16],
+            head[24:32],
+            head[40:60],
+        )
         key += (sums_st.st_ino, sums_st.st_size)
         cached = self._handle
         if cached is not None and cached[0] == key:
