@@ -457,10 +457,12 @@ class Recaller:
             for r in rows:
                 if not (filt and excluded(r)):
                     by_key.setdefault(r.key, r)
-        # Fusion ties go to the lexical lists: E, M, then V, F (2.5.x: V, F, E, M). A vector
-        # arm that cannot read the language (MiniLM on Japanese) otherwise wins every tie with
-        # BM25's first row: JSQuAD R@1 0.32 -> 0.68 under rrf (docs/quality.md).
-        fused = [channels[2], channels[3], channels[0], channels[1]]
+        # Fusion ties go to the memory keyword list, then V, F, and the episode list last
+        # (2.5.x: V, F, E, M). A vector arm that cannot read the language (MiniLM on Japanese)
+        # otherwise wins every tie with BM25's first row: JSQuAD R@1 0.32 -> 0.68 under rrf;
+        # an episode, which summarises the turns that answer, no longer wins a tie with them
+        # (docs/quality.md).
+        fused = [channels[3], channels[0], channels[1], channels[2]]
         if mode == "rrf":
             rankings = [
                 np.array([-1 if (filt and excluded(r)) else r.key for r in rows], dtype=np.int64)
@@ -470,7 +472,7 @@ class Recaller:
             attr = "rrf"
         else:
             rankings, raws = [], []
-            for (rows, filt), cosine_scale in zip(fused, (False, False, True, True), strict=True):
+            for (rows, filt), cosine_scale in zip(fused, (False, True, True, False), strict=True):
                 kept = [r for r in rows if not (filt and excluded(r))]
                 rankings.append(np.array([r.key for r in kept], dtype=np.int64))
                 raws.append(
@@ -585,6 +587,7 @@ class Recaller:
             self.thresholds.fused_gate(req.agent_id) if s.fused_gate_enabled else (None, None)
         )
         kept = scoring.gate(rows, pool, req.deep, blank, fused_gate, s.rrf_k)
+        fused = not blank and s.recall_mode in ("rrf", "rsf")
         fallback = False
         if not any(not r.is_profile for r in kept) and any(r.backfilled for r in rows):
             profile_kept = any(r.is_profile for r in kept)
@@ -592,6 +595,9 @@ class Recaller:
             fallback = True
         if not fallback:
             kept = scoring.autocut(kept, s)
+        if fused and not s.confidence_enabled:  # confidence orders every row (contract)
+            allowance = scoring.episode_allowance(limit, s.recall_episode_rows)
+            return RecallResult(rows=scoring.place_episodes(kept, limit, allowance))
         return RecallResult(rows=kept[:limit], gate_fallback=fallback)
 
     def _bookkeeping(self, req: RecallRequest, result: RecallResult) -> None:

@@ -17,8 +17,23 @@ FTS_MIN_TERM = 3
 EXCLUDE_PREFIX_MIN = 32
 
 
+_STOP = frozenset("""a about above after again against all am an and any are as at be because been
+before being below between both but by can could did do does doing down during each few for from
+further had has have having he her here hers herself him himself his how i if in into is it its
+itself just me more most my myself no nor not now of off on once only or other our ours ourselves
+out over own same she should so some such than that the their theirs them themselves then there
+these they this those through to too under until up very was we were what when where which while
+who whom why will with would you your yours yourself yourselves""".split())
+
+
 def match_terms(query: str) -> list[str]:
     """The terms of `query`'s FTS5 MATCH expression, in order (see `match_expression`)."""
+    import os  # EXPERIMENT
+
+    if os.environ.get("X_STOP") == "1":
+        words = [w for w in query.split() if _EDGES.sub("", w).lower() not in _STOP]
+        if words:
+            query = " ".join(words)
     terms: list[str] = []
     seen: set[str] = set()
     for cjk, other in _TOKENS.findall(query):
