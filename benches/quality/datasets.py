@@ -16,6 +16,12 @@ from pathlib import Path
 
 #: LoCoMo question categories (README of the data).
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "inference", 4: "single-hop", 5: "adversarial"}
+#: Query groups whose answer is not in the agent's memory: LoCoMo's adversarial questions
+#: (category 5), and another conversation's answerable questions asked of this agent
+#: ("foreign": about people and events it never heard of).
+PROBES = ("adversarial", "foreign")
+#: Foreign questions asked of each agent (its next conversation's first ones).
+FOREIGN_PER_AGENT = 40
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
 _SESSION = re.compile(r"session_(\d+)")
 
@@ -91,6 +97,7 @@ def locomo(path: Path | None = None, *, conversations: int | None = None) -> Cor
     """
     samples = json.loads((path or data_dir() / "locomo-dev6.json").read_text("utf-8"))
     corpus = Corpus("locomo")
+    answerable: dict[str, list[str]] = {}
     for sample in samples[:conversations]:
         agent = f"locomo-{sample['sample_id']}"
         conv = sample["conversation"]
@@ -121,6 +128,12 @@ def locomo(path: Path | None = None, *, conversations: int | None = None) -> Cor
                 corpus.queries.append(
                     Query(agent, qa["question"], CATEGORIES[category], frozenset(ids))
                 )
+                answerable.setdefault(agent, []).append(qa["question"])
+    agents = list(answerable)
+    for i, agent in enumerate(agents if len(agents) > 1 else []):
+        other = agents[(i + 1) % len(agents)]
+        for text in answerable[other][:FOREIGN_PER_AGENT]:
+            corpus.queries.append(Query(agent, text, "foreign"))
     return corpus
 
 

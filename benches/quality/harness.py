@@ -257,7 +257,13 @@ async def run(
                 # recall answers worst first: the best match is the LAST message.
                 ranked = [m["ref"] for m in reversed(messages) if "ref" in m]
                 relevant = frozenset(refs[k] for k in query.relevant)
-                groups[query.group].add(ranked, relevant, len(messages))
+                cosines = [
+                    m["match_reason"]["cosine"]
+                    for m in messages
+                    if "cosine" in m.get("match_reason", {})
+                ]
+                best = max(cosines) if cosines else None
+                groups[query.group].add(ranked, relevant, len(messages), best)
     finally:
         engine.close()
         shutil.rmtree(workdir, ignore_errors=True)

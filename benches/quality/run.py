@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # `python benches/quality/run.py`
 
 from benches.quality import datasets
 from benches.quality.harness import REPLAYS, RunResult, load, matrix, note, run
-from benches.quality.metrics import Tally, merge
+from benches.quality.metrics import Tally, merge, separation
 from benches.quality.vectors import DiskCachedProvider
 
 EMBEDDERS = ("local-minilm", "local-e5")
@@ -57,12 +57,17 @@ def summarise(results: dict[str, dict[str, RunResult]]) -> dict[str, dict[str, A
         row: dict[str, Any] = {}
         lo = per_corpus.get("locomo")
         if lo is not None:
-            judged = [t for g, t in lo.groups.items() if g != "adversarial"]
+            judged = [t for g, t in lo.groups.items() if g not in datasets.PROBES]
             row["locomo"] = merge(judged).row()
             for group in LOCOMO_GROUPS:
                 if group in lo.groups:
                     row[f"locomo/{group}"] = lo.groups[group].row()
             row["locomo/adversarial"] = lo.groups.get("adversarial", Tally()).row()
+            row["locomo/separation"] = {
+                kind: separation(merge(judged), lo.groups[kind])
+                for kind in datasets.PROBES
+                if kind in lo.groups
+            }
         js = per_corpus.get("jsquad")
         if js is not None:
             row["jsquad"] = js.groups["jsquad"].row()
@@ -129,6 +134,19 @@ def tables(summary: dict[str, dict[str, Any]], lat: dict[str, Any]) -> str:
         ]
         adv = row.get("locomo/adversarial", {})
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {adv.get('empty', 0):.0%} |")
+    seps = {k: r["locomo/separation"] for k, r in summary.items() if r.get("locomo/separation")}
+    if seps:
+        lines += ["", "### Telling a question memory cannot answer, by the best cosine", ""]
+        lines.append(
+            "| configuration | probes | AUC | threshold at <= 1 point of R@10 | probes emptied |"
+        )
+        lines.append("|---|---|---|---|---|")
+        for label, per_kind in seps.items():
+            for kind, sep in per_kind.items():
+                lines.append(
+                    f"| {label} | {kind} | {sep['auc']:.3f} | {sep['threshold']:.3f} | "
+                    f"{sep['probes_emptied']:.0%} |"
+                )
     if lat:
         lines += ["", "### Single-text embedding latency (ms, one thread)", ""]
         lines.append(
