@@ -29,7 +29,8 @@ class RankedList:
     whether the caller's exclusions apply (§4.10: not to episode hits). `keeps_row`: the
     order in which fusion keeps one row object per identity (lower first: the near list's rows
     carry the cosine; a far vote only adds, §19.2). `ties`: fusion's order of the lists (lower
-    first, so lower wins ties: the lexical lists 0, the vector lists 1, docs/quality.md).
+    first, so lower wins ties: the memory keyword list 0, the vector lists 1, the episode list
+    2, docs/quality.md).
     `weight`: the list's weight under rrf.
     """
 

@@ -42,9 +42,10 @@ class Fusion:
 def _fuse(
     mode: str, lists: Sequence[RankedList], exclusions: Sequence[str], by: Fusion
 ) -> list[Candidate]:
-    # Ties go to the lists first in fusion's order: the lexical ones (E, M, then V, F; 2.5.x:
-    # V, F, E, M). A vector arm that cannot read the language (MiniLM on Japanese) otherwise
-    # wins every tie with BM25's first row: JSQuAD R@1 0.32 -> 0.68 under rrf (docs/quality.md).
+    # Ties go to the lists first in fusion's order: M, then V, F, then E (2.5.x: V, F, E, M).
+    # A vector arm that cannot read the language (MiniLM on Japanese) otherwise wins every tie
+    # with BM25's first row: JSQuAD R@1 0.32 -> 0.68 under rrf; an episode, which summarises
+    # the turns that answer, no longer wins a tie with them (issue 30, docs/quality.md).
     ordered = sorted(lists, key=lambda lst: lst.ties)
     masks = [kept(lst, exclusions) for lst in ordered]
     by_key: dict[int, Candidate] = {}

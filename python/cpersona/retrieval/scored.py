@@ -123,4 +123,7 @@ class Scorer:
             fallback = True
         if not fallback:
             kept = scoring.autocut(kept, s)
+        if query.fused and not s.confidence_enabled:  # cascade, confidence: their own orders
+            allowance = scoring.episode_allowance(query.limit, s.recall_episode_rows)
+            return RecallResult(rows=scoring.place_episodes(kept, query.limit, allowance))
         return RecallResult(rows=kept[: query.limit], gate_fallback=fallback)

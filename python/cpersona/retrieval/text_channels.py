@@ -100,7 +100,8 @@ class EpisodeText:
                 if self.enabled and query.terms and query.limit > 0:
                     rows = _full_text(self.backend, query, reads, "episodes")
         # Exclusions do not apply to episode hits (§4.10).
-        return [RankedList("episodes", rows=rows or [], excludable=False)]
+        # Last in fusion's tie order: a session's summary gives way to the turn it ties with.
+        return [RankedList("episodes", rows=rows or [], excludable=False, ties=2)]
 
 
 class Keyword:
