@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cpersona import private_files
 from cpersona.fts import checksums
 from cpersona.fts.format import HEADER_LEN, Header, put_record, records_for
 from cpersona.storage import embeddings as vector_sql
@@ -43,7 +44,7 @@ def build(index: FtsIndex, tmp: Path, progress: Step | None = None, every: int =
     done, crc = 0, 0
     with vector_sql.snapshot(db):
         log_seq = fts_sql.max_seq(db)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = private_files.recreate(tmp, os.O_RDWR)
         complete = False
         try:
             end = HEADER_LEN

@@ -32,7 +32,6 @@ existing reader keeps a consistent (older) mapping.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
 import os
@@ -43,6 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from cpersona import private_files
 from cpersona.forwarding import Forwarded
 from cpersona.timerange import NO_TIME
 
@@ -231,9 +231,7 @@ class VectorFileWriter:
         header["capacity"] = capacity
         header["db_uid"] = np.void(bytes(db_uid))
         header["table"] = table
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        with open(path, "xb") as f:
+        with os.fdopen(private_files.recreate(path), "wb") as f:
             try:
                 _allocate(f.fileno(), layout.file_len)
                 f.write(header.tobytes())

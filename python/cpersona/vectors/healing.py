@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cpersona import private_files
 from cpersona.errors import IndexObstructed, StoreCorrupt
 from cpersona.storage import embeddings as vector_sql
 from cpersona.vectors import checksums
@@ -175,7 +176,7 @@ class Healer:
             give_way.lower_priority()
         started = time.monotonic()
         try:
-            fd = os.open(build_lock_path(self.path), os.O_RDWR | os.O_CREAT, 0o600)
+            fd = private_files.open_or_create(build_lock_path(self.path))
         except OSError as exc:
             self.logger.warning("cannot rebuild %s: %s", self.path.name, exc)
             return
