@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
+from cpersona import private_files
 from cpersona.config import Settings
 from cpersona.embedding.cache import CachedProvider
 from cpersona.errors import EmbeddingUnavailable
@@ -58,7 +59,7 @@ def lock_path(db_path: str) -> str:
 @contextlib.contextmanager
 def exclusive(db_path: str) -> Iterator[bool]:
     """Hold the conversion lock of `db_path`; yields False when another process holds it."""
-    fd = os.open(lock_path(db_path), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = private_files.open_or_create(lock_path(db_path))
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
