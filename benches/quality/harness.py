@@ -257,11 +257,9 @@ async def run(
                 # recall answers worst first: the best match is the LAST message.
                 ranked = [m["ref"] for m in reversed(messages) if "ref" in m]
                 relevant = frozenset(refs[k] for k in query.relevant)
-                cosines = [
-                    m["match_reason"]["cosine"]
-                    for m in messages
-                    if "cosine" in m.get("match_reason", {})
-                ]
+                # The best cosine as matched (`relevance` where the episode penalty lowered it).
+                reasons = [m.get("match_reason", {}) for m in messages]
+                cosines = [r.get("relevance", r["cosine"]) for r in reasons if "cosine" in r]
                 best = max(cosines) if cosines else None
                 groups[query.group].add(ranked, relevant, len(messages), best)
     finally:

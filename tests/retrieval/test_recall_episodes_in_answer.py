@@ -90,3 +90,23 @@ async def test_cascade_and_confidence_keep_their_own_order(connect):
     assert cascaded.count("ep") > 1
     confidences = [m["confidence"]["score"] for m in scored]
     assert confidences == sorted(confidences)
+
+
+async def test_relevance_is_the_cosine_before_the_penalty(connect):
+    # What tells an agent whether memory holds an answer must not fall with age: `relevance`
+    # is the cosine as matched, present where the penalty lowered a row's scores.
+    async with connect() as on, connect(episode_penalty_enabled=False) as off:
+        old = hours_before(datetime.now(UTC), 24 * 30)
+        await on.store("the kayak club meets at the river on sundays", timestamp=old)
+        await on.episode("weekly summary")
+        await on.store("kayak club notes from this morning")  # after the boundary: factor 1
+        penalised = {m["content"]: m["match_reason"] for m in await on.messages("kayak club")}
+        plain = {m["content"]: m["match_reason"] for m in await off.messages("kayak club")}
+    aged = penalised["the kayak club meets at the river on sundays"]
+    assert aged["cosine"] == pytest.approx(
+        plain["the kayak club meets at the river on sundays"]["cosine"] * 0.5
+    )
+    assert aged["relevance"] == pytest.approx(
+        plain["the kayak club meets at the river on sundays"]["cosine"]
+    )
+    assert "relevance" not in penalised["kayak club notes from this morning"]

@@ -48,6 +48,10 @@ def match_reason(row: Candidate) -> dict[str, Any] | None:
         value = getattr(row, key)
         if value is not None:
             out[key] = value
+    if row.penalty < 1.0 and row.cosine is not None:
+        # The cosine as matched, before the episode-boundary penalty lowered it: what tells an
+        # agent whether memory holds an answer at all (docs/quality.md, "Nothing relevant").
+        out["relevance"] = row.cosine / row.penalty
     return out
 
 
