@@ -37,7 +37,7 @@ from cpersona.storage import embeddings as vector_sql
 from cpersona.vectors import checksums
 from cpersona.vectors.format import SECTIONS, Layout, VectorFileWriter
 from cpersona.vectors.slots import HEADROOM, Shape, append_row, release
-from cpersona.yielding import POLL_SECONDS, CallActivity, GiveWay
+from cpersona.yielding import POLL_SECONDS, REBUILD_SHARE, CallActivity, GiveWay
 
 if TYPE_CHECKING:
     from cpersona.vectors.index import VectorIndex
@@ -170,9 +170,10 @@ class Healer:
         self.wait(timeout)
 
     def _run(self, reason: str) -> None:
-        give_way = None if self.activity is None else GiveWay(self.activity, self._stopping)
-        if give_way is not None:
-            give_way.lower_priority()
+        give_way = None
+        if self.activity is not None:
+            # The rebuild's share, not calibration's: its bound under load (yielding.py).
+            give_way = GiveWay(self.activity, self._stopping, share=REBUILD_SHARE)
         started = time.monotonic()
         try:
             fd = os.open(build_lock_path(self.path), os.O_RDWR | os.O_CREAT, 0o600)
