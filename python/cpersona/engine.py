@@ -95,6 +95,11 @@ class Engine:
         #: `initialize.instructions`: the OC summary, read once at start (surface.md §1.1).
         self.instructions = self.operating_context.instructions()
 
+    def count_memories(self) -> int:
+        """The memories stored (the start-up banner's note on index files still to build)."""
+        row = self.db.query_one("SELECT count(*) FROM memories")
+        return 0 if row is None else int(row[0])
+
     def stored_model_differs(self) -> bool:
         """Whether a table holds vectors that are not recorded as the configured embedded
         model's (another model's, or not recorded at all), read from SQLite alone: only then

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 from cpersona import __version__
 from cpersona.config import Settings
 from cpersona.credentials import describe
+from cpersona.derived.progress import banner_line
 from cpersona.storage import database_label
 
 
@@ -33,3 +35,11 @@ def stdio_banner(settings: Settings, embedder_name: str) -> str:
             "  register with an MCP client: " + json.dumps(entry),
         ]
     )
+
+
+def index_files_line(settings: Settings, count_memories: Callable[[], int]) -> str | None:
+    """The banner's line on a SQLite database's index files while they are not built or a
+    rebuild runs (derived/progress.py); None on PostgreSQL (no index files) and otherwise."""
+    if settings.database_url or settings.db_path == ":memory:":
+        return None
+    return banner_line(os.path.abspath(settings.db_path), count_memories)

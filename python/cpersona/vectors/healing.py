@@ -32,6 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cpersona.derived.progress import (  # noqa: F401 (re-exported: the rebuild's own record)
+    INLINE_ROWS,
+    RECORD_LEN,
+    RebuildProgress,
+    build_lock_path,
+    progress_of,
+)
 from cpersona.errors import IndexObstructed, StoreCorrupt
 from cpersona.storage import embeddings as vector_sql
 from cpersona.vectors import checksums
@@ -44,68 +51,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cpersona.vectors")
 
-#: A file to rebuild whose table holds at most this many rows is rebuilt inside the call that
-#: found it (a few tens of ms); a larger one in the background, the database answering meanwhile.
-INLINE_ROWS = 2000
 #: Rows between two steps of a background rebuild (progress, giving way to calls, stopping).
 STEP_ROWS = 1024
-#: The size of the progress record in the build lock file.
-RECORD_LEN = 256
 
 
 class RebuildStopped(Exception):
     """The index is closing: a background rebuild stops between two steps (its private file
     is removed; the next use starts again)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RebuildProgress:
-    """A background rebuild under way on this host, as its build lock file says (any process
-    can read it: `cpersona index status`, check_health)."""
-
-    pid: int
-    done: int
-    total: int
-    reason: str
-
-    def describe(self) -> str:
-        pct = 100.0 * self.done / self.total if self.total else 0.0
-        return (
-            f"rebuilding in the background (process {self.pid}, {self.reason}): "
-            f"{self.done}/{self.total} rows ({pct:.0f}%)"
-        )
-
-
-def build_lock_path(path: Path) -> Path:
-    """The file a background rebuild of `path` holds an exclusive `flock` on while it runs,
-    holding its progress: one rebuild per host, and none left behind by a crash (the lock
-    goes with the process)."""
-    return Path(f"{path}.rebuild")
-
-
-def progress_of(path: Path) -> RebuildProgress | None:
-    """The background rebuild of `path` running on this host (in any process), or None."""
-    try:
-        fd = os.open(build_lock_path(path), os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:  # held: a rebuild runs; its progress is the file's content
-            raw = os.pread(fd, 4096, 0)
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-    finally:
-        os.close(fd)
-    try:
-        got = json.loads(raw.decode("utf-8").strip() or "{}")
-        return RebuildProgress(
-            int(got["pid"]), int(got["done"]), int(got["total"]), str(got["reason"])
-        )
-    except (ValueError, KeyError, TypeError):  # the instant before its first step or after its last
-        return RebuildProgress(0, 0, 0, "starting")
 
 
 Step = Callable[[int, int], None]
