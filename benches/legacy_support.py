@@ -1,9 +1,8 @@
 """CPersona 2.5.12 beside cpersona (issue 33 item 1): its wheel, a database of its schema
 filled with the natural-vocabulary corpus, and an HTTP embedding server both can use.
 
-- `legacy_src()`: the 2.5.12 wheel, fetched once with `pip download cpersona==2.5.12 --no-deps`
-  and unpacked under the bench cache; run it with ``PYTHONPATH=<that directory>`` (it needs
-  `aiosqlite` beside the packages cpersona already needs: ``pip install aiosqlite``).
+- `legacy_python()`: a virtual environment under the bench cache with ``pip install
+  cpersona==2.5.12`` (its own dependencies: the MCP SDK below 2), made on first use.
 - `legacy_corpus(rows)`: a database created by 2.5.12 itself (its schema and migrations, run
   by its own `init_db`), filled with `million_corpus`'s rows (the same texts and 384-d hashing
   vectors as the `benches.million` corpora), no cpersona table or index file: what a user
@@ -21,7 +20,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -35,28 +33,24 @@ VERSION = "2.5.12"
 LEGACY_CORPUS_VERSION = 1
 
 
-def legacy_src() -> Path:
-    """The unpacked 2.5.12 wheel (downloaded on first use)."""
-    target = mc.cache_dir().parent / f"cpersona-{VERSION}"
-    if (target / "cpersona" / "server.py").exists():
-        return target
-    wheels = target.with_name(target.name + "-wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", f"cpersona=={VERSION}", "--no-deps",
-         "-q", "-d", str(wheels)],
-        check=True,
-    )  # fmt: skip
-    (wheel,) = wheels.glob(f"cpersona-{VERSION}-*.whl")
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(target)
-    return target
+def legacy_python() -> Path:
+    """The interpreter of a virtual environment holding CPersona 2.5.12 and its own
+    dependencies (it needs the MCP SDK below 2; cpersona's environment has 2.x), made with
+    ``python -m venv`` and ``pip install cpersona==2.5.12`` on first use."""
+    venv = mc.cache_dir().parent / f"venv-{VERSION}"
+    python = venv / "bin" / "python"
+    probe = [str(python), "-c", f"import cpersona; assert cpersona.__version__ == {VERSION!r}"]
+    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return python
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", f"cpersona=={VERSION}"], check=True)
+    return python
 
 
 def legacy_env(db_path: Path, embed_url: str) -> dict[str, str]:
     """The environment of a 2.5.12 server on `db_path` embedding through `embed_url`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CPERSONA_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CPERSONA_", "PYTHON"))}
     env.update(
-        PYTHONPATH=str(legacy_src()),
         CPERSONA_DB_PATH=str(db_path),
         CPERSONA_EMBEDDING_MODE="http",
         CPERSONA_EMBEDDING_URL=embed_url,
@@ -83,7 +77,7 @@ def legacy_corpus(rows: int, log: Any = print) -> Path:
         "async def main():\n    await d.init_db()\n    await d.close_db()\n"
         "asyncio.run(main())"
     )
-    subprocess.run([sys.executable, "-c", script], env=env, check=True)
+    subprocess.run([str(legacy_python()), "-c", script], env=env, check=True)
     inserted = mc._insert(path, rows, mc.Vocabulary(), log)
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -95,7 +89,7 @@ def legacy_corpus(rows: int, log: Any = print) -> Path:
 class _Handler(BaseHTTPRequestHandler):
     provider = HashingProvider(mc.DIM)
 
-    def do_POST(self) -> None:  # noqa: N802 (the http.server hook's name)
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         vectors = self.provider.embed(list(body["texts"]))
         answer = json.dumps({"embeddings": vectors.tolist()}).encode()
@@ -105,7 +99,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(answer)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the hook's name)
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
 

@@ -2,7 +2,8 @@
 
 CI never runs them at their real sizes (minutes to hours); a renamed function or a changed
 tool answer would otherwise break them unnoticed until someone reran a published number.
-Each runs here at a toy size, from the repository root as docs/performance.md says, and its
+Each runs here at a toy size, from the repository root as docs/notes/performance-notes.md
+says, and its
 output is read for the figures the docs quote.
 """
 
@@ -156,7 +157,7 @@ def test_pg_million_compares_both_backends_on_one_corpus(
     million_run: tuple[dict[str, Any], Path], pg_url: str, tmp_path: Path
 ) -> None:
     """The toy corpus of `million_run`, migrated into a fresh PostgreSQL database as
-    docs/performance.md says, then benches.pg_million against it and the SQLite copy."""
+    docs/notes/performance-notes.md says, then benches.pg_million against it and the SQLite copy."""
     _, cache = million_run
     corpus = next(cache.rglob(f"natural-{ROWS}x*.db"))
     _run(["cpersona", "migrate", "--from", str(corpus), "--to", pg_url], {})

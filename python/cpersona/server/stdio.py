@@ -56,7 +56,7 @@ def serve_stdio(
             print(f"cpersona: {exc}", file=sys.stderr)
             return 2
     # The provider is named from the settings: building it would import numpy before the
-    # first answer (docs/performance.md, "Start-up").
+    # first answer (docs/notes/performance-notes.md, "Start-up").
     provider = settings.embedding_provider
     label = LOCAL_MODEL_NAMES.get(provider, provider)
     print(stdio_banner(settings, label), file=sys.stderr, flush=True)

@@ -178,7 +178,7 @@ def window_ids(
     The order of the no-index path, read without touching a BLOB (`blobs` fetches them): sorting
     `(id, embedding)` pairs made SQLite carry every in-scope BLOB through its sorter, and
     `embedding IS NOT NULL` made it visit every row of the agent, when the agent's index and
-    the partial index of unembedded rows answer both (docs/performance.md).
+    the partial index of unembedded rows answer both (docs/notes/performance-notes.md).
     """
     where, params = scope_where(scope.agent_id, scope.project, scope.channel)
     source_prefix, span = scope.source_prefix, scope.span

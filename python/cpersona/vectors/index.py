@@ -161,7 +161,7 @@ class VectorIndex(DerivedIndex[np.void, KeptWriter, int]):
 
         The mapping is kept while the file is the same file (mapping anew per scan faulted in
         every page again: 27 ms instead of 12 for a far scan of 200,000 x 384 rows,
-        docs/performance.md). Safe because writers change a file in place only under the
+        docs/notes/performance-notes.md). Safe because writers change a file in place only under the
         exclusive lock and the kernels read `count`, `order` and the flags live; a rebuild or a
         growth renames a new file in (a new inode), and other header changes are damage `sync`
         has just rebuilt. It is reopened when the inode, size, those fields or kernel differ.

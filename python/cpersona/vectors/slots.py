@@ -110,7 +110,7 @@ def live_slots(writer: VectorFileWriter, row_ids: list[int]) -> dict[int, int]:
 
     A few ids take one comparison pass over the ids each, and the flags are read only at the
     matches: `np.isin` with a live mask made three passes and temporaries over every slot,
-    0.53 ms over 237,654 slots where one pass costs 0.03 ms (docs/performance.md).
+    0.53 ms over 237,654 slots where one pass costs 0.03 ms (docs/notes/performance-notes.md).
     """
     ids = writer.view("ids")
     if len(row_ids) <= _FEW_IDS:
@@ -182,7 +182,8 @@ class KeptWriter:
     """A sync's writer and sidecar writer of one file, kept mapped between syncs.
 
     Mapping the file anew for each sync cost more than the append itself at 1,000,000 rows
-    (docs/performance.md, "Store at 1M"): the 1.6 GB mapping made and unmade, every page of the
+    (docs/notes/performance-notes.md, "Store at 1M"): the 1.6 GB mapping made and unmade,
+    every page of the
     scan order faulted in again when the append shifts it, and a pass over `order` to check it
     (done here once per mapping, as the readers' `kernel_handle` does). The owner reuses it
     only while `key` (`file_key`) still matches under the exclusive lock, and re-keys it after
