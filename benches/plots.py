@@ -66,7 +66,7 @@ def _size_axis(ax: Any) -> None:
 
 
 def recall_plot(published: dict[str, Any], runs: dict[int, dict[str, Any]], out: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     for backend in ("sqlite", "postgresql"):
         rows = sorted((r for r in published["recall"] if r["backend"] == backend),
                       key=lambda r: r["rows"])  # fmt: skip
@@ -79,15 +79,16 @@ def recall_plot(published: dict[str, Any], runs: dict[int, dict[str, Any]], out:
         sizes = sorted(runs)
         for server, marker in (("2.5.12", "s"), ("cpersona", "D")):
             p50 = [statistics.median(_steady(runs[n], server)) for n in sizes]
+            loads = "/".join(f"{runs[n]['load'][0]:.0f}" for n in sizes)
             label = ("CPersona 2.5.12" if server == "2.5.12" else "cpersona, SQLite") + (
-                " p50, same run (first_minutes)"
+                f" p50, one run beside\nthe other (first_minutes, load {loads})"
             )
             color = COLORS["2.5.12" if server == "2.5.12" else "sqlite"]
             ax.plot(sizes, p50, marker + "--", color=color, label=label, markerfacecolor="none")
     _size_axis(ax)
     ax.set_ylabel("recall through MCP, ms")
     ax.set_title("Recall latency against store size")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     fig.savefig(out / "recall.png", dpi=110)
     plt.close(fig)
