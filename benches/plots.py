@@ -42,11 +42,21 @@ def _first_minutes(results: Path) -> dict[int, dict[str, Any]]:
     return runs
 
 
+def _built_at(run: dict[str, Any]) -> float | None:
+    """Seconds from cpersona's spawn to both memories index files built, None when the run
+    ended first (the rebuild then stops with the server)."""
+    done = run["cpersona"].get("build_done_at_s", {})
+    times = [t for name, t in done.items() if name.endswith((".memories.vec", ".memories.fts"))]
+    return max(times) if len(times) == 2 else None
+
+
 def _steady(run: dict[str, Any], server: str) -> list[float]:
-    """A server's recall times after cpersona's build was done (2.5.12 builds nothing: all)."""
-    done = max(run["cpersona"].get("build_done_at_s", {}).values(), default=0.0)
-    since = done if server == "cpersona" else 0.0
-    return [ms for t, ms in run[server]["calls"] if t >= since]
+    """A server's recall times after cpersona's build was done (2.5.12 builds nothing: all
+    but its first); none for cpersona when its build did not end within the run."""
+    if server != "cpersona":
+        return [ms for _, ms in run[server]["calls"][1:]]
+    built = _built_at(run)
+    return [] if built is None else [ms for t, ms in run[server]["calls"] if t >= built]
 
 
 def _log_y(ax: Any) -> None:
@@ -78,13 +88,15 @@ def recall_plot(published: dict[str, Any], runs: dict[int, dict[str, Any]], out:
     if runs:
         sizes = sorted(runs)
         for server, marker in (("2.5.12", "s"), ("cpersona", "D")):
-            p50 = [statistics.median(_steady(runs[n], server)) for n in sizes]
-            loads = "/".join(f"{runs[n]['load'][0]:.0f}" for n in sizes)
+            steady = {n: _steady(runs[n], server) for n in sizes}
+            shown = [n for n in sizes if steady[n]]
+            p50 = [statistics.median(steady[n]) for n in shown]
+            loads = "/".join(f"{runs[n]['load'][0]:.0f}" for n in shown)
             label = ("CPersona 2.5.12" if server == "2.5.12" else "cpersona, SQLite") + (
                 f" p50, one run beside\nthe other (first_minutes, load {loads})"
             )
             color = COLORS["2.5.12" if server == "2.5.12" else "sqlite"]
-            ax.plot(sizes, p50, marker + "--", color=color, label=label, markerfacecolor="none")
+            ax.plot(shown, p50, marker + "--", color=color, label=label, markerfacecolor="none")
     _size_axis(ax)
     ax.set_ylabel("recall through MCP, ms")
     ax.set_title("Recall latency against store size")
@@ -168,12 +180,14 @@ def first_minutes_plot(run: dict[str, Any], out: Path) -> None:
         ax.plot([t for t, _ in calls], [ms for _, ms in calls], ".", markersize=3,
                 color=COLORS["2.5.12" if server == "2.5.12" else "sqlite"],
                 label=f"{label}: each recall")  # fmt: skip
-    done = run["cpersona"].get("build_done_at_s", {})
-    if done:
-        at = max(done.values())
+    at = _built_at(run)
+    if at is not None:
         ax.axvline(at, color="black", linestyle="--", linewidth=1)
         ax.text(at, 0.02, f" index files built ({at:.0f} s)", fontsize=8,
                 transform=ax.get_xaxis_transform())  # fmt: skip
+    else:
+        ax.text(0.01, 0.02, "cpersona's index files were not all built within the run",
+                fontsize=8, transform=ax.transAxes)  # fmt: skip
     _log_y(ax)
     ax.set_xlabel("seconds since the server was spawned (back-to-back recalls)")
     ax.set_ylabel("recall through MCP, ms")
