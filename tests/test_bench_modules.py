@@ -203,3 +203,17 @@ def test_plots_draws_every_image_of_the_performance_page(tmp_path: Path) -> None
     drawn = {p.name for p in tmp_path.glob("*.png")}
     assert shown <= drawn
     assert all((tmp_path / name).stat().st_size > 10_000 for name in shown)  # not blank
+
+
+def test_recall_ab_times_both_checkouts_in_turns(tmp_path: Path) -> None:
+    python = str(ROOT / "python")
+    text = _run(
+        ["benches.recall_ab", "--before", python, "--after", python, "--rows", "300",
+         "--turns", "2", "--batch", "3"],
+        {"CPERSONA_BENCH_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    out = json.loads(text.strip().splitlines()[-1])
+    assert out["recalls_per_side"] == 6
+    for side in ("before", "after"):
+        assert 0 < out[side]["p10"] <= out[side]["p50"] <= out[side]["p90"], out
+    assert out["ratio_after_before"]["min"] <= out["ratio_after_before"]["median"], out

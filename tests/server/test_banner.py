@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from cpersona.config import Settings
-from cpersona.derived.progress import INLINE_ROWS
+from cpersona.derived.healing import INLINE_ROWS
 from cpersona.server.banner import stdio_banner
 from cpersona.storage import open_database
 

@@ -9,22 +9,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-#: A file to rebuild whose table holds at most this many rows is rebuilt inside the call that
-#: found it (a few tens of ms); a larger one in the background, the database answering meanwhile.
-INLINE_ROWS = 2000
 #: The size of the progress record in the build lock file.
 RECORD_LEN = 256
-#: The derived files of a SQLite database, beside it: `<db>.<table>.<kind>`.
-DERIVED_FILES = (
-    ("memories", "vec", "vectors"),
-    ("memories", "fts", "full text"),
-    ("episodes", "vec", "vectors"),
-    ("episodes", "fts", "full text"),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +40,13 @@ def build_lock_path(path: Path) -> Path:
     return Path(f"{path}.rebuild")
 
 
+def write_progress(fd: int, done: int, total: int, reason: str) -> None:
+    """Record a rebuild's progress in its build lock file `fd` (held by this process)."""
+    record = {"pid": os.getpid(), "done": done, "total": total, "reason": reason[:150]}
+    # One fixed-size write in place: a reader never sees it half-empty.
+    os.pwrite(fd, json.dumps(record).encode("utf-8")[:RECORD_LEN].ljust(RECORD_LEN), 0)
+
+
 def progress_of(path: Path) -> RebuildProgress | None:
     """The background rebuild of `path` running on this host (in any process), or None."""
     try:
@@ -74,35 +70,3 @@ def progress_of(path: Path) -> RebuildProgress | None:
         )
     except (ValueError, KeyError, TypeError):  # the instant before its first step or after its last
         return RebuildProgress(0, 0, 0, "starting")
-
-
-def banner_line(db_path: str, memories: Callable[[], int]) -> str | None:
-    """The start-up banner's line on the index files of the SQLite database at `db_path`:
-    a rebuild running on this host and how far it is, or the files not built yet (what a
-    database written by CPersona 2.5.x brings), with what that means for the first recalls
-    and how to build them ahead. None when they are built, or the database is small enough
-    to build them inside the first call (`memories()` counts its memories, asked only when
-    a file is missing)."""
-    running, missing = [], []
-    for table, suffix, kind in DERIVED_FILES:
-        path = Path(f"{db_path}.{table}.{suffix}")
-        progress = progress_of(path)
-        if progress is not None:
-            pct = 100.0 * progress.done / progress.total if progress.total else 0.0
-            running.append(
-                f"{table} {kind} {progress.done:,}/{progress.total:,} rows ({pct:.0f}%, "
-                f"process {progress.pid})"
-            )
-        elif table == "memories" and not path.exists():
-            missing.append(kind)
-    if running:
-        return "  index files: rebuilding in the background: " + "; ".join(running)
-    count = memories() if missing else 0
-    if count > INLINE_ROWS:
-        return (
-            f"  index files: not built yet ({', '.join(missing)} of {count:,} memories); the "
-            "first call starts building them in the background and recalls answer from the "
-            "database meanwhile, slower (`cpersona index rebuild` builds them ahead; "
-            "`cpersona index status` shows how far it is)"
-        )
-    return None
