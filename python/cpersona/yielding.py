@@ -10,7 +10,7 @@ after waiting nine times as long as its last step took, so it holds at most a te
 time and still finishes. Calibration's thread also runs at the lowest scheduling priority
 (Linux), so the kernel prefers the callers' threads when both are runnable.
 
-A background rebuild of an index file (vectors/healing.py) holds a larger share,
+A background rebuild of an index file (derived/healing.py) holds a larger share,
 `REBUILD_SHARE`, and keeps its normal priority: until it ends every call takes the slower
 database path, so its bound under load is what the callers wait on. At a tenth's share and
 the lowest priority, a 100,000-row rebuild under back-to-back recalls took 903 s on a host
