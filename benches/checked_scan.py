@@ -4,7 +4,7 @@
 .sum files are built (benches/million_corpus.py caches them under
 ~/.cache/cpersona-bench/million). Alternates checked and unchecked scans of fresh random
 queries and prints the median and the 10th/90th percentiles of each, in milliseconds: the
-checksum's share of a scan (docs/performance.md, "1,000,000 memories").
+checksum's share of a scan (docs/notes/performance-notes.md, "1,000,000 memories").
 """
 
 from __future__ import annotations

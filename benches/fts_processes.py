@@ -1,5 +1,5 @@
 """Resident memory and time to first search of server-like processes over one full-text index
-(docs/performance.md, "Full-text index: one copy per host").
+(docs/notes/performance-notes.md, "Full-text index: one copy per host").
 
 `python -m benches.fts_processes --rows 100000 --procs 1,4 --rounds 5` builds (or reuses) the
 natural-vocabulary corpus of benches/fts_bench_support.py in `$CPERSONA_BENCH_CACHE/fts`, copies

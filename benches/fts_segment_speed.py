@@ -1,5 +1,5 @@
 """Search latency of the mapped segment against the heap index, interleaved in one process
-(docs/performance.md, "One copy per host").
+(docs/notes/performance-notes.md, "One copy per host").
 
 `python -m benches.fts_segment_speed` copies the 100,000-row corpus of benches/fts_processes.py
 (build it first with that script), opens one index mapped from its segment and one held in the

@@ -9,7 +9,7 @@ each backend: the client's wall time and the server's call time (p50), the recal
 recall's thread and of the snapshot threads with its p50 and its time per recall (the BEGIN
 with its reads counted as one). Then the round trip of a bare `SELECT 1` back to back and
 after 3 ms of idleness, the cost a PostgreSQL round trip pays on a machine whose other core
-has gone idle (docs/performance.md, "The snapshot's round trips off the recall's path").
+has gone idle (docs/notes/performance-notes.md, "The snapshot's round trips off the recall's path").
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 
 Each statement is a round trip on PostgreSQL (a fraction of a millisecond through psycopg on a
 quiet machine), so their count is most of what separates a PostgreSQL recall from an SQLite one
-at 10,000 rows (docs/performance.md, "The vector arm from the host-local index file"). Counted
+at 10,000 rows (docs/notes/performance-notes.md, "The vector arm from the host-local index
+file"). Counted
 from `CPERSONA_SQL_TRACE`'s log lines, after `--rows` stores and one warm-up recall; prints
 each phase's count of statements and of round trips (a statement the trace marks
 `/* pipelined */` went in the round trip of the one before it) and its statements in order

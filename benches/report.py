@@ -1,4 +1,4 @@
-"""Prints the markdown tables of docs/performance.md from a ``--benchmark-json`` file.
+"""Prints the markdown tables of docs/notes/performance-notes.md from a ``--benchmark-json`` file.
 
 python benches/report.py bench.json
 

@@ -10,7 +10,7 @@
 - The CRC of full-text records as a process loads them, against the core's own load.
 
 Run: `python -m pytest benches/test_checksum_bench.py --benchmark-enable -s`
-(docs/performance.md, "Checking index content").
+(docs/notes/performance-notes.md, "Checking index content").
 """
 
 from __future__ import annotations

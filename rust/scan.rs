@@ -56,8 +56,8 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
 ///
 /// One row's 16 lanes are one or two vector registers whose adds form a single dependency chain:
 /// the single-row loop waits on the add latency, not on memory. Four rows give four independent
-/// chains and load each query chunk once for all four (docs/performance.md, "Kernels at the
-/// floor").
+/// chains and load each query chunk once for all four (docs/notes/performance-notes.md, "Kernels
+/// at the floor").
 #[allow(clippy::inline_always)]
 #[inline(always)]
 fn dot_rows_lanes<const ROWS: usize>(rows: [&[f32]; ROWS], query: &[f32]) -> [f32; ROWS] {
@@ -109,7 +109,7 @@ mod x86 {
     //! auto-vectoriser, the four-row loop came out scalar in one build and vectorised in the
     //! next; intrinsics pin the code down. (An AVX-512 twin, one zmm per row, measured the same
     //! as this within noise on an AVX-512 Xeon, where every scan here is bound by cache or
-    //! memory bandwidth, so it was left out: docs/performance.md.)
+    //! memory bandwidth, so it was left out: docs/notes/performance-notes.md.)
 
     use super::{BATCH, LANES};
     use std::arch::x86_64::{
@@ -717,8 +717,9 @@ fn score_units(
         };
         // A file appended in time order lists its slots newest (highest) first, so scan order
         // walks memory backwards, which the hardware prefetcher does not follow: 4x slower on a
-        // 200,000 x 768 far scan (docs/performance.md). The top k does not depend on the order
-        // rows are offered in, so walk such a unit backwards, i.e. forwards through memory.
+        // 200,000 x 768 far scan (docs/notes/performance-notes.md). The top k does not depend on
+        // the order rows are offered in, so walk such a unit backwards, i.e. forwards through
+        // memory.
         let damaged = if ctx.slots[unit.range.start] > ctx.slots[unit.range.end - 1] {
             score_positions(ctx, unit.range.clone().rev(), top)
         } else {

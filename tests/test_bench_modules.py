@@ -2,8 +2,8 @@
 
 CI never runs them at their real sizes (minutes to hours); a renamed function or a changed
 tool answer would otherwise break them unnoticed until someone reran a published number.
-Each runs here at a toy size, from the repository root as docs/performance.md says, and its
-output is read for the figures the docs quote.
+Each runs here at a toy size, from the repository root as docs/notes/performance-notes.md
+says, and its output is read for the figures the docs quote.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def test_pg_million_compares_both_backends_on_one_corpus(
     million_run: tuple[dict[str, Any], Path], pg_url: str, tmp_path: Path
 ) -> None:
     """The toy corpus of `million_run`, migrated into a fresh PostgreSQL database as
-    docs/performance.md says, then benches.pg_million against it and the SQLite copy."""
+    docs/notes/performance-notes.md says, then benches.pg_million against it and the SQLite copy."""
     _, cache = million_run
     corpus = next(cache.rglob(f"natural-{ROWS}x*.db"))
     _run(["cpersona", "migrate", "--from", str(corpus), "--to", pg_url], {})
@@ -197,6 +197,18 @@ def test_pg_recall_stages_times_each_backends_stages_and_statements(
     # the snapshot's BEGIN and its reads, one pipeline, timed while recalls ran
     assert re.search(r"^  BEGIN \+ \d reads +[\d.]+ +[\d.]+$", text, re.M), text
     assert re.search(r"^SELECT 1: back to back [\d.]+ ms, after 3 ms idle [\d.]+ ms$", text, re.M)
+
+
+def test_plots_draws_every_image_of_the_performance_page(tmp_path: Path) -> None:
+    """benches.plots over the committed results: every image docs/performance.md shows."""
+    pytest.importorskip("matplotlib")
+    _run(["benches.plots", "--out", str(tmp_path)], {})
+    page = (ROOT / "docs" / "performance.md").read_text()
+    shown = set(re.findall(r"\]\(plots/([\w.-]+\.png)\)", page))
+    assert shown, "docs/performance.md shows no plot"
+    drawn = {p.name for p in tmp_path.glob("*.png")}
+    assert shown <= drawn
+    assert all((tmp_path / name).stat().st_size > 10_000 for name in shown)  # not blank
 
 
 def test_recall_ab_times_both_checkouts_in_turns(tmp_path: Path) -> None:

@@ -79,3 +79,43 @@ def test_calls_are_counted_until_they_end_even_when_they_raise() -> None:
         raise ValueError("a handler failed")
     assert activity.busy_for(0.0) == 0.0
     assert activity.busy_for(60.0) > 0  # it has only just ended
+
+
+class _Clock:
+    """A clock that only moves when told: a step's length and a pause's wait, exactly."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _AlwaysBusy(CallActivity):
+    """Calls back to back that never pause; waiting moves the fake clock instead of sleeping."""
+
+    def __init__(self, clock: _Clock) -> None:
+        super().__init__(clock)
+        self._fake = clock
+
+    def busy_for(self, quiet: float) -> float:
+        return max(quiet, 0.05)
+
+    def wait(self, seconds: float) -> None:
+        self._fake.now += seconds
+
+
+def test_a_rebuild_under_calls_that_never_pause_holds_at_least_its_share() -> None:
+    from cpersona.yielding import REBUILD_SHARE
+
+    clock = _Clock()
+    give_way = GiveWay(_AlwaysBusy(clock), threading.Event(), share=REBUILD_SHARE, clock=clock)
+    worked = 0.0
+    for step in (0.3, 0.08, 0.5, 0.2, 0.12):  # steps of a rebuild, as long as they happen to be
+        clock.now += step
+        worked += step
+        give_way.pause()
+    # Each pause waited at most as long as the step before it took: under this load the
+    # rebuild takes at most 1 / REBUILD_SHARE (2x) its idle time.
+    assert worked / clock.now >= REBUILD_SHARE - 1e-9
+    assert give_way.waited > 0  # it did give way

@@ -291,7 +291,7 @@ _VARS: tuple[_Var, ...] = tuple(_var(f) for f in fields(Settings) if f.name != "
 
 #: The names the embedded models record their vectors under (embedding/e5.py and minilm.py
 #: take theirs from here): start-up compares them with the stored record without importing a
-#: model (docs/performance.md, "Start-up").
+#: model (docs/notes/performance-notes.md, "Start-up").
 LOCAL_MODEL_NAMES = {
     "local-e5": "local-e5:multilingual-e5-small-q4",
     "local-minilm": "local-minilm:all-MiniLM-L6-v2-int8",

@@ -2,8 +2,8 @@
 
 Opening an Engine opens the database and reads the operating context, nothing more: the
 embedder, the index files and the services (and numpy with them) are built on first use, so a
-server answers `initialize` and `tools/list` without importing them (docs/performance.md,
-"Start-up").
+server answers `initialize` and `tools/list` without importing them
+(docs/notes/performance-notes.md, "Start-up").
 """
 
 from __future__ import annotations
@@ -95,6 +95,11 @@ class Engine:
         self.operating_context = OperatingContext(settings)
         #: `initialize.instructions`: the OC summary, read once at start (surface.md §1.1).
         self.instructions = self.operating_context.instructions()
+
+    def count_memories(self) -> int:
+        """The memories stored (the start-up banner's note on index files still to build)."""
+        row = self.db.query_one("SELECT count(*) FROM memories")
+        return 0 if row is None else int(row[0])
 
     def stored_model_differs(self) -> bool:
         """Whether a table holds vectors that are not recorded as the configured embedded
@@ -333,7 +338,7 @@ def host_vector_index(settings: Settings) -> bool:
     SQLite (issue 19): with the Rust core (the numpy twin would scan slower than pgvector) and
     a cache directory whose locks hold (a local disk, not NFS: derived/placement.py). Otherwise, and
     always while a file is rebuilt, the vectors are scanned in the database. Cheap: no
-    import of the core or numpy here (start-up, docs/performance.md)."""
+    import of the core or numpy here (start-up, docs/notes/performance-notes.md)."""
     import importlib.util
 
     from cpersona.derived.placement import cache_problem

@@ -124,3 +124,29 @@ def test_progress_in_index_status(
     gate.release()
     ix.wait_for_healing()
     assert ix.status().rebuild is None
+
+
+def test_progress_in_the_start_up_banner(
+    opened: tuple[Database, FtsIndex], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server started while another process rebuilds says how far the rebuild is."""
+    db, ix = opened
+    fts_file(Path(db.path)).unlink()
+    gate = Gate(monkeypatch, rebuild, "put_record")
+    assert ranked(ix, match_terms("maybe"), scope("a"), "", 10) is None
+    assert gate.held.wait(60)
+    r = subprocess.run(
+        [sys.executable, "-m", "cpersona"],
+        env={**os.environ, "CPERSONA_DB_PATH": db.path, "CPERSONA_EMBEDDING_MODE": "none"},
+        stdin=subprocess.DEVNULL,  # the client leaves at once: the banner, then the exit
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    gate.release()
+    ix.wait_for_healing()
+    assert r.returncode == 0, r.stderr
+    assert (
+        "  index files: rebuilding in the background: "
+        f"memories full text 2/{ROWS} rows (10%, process {os.getpid()})"
+    ) in r.stderr.splitlines()

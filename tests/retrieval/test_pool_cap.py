@@ -2,7 +2,7 @@
 
 N_pool (retrieval.md §7.1) feeds the gate through m(N), which reaches its floor at N = 499,
 and the thresholds 50 (profile) and 100 (unscored); recall asks for min(N, 499) so that a
-1,000,000-row agent is not counted in full (docs/performance.md, "1,000,000 memories").
+1,000,000-row agent is not counted in full (docs/notes/performance-notes.md, "1,000,000 memories").
 """
 
 from __future__ import annotations

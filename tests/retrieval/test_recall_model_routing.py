@@ -143,7 +143,7 @@ async def test_unrecorded_vectors_are_identified_when_first_served(connect: Any)
     with database(path) as db, db.atomic() as conn:
         conn.execute("DELETE FROM cpersona_vector_model")  # a database from before the record
     # The services (and the model probe with them) are built by the first call that needs them
-    # (docs/performance.md, "Start-up"), not when the database is opened.
+    # (docs/notes/performance-notes.md, "Start-up"), not when the database is opened.
     async with connect() as t:
         await t("recall", {"agent_id": "alice", "query": "anything"})
     with database(path) as db:

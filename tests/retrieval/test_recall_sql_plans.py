@@ -1,4 +1,4 @@
-"""Recall's SQL stays cheap however many rows the agent has (docs/performance.md).
+"""Recall's SQL stays cheap however many rows the agent has (docs/notes/performance-notes.md).
 
 - Hydration reads the survivors by rowid. With the scope in the WHERE clause and no ANALYZE
   statistics, SQLite preferred the agent index and tested every row of the agent against the

@@ -63,7 +63,7 @@ async def test_recall_during_the_rebuild_answers_at_once_with_the_same_rows(
         path.unlink(missing_ok=True)
     monkeypatch.setattr(healing, "INLINE_ROWS", 0)
     monkeypatch.setattr(healing, "STEP_ROWS", 1)
-    vectors = Gate(monkeypatch, vector_index, "append_row")
+    vectors = Gate(monkeypatch, vector_index, "append_rows")
     fulltext = Gate(monkeypatch, fts_rebuild, "put_record")
     if store_backend == "postgresql":
         fulltext.go.set()  # rebuilt inside the first recall: nothing to hold it for

@@ -1,4 +1,4 @@
-"""What a stdio server loads before its first answers (docs/performance.md, "Start-up").
+"""What a stdio server loads before its first answers (docs/notes/performance-notes.md, "Start-up").
 
 A client spawns `python -m cpersona` and waits for `initialize` and `tools/list` before it can
 do anything, so those two answers must not wait for numpy, the embedders, the index files,

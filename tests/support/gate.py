@@ -11,7 +11,9 @@ import pytest
 
 class Gate:
     """Holds the background rebuild after its second row until `release()`: wraps the
-    per-row step `module.name`, which is where a rebuild can be paused without a lock held."""
+    per-row step `module.name` (the vector rebuild's per-batch `append_rows`, one row a batch
+    when the test sets `healing.STEP_ROWS` to 1), which is where a rebuild can be paused
+    without a lock held."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> None:
         self.held = threading.Event()

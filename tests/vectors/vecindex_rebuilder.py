@@ -20,19 +20,19 @@ from vecindex_support import new_engine
 DB, TABLE = sys.argv[1], sys.argv[2]
 healing.INLINE_ROWS = 0
 healing.STEP_ROWS = 1
-original = vector_index.append_row
+original = vector_index.append_rows
 written = [0]
 
 
-def append_then_hold(*args: Any, **kwargs: Any) -> int:
-    written[0] += 1
+def append_then_hold(*args: Any, **kwargs: Any) -> None:
+    written[0] += 1  # one row a batch (STEP_ROWS)
     if written[0] == 3:
         print("HELD", flush=True)
         sys.stdin.readline()
-    return original(*args, **kwargs)
+    original(*args, **kwargs)
 
 
-vector_index.append_row = append_then_hold
+vector_index.append_rows = append_then_hold
 engine = new_engine(DB)
 index = engine.indexes[TABLE]
 assert not index.sync()  # the rebuild runs in the background

@@ -4,7 +4,7 @@
 URL passwords, values assigned to credential names) and redacts them as `[REDACTED:<kind>]`;
 `policy` applies `CPERSONA_SECRETS` (redact / reject / allow) to the fields of one write.
 Nothing imports `detect` before the first write or health check: compiling its patterns takes
-about 10 ms, which start-up (spawn to `tools/list`, docs/performance.md) should not pay.
+about 10 ms, which start-up (spawn to `tools/list`, docs/notes/performance-notes.md) should not pay.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The detector runs on every write, so it is built for text that holds none: each 
 literal needles any of its matches must contain, and its regex runs only when one of them is
 in the text; the provider-token rules run only on text with a run of 20 token characters, the
 `name = value` rule only on text holding one of its words. A typical memory costs a few `in`
-tests and one short regex scan (5-10 µs, docs/performance.md). Rules are deliberately
+tests and one short regex scan (5-10 µs, docs/notes/performance-notes.md). Rules are deliberately
 narrow: a provider token is matched by its documented prefix and length, a JWT only when its
 header decodes to a JSON object, a Discord token only when its first segment decodes to a user
 id, an AWS secret key only beside an AWS access key id or assigned to a credential name. What

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from cpersona.derived import healing
-from cpersona.derived.healing import RebuildProgress
 from cpersona.derived.locks import file_lock, unobstructed
 from cpersona.derived.placement import index_base
+from cpersona.derived.progress import RebuildProgress, progress_of
 from cpersona.errors import AheadOfSnapshot
 from cpersona.storage import Store
 from cpersona.storage.change_log import Changes
@@ -484,7 +484,7 @@ class DerivedIndex(Generic[H, U, B]):
     def _status_parts(self) -> tuple[H | None, str, int, RebuildProgress | None]:
         """For `status`: the usable file's header (None when unusable), the reason ("current",
         "behind the log", or why it is unusable), the log's seq and the running rebuild."""
-        rebuild = healing.progress_of(self.path)
+        rebuild = progress_of(self.path)
         log_seq = self.source.max_seq(self.db)
         with self._flock(exclusive=False):
             header, problem = self._trusted()

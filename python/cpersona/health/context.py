@@ -121,7 +121,7 @@ class HealthContext:
         Raises:
             EmbeddingUnavailable: the backend failed.
         """
-        import numpy as np  # on first use: see docs/performance.md, "Start-up"
+        import numpy as np  # on first use: see docs/notes/performance-notes.md, "Start-up"
 
         from cpersona.embedding.base import MAX_BATCH
 

@@ -61,7 +61,7 @@ class StoredCredentials(Reembedded):
 
 def detect(ctx: HealthContext) -> list[StoredCredentials]:
     # Imported here: the registry is imported at start-up, the detector's patterns are not
-    # needed until a check runs (docs/performance.md, "Start-up").
+    # needed until a check runs (docs/notes/performance-notes.md, "Start-up").
     from cpersona.credentials.detect import redact, redact_json_text
 
     allow = ctx.settings.secrets == "allow"

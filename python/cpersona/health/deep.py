@@ -134,7 +134,7 @@ def calibration_staleness(ctx: HealthContext, fix: bool) -> Result:
 
 
 def _vectors(ctx: HealthContext, table: str, limit: int) -> tuple[list[int], np.ndarray]:
-    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+    import numpy as np  # on first use: see docs/notes/performance-notes.md, "Start-up"
 
     rows = [
         r
@@ -153,7 +153,7 @@ def _vectors(ctx: HealthContext, table: str, limit: int) -> tuple[list[int], np.
 
 
 def near_duplicate(ctx: HealthContext, fix: bool) -> Result:
-    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+    import numpy as np  # on first use: see docs/notes/performance-notes.md, "Start-up"
 
     ids, vectors = _vectors(ctx, "memories", ctx.settings.near_duplicate_row_cap)
     out: Result = {"pairs": 0, "rows_scanned": len(ids), "threshold": NEAR_DUPLICATE_THRESHOLD}
@@ -232,7 +232,7 @@ def unnormalized_content(ctx: HealthContext, fix: bool) -> Result:
 
 
 def embedding_norm(ctx: HealthContext, fix: bool) -> Result:
-    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+    import numpy as np  # on first use: see docs/notes/performance-notes.md, "Start-up"
 
     cap = ctx.settings.normalization_scan_cap
     scan = _Scan()

@@ -155,7 +155,7 @@ def sqlite_stamp(value: Any) -> tuple[str | None, bool]:
 def decode_embedding(value: Any) -> tuple[bytes | None, str | None]:
     """(float32 BLOB, None) from `embedding_b64`, or (None, why it was refused); (None, None)
     when the record carries none."""
-    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+    import numpy as np  # on first use: see docs/notes/performance-notes.md, "Start-up"
 
     if value is None or value == "":
         return None, None
@@ -175,7 +175,7 @@ def decode_embedding(value: Any) -> tuple[bytes | None, str | None]:
 
 def vector_blob(row: np.ndarray) -> bytes | None:
     """A provider's output row as a float32 BLOB, or None when it is not a usable vector."""
-    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+    import numpy as np  # on first use: see docs/notes/performance-notes.md, "Start-up"
 
     flat = np.asarray(row, dtype=np.float32).reshape(-1)
     if flat.size == 0 or not np.all(np.isfinite(flat)):

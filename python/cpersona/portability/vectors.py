@@ -169,7 +169,7 @@ def embed(engine: Host, items: list[PlannedRow], report: Progress) -> None:
     """
     if not items or not engine.embedder.available:
         return
-    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+    import numpy as np  # on first use: see docs/notes/performance-notes.md, "Start-up"
 
     # Each table's rows get the model of that table's stored vectors (embedding/routing.py):
     # a row embedded by another model would be compared with them by every recall.

@@ -27,6 +27,7 @@ from cpersona import __version__
 from cpersona.credentials import describe
 from cpersona.errors import ConfigError
 from cpersona.server.auth import BearerAuth, BodyBudget, current_client
+from cpersona.server.banner import index_files_line
 from cpersona.server.jsonrpc import JsonRpcGuard
 from cpersona.server.metrics import MetricsRoute
 from cpersona.server.startup import serve_on
@@ -94,6 +95,9 @@ def serve_http(
                     return 2
         url = endpoint_url(settings.http_host, sock.getsockname()[1])
         print(http_banner(settings, engine.embedder.name, url, acl), file=sys.stderr, flush=True)
+        index_line = index_files_line(settings, engine.count_memories)
+        if index_line is not None:
+            print(index_line, file=sys.stderr, flush=True)
         notice = engine.router.notice()
         if notice is not None:  # the stored vectors are another model's (one line)
             print(notice, file=sys.stderr, flush=True)

@@ -39,7 +39,7 @@ def serve_stdio(
 ) -> int:
     """Serve one client on stdin/stdout; `authorize` is the ACL guard in ACL mode, `ledger` the
     alias ledger when the ACL file has per-subject clients (their ids stay reserved here too)."""
-    from cpersona.server.banner import stdio_banner
+    from cpersona.server.banner import index_files_line, stdio_banner
 
     engine = open_engine(settings)
     if engine is None:
@@ -56,10 +56,13 @@ def serve_stdio(
             print(f"cpersona: {exc}", file=sys.stderr)
             return 2
     # The provider is named from the settings: building it would import numpy before the
-    # first answer (docs/performance.md, "Start-up").
+    # first answer (docs/notes/performance-notes.md, "Start-up").
     provider = settings.embedding_provider
     label = LOCAL_MODEL_NAMES.get(provider, provider)
     print(stdio_banner(settings, label), file=sys.stderr, flush=True)
+    index_line = index_files_line(settings, engine.count_memories)
+    if index_line is not None:
+        print(index_line, file=sys.stderr, flush=True)
     metrics = None
     if settings.metrics_port is not None:
         metrics = _serve_metrics(engine, settings.metrics_port)

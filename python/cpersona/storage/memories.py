@@ -43,7 +43,7 @@ def find_msg_id_duplicate(
     `msg_id <> ''` changes no answer but the plan PostgreSQL caches: where most rows have no
     msg_id, the generic plan of `msg_id = $n ... ORDER BY id LIMIT 1` walked the primary key
     over the agent's rows (2.3 s at 1,000,000 rows, from the sixth store of a connection on),
-    and with the term it reads the msg_id index (0.03 ms; docs/performance.md, 1,000,000
+    and with the term it reads the msg_id index (0.03 ms; docs/notes/performance-notes.md, 1,000,000
     memories on PostgreSQL)."""
     where, params = _probe_project(project_id)
     row = conn.execute(

@@ -219,7 +219,7 @@ def memories_by_id(
     `NOT INDEXED` keeps SQLite on rowid lookups: with the agent's scope in the WHERE clause and
     no ANALYZE statistics, the planner otherwise walks the agent's whole index range and tests
     each row against the id list, so hydrating 10 rows of a 237,654-row agent took 29 ms
-    instead of 0.02 ms (docs/performance.md, "What these benchmarks found").
+    instead of 0.02 ms (docs/notes/performance-notes.md, "What these benchmarks found").
     """
     where, params = scope.where("m")
     sw, sp = _source_filter(db, "m", source_prefix)
@@ -291,7 +291,7 @@ def timestamp_span(db: Store, scope: ScopeSql) -> tuple[str | None, str | None]:
     Read as the first and the last such timestamp in the order of `idx_memories_span`
     (agent_id, timestamp, ...): under the julianday() filter, MIN() and MAX() made SQLite test
     every row of the agent after each write (40 ms at 237,654 rows), where an ordered read
-    stops at the first timestamp that parses (docs/performance.md).
+    stops at the first timestamp that parses (docs/notes/performance-notes.md).
     """
     ends = []
     for direction in ("ASC", "DESC"):
@@ -336,7 +336,8 @@ def scope_facts_statement(
 
     The cap is written into the text, not bound: with `LIMIT $n` PostgreSQL's plan cache kept
     planning the statement anew for each recall (custom plans: 0.22 ms a statement against
-    0.07 ms with the cap in the text, whose generic plan it keeps; docs/performance.md)."""
+    0.07 ms with the cap in the text, whose generic plan it keeps;
+    docs/notes/performance-notes.md)."""
     parts: list[tuple[str, list[object]]] = [(profile_sql, [scope.agent_id])]
     parts.append(_latest_episode(db, scope))
     if cap is not None:

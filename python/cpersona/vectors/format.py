@@ -375,6 +375,55 @@ class VectorFileWriter:
         self._hdr["count"] = count + m
         self.rebuild_order()
 
+    def extend_oldest(
+        self,
+        row_ids: npt.NDArray[np.int64],
+        keys: npt.NDArray[np.int64],
+        *,
+        times: npt.NDArray[np.int64],
+        agent: npt.NDArray[np.uint64],
+        project: npt.NDArray[np.uint64],
+        channel: npt.NDArray[np.uint64],
+        source: npt.NDArray[np.uint64],
+        vectors: npt.NDArray[np.float32],
+    ) -> bool:
+        """Appends many full-width slots that all go after every written one in ``order``
+        (a rebuild reads its rows newest first), so ``order`` is extended, never re-sorted.
+
+        Returns False, writing nothing, when the rows are not in that order: strictly
+        descending by (key, id), and older than the oldest slot already written (the caller
+        then appends them one by one). Shapes and capacity are checked as in ``extend``.
+        """
+        m = int(np.shape(row_ids)[0])
+        count = self.count
+        if np.shape(vectors) != (m, self.dim):
+            raise ValueError(f"vectors must be ({m}, {self.dim}), got {np.shape(vectors)}")
+        if count + m > self.capacity:
+            raise ValueError(f"{m} rows do not fit: {count} of {self.capacity} slots used")
+        if m == 0:
+            return True
+        # Strictly descending (key, id) pairs: each key below the previous one, or equal with
+        # a smaller id.
+        dk, di = np.diff(keys), np.diff(row_ids)
+        if not bool(np.all((dk < 0) | ((dk == 0) & (di < 0)))):
+            return False
+        if count:
+            tail = int(self._views["order"][count - 1])
+            last = (int(self._views["keys"][tail]), int(self._views["ids"][tail]))
+            if (int(keys[0]), int(row_ids[0])) >= last:
+                return False
+        columns: dict[str, npt.NDArray[Any]] = {"ids": row_ids, "keys": keys, "times": times}
+        columns |= {"agent": agent, "project": project, "channel": channel, "source": source}
+        columns["vectors"] = vectors
+        for name, values in columns.items():
+            self._views[name][count : count + m] = values
+        self._views["flags"][count : count + m] = 0
+        self._views["order"][count : count + m] = np.arange(count, count + m, dtype=np.uint32)
+        # Slot data and order first, counters last, as in `append`.
+        self._hdr["live"] = int(self._hdr["live"]) + m
+        self._hdr["count"] = count + m
+        return True
+
     def set_deleted(self, slot: int) -> None:
         """Marks a slot deleted; it keeps its place in ``order`` but takes no scan position."""
         if not 0 <= slot < self.count:

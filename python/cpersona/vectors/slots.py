@@ -60,13 +60,57 @@ def append_row(
     return slot
 
 
+def append_rows(writer: VectorFileWriter, rows: list[IndexRow], headroom: int) -> None:
+    """Append a rebuild's batch of `rows` (read newest first) as `append_row` would, with the
+    columns written at once: a rebuild spent 0.15 ms per row in `append_row`'s per-slot Python
+    (the order search, a dozen mapped writes; docs/notes/performance-notes.md, issue 33).
+    A batch out of order or holding a foreign-width vector is appended row by row."""
+    m = len(rows)
+    width = 4 * writer.dim
+    if m == 0:
+        return
+    if any(len(r.embedding) != width for r in rows):
+        for row in rows:
+            append_row(writer, row, headroom)
+        return
+    if writer.count + m > writer.capacity:
+        writer.grow(max(2 * writer.capacity, writer.count + m + headroom))
+    hashes: dict[str, int] = {}  # a batch names few agents, projects and channels
+
+    def hashed(values: list[str | None], absent: int | None = None) -> np.ndarray:
+        out = np.empty(len(values), dtype=np.uint64)
+        for i, value in enumerate(values):
+            if value is None and absent is not None:
+                out[i] = absent
+                continue
+            got = hashes.get(value)  # type: ignore[arg-type]
+            if got is None:
+                got = hashes[value] = scope_hash(value)  # type: ignore[arg-type]
+            out[i] = got
+        return out
+
+    written = writer.extend_oldest(
+        np.fromiter((r.id for r in rows), dtype=np.int64, count=m),
+        np.fromiter((r.key for r in rows), dtype=np.int64, count=m),
+        times=np.fromiter((r.time for r in rows), dtype=np.int64, count=m),
+        agent=hashed([r.agent_id for r in rows]),
+        project=hashed([r.project_id for r in rows]),
+        channel=hashed([r.channel for r in rows]),
+        source=hashed([r.source_id for r in rows], absent=0),
+        vectors=np.frombuffer(b"".join(r.embedding for r in rows), dtype="<f4").reshape(m, -1),
+    )
+    if not written:
+        for row in rows:
+            append_row(writer, row, headroom)
+
+
 def live_slots(writer: VectorFileWriter, row_ids: list[int]) -> dict[int, int]:
     """The live slot of each of `row_ids` that has one. Vectorised over the file: a write
     touches a few rows, and a dict of every slot made each write cost O(rows) in Python.
 
     A few ids take one comparison pass over the ids each, and the flags are read only at the
     matches: `np.isin` with a live mask made three passes and temporaries over every slot,
-    0.53 ms over 237,654 slots where one pass costs 0.03 ms (docs/performance.md).
+    0.53 ms over 237,654 slots where one pass costs 0.03 ms (docs/notes/performance-notes.md).
     """
     ids = writer.view("ids")
     if len(row_ids) <= _FEW_IDS:
@@ -138,7 +182,8 @@ class KeptWriter:
     """A sync's writer and sidecar writer of one file, kept mapped between syncs.
 
     Mapping the file anew for each sync cost more than the append itself at 1,000,000 rows
-    (docs/performance.md, "Store at 1M"): the 1.6 GB mapping made and unmade, every page of the
+    (docs/notes/performance-notes.md, "Store at 1M"): the 1.6 GB mapping made and unmade,
+    every page of the
     scan order faulted in again when the append shifts it, and a pass over `order` to check it
     (done here once per mapping, as the readers' `kernel_handle` does). The owner reuses it
     only while `key` (`file_key`) still matches under the exclusive lock, and re-keys it after

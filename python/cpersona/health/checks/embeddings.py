@@ -73,7 +73,7 @@ class NonfiniteEmbedding(Reembedded, Planned[int]):
 
 
 def nonfinite_embedding(ctx: HealthContext) -> list[NonfiniteEmbedding]:
-    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+    import numpy as np  # on first use: see docs/notes/performance-notes.md, "Start-up"
 
     out = []
     for table in TABLES:

@@ -196,8 +196,8 @@ def embedding_model(ctx: HealthContext) -> list[Issue]:
 
 def _conversion(ctx: HealthContext, configured: str) -> list[Issue]:
     """Findings about model conversions: one begun and not finished, or one that is due."""
-    # The embedding package comes with numpy: imported on first use (docs/performance.md,
-    # "Start-up").
+    # The embedding package comes with numpy: imported on first use
+    # (docs/notes/performance-notes.md, "Start-up").
     from cpersona.embedding.conversion_lock import running
     from cpersona.embedding.routing import REEMBED_COMMAND
 
@@ -251,7 +251,7 @@ def probe_model(ctx: HealthContext, dim: int | None = None) -> ModelProbe | None
     Runs only where it costs no network request (local providers) or in a fix run (before the
     write lock); None when it did not run.
     """
-    import numpy as np  # on first use: see docs/performance.md, "Start-up"
+    import numpy as np  # on first use: see docs/notes/performance-notes.md, "Start-up"
 
     dim = ctx.dim or dim
     if ctx.embedder is None or dim is None or not (ctx.local_embedder or ctx.probe.ran):

@@ -148,7 +148,8 @@ class _Reader:
             statements = tuple(reads.values())
             if self._db.opener is not None:
                 # Sent from the opener thread: the caller's next work that needs no database
-                # (a recall's vector scans) runs during the round trip (docs/performance.md).
+                # (a recall's vector scans) runs during the round trip
+                # (docs/notes/performance-notes.md).
                 begun = self._db.opener.submit(self._db._begun, READ_SNAPSHOT, statements)
                 self._opening = (begun, tuple(reads))
                 return PgCursor([], -1, None)

@@ -4,7 +4,8 @@ read it goes on to answer.
 
 Why: a recall's snapshot ends with COMMIT, a round trip that changes nothing (the transaction
 is READ ONLY) but costs 0.25 ms in a recall on a two-core machine, because the PostgreSQL
-backend has gone idle while the recall scored (docs/performance.md). Waiting for it delayed
+backend has gone idle while the recall scored (docs/notes/performance-notes.md). Waiting for
+it delayed
 every answer and told the caller nothing: a read-only COMMIT that fails loses nothing, and a
 connection it leaves broken is discarded by the pool as any other.
 

@@ -4,7 +4,8 @@ A recall's snapshot asks the same statements first each time: the vector-model r
 that the query's model still holds: storage/vector_models.read) and the snapshot's bounds (for
 the change-log horizons: storage/pg/horizons.py). Each ask was a round trip, a fraction of a
 millisecond on a quiet server and most of what separated a PostgreSQL recall from an SQLite one
-(docs/performance.md). `remembered` asks one once per snapshot; after its first ask anywhere the
+(docs/notes/performance-notes.md). `remembered` asks one once per snapshot; after its first
+ask anywhere the
 database sends it with every later BEGIN through psycopg's pipeline mode (PgConnection.begin),
 so inside a snapshot it costs no round trip. Only statements whose answer cannot change inside a
 REPEATABLE READ snapshot belong here, and only once they are known to run (their tables exist):
