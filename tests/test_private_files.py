@@ -74,3 +74,9 @@ def test_a_replaced_file_is_whole_and_leaves_no_temporary(tmp_path: Path) -> Non
     private_files.write_atomically(target, "new")
     assert target.read_bytes() == b"new"
     assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
+
+
+def test_a_link_to_a_file_not_yet_made_creates_its_target(tmp_path: Path) -> None:
+    (tmp_path / "link.db").symlink_to(tmp_path / "elsewhere.db")
+    os.close(private_files.open_or_create(tmp_path / "link.db"))
+    assert (tmp_path / "link.db").is_symlink() and mode(tmp_path / "elsewhere.db") == 0o600

