@@ -52,6 +52,8 @@ log = logging.getLogger("cpersona.storage")
 BUSY_TIMEOUT_MS = 10_000
 #: Released readers kept open for the next calls; one released beyond it is closed.
 IDLE_READERS = 8
+#: How long close() waits for a running write to end before closing anyway.
+CLOSE_WAIT_SECONDS = 30.0
 
 Tracer = Callable[[str, Any], None]
 
@@ -204,11 +206,16 @@ class Database(Statements):
         self._recycle()
 
     def _drop(self, conn: sqlite3.Connection) -> None:
+        # Only the thread that takes a connection out of _all closes it: a thread's finalizer
+        # and close() closing one sqlite3 connection at once crashed the process (a segfault
+        # seen at a fixture's teardown under pytest-xdist).
         with self._all_lock:
+            owned = conn in self._all
             self._all.discard(conn)
             self._kept += bool(self._all)
-        with contextlib.suppress(sqlite3.Error):  # closing is best effort
-            conn.close()
+        if owned:
+            with contextlib.suppress(sqlite3.Error):  # closing is best effort
+                conn.close()
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -349,12 +356,19 @@ class Database(Statements):
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
-        with self._all_lock:
-            conns, self._all = self._all, set()
-        for conn in conns:
-            with contextlib.suppress(sqlite3.Error):  # closing is best effort
-                conn.close()
+        # Wait (boundedly) for a running write or _recycle: closing the writer under it, or
+        # before _recycle's new writer is tracked, closed a connection twice or leaked one.
+        held = self._write_lock.acquire(timeout=CLOSE_WAIT_SECONDS)
+        try:
+            with self._all_lock:
+                self._closed = True
+                conns, self._all = self._all, set()
+            for conn in conns:
+                with contextlib.suppress(sqlite3.Error):  # closing is best effort
+                    conn.close()
+        finally:
+            if held:
+                self._write_lock.release()
 
 
 class _ReaderSlot:
