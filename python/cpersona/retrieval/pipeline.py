@@ -41,6 +41,7 @@ from cpersona.retrieval.query import (
 )
 from cpersona.retrieval.request import QueryVector, RecallRequest, RecallResult
 from cpersona.retrieval.scope_reads import ScopeReads
+from cpersona.retrieval.supersession import Supersession
 from cpersona.retrieval.thresholds import Thresholds
 from cpersona.storage import Store, search
 from cpersona.storage.error_kinds import OperationalError, StorageError, UnreachableError
@@ -91,6 +92,8 @@ class Recaller:
         self._stats_lock = threading.Lock()
         #: The route (query provider, tables) the last snapshot read (`_embed_query`).
         self._last_route: Route | None = None
+        # issue 32 hook: declared supersession (retrieval/supersession.py owns it).
+        self.supersession = Supersession(db, settings.scope_stats_ttl_seconds)
 
     def invalidate_stats(self) -> None:
         """Own writes change pool counts at once (the TTL is for other processes' writes)."""
@@ -389,6 +392,14 @@ class Recaller:
             with stage("keyword"):
                 kw = self._keyword(req, scope, match, remaining, blank, reads.rows)
             rows = dedupe(rows + [r for r in kw if not is_excluded(r.content, exclusions)])
+        # issue 32 hook: superseded rows replaced by their successors (one ranked list here).
+        (rows,) = self.supersession.replace(
+            req.agent_id,
+            [rows],
+            reads.rows.candidates,
+            span=req.span,
+            include_superseded=req.include_superseded,
+        )
         return rows
 
     def _fused(
@@ -437,6 +448,14 @@ class Recaller:
             with stage("hydration"):
                 near, far = reads.rows.candidates(ranked[0]), reads.rows.candidates(ranked[1])
         with stage("fusion"):
+            # issue 32 hook: superseded rows replaced by their successors in each arm's list.
+            near, far, episodes, keyword = self.supersession.replace(
+                req.agent_id,
+                [near, far, episodes, keyword],
+                reads.rows.candidates,
+                span=req.span,
+                include_superseded=req.include_superseded,
+            )
             out = self._fuse(mode, [near, far, episodes, keyword], exclusions)
         if profile := reads.profile():
             out.append(profile_row(profile))
