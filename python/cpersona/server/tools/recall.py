@@ -18,11 +18,19 @@ from cpersona.timerange import RangeError, TimeRange
 
 if TYPE_CHECKING:
     from cpersona.engine import Engine
+    from cpersona.retrieval.candidates import Candidate
     from cpersona.retrieval.pipeline import RecallRequest, RecallResult
 
 LIMIT = {"type": "integer", "minimum": 0, "maximum": 100, "default": 10}
 QUERY = {"type": "string", "description": "What to remember; blank lists the newest."}
 DEEP = {"type": "boolean", "description": "Relax the quality gate (halves it)."}
+INCLUDE_SUPERSEDED = {
+    "type": "boolean",
+    "description": "Also return the records declared superseded or corrected (by "
+    "declare_associations, or store's `associations`) beside their successors, each marked; "
+    "default false returns the newest record of a chain in the place of the older ones, "
+    "with `replaces`.",
+}
 EXTERNAL_CONTEXT = {
     "type": "array",
     "items": {
@@ -54,6 +62,8 @@ class _Scope:
     session_key: str = arg(SESSION_KEY)
     since: str | None = arg(SINCE, None)
     until: str | None = arg(UNTIL, None)
+    #: issue 32: superseded rows kept beside their successors, each marked.
+    include_superseded: bool = arg(INCLUDE_SUPERSEDED)
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,7 @@ def _request(
         # While the caller's bucket is paused, recall-count bookkeeping is skipped (§10.3).
         paused=engine.pause.active(a.session_key) is not None,
         span=span,
+        include_superseded=a.include_superseded,
     )
 
 
@@ -149,7 +160,18 @@ def _recall(engine: Engine, a: RecallArgs) -> dict[str, Any]:
     gate = _gate(engine, a)
     result = engine.recaller.recall(_request(engine, a, gate, list(a.exclude_contents), span))
     messages = [msgs.message(r) for r in reversed(result.rows)]
+    _mark_declared(engine, a.agent_id, list(reversed(result.rows)), messages)
     return _envelope(engine, a, gate, result, messages)
+
+
+def _mark_declared(
+    engine: Engine, agent_id: str, rows: list[Candidate], messages: list[dict[str, Any]]
+) -> None:
+    """issue 32 hook: each message the declared roles of its row (`replaces`, `replaced_by`,
+    `contradicts`; retrieval/supersession.py), added after the message's own keys."""
+    marks = engine.recaller.supersession.marks(agent_id, [(r.kind, r.id) for r in rows])
+    for row, msg in zip(rows, messages, strict=True):
+        msg.update(marks.get((row.kind, row.id), {}))
 
 
 def _recall_with_context(engine: Engine, a: RecallWithContextArgs) -> dict[str, Any]:
@@ -170,6 +192,7 @@ def _recall_with_context(engine: Engine, a: RecallWithContextArgs) -> dict[str, 
     gate = _gate(engine, a)
     result = engine.recaller.recall(_request(engine, a, gate, ctx.exclusions(entries), span))
     recalled = [msgs.message(r) for r in reversed(result.rows)]
+    _mark_declared(engine, a.agent_id, list(reversed(result.rows)), recalled)
     conversation, other_roles = ctx.conversation(entries)
     merged = ctx.chronological(recalled + conversation)
     out = _envelope(engine, a, gate, result, merged)
