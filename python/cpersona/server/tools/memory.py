@@ -147,18 +147,14 @@ def _store_rider(engine: Engine, a: StoreArgs, project_id: str, row_id: int) -> 
     a duplicate echoed: the declaration is about that memory either way). It runs after the
     memory committed, in its own transaction, so its failure is reported here, never as the
     store's (2.6.14's rider)."""
-    from cpersona.server.tools.associations import declare
+    from cpersona.storage import associations as decl
     from cpersona.storage.error_kinds import StorageError
 
+    scope = decl.DeclScope(a.agent_id, project_id, a.channel)
     try:
-        return declare(
-            engine,
-            a.agent_id,
-            a.associations,
-            anchor_ref=f"mem:{row_id}",
-            project_id=project_id,
-            channel=a.channel,
-        )
+        out = decl.declare(engine.db, scope, a.associations, f"mem:{row_id}")
+        engine.recaller.supersession.invalidate(a.agent_id)
+        return out
     except StorageError as exc:
         log.warning("store: associations rider failed for mem:%s: %s", row_id, exc)
         return {

@@ -1,0 +1,252 @@
+"""CPersona 2.6's associative tools through a real MCP client, on both backends (issue 32):
+declare_associations, traverse, store's `associations`, the recall of declared supersession,
+and the 2.6.14 fixture's declarations read as 2.6.14 answered them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.fixtures import FIXTURES, copy_database
+
+pytestmark = pytest.mark.anyio
+
+ASSOCIATIONS_DB = FIXTURES / "cpersona-2.6.14-associations.db"
+REFERENCE = FIXTURES / "cpersona-2.6.14-associations.json"
+
+
+def reference() -> dict[str, Any]:
+    if not REFERENCE.exists():
+        pytest.skip(f"fixture answers not found: {REFERENCE}")
+    answers: dict[str, Any] = json.loads(REFERENCE.read_text())["reference"]
+    return answers
+
+
+def refs(answer: dict[str, Any]) -> list[str]:
+    return [m.get("ref", "") for m in answer["messages"]]
+
+
+async def store(tools: Any, content: str, **extra: Any) -> int:
+    out = await tools("store", {"agent_id": "a", "message": {"content": content}, **extra})
+    assert out["result"] == "stored", out
+    return int(out["id"])
+
+
+# --------------------------------------------------------------------------- the 2.6.14 store
+
+
+@pytest.mark.parametrize("store_backend", ["sqlite"])  # the fixture is an SQLite file
+async def test_the_2_6_14_stores_declarations_answer_as_2_6_14_did(
+    connect: Any, tmp_path: Path
+) -> None:
+    db = copy_database(ASSOCIATIONS_DB, tmp_path / "memory.db")
+    async with connect(db_path=str(db)) as tools:
+        walked = await tools("traverse", {"agent_id": "alice", "entity": "alice", "max_hops": 2})
+        by_alias = await tools("traverse", {"agent_id": "alice", "entity": "GHA", "max_hops": 0})
+        absent = await tools("traverse", {"agent_id": "alice", "entity": "nobody"})
+    assert walked == reference()["traverse_alice"]
+    assert [e["name"] for e in by_alias["entities"]] == ["GitHub Actions"]
+    assert by_alias["relations"] == []
+    assert absent["reason"] == "no_such_entity" and absent["entities"] == []
+
+
+@pytest.mark.parametrize("store_backend", ["sqlite"])
+async def test_the_2_6_14_stores_superseded_standup_stays_out_of_recall(
+    connect: Any, tmp_path: Path
+) -> None:
+    # 2.6.14 ranked the superseded 10:00 first; its vectors are another embedder's here, so
+    # the deep gate lets the lexical arms answer.
+    assert refs(reference()["recall_standup"])[-1] == "mem:4"
+    db = copy_database(ASSOCIATIONS_DB, tmp_path / "memory.db")
+    ask = {"agent_id": "alice", "query": "When is the team standup?", "deep": True}
+    async with connect(db_path=str(db)) as tools:
+        plain = await tools("recall", ask)
+        both = await tools("recall", {**ask, "include_superseded": True})
+    got = refs(plain)
+    assert "mem:21" in got and "mem:4" not in got
+    assert "mem:2" not in got  # corrected by mem:20
+    newest = next(m for m in plain["messages"] if m["ref"] == "mem:21")
+    assert newest["replaces"] == [{"ref": "mem:4", "role": "supersedes"}]
+    kept = {m["ref"]: m for m in both["messages"]}
+    assert kept["mem:4"]["replaced_by"] == [{"ref": "mem:21", "role": "supersedes"}]
+    assert refs(both).index("mem:21") > refs(both).index("mem:4")  # the newer ranks higher
+    # contradicts: both sides returned, each marked, no side picked
+    assert kept["mem:23"]["contradicts"] == ["mem:5"]
+    assert kept["mem:5"]["contradicts"] == ["mem:23"]
+    assert "replaces" not in kept["mem:24"] and "contradicts" not in kept["mem:24"]
+
+
+# --------------------------------------------------------------------------- declaring
+
+
+async def test_declare_traverse_and_retract(connect: Any) -> None:
+    async with connect() as tools:
+        first = await store(tools, "Alice lives in Paris")
+        rider = await tools(
+            "store",
+            {
+                "agent_id": "a",
+                "message": {"content": "Alice works at Acme"},
+                "associations": {
+                    "entities": [{"name": "Alice"}, {"name": "Acme Corp", "aliases": ["Acme"]}],
+                    "relations": [{"subject": "Alice", "predicate": "Works_At", "object": "Acme"}],
+                },
+            },
+        )
+        declared = await tools(
+            "declare_associations",
+            {
+                "agent_id": "a",
+                "anchor_ref": f"mem:{first}",
+                "associations": {
+                    "entities": [{"name": "alice"}, {"name": "Paris"}, {"name": ""}],
+                    "relations": [
+                        {"subject": "Alice", "predicate": "lives in", "object": "Paris"},
+                        {"subject": "mem:999999", "predicate": "supports", "object": "Paris"},
+                    ],
+                },
+            },
+        )
+        walked = await tools("traverse", {"agent_id": "a", "entity": "ACME"})
+        other = await tools("traverse", {"agent_id": "b", "entity": "acme"})
+        gone = await tools(
+            "declare_associations",
+            {
+                "agent_id": "a",
+                "retract": {
+                    "relations": [declared["relations"][0], 987654],
+                    "mentions": [{"entity": 1, "ref": "bogus"}],
+                },
+            },
+        )
+        after = await tools("traverse", {"agent_id": "a", "entity": "alice"})
+    assert rider["result"] == "stored"
+    assoc = rider["associations"]
+    assert [e["name"] for e in assoc["entities"]] == ["Alice", "Acme Corp"]
+    assert all(e["created"] for e in assoc["entities"]) and assoc["mentions"] == 2
+    assert declared["result"] == "declared" and declared["ok"] is True
+    alice = declared["entities"][0]
+    assert alice == {"id": assoc["entities"][0]["id"], "name": "alice", "created": False}
+    assert declared["dropped"] == [
+        {"item": "entities[2]", "reason": "name must be a nonempty string"},
+        {"item": "relations[1].subject", "reason": "mem:999999 is not a record of this agent"},
+    ]
+    assert [e["name"] for e in walked["entities"]] == ["Acme Corp", "Alice"]
+    assert walked["entities"][0]["aliases"] == ["Acme"]
+    assert walked["relations"][0]["predicate"] == "works_at"  # stored normalized
+    assert walked["relations"][0]["anchor_ref"] == f"mem:{rider['id']}"
+    assert other["reason"] == "no_such_entity"
+    assert gone["retracted"] == {"relations": 1, "mentions": 0}
+    assert gone["dropped"] == [
+        {"item": "retract.mentions[0]", "reason": "needs an integer entity and a record ref"}
+    ]
+    assert [e["name"] for e in after["entities"]] == ["Alice", "Acme Corp"]
+
+
+async def test_a_deleted_memory_takes_its_declarations(connect: Any) -> None:
+    async with connect() as tools:
+        old = await store(tools, "The office is on floor 3")
+        new = await store(
+            tools,
+            "The office moved to floor 5",
+            associations={
+                "entities": [{"name": "office"}],
+                "relations": [{"subject": "mem:0", "predicate": "supersedes", "object": "x"}],
+            },
+        )
+        await tools(
+            "declare_associations",
+            {
+                "agent_id": "a",
+                "associations": {
+                    "relations": [
+                        {"subject": f"mem:{new}", "predicate": "supersedes", "object": f"mem:{old}"}
+                    ]
+                },
+            },
+        )
+        before = await tools("recall", {"agent_id": "a", "query": "office floor"})
+        await tools("delete_memory", {"memory_id": new, "agent_id": "a"})
+        walked = await tools("traverse", {"agent_id": "a", "entity": "office"})
+        after = await tools("recall", {"agent_id": "a", "query": "office floor"})
+    assert f"mem:{old}" not in refs(before) and f"mem:{new}" in refs(before)
+    assert "mentions" not in walked["entities"][0]  # the mention went with the row
+    assert f"mem:{old}" in refs(after)  # nothing replaces it any more
+
+
+async def test_paused_declarations_write_nothing(connect: Any) -> None:
+    async with connect() as tools:
+        row = await store(tools, "Bob maintains billing")
+        await tools("pause_persistence", {})
+        skipped = await tools(
+            "declare_associations",
+            {
+                "agent_id": "a",
+                "anchor_ref": f"mem:{row}",
+                "associations": {"entities": [{"name": "Bob"}]},
+            },
+        )
+        await tools("resume_persistence", {})
+        walked = await tools("traverse", {"agent_id": "a", "entity": "bob"})
+    assert skipped["result"] == "skipped" and skipped["persisted"] is False
+    assert walked["reason"] == "no_such_entity"
+
+
+# --------------------------------------------------------------------------- recall
+
+
+async def test_a_chain_resolves_to_its_newest_and_nothing_else_moves(connect: Any) -> None:
+    ask = {"agent_id": "a", "query": "daily standup meeting", "limit": 5}
+    async with connect() as tools:
+        ids = []
+        for hour in ("08:00", "08:30", "09:00"):
+            ids.append(await store(tools, f"The daily standup meeting is at {hour}"))
+        for k in range(6):
+            await store(tools, f"The daily standup meeting room is number {k}")
+        undeclared = await tools("recall", ask)
+        for newer, older in ((ids[1], ids[0]), (ids[2], ids[1])):
+            relation = {
+                "subject": f"mem:{newer}",
+                "predicate": "supersedes",
+                "object": f"mem:{older}",
+            }
+            await tools(
+                "declare_associations",
+                {"agent_id": "a", "associations": {"relations": [relation]}},
+            )
+        plain = await tools("recall", ask)
+        both = await tools("recall", {**ask, "include_superseded": True})
+    older = {f"mem:{ids[0]}", f"mem:{ids[1]}"}
+    assert older <= set(refs(undeclared))
+    got = refs(plain)
+    assert got[-1] == f"mem:{ids[2]}"
+    assert set(got) == set(refs(undeclared)) - older
+    best = plain["messages"][-1]
+    assert {r["ref"] for r in best["replaces"]} == older
+    marked = {m["ref"]: m for m in both["messages"]}
+    assert set(marked) == set(refs(undeclared))
+    for ref in older:
+        assert marked[ref]["replaced_by"] == [{"ref": f"mem:{ids[2]}", "role": "supersedes"}]
+
+
+async def test_cross_scope_and_cyclic_declarations_hide_nothing(connect: Any) -> None:
+    async with connect() as tools:
+        here = await store(tools, "The build server is called atlas")
+        elsewhere = await store(tools, "The build server is called zeus", project_id="p")
+        a = await store(tools, "The release train leaves on Mondays")
+        b = await store(tools, "The release train leaves on Fridays")
+        rels = [
+            {"subject": f"mem:{elsewhere}", "predicate": "supersedes", "object": f"mem:{here}"},
+            {"subject": f"mem:{a}", "predicate": "supersedes", "object": f"mem:{b}"},
+            {"subject": f"mem:{b}", "predicate": "corrects", "object": f"mem:{a}"},
+        ]
+        out = await tools(
+            "declare_associations", {"agent_id": "a", "associations": {"relations": rels}}
+        )
+        build = await tools("recall", {"agent_id": "a", "query": "build server called"})
+        train = await tools("recall", {"agent_id": "a", "query": "release train leaves"})
+    assert len(out["relations"]) == 3
+    assert f"mem:{here}" in refs(build) and f"mem:{elsewhere}" in refs(build)
+    assert {f"mem:{a}", f"mem:{b}"} <= set(refs(train))
