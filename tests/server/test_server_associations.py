@@ -250,3 +250,36 @@ async def test_cross_scope_and_cyclic_declarations_hide_nothing(connect: Any) ->
     assert len(out["relations"]) == 3
     assert f"mem:{here}" in refs(build) and f"mem:{elsewhere}" in refs(build)
     assert {f"mem:{a}", f"mem:{b}"} <= set(refs(train))
+
+
+async def test_trace_says_why_each_row_came_back(connect: Any) -> None:
+    async with connect() as tools:
+        old = await store(tools, "The wifi password is hunter2")
+        new = await store(tools, "The wifi password changed to correcthorse")
+        for k in range(4):
+            await store(tools, f"The guest wifi network number {k} is open")
+        relation = {"subject": f"mem:{new}", "predicate": "corrects", "object": f"mem:{old}"}
+        await tools(
+            "declare_associations", {"agent_id": "a", "associations": {"relations": [relation]}}
+        )
+        ask = {"agent_id": "a", "query": "wifi password", "limit": 3}
+        plain = await tools("recall", ask)
+        traced = await tools("recall", {**ask, "trace": True})
+    assert "trace" not in plain
+    trace = traced["trace"]
+    assert trace["trace_version"] == 1
+    returned = refs(traced)
+    assert list(reversed(returned)) == trace["order"]["before_cut"][: len(returned)]
+    assert trace["order"]["limit"] == 3
+    passed = {d["ref"] for d in trace["gate"]["decisions"] if d["passed"]}
+    assert set(returned) <= passed
+    for decision in trace["gate"]["decisions"]:
+        assert set(decision) == {"ref", "signal", "score", "passed"}
+    assert trace["supersession"]["replaced"] == [
+        {"ref": f"mem:{old}", "by": [f"mem:{new}"], "role": "corrects"}
+    ]
+    arms = trace["arms"]
+    assert f"mem:{old}" not in {row["ref"] for rows in arms.values() for row in rows}
+    for rows in arms.values():
+        assert [row["rank"] for row in rows] == list(range(len(rows)))
+    assert "hunter2" not in json.dumps(trace)  # refs and scores, never stored text

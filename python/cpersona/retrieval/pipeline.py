@@ -23,6 +23,7 @@ from cpersona.fts import search as fts_search
 from cpersona.fts.index import FtsIndex
 from cpersona.memory.text import parse_utc
 from cpersona.retrieval import scoring
+from cpersona.retrieval import trace as tracing
 from cpersona.retrieval.advisory import EmbeddingHealth
 from cpersona.retrieval.candidates import (
     Candidate,
@@ -400,6 +401,8 @@ class Recaller:
             span=req.span,
             include_superseded=req.include_superseded,
         )
+        if (trace := tracing.current()) is not None:  # issue 32 hook: recall's trace
+            trace.arms({"cascade": rows})
         return rows
 
     def _fused(
@@ -456,7 +459,12 @@ class Recaller:
                 span=req.span,
                 include_superseded=req.include_superseded,
             )
+            if (trace := tracing.current()) is not None:  # issue 32 hook: recall's trace
+                names = ("vector", "vector_far", "episode_fts", "keyword")
+                trace.arms(dict(zip(names, (near, far, episodes, keyword), strict=True)))
             out = self._fuse(mode, [near, far, episodes, keyword], exclusions)
+            if trace is not None:  # issue 32 hook
+                trace.fusion(out, mode)
         if profile := reads.profile():
             out.append(profile_row(profile))
         return out, qvec
@@ -573,6 +581,7 @@ class Recaller:
         s = self.s
         if s.confidence_enabled:
             self._backfill(rows, qvec)
+        fused, cosines = list(rows), [r.cosine for r in rows]  # issue 32: for the trace
         boundary = parse_utc(reads.latest_episode_created())
         penalised = scoring.episode_penalty(rows, boundary, s)
         if penalised and not s.confidence_enabled:
@@ -588,6 +597,8 @@ class Recaller:
                     row, span, hist, req.deep, now, s
                 )
             rows = sorted(rows, key=scoring.confidence_order)
+        if (trace := tracing.current()) is not None:  # issue 32 hook: recall's trace
+            trace.scoring(fused, cosines, rows)
         return rows, pool
 
     def _gate_and_cut(
@@ -609,8 +620,15 @@ class Recaller:
             profile_kept = any(r.is_profile for r in kept)
             kept = [r for r in rows if r.backfilled or (r.is_profile and profile_kept)]
             fallback = True
+        gated = kept
         if not fallback:
             kept = scoring.autocut(kept, s)
+        if (trace := tracing.current()) is not None:  # issue 32 hook: recall's trace
+            trace.gate(
+                rows, gated, pool=pool, deep=req.deep, fused_gate=fused_gate, fallback=fallback
+            )
+            trace.autocut(gated, kept)
+            trace.order(kept, limit)
         return RecallResult(rows=kept[:limit], gate_fallback=fallback)
 
     def _bookkeeping(self, req: RecallRequest, result: RecallResult) -> None:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cpersona.retrieval import trace as tracing
 from cpersona.retrieval.candidates import Candidate
 from cpersona.storage import Store
 from cpersona.storage import associations as decl
@@ -262,6 +263,8 @@ class Supersession:
         if not refs or not self.active(agent_id):
             return [list(rows) for rows in lists]
         plan = self.plan(agent_id, refs, span)
+        if (trace := tracing.current()) is not None:
+            trace.supersession(plan.replaced_by, plan.role, plan.contradicts)
         if not plan:
             return [list(rows) for rows in lists]
         return apply(plan, lists, hydrate, include_superseded=include_superseded)

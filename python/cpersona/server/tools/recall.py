@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from cpersona.engine import Engine
     from cpersona.retrieval.candidates import Candidate
     from cpersona.retrieval.pipeline import RecallRequest, RecallResult
+    from cpersona.retrieval.trace import RecallTrace
 
 LIMIT = {"type": "integer", "minimum": 0, "maximum": 100, "default": 10}
 QUERY = {"type": "string", "description": "What to remember; blank lists the newest."}
@@ -30,6 +32,13 @@ INCLUDE_SUPERSEDED = {
     "declare_associations, or store's `associations`) beside their successors, each marked; "
     "default false returns the newest record of a chain in the place of the older ones, "
     "with `replaces`.",
+}
+TRACE = {
+    "type": "boolean",
+    "description": "Add `trace` to the answer: each retriever's ranked refs with ranks and "
+    "scores, what declared supersession replaced, the fused order, the episode penalty, the "
+    "gate's decision per row, autocut and the limit's cut. References and scores only, never "
+    "stored text; not stored. Default false: the answer is unchanged.",
 }
 EXTERNAL_CONTEXT = {
     "type": "array",
@@ -64,6 +73,8 @@ class _Scope:
     until: str | None = arg(UNTIL, None)
     #: issue 32: superseded rows kept beside their successors, each marked.
     include_superseded: bool = arg(INCLUDE_SUPERSEDED)
+    #: issue 32: what each stage kept, dropped and reordered (retrieval/trace.py).
+    trace: bool = arg(TRACE)
 
 
 @dataclass(frozen=True)
@@ -158,10 +169,26 @@ def _recall(engine: Engine, a: RecallArgs) -> dict[str, Any]:
     except RangeError as exc:
         return _range_failure(exc)
     gate = _gate(engine, a)
-    result = engine.recaller.recall(_request(engine, a, gate, list(a.exclude_contents), span))
+    trace = _tracer(a)
+    with trace.active() if trace is not None else contextlib.nullcontext():
+        result = engine.recaller.recall(_request(engine, a, gate, list(a.exclude_contents), span))
     messages = [msgs.message(r) for r in reversed(result.rows)]
     _mark_declared(engine, a.agent_id, list(reversed(result.rows)), messages)
-    return _envelope(engine, a, gate, result, messages)
+    return _traced(_envelope(engine, a, gate, result, messages), trace)
+
+
+def _tracer(a: Recalling) -> RecallTrace | None:
+    if not a.trace:
+        return None
+    from cpersona.retrieval.trace import RecallTrace
+
+    return RecallTrace()
+
+
+def _traced(out: dict[str, Any], trace: RecallTrace | None) -> dict[str, Any]:
+    if trace is not None:
+        out["trace"] = trace.finish()
+    return out
 
 
 def _mark_declared(
@@ -190,7 +217,9 @@ def _recall_with_context(engine: Engine, a: RecallWithContextArgs) -> dict[str, 
     except RangeError as exc:
         return _range_failure(exc)
     gate = _gate(engine, a)
-    result = engine.recaller.recall(_request(engine, a, gate, ctx.exclusions(entries), span))
+    trace = _tracer(a)
+    with trace.active() if trace is not None else contextlib.nullcontext():
+        result = engine.recaller.recall(_request(engine, a, gate, ctx.exclusions(entries), span))
     recalled = [msgs.message(r) for r in reversed(result.rows)]
     _mark_declared(engine, a.agent_id, list(reversed(result.rows)), recalled)
     conversation, other_roles = ctx.conversation(entries)
@@ -204,7 +233,7 @@ def _recall_with_context(engine: Engine, a: RecallWithContextArgs) -> dict[str, 
         }
     if issues and mode == "warn":
         out["context_field_issues"] = {"entries": issues, "note": ctx.issues_note(issues, entries)}
-    return out
+    return _traced(out, trace)
 
 
 def _get_contents(engine: Engine, a: GetContentsArgs) -> dict[str, Any]:
