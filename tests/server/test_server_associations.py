@@ -283,3 +283,52 @@ async def test_trace_says_why_each_row_came_back(connect: Any) -> None:
     for rows in arms.values():
         assert [row["rank"] for row in rows] == list(range(len(rows)))
     assert "hunter2" not in json.dumps(trace)  # refs and scores, never stored text
+
+
+async def test_store_lists_what_the_new_memory_could_supersede(connect: Any) -> None:
+    async with connect() as tools:
+        first = await tools(
+            "store",
+            {"agent_id": "a", "message": {"id": "standup-v1", "content": "Standup is at 10:00"}},
+        )
+        undeclared = await tools(
+            "store",
+            {"agent_id": "a", "message": {"id": "standup-v2", "content": "Standup moved to 09:30"}},
+        )
+        elsewhere = await store(tools, "The standup of the other team is at 11:00", project_id="p")
+        same = await store(tools, "The deploy freeze starts on Friday at noon sharp")
+        # Any declaration of a replacing role turns the help on for the agent.
+        relation = {
+            "subject": f"mem:{undeclared['id']}",
+            "predicate": "supersedes",
+            "object": f"mem:{first['id']}",
+        }
+        await tools(
+            "declare_associations", {"agent_id": "a", "associations": {"relations": [relation]}}
+        )
+        third = await tools(
+            "store",
+            {"agent_id": "a", "message": {"id": "standup-v3", "content": "Standup moved to 09:45"}},
+        )
+        near = await tools(
+            "store",
+            {
+                "agent_id": "a",
+                "message": {"content": "The deploy freeze starts on Friday at noon sharp!"},
+            },
+        )
+        other = await tools("store", {"agent_id": "b", "message": {"id": "x-v2", "content": "x"}})
+        walked = await tools(
+            "recall", {"agent_id": "a", "query": "standup", "include_superseded": True}
+        )
+    assert "supersede_candidates" not in undeclared  # no declarations yet: answer unchanged
+    assert "supersede_candidates" not in other
+    family = third["supersede_candidates"]
+    assert [c["ref"] for c in family] == [f"mem:{undeclared['id']}", f"mem:{first['id']}"]
+    assert {c["why"] for c in family} == {"msg_id_family"}
+    assert f"mem:{elsewhere}" not in [c["ref"] for c in family]
+    (close,) = near["supersede_candidates"]
+    assert close["ref"] == f"mem:{same}" and close["why"] == "cosine" and close["cosine"] >= 0.9
+    # Listing a candidate declares nothing.
+    marked = {m["ref"]: m for m in walked["messages"]}
+    assert "replaced_by" not in marked.get(f"mem:{undeclared['id']}", {})

@@ -835,6 +835,20 @@ def filed(db: Store, refs: Iterable[tuple[str, int]]) -> dict[tuple[str, int], F
     return out
 
 
+@translating
+def same_scope_msg_ids(
+    db: Store, agent_id: str, project_id: str, channel: str, prefix: str, exclude_id: int
+) -> list[tuple[int, str]]:
+    """The newest (at most 50) memories filed at exactly (agent, project, channel) whose
+    message id starts with `prefix`, but `exclude_id`: store's supersede candidates."""
+    rows = db.query(
+        "SELECT id, msg_id FROM memories WHERE agent_id = ? AND project_id = ? AND channel = ? "
+        "AND msg_id != '' AND substr(msg_id, 1, ?) = ? AND id != ? ORDER BY id DESC LIMIT 50",
+        (agent_id, project_id, channel, len(prefix), prefix, exclude_id),
+    )
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
 # --------------------------------------------------------------------------------- portability
 
 

@@ -139,6 +139,22 @@ def _store(engine: Engine, a: StoreArgs) -> dict[str, Any]:
     out = engine.writer.store(a.agent_id, a.message, a.channel, gate.project_id)
     if a.associations and isinstance(out.get("id"), int) and out["id"] > 0:
         out["associations"] = _store_rider(engine, a, gate.project_id or "", out["id"])
+    if out.get("result") == "stored" and (
+        a.associations or engine.recaller.supersession.active(a.agent_id)
+    ):  # issue 32: help the agent declare (never declared here)
+        from cpersona.retrieval.supersede_candidates import candidates
+
+        msg_id = a.message.get("id")
+        found = candidates(
+            engine.recaller,
+            a.agent_id,
+            gate.project_id or "",
+            a.channel,
+            out["id"],
+            msg_id if isinstance(msg_id, str) else "",
+        )
+        if found:
+            out["supersede_candidates"] = found
     return {**out, **gate.extra}
 
 
