@@ -332,3 +332,35 @@ async def test_store_lists_what_the_new_memory_could_supersede(connect: Any) -> 
     # Listing a candidate declares nothing.
     marked = {m["ref"]: m for m in walked["messages"]}
     assert "replaced_by" not in marked.get(f"mem:{undeclared['id']}", {})
+
+
+@pytest.mark.parametrize("store_backend", ["sqlite"])
+async def test_reconstruct_answers_2_6_14s_shape_with_the_correction_heading_its_item(
+    connect: Any, tmp_path: Path
+) -> None:
+    expected = reference()["reconstruct_password"]["items"][0]
+    db = copy_database(ASSOCIATIONS_DB, tmp_path / "memory.db")
+    ask = {
+        "agent_id": "alice",
+        "query": "How often does the staging database password rotate?",
+        "deep": True,
+    }
+    async with connect(db_path=str(db)) as tools:
+        answer = await tools("reconstruct", ask)
+        none = await tools("reconstruct", {**ask, "query": "zebra xylophone quantum"})
+        zero = await tools("reconstruct", {**ask, "count": 0})
+    assert set(answer) >= {"items", "effective_count", "returned_count"}
+    assert answer["returned_count"] == len(answer["items"]) <= answer["effective_count"] == 10
+    (item,) = [i for i in answer["items"] if {c["ref"] for c in i["claims"]} >= {"mem:2", "mem:20"}]
+    assert set(item) == set(expected)  # content, head_ref, claims, independence_reason, ...
+    assert item["head_ref"] == "mem:20"  # 2.6.14 headed it with the corrected mem:2
+    assert item["claims"] == expected["claims"]  # newest first, the role on the older claim
+    assert item["independence_reason"] == expected["independence_reason"]
+    assert item["excerpts"] == [
+        {"ref": "mem:2", "content": "The staging database password rotates every 30 days"}
+    ]
+    assert item["ranges"] == [[0, len(item["content"])]]
+    heads = [i["head_ref"] for i in answer["items"]]
+    assert "mem:2" not in heads and len(heads) == len(set(heads))
+    assert none["items"] == [] and none["shortfall_reason"] == "no_relevant_evidence"
+    assert zero["items"] == [] and zero["shortfall_reason"] == "count_zero"

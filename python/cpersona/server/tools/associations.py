@@ -1,4 +1,5 @@
-"""CPersona 2.6's associative tools (issue 32): declare_associations, traverse, reconstruct.
+"""CPersona 2.6's associative tools (issue 32): declare_associations, traverse, reconstruct
+(the part of reconstruct built here: retrieval/reconstruct.py says which).
 
 Argument names, defaults, answer keys and orderings are 2.6.14's; the tables are 2.6's
 (storage/associations.py), so what one declares the other reads. The server records what the
@@ -156,6 +157,54 @@ class TraverseArgs:
     )
 
 
+@dataclass(frozen=True)
+class ReconstructArgs:
+    agent_id: str = arg({"type": "string", "description": "Agent identifier"}, required=True)
+    query: str = arg({"type": "string", "description": "Search query."}, required=True)
+    count: int | None = arg(
+        {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Ceiling on items returned, not a fill target (default 10; larger "
+            "values are lowered to the server maximum, reported in count_policy).",
+        },
+        None,
+    )
+    top_k: int | None = arg(
+        {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100,
+            "description": "Candidate depth: how many rows the recall hands to bundling "
+            "(default 20). Raise it when items are missing evidence.",
+        },
+        None,
+    )
+    max_evidence: int | None = arg(
+        {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": decl.TRAVERSE_MAX_LIMIT,
+            "description": "Maximum claims per item (default 40); a cut is counted in the "
+            "item's claims_omitted.",
+        },
+        None,
+    )
+    deep: bool = arg({"type": "boolean", "description": "Deep recall for the candidates."})
+    channel: str = arg({"type": "string", "description": "Memory channel filter."})
+    project_id: str | None = arg(
+        {"type": "string", "description": "Project filter, as in `recall`."}, None
+    )
+    source_id: str = arg({"type": "string", "description": "Source filter, as in `recall`."})
+    session_key: str = arg(SESSION_KEY)
+    trace: bool = arg(
+        {
+            "type": "boolean",
+            "description": "Add the candidate refs and the clusters (refs only, no text).",
+        }
+    )
+
+
 _EMPTY_DECLARATION = {"entities": [], "mentions": 0, "relations": [], "dropped": []}
 
 
@@ -220,6 +269,30 @@ def _traverse(engine: Engine, a: TraverseArgs) -> dict[str, Any]:
     return {**out, **gate.extra}
 
 
+def _reconstruct(engine: Engine, a: ReconstructArgs) -> dict[str, Any]:
+    from cpersona.retrieval.reconstruct import Ask, reconstruct
+
+    gate = engine.operating_context.gate(a.project_id, a.agent_id, write=False)
+    ask = Ask(
+        a.agent_id,
+        a.query,
+        a.count,
+        a.top_k,
+        a.max_evidence,
+        a.deep,
+        a.channel,
+        gate.project_id,
+        a.source_id,
+        a.session_key,
+        a.trace,
+    )
+    return {**reconstruct(engine, ask), **gate.extra}
+
+
+def _reconstruct_failure(error: str) -> dict[str, Any]:
+    return {"ok": False, "error": error, "items": [], "returned_count": 0}
+
+
 def _declare_failure(error: str) -> dict[str, Any]:
     return {"ok": False, "error": error, "result": "rejected", **copy.deepcopy(_EMPTY_DECLARATION)}
 
@@ -257,6 +330,20 @@ _ABOUT_TRAVERSE = (
     "reason?:'no_such_entity'}. Relation ids are what declare_associations' `retract` takes."
 )
 
+_ABOUT_RECONSTRUCT = (
+    "Answer a question from memory as ITEMS: recall's candidates (`top_k`) bundled into units "
+    "of memory, each quoting verbatim its best-ranked record (`content`, `head_ref`; expand a "
+    "ref with get_contents). No model is called and nothing is summarised. `count` is a "
+    "ceiling, not a fill target: fewer items carry `shortfall_reason`. Records are bundled "
+    "when they share a message id or a declared record -> record relation joins them "
+    "(declare_associations); a record declared superseded or corrected is a claim of its "
+    "successor's item, not an item. ITEM: `claims` lists its records newest first (`ref`, "
+    "`as_of`, `why`, `roles`); `roles[].role` names what the referenced row is to this claim "
+    "(supports / supersedes / corrects / qualifies / contradicts / temporal_predecessor); "
+    "`excerpts` quote the other claims. Response: {items, effective_count, returned_count, "
+    "shortfall_reason?, count_policy?, gate_fallback?, trace?}."
+)
+
 # Each: name, position, description, arguments, access, handler, hints (ToolSpec's fields).
 TOOLS = (
     ToolSpec(
@@ -278,5 +365,15 @@ TOOLS = (
         _traverse,
         READS,
         failure=_traverse_failure,
+    ),
+    ToolSpec(
+        "reconstruct",
+        34,
+        _ABOUT_RECONSTRUCT,
+        ReconstructArgs,
+        Access.read(),
+        _reconstruct,
+        READS,
+        failure=_reconstruct_failure,
     ),
 )
