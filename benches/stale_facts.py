@@ -1,7 +1,7 @@
 """Stale facts (issue 32): many facts, each updated several times with declared supersession,
 asked in natural words; and what the supersession step costs a recall at 100,000 memories.
 
-``PYTHONPATH=. nice -n 5 python -m benches.stale_facts [--facts 240] [--versions 4]
+``PYTHONPATH=. nice -n 5 python -m benches.stale_facts [--facts 200] [--versions 4]
 [--cost-rows 100000] [--rounds 60] [--json]``
 
 Quality. Two fresh stores get the same rows: each fact stored `--versions` times, its newer
@@ -48,7 +48,12 @@ AGENT = "stale"
 PEOPLE = [
     "Alice", "Bruno", "Chen", "Dana", "Emeka", "Farah", "Goran", "Hana", "Ivan", "Jun",
     "Kofi", "Lena", "Mateo", "Nia", "Omar", "Priya", "Quinn", "Rosa", "Sven", "Tara",
+    "Uma", "Viktor", "Wren", "Xiu", "Yara", "Zane", "Amir", "Beatriz", "Cyrus", "Dmitri",
 ]  # fmt: skip
+MEETINGS = ["standup", "retro", "planning meeting"]
+FLOORS = ["floor 2", "floor 3", "floor 4", "floor 5", "floor 6", "floor 7", "floor 8"]
+WINDOWS = ["Monday mornings", "Tuesday evenings", "Wednesday nights", "Thursday noons",
+           "Friday mornings", "Sunday nights"]  # fmt: skip
 CITIES = [
     "Paris", "Berlin", "Lisbon", "Osaka", "Lagos", "Austin", "Quito", "Hanoi", "Oslo", "Perth",
     "Cairo", "Seoul", "Lima", "Riga", "Turin", "Dakar",
@@ -59,13 +64,14 @@ HOSTS = ["atlas", "zeus", "hermes", "apollo", "orion", "vega", "lyra", "draco"]
 TIMES = ["08:30", "09:00", "09:30", "10:00", "10:30", "11:00", "13:30", "15:00"]
 DAYS = ["Mondays", "Tuesdays", "Wednesdays", "Thursdays", "Fridays"]
 
-#: (first wording, newer wording, question, values) per kind of fact.
+#: (first wording, newer wording, question, values) per kind of fact; the slots a question
+#: names make one fact (so at most 30 + 24 + 48 + 30 + 30 + 48 = 210 distinct facts).
 KINDS: list[tuple[str, str, str, list[str]]] = [
     ("{who} lives in {v}", "{who} moved to {v}", "Where does {who} live now?", CITIES),
     (
-        "The {team} team standup is at {v}",
-        "The {team} team standup moved to {v}",
-        "When is the {team} team standup?",
+        "The {team} team {meet} is at {v}",
+        "The {team} team {meet} moved to {v}",
+        "When is the {team} team {meet}?",
         TIMES,
     ),
     (
@@ -80,21 +86,38 @@ KINDS: list[tuple[str, str, str, list[str]]] = [
         "What day is {who}'s weekly one-on-one?",
         DAYS,
     ),
+    (
+        "{who}'s desk is on {v}",
+        "{who}'s desk moved to {v}",
+        "Which floor is {who}'s desk on?",
+        FLOORS,
+    ),
+    (
+        "The {team} team deploys the {svc} on {v}",
+        "Correction: the {team} team deploys the {svc} on {v}",
+        "When does the {team} team deploy the {svc}?",
+        WINDOWS,
+    ),
 ]
+SLOTS = ("who", "team", "svc", "meet")
 
 
 def facts(count: int, versions: int, seed: int = 5) -> list[dict[str, Any]]:
     """`count` distinct facts, each with `versions` wordings (oldest first) and a question."""
     rng = random.Random(seed)
-    out, seen = [], set()
-    while len(out) < count:
-        kind = rng.randrange(len(KINDS))
-        first, newer, question, values = KINDS[kind]
-        slots = {"who": rng.choice(PEOPLE), "team": rng.choice(TEAMS), "svc": rng.choice(SERVICES)}
-        key = (kind, *(slots[k] for k in ("who", "team", "svc") if "{" + k + "}" in question))
-        if key in seen:
-            continue
-        seen.add(key)
+    keys = sorted(
+        {
+            (kind, *(f"{slot}={value}" for slot, value in combo))
+            for kind, (_, _, question, _) in enumerate(KINDS)
+            for combo in _combos(question)
+        }
+    )
+    if count > len(keys):
+        raise SystemExit(f"--facts {count}: at most {len(keys)} distinct facts")
+    out = []
+    for key in rng.sample(keys, count):
+        first, newer, question, values = KINDS[key[0]]
+        slots = dict(part.split("=", 1) for part in key[1:])
         picked = rng.sample(values, versions)
         texts = [
             (first if k == 0 else newer).format(v=value, **slots) for k, value in enumerate(picked)
@@ -102,6 +125,16 @@ def facts(count: int, versions: int, seed: int = 5) -> list[dict[str, Any]]:
         role = "corrects" if newer.startswith("Correction") else "supersedes"
         out.append({"texts": texts, "question": question.format(**slots), "role": role})
     return out
+
+
+def _combos(question: str) -> list[tuple[tuple[str, str], ...]]:
+    """Every filling of the slots `question` names."""
+    pools = {"who": PEOPLE, "team": TEAMS, "svc": SERVICES, "meet": MEETINGS}
+    combos: list[tuple[tuple[str, str], ...]] = [()]
+    for slot in SLOTS:
+        if "{" + slot + "}" in question:
+            combos = [(*c, (slot, v)) for c in combos for v in pools[slot]]
+    return combos
 
 
 def _caller(engine: Engine) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
@@ -272,7 +305,7 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--facts", type=int, default=240)
+    parser.add_argument("--facts", type=int, default=200)
     parser.add_argument("--versions", type=int, default=4)
     parser.add_argument("--cost-rows", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=60)
