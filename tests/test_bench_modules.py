@@ -191,3 +191,32 @@ def test_pg_recall_stages_times_each_backends_stages_and_statements(
     # the snapshot's BEGIN and its reads, one pipeline, timed while recalls ran
     assert re.search(r"^  BEGIN \+ \d reads +[\d.]+ +[\d.]+$", text, re.M), text
     assert re.search(r"^SELECT 1: back to back [\d.]+ ms, after 3 ms idle [\d.]+ ms$", text, re.M)
+
+
+def test_stale_facts_reports_both_stores_and_the_steps_cost(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    cache = tmp_path_factory.mktemp("stale-cache")
+    out = _run(
+        [
+            "benches.stale_facts",
+            "--facts",
+            "12",
+            "--cost-rows",
+            str(ROWS),
+            "--rounds",
+            "3",
+            "--json",
+        ],
+        {"CPERSONA_BENCH_CACHE": str(cache)},
+    )
+    result = json.loads(out.strip().splitlines()[-1])
+    quality = result["quality"]
+    for store in ("declared", "undeclared"):
+        shares = quality[store]
+        assert sum(shares[k] for k in ("current_first", "stale_first", "other_first")) == 1.0
+    assert quality["declared"]["stale_first"] == 0.0
+    cost = result["cost"]
+    assert cost["declared_relations"] == ROWS // 4
+    for condition in ("none", "declared", "declared_include"):
+        assert cost["step_ms"][condition]["n"] == 3 and cost["recall_ms"][condition]["p50"] > 0
