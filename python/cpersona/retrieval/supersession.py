@@ -159,6 +159,13 @@ class Supersession:
             self._probe[agent_id] = (now, found)
         return found
 
+    def _touched(self, agent_id: str, refs: list[Ref]) -> bool:
+        """The probe, then whether any of `refs` is an end of a declared role at all: one
+        statement, and on an agent that declares, most recalls stop there."""
+        return self.active(agent_id) and decl.touches_roles(
+            self.db, agent_id, refs, (*REPLACING, *CONTRADICTING)
+        )
+
     def invalidate(self, agent_id: str | None = None) -> None:
         with self._lock:
             if agent_id is None:
@@ -217,7 +224,7 @@ class Supersession:
     def plan(self, agent_id: str, refs: Iterable[Ref], span: TimeRange | None) -> Plan:
         """What this recall replaces among `refs` (its arms' candidates)."""
         wanted = [r for r in dict.fromkeys(refs) if r[0] in ("mem", "ep")]
-        if not wanted or not self.active(agent_id):
+        if not wanted or not self._touched(agent_id, wanted):
             return Plan()
         found = self.declared(agent_id, wanted)
         chains = resolve((new, old) for new, old, _ in found.edges)
@@ -276,7 +283,7 @@ class Supersession:
         stands for), `replaced_by` ([{ref, role}], on an older row still returned) and
         `contradicts` ([refs]). Empty for an agent without such declarations."""
         wanted = [r for r in dict.fromkeys(refs) if r[0] in ("mem", "ep")]
-        if not wanted or not self.active(agent_id):
+        if not wanted or not self._touched(agent_id, wanted):
             return {}
         back = self.declared(agent_id, wanted, forward=False)
         ahead = self.declared(agent_id, wanted, forward=True)

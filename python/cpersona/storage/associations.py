@@ -781,6 +781,31 @@ def _role_rows(
 
 
 @translating
+def touches_roles(
+    db: Store, agent_id: str, refs: Iterable[tuple[str, int]], roles: Sequence[str]
+) -> bool:
+    """Whether any of `refs` is an end of one of this agent's relations of `roles` (one
+    statement per kind of record: the common answer, no, costs that much and no more)."""
+    by_kind: dict[str, list[int]] = {}
+    for kind, row_id in dict.fromkeys(refs):
+        by_kind.setdefault(kind, []).append(row_id)
+    role_marks = ",".join("?" for _ in roles)
+    for kind, ids in sorted(by_kind.items()):
+        for offset in range(0, len(ids), 500):
+            batch = ids[offset : offset + 500]
+            marks = ",".join("?" for _ in batch)
+            row = db.query_one(
+                f"SELECT 1 FROM relations WHERE agent_id = ? AND predicate IN ({role_marks}) "
+                f"AND ((object_kind = ? AND object_id IN ({marks})) "
+                f"OR (subject_kind = ? AND subject_id IN ({marks}))) LIMIT 1",
+                (agent_id, *roles, kind, *batch, kind, *batch),
+            )
+            if row is not None:
+                return True
+    return False
+
+
+@translating
 def role_links(
     db: Store,
     agent_id: str,
