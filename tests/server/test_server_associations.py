@@ -364,3 +364,32 @@ async def test_reconstruct_answers_2_6_14s_shape_with_the_correction_heading_its
     assert "mem:2" not in heads and len(heads) == len(set(heads))
     assert none["items"] == [] and none["shortfall_reason"] == "no_relevant_evidence"
     assert zero["items"] == [] and zero["shortfall_reason"] == "count_zero"
+
+
+async def test_traverse_lists_memories_and_episodes_that_mention_an_entity(connect: Any) -> None:
+    async with connect() as tools:
+        row = await store(tools, "Planning with Zoe about the launch")
+        episode = await tools(
+            "archive_episode", {"agent_id": "a", "summary": "Launch review with Zoe"}
+        )
+        for ref in (f"ep:{episode['episode_id']}", f"mem:{row}"):
+            await tools(
+                "declare_associations",
+                {
+                    "agent_id": "a",
+                    "anchor_ref": ref,
+                    "associations": {"entities": [{"name": "Zoe"}]},
+                },
+            )
+        walked = await tools("traverse", {"agent_id": "a", "entity": "zoe", "limit": 1})
+        full = await tools("traverse", {"agent_id": "a", "entity": "zoe"})
+        filtered = await tools(
+            "traverse", {"agent_id": "a", "entity": "zoe", "source_id": "nobody"}
+        )
+    (zoe,) = full["entities"]
+    assert sorted(zoe["mentions"]) == sorted([f"mem:{row}", f"ep:{episode['episode_id']}"])
+    assert len(walked["entities"][0]["mentions"]) == 1
+    assert walked["entities"][0]["mentions_omitted"] == 1 and walked["bounds"] == {
+        "omitted": ["limit"]
+    }
+    assert "mentions" not in filtered["entities"][0]  # no memory of that source; no episodes

@@ -623,7 +623,9 @@ def _mentioning(
         # The record's id read out of the ref: a rowid lookup per mention, not a scan.
         body = (
             f"FROM entity_mentions m JOIN {table} t "
-            f"ON t.id = CAST(substr(m.ref, {len(kind) + 2}) AS BIGINT) "
+            # CASE: no other kind's ref is ever cast (PostgreSQL would refuse ':19').
+            f"ON t.id = CAST(CASE WHEN m.ref LIKE '{kind}:%' "
+            f"THEN substr(m.ref, {len(kind) + 2}) END AS BIGINT) "
             f"WHERE m.entity_id = ? AND m.ref LIKE '{kind}:%' AND {m_where}{extra}"
         )
         params = (entity_id, *m_params, *extra_params)
