@@ -7,13 +7,13 @@ has anyway. Outside a traced recall `current()` is None and every hook is one co
 recall that did not ask for a trace does what it did before. The record carries references,
 ranks and scores, never stored text, and is returned in the answer, not stored.
 
-Shape (`trace_version` 1): `arms` (per retriever, its ranked refs with rank and raw score, as
-fusion received them), `supersession` (rows a declared successor replaced: `{ref, by,
-role}`; rows kept beside a contradicting partner), `fusion` (the fused order with each row's
-fused score), `scoring` (`episode_penalty`: factor per ref; `reordered`: whether scoring
-changed the order), `gate` (its inputs, and per row the signal, score and whether it passed),
-`autocut` (fired, kept, dropped), `order` (the final order, the limit, the refs the limit
-cut), `timing_ms`.
+Shape (`trace_version` 1, 2.6's key names where 2.6 has the stage): `arms` (per retriever,
+its ranked refs with `rank` and `raw` score, as fusion received them), `supersession` (rows a
+declared successor replaced: `{ref, by, role}`; rows kept beside a contradicting partner),
+`fusion` (the fused order with each row's fused score), `scoring` (`episode_penalty`: factor
+per ref; `reordered`: whether scoring changed the order), `gate` (its inputs, and per row the
+signal, score and whether it passed), `autocut` (fired, kept, dropped), `order` (the final
+order, the limit, the refs the limit cut), `timing_ms`.
 """
 
 from __future__ import annotations
@@ -74,14 +74,14 @@ class RecallTrace:
     # -- retrieval ----------------------------------------------------------------------------
 
     def arms(self, lists: dict[str, Sequence[Candidate]]) -> None:
-        """Each retriever's ranked list as fusion receives it: ref, rank, raw score."""
+        """Each retriever's ranked list as fusion receives it: ref, rank and the arm's raw
+        score (2.6's keys): bm25 for a full-text hit, else the cosine."""
         for name, rows in lists.items():
             self.data["arms"][name] = [
                 {
                     "ref": ref_of(r),
                     "rank": i,
-                    "cosine": _num(r.cosine),
-                    **({"bm25": float(r.bm25)} if r.bm25 is not None else {}),
+                    "raw": _num(r.bm25 if r.bm25 is not None else r.cosine),
                 }
                 for i, r in enumerate(rows)
             ]
