@@ -18,8 +18,8 @@ from pathlib import Path
 
 import cpersona._core as core
 import numpy as np
+from cpersona.derived.scope import scope_hash
 from cpersona.vectors import checksums
-from cpersona.vectors.format import scope_hash
 
 
 def main(argv: list[str]) -> int:

@@ -18,7 +18,7 @@ cached on first use) is opened by an Engine as the stdio server opens it; the re
 called for `--rounds` corpus queries in three conditions, interleaved round by round so that
 load on the shared machine falls on all three alike: the agent declares nothing (the step is
 its cached probe), the agent declares 1,000 `supersedes` relations among its rows, and the
-same with `include_superseded`. The step itself (`Supersession.replace` in the pipeline and
+same with `include_superseded`. The step itself (`Supersession` as the pipeline's list step and
 `Supersession.marks` on the answer) and the whole recall are timed; p50, p95 and the
 interquartile range are printed.
 """
@@ -224,7 +224,7 @@ def cost(rows: int, rounds: int, work: Path) -> dict[str, Any]:
     call = _caller(engine)
     step: dict[str, list[float]] = {"none": [], "declared": [], "declared_include": []}
     total: dict[str, list[float]] = {k: [] for k in step}
-    originals = {name: getattr(Supersession, name) for name in ("replace", "marks")}
+    originals = {name: getattr(Supersession, name) for name in ("__call__", "marks")}
     spent = [0.0]  # this call's time in the step: the replacement and the answer's marks
 
     def timing(name: str) -> Callable[..., Any]:

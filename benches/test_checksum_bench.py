@@ -5,7 +5,7 @@
   (200,000), 384 and 768 dimensions, Rust and numpy. The two are timed in turns (7 rounds of
   best-of-n), so both see the same background load; the minimum of each side and the median of
   the per-round ratios are recorded.
-- The check of a new mapping (`healing.content_problem`: every slot's checksum and the scan
+- The check of a new mapping (`checksums.content_problem`: every slot's checksum and the scan
   order), once per file per process, against the scan.
 - The CRC of full-text records as a process loads them, against the core's own load.
 
@@ -27,7 +27,7 @@ from bench_support import REACH, best_of, scan_region, time_region, unit_vectors
 from cpersona.fts.format import put_record
 from cpersona.storage.fulltext import FtsRow
 from cpersona.timerange import NO_TIME
-from cpersona.vectors import checksums, healing
+from cpersona.vectors import checksums
 
 
 @pytest.fixture(scope="module", params=[384, 768])
@@ -87,7 +87,7 @@ def test_map_check_cost(benchmark, dataset) -> None:
     sums = checksums.open_read(path, REACH)
 
     def check():
-        return healing.content_problem(path, dim, REACH, REACH, sums)
+        return checksums.content_problem(path, dim, REACH, REACH, sums)
 
     assert check() == ""
     benchmark.group = f"check of a new mapping n={REACH} d={dim}"

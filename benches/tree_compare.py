@@ -29,10 +29,9 @@ import cpersona
 sys.path.insert(0, str(Path(cpersona.__file__).resolve().parents[2] / "benches"))
 
 import scale_support as scale
-from cpersona.config import Settings
 from cpersona.engine import Engine
 from cpersona.retrieval.pipeline import RecallRequest
-from cpersona.storage import open_database, vector_models
+from recall_ab import fixed_query_engine
 
 
 def _settle(engine: Engine) -> None:
@@ -56,16 +55,7 @@ def main() -> int:
     args = ap.parse_args()
     corpus = scale.corpus(args.rows, 384)
     with tempfile.TemporaryDirectory() as tmp:
-        copy = corpus.copy_to(Path(tmp))
-        provider = scale.FixedQueryProvider(copy.query())
-        # The corpus's vectors are the fixed provider's: recorded so, the vector arm runs.
-        db = open_database(str(copy.db_path))
-        with db.atomic() as conn:
-            for table in vector_models.TABLES:
-                vector_models.record(conn, table, provider.name, 384, "written")
-        db.close()
-        settings = Settings(db_path=str(copy.db_path), embedding_mode="hashing")
-        engine = Engine(settings, embedder=provider)
+        engine = fixed_query_engine(scale, corpus.copy_to(Path(tmp)))
         try:
             _settle(engine)
             queries = [f"query words {i} about memory {i % 17}" for i in range(args.recalls)]

@@ -220,3 +220,17 @@ def test_stale_facts_reports_both_stores_and_the_steps_cost(
     assert cost["declared_relations"] == ROWS // 4
     for condition in ("none", "declared", "declared_include"):
         assert cost["step_ms"][condition]["n"] == 3 and cost["recall_ms"][condition]["p50"] > 0
+
+
+def test_recall_ab_times_both_checkouts_in_turns(tmp_path: Path) -> None:
+    python = str(ROOT / "python")
+    text = _run(
+        ["benches.recall_ab", "--before", python, "--after", python, "--rows", "300",
+         "--turns", "2", "--batch", "3"],
+        {"CPERSONA_BENCH_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    out = json.loads(text.strip().splitlines()[-1])
+    assert out["recalls_per_side"] == 6
+    for side in ("before", "after"):
+        assert 0 < out[side]["p10"] <= out[side]["p50"] <= out[side]["p90"], out
+    assert out["ratio_after_before"]["min"] <= out["ratio_after_before"]["median"], out

@@ -149,3 +149,44 @@ async def test_harness_archives_sessions_as_episodes(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "template" / "bench.db") as db:
         (count,) = db.execute("SELECT COUNT(*) FROM episodes").fetchone()
     assert count == len(corpus.episodes) == 2
+
+
+@pytest.mark.anyio
+async def test_lived_replay_dates_each_session_as_the_servers_clock_would(tmp_path: Path) -> None:
+    import sqlite3
+
+    corpus = datasets.Corpus("locomo")
+    for agent in ("a1", "a2"):
+        for n, day in ((1, "2023-05-01"), (2, "2023-06-10")):
+            for i in range(3):
+                stamp = f"{day}T10:0{30 * i // 60}:{(30 * i) % 60:02d}Z"
+                text = f"{agent}: session {n} turn {i} about the garden"
+                corpus.docs.append(datasets.Doc(f"{agent}-{n}-{i}", agent, text, stamp, f"s{n}"))
+            corpus.episodes.append(
+                datasets.Episode(
+                    agent,
+                    f"Session {n} about the garden.",
+                    f"{day}T10:00:00Z",
+                    f"{day}T10:01:00Z",
+                    f"s{n}",
+                )
+            )
+    refs = await load(corpus, Config("none"), None, tmp_path / "t", replay="lived")
+    with sqlite3.connect(tmp_path / "t" / "bench.db") as db:
+        episodes = db.execute(
+            "SELECT agent_id, summary, created_at FROM episodes ORDER BY id"
+        ).fetchall()
+        created = dict(db.execute("SELECT id, created_at FROM memories").fetchall())
+    # Each session archived when it ended (a minute after its last turn), in stored order.
+    assert episodes == [
+        ("a1", "Session 1 about the garden.", "2023-05-01 10:02:00"),
+        ("a1", "Session 2 about the garden.", "2023-06-10 10:02:00"),
+        ("a2", "Session 1 about the garden.", "2023-05-01 10:02:00"),
+        ("a2", "Session 2 about the garden.", "2023-06-10 10:02:00"),
+    ]
+    first = created[int(refs["a1-1-0"].removeprefix("mem:"))]
+    assert first == "2023-05-01 10:00:00"
+    assert created[int(refs["a2-2-2"].removeprefix("mem:"))] == "2023-06-10 10:01:00"
+    # The derived index files are rebuilt from these rows at the next open, not kept stale.
+    leftovers = [p.name for p in (tmp_path / "t").iterdir() if p.name.startswith("bench.db.")]
+    assert leftovers == []

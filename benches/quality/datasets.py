@@ -16,6 +16,12 @@ from pathlib import Path
 
 #: LoCoMo question categories (README of the data).
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "inference", 4: "single-hop", 5: "adversarial"}
+#: Query groups whose answer is not in the agent's memory: LoCoMo's adversarial questions
+#: (category 5), and another conversation's answerable questions asked of this agent
+#: ("foreign": about people and events it never heard of).
+PROBES = ("adversarial", "foreign")
+#: Foreign questions asked of each agent (its next conversation's first ones).
+FOREIGN_PER_AGENT = 40
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
 _SESSION = re.compile(r"session_(\d+)")
 
@@ -36,6 +42,9 @@ class Doc:
     agent: str
     content: str
     timestamp: str | None = None
+    #: The session (LoCoMo) or article (JSQuAD) the memory belongs to: the lived replay
+    #: stores a session's memories, then archives it as an episode.
+    session: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +55,7 @@ class Episode:
     summary: str
     start: str
     end: str
+    session: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +97,7 @@ def locomo(path: Path | None = None, *, conversations: int | None = None) -> Cor
     """
     samples = json.loads((path or data_dir() / "locomo-dev6.json").read_text("utf-8"))
     corpus = Corpus("locomo")
+    answerable: dict[str, list[str]] = {}
     for sample in samples[:conversations]:
         agent = f"locomo-{sample['sample_id']}"
         conv = sample["conversation"]
@@ -101,12 +112,12 @@ def locomo(path: Path | None = None, *, conversations: int | None = None) -> Cor
                 text = f"{turn['speaker']}: {turn['text']}"
                 # dia_ids repeat across conversations: the key carries the agent.
                 key = f"{agent}/{turn['dia_id']}"
-                corpus.docs.append(Doc(key, agent, text, ts))
+                corpus.docs.append(Doc(key, agent, text, ts, f"s{n}"))
                 keys.add(key)
             summary = summaries.get(f"session_{n}_summary")
             if summary and turns:
                 end = _iso(start + timedelta(seconds=30 * (len(turns) - 1)))
-                corpus.episodes.append(Episode(agent, summary, _iso(start), end))
+                corpus.episodes.append(Episode(agent, summary, _iso(start), end, f"s{n}"))
         for qa in sample["qa"]:
             category = int(qa["category"])
             evidence = " ".join(qa.get("evidence") or [])
@@ -117,7 +128,32 @@ def locomo(path: Path | None = None, *, conversations: int | None = None) -> Cor
                 corpus.queries.append(
                     Query(agent, qa["question"], CATEGORIES[category], frozenset(ids))
                 )
+                answerable.setdefault(agent, []).append(qa["question"])
+    agents = list(answerable)
+    for i, agent in enumerate(agents if len(agents) > 1 else []):
+        other = agents[(i + 1) % len(agents)]
+        for text in answerable[other][:FOREIGN_PER_AGENT]:
+            corpus.queries.append(Query(agent, text, "foreign"))
     return corpus
+
+
+#: JSQuAD has no sessions: the lived replay reads one article a day from this date.
+_JSQUAD_EPOCH = datetime(2024, 1, 1, 9, 0, 0)
+
+
+def _article_episode(agent: str, a: int, article: dict[str, object]) -> Episode:
+    """An article as a session an agent would archive: its title and the first sentence of
+    each paragraph (an extractive summary, as JSQuAD carries none), on day `a`."""
+    paragraphs = article["paragraphs"]
+    assert isinstance(paragraphs, list)
+    # A context reads "title [SEP] text".
+    texts = [str(p["context"]).split("[SEP]", 1)[-1].strip() for p in paragraphs]
+    firsts = [t.split("。")[0] + "。" for t in texts]
+    title = str(article.get("title", ""))
+    summary = (f"{title}: " + "".join(firsts))[:600]
+    start = _JSQUAD_EPOCH + timedelta(days=a)
+    end = start + timedelta(seconds=30 * max(0, len(paragraphs) - 1))
+    return Episode(agent, summary, _iso(start), _iso(end), f"a{a}")
 
 
 def jsquad(
@@ -138,9 +174,10 @@ def jsquad(
             continue
         for p, para in enumerate(article["paragraphs"]):
             key = f"p{a}.{p}"
-            corpus.docs.append(Doc(key, agent, para["context"]))
+            corpus.docs.append(Doc(key, agent, para["context"], session=f"a{a}"))
             for qa in para["qas"]:
                 everything.append(Query(agent, qa["question"], "jsquad", frozenset({key})))
+        corpus.episodes.append(_article_episode(agent, a, article))
     if questions is not None and questions < len(everything):
         step = len(everything) / questions
         everything = [everything[int(i * step)] for i in range(questions)]

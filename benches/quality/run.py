@@ -28,8 +28,8 @@ if __package__ in (None, ""):  # `python benches/quality/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benches.quality import datasets
-from benches.quality.harness import RunResult, load, matrix, note, run
-from benches.quality.metrics import Tally, merge
+from benches.quality.harness import REPLAYS, RunResult, load, matrix, note, run
+from benches.quality.metrics import Tally, merge, separation
 from benches.quality.vectors import DiskCachedProvider
 
 EMBEDDERS = ("local-minilm", "local-e5")
@@ -57,12 +57,17 @@ def summarise(results: dict[str, dict[str, RunResult]]) -> dict[str, dict[str, A
         row: dict[str, Any] = {}
         lo = per_corpus.get("locomo")
         if lo is not None:
-            judged = [t for g, t in lo.groups.items() if g != "adversarial"]
+            judged = [t for g, t in lo.groups.items() if g not in datasets.PROBES]
             row["locomo"] = merge(judged).row()
             for group in LOCOMO_GROUPS:
                 if group in lo.groups:
                     row[f"locomo/{group}"] = lo.groups[group].row()
             row["locomo/adversarial"] = lo.groups.get("adversarial", Tally()).row()
+            row["locomo/separation"] = {
+                kind: separation(merge(judged), lo.groups[kind])
+                for kind in datasets.PROBES
+                if kind in lo.groups
+            }
         js = per_corpus.get("jsquad")
         if js is not None:
             row["jsquad"] = js.groups["jsquad"].row()
@@ -129,6 +134,19 @@ def tables(summary: dict[str, dict[str, Any]], lat: dict[str, Any]) -> str:
         ]
         adv = row.get("locomo/adversarial", {})
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {adv.get('empty', 0):.0%} |")
+    seps = {k: r["locomo/separation"] for k, r in summary.items() if r.get("locomo/separation")}
+    if seps:
+        lines += ["", "### Telling a question memory cannot answer, by the best cosine", ""]
+        lines.append(
+            "| configuration | probes | AUC | threshold at <= 1 point of R@10 | probes emptied |"
+        )
+        lines.append("|---|---|---|---|---|")
+        for label, per_kind in seps.items():
+            for kind, sep in per_kind.items():
+                lines.append(
+                    f"| {label} | {kind} | {sep['auc']:.3f} | {sep['threshold']:.3f} | "
+                    f"{sep['probes_emptied']:.0%} |"
+                )
     if lat:
         lines += ["", "### Single-text embedding latency (ms, one thread)", ""]
         lines.append(
@@ -151,7 +169,7 @@ def baseline_figures(summary: dict[str, dict[str, Any]]) -> dict[str, float]:
     """
     out = {}
     for label, row in summary.items():
-        if label.endswith("+conf"):
+        if "+conf" in label:
             continue
         for corpus in ("locomo", "jsquad"):
             for metric in ("R@1", "R@10", "nDCG@10"):
@@ -174,8 +192,25 @@ def check(summary: dict[str, dict[str, Any]], doc: Path) -> list[str]:
     ]
 
 
+def _replays(args: argparse.Namespace) -> list[str]:
+    replays = [r for r in args.replays.split(",") if r]
+    if args.episodes and "end" not in replays:
+        replays.append("end")
+    if args.lived and "lived" not in replays:
+        replays.append("lived")
+    unknown = [r for r in replays if r not in REPLAYS]
+    if unknown:
+        raise SystemExit(f"unknown replay {unknown[0]!r}: choose among {', '.join(REPLAYS)}")
+    return replays
+
+
+def _label(config_label: str, replay: str) -> str:
+    return config_label if replay == "turns" else f"{config_label} @{replay}"
+
+
 async def main_async(args: argparse.Namespace) -> int:
     quick = args.quick
+    replays = _replays(args)
     corpora = [
         datasets.locomo(conversations=1 if quick else None),
         # A third of the articles: a cold quick run (no cached vectors) stays within minutes.
@@ -184,7 +219,9 @@ async def main_async(args: argparse.Namespace) -> int:
     corpora = [c for c in corpora if c.name in args.corpora]
     embedders = [e for e in args.embedders.split(",") if e]
     configs = [c for c in matrix(embedders) if not args.only or re.search(args.only, c.label)]
-    results: dict[str, dict[str, RunResult]] = {c.label: {} for c in configs}
+    results: dict[str, dict[str, RunResult]] = {
+        _label(c.label, r): {} for r in replays for c in configs
+    }
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cpersona-quality-") as tmp:
         root = Path(tmp)
@@ -197,25 +234,30 @@ async def main_async(args: argparse.Namespace) -> int:
                 if provider is not None:
                     provider.prime([d.content for d in corpus.docs], "passage", label=corpus.name)
                     provider.prime([q.text for q in corpus.queries], "query", label=corpus.name)
-                template = root / f"{corpus.name}-{name}"
-                t0 = time.monotonic()
-                refs = await load(corpus, todo[0], provider, template, episodes=args.episodes)
-                note(
-                    f"loaded {corpus.name} with {name}: {len(refs)} memories "
-                    f"({time.monotonic() - t0:.0f}s)"
-                )
-                for config in todo:
-                    result = await run(
-                        corpus,
-                        config,
-                        provider,
-                        template,
-                        refs,
-                        root / "run",
-                        calibrate=args.calibrate,
+                    if any(r != "turns" for r in replays):
+                        summaries = [e.summary for e in corpus.episodes]
+                        provider.prime(summaries, "passage", label=f"{corpus.name} episodes")
+                for replay in replays:
+                    template = root / f"{corpus.name}-{name}-{replay}"
+                    t0 = time.monotonic()
+                    refs = await load(corpus, todo[0], provider, template, replay=replay)
+                    note(
+                        f"loaded {corpus.name} with {name} ({replay}): {len(refs)} memories "
+                        f"({time.monotonic() - t0:.0f}s)"
                     )
-                    results[config.label][corpus.name] = result
-                    note(f"  {config.label:28} {corpus.name}: {result.seconds:.0f}s")
+                    for config in todo:
+                        result = await run(
+                            corpus,
+                            config,
+                            provider,
+                            template,
+                            refs,
+                            root / "run",
+                            calibrate=args.calibrate,
+                        )
+                        label = _label(config.label, replay)
+                        results[label][corpus.name] = result
+                        note(f"  {label:34} {corpus.name}: {result.seconds:.0f}s")
             if provider is not None:
                 provider.save()
     summary = summarise(results)
@@ -223,7 +265,7 @@ async def main_async(args: argparse.Namespace) -> int:
     header = (
         f"{'quick' if quick else 'full'} run, {time.monotonic() - started:.0f}s; "
         f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"
-        + ("; sessions archived as episodes" if args.episodes else "")
+        + f"; replays: {', '.join(replays)}"
         + ("; agents calibrated" if args.calibrate else "")
     )
     text = f"{header}\n\n{tables(summary, lat)}\n"
@@ -261,10 +303,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", default="", help="regex on configuration labels")
     parser.add_argument("--corpora", default="locomo,jsquad")
     parser.add_argument(
-        "--episodes",
-        action="store_true",
-        help="also archive each LoCoMo session summary as an episode",
+        "--replays",
+        default="turns",
+        help="how each corpus is written, comma-separated: turns (memories only), end (every "
+        "session archived as an episode after all memories), lived (each session stored on "
+        "its own date and archived when it ends, each row dated as the server's clock would have)",
     )
+    parser.add_argument("--episodes", action="store_true", help="same as adding 'end'")
+    parser.add_argument("--lived", action="store_true", help="same as adding 'lived'")
     parser.add_argument(
         "--calibrate",
         action="store_true",

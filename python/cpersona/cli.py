@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "web":
         return _web(settings, args.host, args.port)
     if command == "index":
-        from cpersona.vectors.cli import run_index_command
+        from cpersona.commands.index import run_index_command
 
         return run_index_command(settings, args.action, args.table, args.kind)
     if command == "reembed":

@@ -195,6 +195,9 @@ class Settings:
     episode_penalty_enabled: bool = True
     episode_decay_rate: float = 0.01
     episode_decay_floor: float = 0.5
+    # Episode rows a fused recall answer may hold, placed after its memories (issue 30,
+    # docs/compatibility.md "Episodes in recall"); -1 = one per ten rows asked, 0 = none.
+    recall_episode_rows: int = _env(-1, low=-1)
     autocut_enabled: bool = True
     autocut_min_gap_ratio: float = 0.15
     autocut_min_results: int = _env(3, low=2)

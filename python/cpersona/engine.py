@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cpersona.config import Settings
 from cpersona.forwarding import Forwarded
@@ -21,6 +21,7 @@ from cpersona.storage import Store, open_database
 from cpersona.yielding import CallActivity
 
 if TYPE_CHECKING:
+    from cpersona.derived.base import DerivedIndex
     from cpersona.embedding.base import EmbeddingProvider
     from cpersona.embedding.cache import CachedProvider
     from cpersona.embedding.routing import ModelRouter
@@ -118,7 +119,8 @@ class Engine:
         from cpersona.memory.writes import Writer
         from cpersona.retrieval.advisory import EmbeddingHealth
         from cpersona.retrieval.calibration import Calibrator
-        from cpersona.retrieval.pipeline import Recaller
+        from cpersona.retrieval.channels import IndexFiles
+        from cpersona.retrieval.pipeline import Recaller, RecallParts
         from cpersona.retrieval.sidecar import DatabaseSidecar, Sidecar, sidecar_path
         from cpersona.retrieval.thresholds import Thresholds
         from cpersona.tasks import TaskQueue
@@ -165,9 +167,9 @@ class Engine:
         writer = Writer(self.db, settings, router, after_write=self.after_write, remote=remote)
         thresholds = Thresholds(global_threshold=settings.vector_min_similarity)
         health = EmbeddingHealth(settings.transport)
-        recaller = Recaller(
-            self.db, settings, router, indexes, thresholds, health, fts, remote=remote
-        )
+        files = IndexFiles(indexes, fts)
+        parts = RecallParts(router, thresholds, health, files, remote)
+        recaller = Recaller(self.db, settings, parts)
         calibrator = Calibrator(
             self.db,
             settings,
@@ -237,24 +239,23 @@ class Engine:
         self.recaller.invalidate_stats()
         # issue 32 hook: an import or merge may have carried declarations.
         self.recaller.supersession.invalidate()
-        for index in self.indexes.values():
+        for index in self.derived_indexes():
             try:
-                index.sync()
+                index.after_write()
             except OSError as exc:
                 # The row is committed and the index is derived: a full disk or an obstructed
                 # index path must not turn a done write into an error (scans read SQLite, and
                 # the next sync catches up). One line, no traceback: it repeats per write.
-                log.warning("the %s index is behind SQLite: %s", index.table, exc)
-        for fts in self.fts.values():
-            try:
-                fts.refresh()
-            except OSError as exc:  # the same promise for the full-text index
-                log.warning("the %s full-text index is behind SQLite: %s", fts.table, exc)
+                log.warning("the %s %s index is behind SQLite: %s", index.table, index.kind, exc)
+
+    def derived_indexes(self) -> list[DerivedIndex[Any, Any, Any]]:
+        """Every index file kept from the database's change logs, vector files first."""
+        return [*self.indexes.values(), *self.fts.values()]
 
     def warm_indexes(self) -> None:
         """Bring the index files current (rebuilding a missing one), the full-text indexes
         into memory."""
-        for index in [*self.indexes.values(), *self.fts.values()]:
+        for index in self.derived_indexes():
             if self._closed.is_set():
                 return
             try:

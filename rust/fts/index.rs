@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use memchr::memmem::Finder;
 
 use super::fold::{fold_text, occurrences, token_count, trigrams};
-use super::segment::{self, prefetch, Meta, RowIn, Segment};
+use super::segment::{self, prefetch, Meta, RowIn, RowMeta, Segment};
 use crate::error::CoreError;
 use crate::layout::Elem;
 use crate::scan::{HashSet64, Scope};
@@ -32,21 +32,6 @@ const CACHE_PHRASES: usize = 4096;
 const AHEAD: usize = 8;
 /// Compact the slots once this many are dead and they outnumber the live ones.
 const COMPACT_MIN_DEAD: usize = 65_536;
-
-/// Where a row belongs and when: the fields of a row besides its id and texts, as the change
-/// records, the heap slots, the segment and `verify` all carry them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RowMeta {
-    pub agent: u64,
-    pub project: u64,
-    pub channel: u64,
-    pub source: u64,
-    /// `created_at` as Unix seconds (kept for the scope-ordered keyword reads).
-    pub key: i64,
-    /// The row's instant in microseconds since the Unix epoch, `NO_TIME` when it has none
-    /// (docs/fts-index.md): what a time-scoped search admits.
-    pub time: i64,
-}
 
 /// One row as the change records carry it.
 #[derive(Clone, Debug, PartialEq, Eq)]

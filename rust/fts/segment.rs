@@ -13,9 +13,23 @@ use std::path::Path;
 
 use memmap2::Mmap;
 
-use super::index::RowMeta;
 use crate::error::CoreError;
 use crate::layout::{Elem, Field};
+
+/// Where a row belongs and when: the fields of a row besides its id and texts, as the change
+/// records, the heap slots, the segment and `verify` all carry them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowMeta {
+    pub agent: u64,
+    pub project: u64,
+    pub channel: u64,
+    pub source: u64,
+    /// `created_at` as Unix seconds (kept for the scope-ordered keyword reads).
+    pub key: i64,
+    /// The row's instant in microseconds since the Unix epoch, `NO_TIME` when it has none
+    /// (docs/fts-index.md): what a time-scoped search admits.
+    pub time: i64,
+}
 
 pub const MAGIC: &[u8; 8] = b"CPFTSSG1";
 pub const VERSION: u32 = 1;

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cpersona.derived.healing as healing
 import cpersona.fts.rebuild as rebuild
-import cpersona.vectors.healing as healing
 import pytest
 from cpersona.fts.index import FtsIndex
 from cpersona.fts.search import ranked

@@ -35,7 +35,7 @@ def test_full_text_index_equals_fts5_in_a_range(
     path = tmp_path_factory.mktemp("span") / "db.sqlite"
     with half_synced(path, table, rows, fts_index) as (db, index):
         span = span_of(since, until)
-        scope = ScopeSql("a", ProjectFilter(None), "", span)
+        scope = ScopeSql("a", ProjectFilter(None), "", span=span)
         match = match_expression(query)
         if table == "memories":
             hits = sql.memory_fts(db, scope, "", match, limit)

@@ -9,12 +9,12 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from cpersona.derived.scope import scope_hash
 from cpersona.errors import StoreCorrupt
 from cpersona.vectors.format import (
     HEADER_LEN,
     Layout,
     VectorFileWriter,
-    scope_hash,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from cpersona import _fallback
+from cpersona.derived.scope import scope_hash
 from cpersona.fts import format as fts_format
 from cpersona.storage.fulltext import FtsRow
 from cpersona.vectors import checksums
@@ -158,7 +159,7 @@ def test_the_declared_put_record_decodes_what_the_writer_encodes(rust_kernels: M
     assert at == len(raw)
     assert got["op"] == declared["op_put"]
     assert (got["id"], got["key"], got["time"]) == (5, 77, -3)
-    assert got["agent"] == vector_format.scope_hash("a") and got["source"] == 0
+    assert got["agent"] == scope_hash("a") and got["source"] == 0
     assert tuple(columns) == row.columns
     delete = fts_format.delete_record(9)
     assert delete[4] == declared["op_delete"]

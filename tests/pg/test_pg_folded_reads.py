@@ -134,7 +134,7 @@ def test_the_scope_read_sent_with_begin_answers_as_the_separate_reads(
     db: PgDatabase, agent: str
 ) -> None:
     scope = ScopeSql(agent, ProjectFilter(None), "")
-    reads = ScopeReads(db, scope, "", 30)  # made before the snapshot, as recall makes it
+    reads = ScopeReads(db, scope, 30)  # made before the snapshot, as recall makes it
     with db.snapshot():
         got = sql.ScopeFacts(reads.profile(), reads.latest_episode_created(), reads.stats(30))
         assert got == _separately(db, scope, 30)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import cpersona.retrieval.pipeline as pipeline
+import cpersona.retrieval.scored as scored
 import pytest
 from recall_support import hours_before
 from support.mcp_client import AGENT
@@ -76,7 +76,7 @@ class _FrozenClock(datetime):
 
 @pytest.fixture
 def frozen(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pipeline, "datetime", _FrozenClock)
+    monkeypatch.setattr(scored, "datetime", _FrozenClock)
 
 
 async def _corpus(t) -> None:

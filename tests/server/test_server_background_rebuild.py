@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import cpersona.derived.healing as healing
 import cpersona.fts.rebuild as fts_rebuild
-import cpersona.vectors.healing as healing
+import cpersona.vectors.index as vector_index
 import pytest
 from support.gate import Gate
 from test_server_index_damage import content, store_rows
@@ -62,7 +63,7 @@ async def test_recall_during_the_rebuild_answers_at_once_with_the_same_rows(
         path.unlink(missing_ok=True)
     monkeypatch.setattr(healing, "INLINE_ROWS", 0)
     monkeypatch.setattr(healing, "STEP_ROWS", 1)
-    vectors = Gate(monkeypatch, healing, "append_row")
+    vectors = Gate(monkeypatch, vector_index, "append_row")
     fulltext = Gate(monkeypatch, fts_rebuild, "put_record")
     if store_backend == "postgresql":
         fulltext.go.set()  # rebuilt inside the first recall: nothing to hold it for

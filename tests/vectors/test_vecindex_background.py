@@ -18,7 +18,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import cpersona.vectors.healing as healing
+import cpersona.derived.healing as healing
+import cpersona.vectors.index as vector_index
 import pytest
 from cpersona.engine import Engine
 from cpersona.health.context import from_engine
@@ -76,7 +77,7 @@ def test_a_scan_during_the_rebuild_answers_at_once_with_the_same_rows(
     index = engine.indexes[table]
     after_rebuild = answers(engine, table, kernels)
     STALE[kind](index.path, world / "other.db")
-    gate = Gate(monkeypatch, healing, "append_row")
+    gate = Gate(monkeypatch, vector_index, "append_row")
     during = answers(engine, table, kernels)  # starts the rebuild, which the gate holds
     assert gate.held.wait(60)
     # The rebuild is still held: the scans above did not wait for it.
@@ -96,7 +97,7 @@ def removed_and_gated(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> tuple[
     """The memories index with its file removed, and the gate that will hold its rebuild."""
     index = engine.indexes["memories"]
     index.path.unlink()
-    return index, Gate(monkeypatch, healing, "append_row")
+    return index, Gate(monkeypatch, vector_index, "append_row")
 
 
 def test_writes_during_the_rebuild_are_in_the_rebuilt_file(
@@ -169,7 +170,7 @@ def test_a_rebuild_that_fails_half_way_leaves_the_old_file_or_none(
     after_rebuild = answers(engine, "memories", rust_kernels)
     DAMAGE[kind](index.path, world / "other.db")
     old = index.path.read_bytes() if index.path.exists() else None
-    original = healing.append_row
+    original = vector_index.append_row
     rows = [0]
 
     def full_disk(*args: Any, **kwargs: Any) -> int:
@@ -180,14 +181,14 @@ def test_a_rebuild_that_fails_half_way_leaves_the_old_file_or_none(
             raise OSError(errno.ENOSPC, "No space left on device")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(healing, "append_row", full_disk)
+    monkeypatch.setattr(vector_index, "append_row", full_disk)
     assert answers(engine, "memories", rust_kernels) == after_rebuild
     index.wait_for_healing()
     assert rows[0] >= 10  # it failed half way
     assert (index.path.read_bytes() if index.path.exists() else None) == old
     assert leftovers(world, "memories") == []
     assert answers(engine, "memories", rust_kernels) == after_rebuild  # the old file is not used
-    monkeypatch.setattr(healing, "append_row", original)
+    monkeypatch.setattr(vector_index, "append_row", original)
     index.wait_for_healing()
     assert answers(engine, "memories", rust_kernels) == after_rebuild
     index.wait_for_healing()

@@ -13,13 +13,14 @@ import os
 import sys
 from typing import Any
 
-import cpersona.vectors.healing as healing
+import cpersona.derived.healing as healing
+import cpersona.vectors.index as vector_index
 from vecindex_support import new_engine
 
 DB, TABLE = sys.argv[1], sys.argv[2]
 healing.INLINE_ROWS = 0
 healing.STEP_ROWS = 1
-original = healing.append_row
+original = vector_index.append_row
 written = [0]
 
 
@@ -31,7 +32,7 @@ def append_then_hold(*args: Any, **kwargs: Any) -> int:
     return original(*args, **kwargs)
 
 
-healing.append_row = append_then_hold
+vector_index.append_row = append_then_hold
 engine = new_engine(DB)
 index = engine.indexes[TABLE]
 assert not index.sync()  # the rebuild runs in the background

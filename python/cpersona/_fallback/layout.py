@@ -5,6 +5,7 @@ shape `_core.layout()` gives the Rust core's tables, so that one comparison
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ def layout() -> dict[str, dict[str, Any]]:
     # kernels never need.
     from cpersona.fts import format as fts_format
 
-    header_fields = vector_format.HEADER_DTYPE.fields or {}
+    header_fields: Mapping[str, Any] = vector_format.HEADER_DTYPE.fields or {}
     header = [
         (name, int(header_fields[name][1]), header_fields[name][0].str)
         for name in vector_format.HEADER_DTYPE.names or ()

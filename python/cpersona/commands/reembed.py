@@ -20,13 +20,9 @@ database is running, 2 the database or the configured model cannot be used.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import math
-import os
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -35,6 +31,7 @@ import numpy as np
 
 from cpersona.config import Settings
 from cpersona.embedding.cache import CachedProvider
+from cpersona.embedding.conversion_lock import exclusive
 from cpersona.errors import EmbeddingUnavailable
 from cpersona.storage import vector_models as vm
 from cpersona.storage.calibration import embedded_agents
@@ -49,40 +46,6 @@ SAMPLE_ROWS = 16
 #: Rounds of "embed the rows written meanwhile, then try the cut-over again" before the last
 #: round embeds the remainder under the write lock.
 CUTOVER_ROUNDS = 5
-
-
-def lock_path(db_path: str) -> str:
-    return db_path + ".reembed.lock"
-
-
-@contextlib.contextmanager
-def exclusive(db_path: str) -> Iterator[bool]:
-    """Hold the conversion lock of `db_path`; yields False when another process holds it."""
-    fd = os.open(lock_path(db_path), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def running(db_path: str) -> bool:
-    """Whether a `cpersona reembed` process holds `db_path`'s conversion lock now."""
-    path = lock_path(db_path)
-    if not os.path.exists(path):
-        return False
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 def _duration(seconds: float) -> str:

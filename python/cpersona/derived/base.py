@@ -8,13 +8,18 @@ exclusive `flock` on `<file>.lock`, the file marked `dirty` while it mutates; re
 shared lock. A file that is missing, garbled, dirty (a writer died), foreign (another
 database's `db_uid`) or from another point of the database's history (`_history_problem`) is
 rebuilt from the database: inside the call for a small table, else in the background
-(vectors/healing.py's `Healer`) while the caller answers from the database. A rebuild writes a
-private file and renames it (and its `.sum` sidecar) in. So any number of processes on one
-host see one current file, and a crash at any point is repaired on the next read.
+(healing.py's `Healer` runs `_rebuild_online`) while the caller answers from the database. A
+rebuild writes a private file and renames it (and its `.sum` sidecar) in. So any number of
+processes on one host see one current file, and a crash at any point is repaired on the next
+read.
 
-What differs between the kinds is the plug-in's: the header (`_parse`, `_fields`), how the
-logged changes are applied (`_open_for_update`, `_apply`), how a file is built from scratch
-(`_build`, `_installed`), and how the kernel reads it (the plug-in's own methods).
+Both rebuilds are written once, here, as templates the plug-ins fill in: the one under the lock
+(`rebuild`) builds and installs; the online one (`_rebuild_online`) builds without the lock,
+then under it catches the built file up with the log and installs it. What differs between the
+kinds is the plug-in's: the header (`_parse`, `_fields`), how the logged changes are applied
+(`_open_for_update`, `_apply`), how a file is built from scratch and caught up (`_build`,
+`_built_seq`, `_catch_up`, `_installed`), and how the kernel reads it (the plug-in's own
+methods). After a write of its own a process calls `after_write`, whatever the kind.
 
 Positions (`applied_seq`, the log's `max_seq`) are the change log's opaque integers: they are
 compared here (`_history_problem`, `_ahead_of_snapshot`, `sync`, `_maybe_trim`,
@@ -34,19 +39,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Generic, Protocol, TypeVar
 
+from cpersona.derived import healing
+from cpersona.derived.healing import RebuildProgress
 from cpersona.derived.locks import file_lock, unobstructed
 from cpersona.derived.placement import index_base
 from cpersona.errors import AheadOfSnapshot
 from cpersona.storage import Store
 from cpersona.storage.change_log import Changes
 from cpersona.storage.embeddings import index_identity
-from cpersona.vectors import healing
-from cpersona.vectors.healing import RebuildProgress
 from cpersona.yielding import CallActivity
 
 H = TypeVar("H")  # the plug-in's header
 U = TypeVar("U")  # what the plug-in applies changes through (a writer, a header)
-B = TypeVar("B")  # what the plug-in's build hands its install
+B = TypeVar("B")  # what the plug-in's build hands its catch-up and its install
 
 Progress = Callable[[int, int], None]
 
@@ -158,23 +163,32 @@ class DerivedIndex(Generic[H, U, B]):
         rebuilt instead ("" = applied)."""
         raise NotImplementedError
 
-    def _small(self) -> bool:
-        """Whether the table is small enough to rebuild inside the call."""
+    def _more_rows_than(self, limit: int) -> bool:
+        """Whether the table holds more than `limit` rows the file indexes."""
         raise NotImplementedError
 
-    def _build(self, tmp: Path, progress: Progress | None) -> B:
-        """Write the whole file (and its sidecar) into `tmp`, from the database."""
+    def _build(self, tmp: Path, progress: Progress | None, *, online: bool) -> B:
+        """Write the whole file (and its sidecar) into `tmp`, from the database, as of a log
+        position (`_built_seq`); `progress(done, total)` now and then. `online`: written
+        without the lock for a background rebuild (its steps are `healing.STEP_ROWS` rows;
+        it may raise `RebuildStopped` from `progress`)."""
+        raise NotImplementedError
+
+    def _built_seq(self, built: B) -> int:
+        """The log position the built file has applied."""
+        raise NotImplementedError
+
+    def _catch_up(self, tmp: Path, built: B, changes: Changes) -> B | None:
+        """Under the exclusive lock: apply `changes` (logged since `_built_seq(built)`) to the
+        built file at `tmp`; what it is then, or None when the table must be rebuilt under the
+        lock instead (a compaction, a first row of another width)."""
         raise NotImplementedError
 
     def _built_rows(self, built: B) -> int:
         raise NotImplementedError
 
-    def _installed(self, built: B | None) -> None:
+    def _installed(self, built: B) -> None:
         """The built file is the index now (a plug-in drops or takes its in-memory state)."""
-
-    def _rebuild_online(self, step: Progress) -> int:
-        """The background rebuild (`Healer`): built without the lock, installed under it."""
-        raise NotImplementedError
 
     def _stale_extra(self) -> list[Path]:
         """Temporaries besides `.tmp*` and `.heal*` that a dead writer may leave."""
@@ -363,6 +377,13 @@ class DerivedIndex(Generic[H, U, B]):
             self.source.trim_log(self.db, self.table, applied, self._keep_log)
             self._trimmed_upto = applied
 
+    def after_write(self) -> None:
+        """Bring the file current after a write this process committed (the engine calls it
+        for every index, whatever its kind). The vector file follows the log here; a kind
+        whose file is only worth following once it is read (the full-text index's in-memory
+        core) overrides it."""
+        self.sync()
+
     # -- rebuild -----------------------------------------------------------------------------
 
     def rebuild(self, progress: Progress | None = None) -> int:
@@ -370,11 +391,16 @@ class DerivedIndex(Generic[H, U, B]):
         with self._thread_lock, self._flock(exclusive=True):
             return self._rebuild_locked(progress)
 
+    def _small(self) -> bool:
+        """Whether the table is small enough to rebuild inside the call (read at each call:
+        the tests lower `healing.INLINE_ROWS`)."""
+        return not self._more_rows_than(healing.INLINE_ROWS)
+
     def _rebuild_locked(self, progress: Progress | None = None) -> int:
         self._remove_stale_temporaries()
         tmp = self.path.with_name(f"{self.path.name}.tmp{os.getpid()}")
         try:
-            built = self._build(tmp, progress)
+            built = self._build(tmp, progress, online=False)
             self._install(tmp, built)
         except BaseException:
             # A full disk or an obstruction: the old file stays as it was, and no half-written
@@ -383,7 +409,35 @@ class DerivedIndex(Generic[H, U, B]):
             raise
         return self._built_rows(built)
 
-    def _install(self, tmp: Path, built: B | None = None) -> None:
+    def _rebuild_online(self, step: Progress) -> int:
+        """The background rebuild (`Healer`), which holds the exclusive lock only to catch up
+        and swap: the rows are written into `<file>.heal<pid>` without it, as of the log
+        position read first; then, under the lock, what was logged meanwhile is applied to
+        that file and it is renamed in. Returns the rows it holds. A failure or a stop (`step`
+        raises) at any point removes the private file: the index file stays what it was (or
+        absent), never half-written."""
+        tmp = self.path.with_name(f"{self.path.name}.heal{os.getpid()}")
+        try:
+            built = self._build(tmp, step, online=True)
+            with self._thread_lock, self._flock(exclusive=True):
+                seq = self._built_seq(built)
+                caught: B | None = None
+                # Entries it needs trimmed meanwhile (by this host, or by another host's
+                # process on PostgreSQL): rebuilt under the lock, as a sync would.
+                if not self._history_problem(seq):
+                    changes = self.source.changes_since(self.db, self.table, seq)
+                    if not changes.lost:
+                        caught = self._catch_up(tmp, built, changes)
+                if caught is None:
+                    self._discard(tmp)
+                    return self._rebuild_locked()
+                self._install(tmp, caught)
+                return self._built_rows(caught)
+        except BaseException:
+            self._discard(tmp)
+            raise
+
+    def _install(self, tmp: Path, built: B) -> None:
         """Under the exclusive lock: rename a complete file and its sidecar over the index (a
         reader never sees one without the other; a crash between them leaves a pair the checks
         refuse, so the next use rebuilds)."""

@@ -14,7 +14,9 @@ from typing import Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from cpersona.errors import EmbeddingMisconfigured, EmbeddingUnavailable  # noqa: F401 (re-export)
+# Re-exported: the providers raise them from here (`as` marks the export for mypy --strict).
+from cpersona.errors import EmbeddingMisconfigured as EmbeddingMisconfigured
+from cpersona.errors import EmbeddingUnavailable as EmbeddingUnavailable
 
 #: Who a text is for. Models trained with instruction prefixes embed queries and stored
 #: passages differently; the others (MiniLM, the http contract) ignore it.

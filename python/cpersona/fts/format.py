@@ -15,11 +15,11 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cpersona.derived.scope import SCOPE_FIELDS, scope_hash
 from cpersona.storage.fulltext import FtsRow
-from cpersona.vectors import format as vector_format
 
 #: Scope values repeat across rows (agents, projects, channels): hash each once.
-_scope_hash = functools.lru_cache(maxsize=65536)(vector_format.scope_hash)
+_scope_hash = functools.lru_cache(maxsize=65536)(scope_hash)
 
 MAGIC = b"CPFTSIX1"
 #: 2 added each put's `time` (the row's instant key); a file of another version is rebuilt.
@@ -37,7 +37,7 @@ OP_DELETE = 2
 PUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("op", "|u1"),
     ("id", "<i8"),
-    *vector_format.SCOPE_FIELDS,
+    *SCOPE_FIELDS,
     ("key", "<i8"),
     ("time", "<i8"),
     ("columns", "|u1"),

@@ -7,9 +7,9 @@ rows are applied (appended as change records, the file's CRC extended), the comp
 and the kernel's index each process searches (the Rust core's `FtsIndex`): the file's postings
 segment mapped in place, shared by every process through the page cache (fts/segment.py), plus
 the records appended after it, read under a shared lock (`_load_core`); the rebuilds from
-scratch are in fts/rebuild.py. While a large file is rebuilt in the background searches run
-the FTS5 statements; on PostgreSQL, which has no FTS5 to answer with the same rows, a rebuild
-runs inside the call.
+scratch are in fts/rebuild.py, the templates that run them in derived/base.py. While a large
+file is rebuilt in the background searches run the FTS5 statements; on PostgreSQL, which has
+no FTS5 to answer with the same rows, a rebuild runs inside the call.
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from cpersona.derived import healing
 from cpersona.derived.base import DerivedIndex, Fields, Progress
+from cpersona.derived.healing import RebuildProgress
 from cpersona.derived.placement import SHARED_KEEP_LOG
+from cpersona.derived.scope import scope_hash
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
 from cpersona.fts import checksums, rebuild, segment
 from cpersona.fts.format import (
@@ -39,12 +42,8 @@ from cpersona.fts.format import (
 )
 from cpersona.fts.rebuild import Built
 from cpersona.storage import Store
-from cpersona.storage import embeddings as vector_sql
 from cpersona.storage import fulltext as fts_sql
 from cpersona.storage.change_log import Changes
-from cpersona.vectors import healing
-from cpersona.vectors.format import scope_hash
-from cpersona.vectors.healing import RebuildProgress
 from cpersona.yielding import CallActivity
 
 __all__ = ["SHARED_KEEP_LOG", "FtsIndex", "FtsStatus", "open_fts_indexes"]
@@ -184,9 +183,9 @@ class FtsIndex(DerivedIndex[Header, Header, Built]):
             raise
         return True
 
-    def refresh(self) -> None:
-        """`sync`, when this process already holds the index (after an own write: a process
-        that never searched leaves loading to its first search or the warm-up)."""
+    def after_write(self) -> None:
+        """`sync`, when this process already holds the index (a process that never searched
+        leaves loading to its first search or the warm-up)."""
         if self._core is not None and not self.healing:
             # Damage is said once by the healer; searches answer from the database.
             with contextlib.suppress(StoreCorrupt):
@@ -349,19 +348,26 @@ class FtsIndex(DerivedIndex[Header, Header, Built]):
 
     # -- building ----------------------------------------------------------------------------
 
-    def _small(self) -> bool:
-        return fts_sql.row_count(self.db, self.table) <= healing.INLINE_ROWS
+    def _more_rows_than(self, limit: int) -> bool:
+        return fts_sql.row_count(self.db, self.table) > limit
 
-    def _build(self, tmp: Path, progress: Progress | None) -> Built:
-        return rebuild.build(self, tmp, progress)
+    def _build(self, tmp: Path, progress: Progress | None, *, online: bool) -> Built:
+        every = healing.STEP_ROWS if online else rebuild.BATCH
+        core = self._new_core()
+        return rebuild.build(self.db, self.table, self.db_uid(), core, tmp, progress, every)
+
+    def _built_seq(self, built: Built) -> int:
+        return built.header.applied_seq
+
+    def _catch_up(self, tmp: Path, built: Built, changes: Changes) -> Built:
+        return rebuild.catch_up(self.db, self.table, tmp, built, changes)
 
     def _built_rows(self, built: Built) -> int:
         return built.header.records
 
-    def _installed(self, built: Built | None) -> None:
+    def _installed(self, built: Built) -> None:
         """The built file's core is this process's, mapped from the file's segment written now
         (so every other process maps it too instead of building the rows in its heap)."""
-        assert built is not None
         st = os.stat(self.path)
         h = built.header
         core = segment.compact(
@@ -376,9 +382,6 @@ class FtsIndex(DerivedIndex[Header, Header, Built]):
         self._core, self._loaded = core, (st.st_dev, st.st_ino, built.header.generation)
         self._loaded_end, self._loaded_crc = built.header.end, built.crc
         self._loaded_seq = built.header.applied_seq
-
-    def _rebuild_online(self, step: Progress) -> int:
-        return rebuild.rebuild_online(self, step)
 
     def _release(self) -> None:
         self._core = None
@@ -438,7 +441,7 @@ class FtsIndex(DerivedIndex[Header, Header, Built]):
             except StoreCorrupt as exc:
                 return [*problems, f"{self.table}: records do not parse: {exc}"]
             seq = header.applied_seq
-            with vector_sql.snapshot(self.db):
+            with self.db.snapshot():
                 if fts_sql.max_seq(self.db) != seq:
                     problems.append(f"{self.table}: index applied seq {seq}, the log is further")
                 indexed = set(core.ids().tolist())

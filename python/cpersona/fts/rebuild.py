@@ -1,24 +1,22 @@
-"""The rebuilds of a full-text index file from SQLite: `build` (every row into a private file,
-as of one snapshot) and `rebuild_online` (the background rebuild of vectors/healing.py's
-`Healer`: built without the index lock, caught up and renamed in under it). The lock protocol
-and the install are the derived-index base's (derived/base.py)."""
+"""The rebuilds of a full-text index file from the database, for the derived-index base's
+templates (derived/base.py: `rebuild`, `_rebuild_online`): `build` writes every row into a
+private file as of one snapshot, `catch_up` appends to it the rows logged since. Both work on
+plain values (the database, the table, the file, the core that takes the records): the lock
+protocol and the install are the base's, the in-memory state fts/index.py's."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from cpersona.derived.base import Progress
 from cpersona.fts import checksums
 from cpersona.fts.format import HEADER_LEN, Header, put_record, records_for
-from cpersona.storage import embeddings as vector_sql
+from cpersona.storage import Store
 from cpersona.storage import fulltext as fts_sql
-from cpersona.vectors import healing
-from cpersona.vectors.healing import Step
-
-if TYPE_CHECKING:
-    from cpersona.fts.index import FtsIndex
+from cpersona.storage.change_log import Changes
 
 #: Rows per batch of a rebuild (records written and fed to the core together).
 BATCH = 8192
@@ -33,21 +31,28 @@ class Built:
     crc: int
 
 
-def build(index: FtsIndex, tmp: Path, progress: Step | None = None, every: int = BATCH) -> Built:
-    """Write every row into `tmp` (and its checksum), as of one snapshot of the table;
-    `progress(done, total)` every `every` rows. A failure (or a progress that raises) leaves
+def build(
+    db: Store,
+    table: str,
+    db_uid: bytes,
+    core: Any,
+    tmp: Path,
+    progress: Progress | None = None,
+    every: int = BATCH,
+) -> Built:
+    """Write every row of `table` into `tmp` (and its checksum), as of one snapshot of the
+    table, feeding the records to `core` (an empty kernel index); `progress(done, total)` at
+    the start, every `every` rows and at the end. A failure (or a progress that raises) leaves
     no `tmp` behind."""
-    db, table = index.db, index.table
     total = fts_sql.row_count(db, table)
-    core = index._new_core()
     done, crc = 0, 0
-    with vector_sql.snapshot(db):
+    with db.snapshot():
         log_seq = fts_sql.max_seq(db)
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         complete = False
         try:
             end = HEADER_LEN
-            fresh = Header.new(table, index.db_uid())
+            fresh = Header.new(table, db_uid)
             os.pwrite(fd, fresh.pack(), 0)
             batch: list[bytes] = []
             if progress is not None:
@@ -74,48 +79,30 @@ def build(index: FtsIndex, tmp: Path, progress: Step | None = None, every: int =
     return Built(core, header, crc)
 
 
-def rebuild_online(index: FtsIndex, step: Step | None = None) -> int:
-    """The background rebuild: the rows are written into `<file>.heal<pid>` without the lock
-    (this process's searches use FTS5 meanwhile, other processes keep their cores); then,
-    under the exclusive lock, the rows logged since are appended and the file is renamed in.
-    A failure or a stop (`step` raises) removes the private file: the index file stays what
-    it was (or absent), never half-written."""
-    tmp = index.path.with_name(f"{index.path.name}.heal{os.getpid()}")
+def catch_up(db: Store, table: str, tmp: Path, built: Built, changes: Changes) -> Built:
+    """Append the rows of `changes` (logged since `built` was written) to the file at `tmp`
+    as change records, its core taking them too; the file as it is then. A background
+    rebuild's catch-up, under the index's exclusive lock."""
+    header, data = built.header, b""
+    if changes.row_ids:
+        data = records_for(changes.row_ids, fts_sql.rows_by_id(db, table, changes.row_ids))
+        built.core.apply(data)
+    header = replace(
+        header,
+        applied_seq=max(header.applied_seq, changes.max_seq),
+        end=header.end + len(data),
+        records=header.records + len(changes.row_ids),
+        live=int(built.core.live),
+    )
+    crc = checksums.extend(built.crc, data)
+    fd = os.open(tmp, os.O_RDWR)
     try:
-        built = build(index, tmp, step, every=healing.STEP_ROWS)
-        # The index's own lock protocol (derived/base.py): these are its internals by design.
-        with index._thread_lock, index._flock(exclusive=True):
-            seq = built.header.applied_seq
-            changes = fts_sql.changes_since(index.db, index.table, seq)
-            if index._history_problem(seq) or changes.lost:
-                checksums.remove_with_sum(tmp)
-                return index._rebuild_locked()
-            header, crc = built.header, built.crc
-            data = b""
-            if changes.row_ids:
-                rows = fts_sql.rows_by_id(index.db, index.table, changes.row_ids)
-                data = records_for(changes.row_ids, rows)
-                built.core.apply(data)
-            header = replace(
-                header,
-                applied_seq=max(seq, changes.max_seq),
-                end=header.end + len(data),
-                records=header.records + len(changes.row_ids),
-                live=int(built.core.live),
-            )
-            crc = checksums.extend(crc, data)
-            fd = os.open(tmp, os.O_RDWR)
-            try:
-                os.pwrite(fd, data, built.header.end)
-                os.pwrite(fd, header.pack(), 0)
-            finally:
-                os.close(fd)
-            checksums.write(tmp, header.generation, header.end, crc, fresh=True)
-            index._install(tmp, Built(built.core, header, crc))
-            return header.live
-    except BaseException:
-        checksums.remove_with_sum(tmp)
-        raise
+        os.pwrite(fd, data, built.header.end)
+        os.pwrite(fd, header.pack(), 0)
+    finally:
+        os.close(fd)
+    checksums.write(tmp, header.generation, header.end, crc, fresh=True)
+    return Built(built.core, header, crc)
 
 
 def _write_batch(fd: int, core: Any, batch: list[bytes], end: int, crc: int) -> tuple[int, int]:

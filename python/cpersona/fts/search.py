@@ -5,22 +5,14 @@ index cannot answer and the caller runs the FTS5 statement instead."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
-import numpy as np
-
+from cpersona.derived.kernel_scope import KernelScope
 from cpersona.errors import StoreCorrupt
 from cpersona.fts.index import FtsIndex
-from cpersona.storage import embeddings as vector_sql
 from cpersona.storage.search import ScopeSql
-from cpersona.vectors.format import scope_hash
 
 log = logging.getLogger("cpersona.fts")
-
-_ANY = np.empty(0, dtype=np.uint64)
-
-
-def _hashes(values: list[str]) -> np.ndarray:
-    return np.array([scope_hash(v) for v in values], dtype=np.uint64)
 
 
 def ranked(
@@ -32,26 +24,19 @@ def ranked(
         # FTS5 rejects a NUL inside a phrase ("unterminated string"); its error path is the
         # behaviour to keep, so that query goes to FTS5.
         return None
-    sources = _ANY
-    if source_prefix:
-        ids = vector_sql.source_ids_with_prefix(
-            index.db, index.table, scope.agent_id, source_prefix
-        )
-        if not ids:
-            return []
-        sources = _hashes(ids)
-    project = scope.project.value
-    projects = _ANY if project is None else _hashes([""] if project == "" else [project, ""])
-    channels = _hashes([scope.channel, ""]) if scope.channel else _ANY
+    if scope.source_prefix != source_prefix:  # (a copy costs microseconds per call)
+        scope = replace(scope, source_prefix=source_prefix)
+    where = KernelScope.of(index.db, index.table, scope)
+    if where is None:
+        return []
     if index.healing:  # said once when the damage was found; FTS5 answers meanwhile
         return None
     try:
         core = index.current()
         if core is None:
             return None
-        span = {} if scope.span is None else scope.span.kernel_args()
         ids_out, scores = core.search(
-            terms, scope_hash(scope.agent_id), projects, channels, sources, limit, **span
+            terms, where.agent, where.projects, where.channels, where.sources, limit, **where.span
         )
     except (OSError, StoreCorrupt) as exc:
         # On SQLite FTS5 gives the same answer; on PostgreSQL the arm's error path answers.

@@ -17,14 +17,13 @@ from cpersona.errors import EmbeddingUnavailable
 from cpersona.operating_context import OperatingContext
 from cpersona.retrieval.advisory import EmbeddingHealth
 from cpersona.retrieval.sidecar import Sidecar
-from cpersona.storage import Database
+from cpersona.storage import Store
 from cpersona.storage.upkeep.embedding_rows import recorded_models
 from cpersona.storage.upkeep.handle import Handle, reading
 
 if TYPE_CHECKING:
     from cpersona.embedding.base import EmbeddingProvider
     from cpersona.engine import Engine
-    from cpersona.health.checks.model import ModelProbe
     from cpersona.vectors.index import VectorIndex
 
 
@@ -46,9 +45,23 @@ class Reembed:
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ModelProbe:
+    """What the embedding_model check's probe found (health/checks/model.py): rows compared,
+    and {table: ids} whose vectors differ. A fix run probes before its write lock and keeps
+    the answer here for the check."""
+
+    sampled: int
+    differing: dict[str, list[int]]
+
+    @property
+    def count(self) -> int:
+        return sum(len(ids) for ids in self.differing.values())
+
+
 @dataclass
 class HealthContext:
-    db: Database
+    db: Store
     settings: Settings
     embedder: EmbeddingProvider | None  # None: no embedding backend (`none` mode)
     oc: OperatingContext

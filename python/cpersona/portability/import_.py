@@ -33,7 +33,7 @@ from cpersona.portability import records
 from cpersona.portability import vectors as kept
 from cpersona.portability.counts import Copied
 from cpersona.portability.paths import confine, read_bounded, refusal
-from cpersona.storage import associations, bulk
+from cpersona.storage import association_graph, bulk
 from cpersona.storage.bulk import EpisodeRecord, MemoryRecord, ProfileRecord
 from cpersona.storage.error_kinds import DISK_FULL, is_disk_full
 from cpersona.vectors.remote import Item
@@ -61,7 +61,7 @@ class _Plan:
     #: Line number -> credentials found in that record (CPERSONA_SECRETS, issue 22).
     credentials: dict[int, dict[str, int]] = field(default_factory=dict)
     #: The declared associations the file carries (issue 32; 2.6's export 1.1 records).
-    graph: associations.Graph = field(default_factory=associations.Graph)
+    graph: association_graph.Graph = field(default_factory=association_graph.Graph)
 
     def mismatch(self) -> str | None:
         """Why the body disagrees with the header's declared counts, or None."""

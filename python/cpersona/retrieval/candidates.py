@@ -35,6 +35,9 @@ class Candidate:
     rsf: float | None = None
     confidence: float | None = None
     confidence_detail: dict[str, Any] | None = field(default=None)
+    #: The episode-boundary factor applied to this row's scores (§6.2; 1.0: none). The gate
+    #: divides it back out: it judges how well a row matches, the penalty only its rank.
+    penalty: float = 1.0
 
     @property
     def key(self) -> int:

@@ -14,19 +14,20 @@ from collections.abc import Iterable, Sequence
 
 from cpersona.retrieval.candidates import Candidate, from_episode, from_memory
 from cpersona.storage import Store, search
-from cpersona.storage.search import EpisodeHit, MemoryHit, ScopeSql
+from cpersona.storage.scan_request import Scope
+from cpersona.storage.search import EpisodeHit, MemoryHit
 
 #: (kind "mem" or "ep", row id, cosine) as the vector arm ranks them.
 Ranked = tuple[str, int, float]
 
 
 class Hydration:
-    """One recall's reads of rows by id in `scope` (memories also by `source` prefix)."""
+    """One recall's reads of rows by id in `scope` (memories also by its source prefix)."""
 
-    def __init__(self, db: Store, scope: ScopeSql, source: str) -> None:
+    def __init__(self, db: Store, scope: Scope) -> None:
         self._db = db
         self._scope = scope
-        self._source = source
+        self._source = scope.source_prefix
         self._mems: dict[int, MemoryHit] = {}
         self._eps: dict[int, EpisodeHit] = {}
         #: Ids read already (found or not) and ids to read with the next read, per kind.

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from cpersona.models import ProjectFilter
 from cpersona.retrieval.candidates import Candidate
 from cpersona.retrieval.request import RecallRequest
+from cpersona.storage import association_links as role_sql
 from cpersona.storage import associations as decl
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ def _bundle(
                 by_msg[row.msg_id] = i
     roles: dict[str, list[dict[str, str]]] = {}
     refs = [(r.kind, r.id) for r in pool if r.kind in ("mem", "ep")]
-    for link in decl.role_links(engine.db, agent_id, refs, decl.ROLES):
+    for link in role_sql.role_links(engine.db, agent_id, refs, decl.ROLES):
         subject, obj = f"{link.subject[0]}:{link.subject[1]}", f"{link.obj[0]}:{link.obj[1]}"
         if subject in at and obj in at and subject != obj:
             join(at[subject], at[obj])

@@ -15,20 +15,21 @@ from __future__ import annotations
 from cpersona.retrieval.hydration import Hydration
 from cpersona.storage import Store, search
 from cpersona.storage import profiles as profile_sql
+from cpersona.storage.scan_request import Scope
 from cpersona.storage.scope_facts import PendingScopeFacts
-from cpersona.storage.search import ScopeFacts, ScopeSql
+from cpersona.storage.search import ScopeFacts
 
 Stats = tuple[int, tuple[str | None, str | None]]
 
 
 class ScopeReads:
     """One recall's reads of `scope` (see the module docstring), and of its rows by id
-    (`rows`, memories also by `source` prefix). `stats_cap`: the pool cap when the pool and
-    span will be needed (the cache has none), else None. Made before the recall's snapshot,
-    so that on PostgreSQL the scalar reads go with its BEGIN."""
+    (`rows`, memories also by the scope's source prefix). `stats_cap`: the pool cap when the
+    pool and span will be needed (the cache has none), else None. Made before the recall's
+    snapshot, so that on PostgreSQL the scalar reads go with its BEGIN."""
 
-    def __init__(self, db: Store, scope: ScopeSql, source: str, stats_cap: int | None) -> None:
-        self.rows = Hydration(db, scope, source)
+    def __init__(self, db: Store, scope: Scope, stats_cap: int | None) -> None:
+        self.rows = Hydration(db, scope)
         self._db = db
         self._scope = scope
         self._cap = stats_cap

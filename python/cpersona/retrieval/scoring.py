@@ -41,6 +41,7 @@ def episode_penalty(rows: list[Candidate], boundary: datetime | None, settings: 
         f = max(settings.episode_decay_floor, math.exp(-settings.episode_decay_rate * h))
         if f < 1.0:
             changed = True
+            row.penalty = f
             if row.cosine is not None:
                 row.cosine *= f
             if row.rrf is not None:
@@ -182,7 +183,13 @@ def gate(
     fused: tuple[float | None, str | None],
     rrf_k: int,
 ) -> list[Candidate]:
-    """Keep the rows that pass §7.3's first matching branch (order preserved)."""
+    """Keep the rows that pass §7.3's first matching branch (order preserved).
+
+    A cosine, rrf or rsf is judged as matched, before the episode-boundary penalty: the
+    penalty is a preference among rows, not evidence against a match. Gated after it, every
+    keyword-only memory older than ~3 days before the latest episode fell under the rrf gate
+    and only episodes were left (docs/compatibility.md, "Episodes in recall").
+    """
     m = heuristic_gate(pool)
     if deep:
         m /= 2
@@ -201,6 +208,8 @@ def gate(
                 out.append(row)
             continue
         value = float(getattr(row, sig))
+        if sig != "confidence":  # confidence blends age on purpose (§6.4)
+            value /= row.penalty
         if gate_value is not None and gate_signal == sig:
             threshold = gate_value
         elif sig == "rrf":
@@ -237,3 +246,35 @@ def autocut(rows: list[Candidate], s: Settings) -> list[Candidate]:
         return rows
     keep = {id(r) for r in scored[: gaps.index(best) + 1]}
     return [r for r in rows if r.is_profile or id(r) in keep]
+
+
+def episode_allowance(limit: int, setting: int) -> int:
+    """How many episode rows an answer of `limit` rows may hold: the setting, or (-1) one per
+    ten rows asked, at least one."""
+    if setting >= 0:
+        return setting
+    return max(1, -(-limit // 10))
+
+
+def place_episodes(rows: list[Candidate], limit: int, allowance: int) -> list[Candidate]:
+    """The first `limit` rows of a fused answer, at most `allowance` of them episodes, with
+    the episodes moved after the memories (the profile, last in a fused list, stays last).
+
+    An episode summarises a session; the turn that answers is a memory. Ranked among them,
+    summaries match most questions about their session better than the turn does and took
+    the first places (LoCoMo as lived: R@1 0.29 -> 0.02, docs/quality.md). Here they stay in
+    the answer as context, and the best row is the best memory. Rows past the allowance
+    give their place to the next rows, so `limit` rows still come back when there are.
+    """
+    head: list[Candidate] = []
+    episodes = 0
+    for row in rows:
+        if len(head) == limit:
+            break
+        if row.kind == "ep":
+            if episodes == allowance:
+                continue
+            episodes += 1
+        head.append(row)
+    order = {"mem": 0, "ep": 1}
+    return sorted(head, key=lambda r: order.get(r.kind, 2))  # stable: ranks kept within kinds

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cpersona.models import ProjectFilter
+from cpersona.storage import association_links as role_sql
 from cpersona.storage import associations as decl
 from cpersona.storage import search
 from cpersona.storage.scan_request import ScanLimits, Scope
@@ -53,7 +54,7 @@ def candidates(
     found: dict[int, dict[str, Any]] = {}
     stem = family(msg_id) if msg_id else ""
     if stem:
-        for other_id, other_msg in decl.same_scope_msg_ids(
+        for other_id, other_msg in role_sql.same_scope_msg_ids(
             recaller.db, agent_id, project_id, channel, stem, row_id
         ):
             if family(other_msg) == stem:
@@ -68,7 +69,7 @@ def candidates(
                 entry = found.setdefault(other_id, {"ref": f"mem:{other_id}", "why": "cosine"})
                 entry["cosine"] = round(cosine, 4)
     # Rows the new one already replaces by declaration are no longer candidates.
-    declared = decl.role_links(
+    declared = role_sql.role_links(
         recaller.db, agent_id, [("mem", row_id)], decl.REPLACING, as_object=False, as_subject=True
     )
     for link in declared:
@@ -77,7 +78,7 @@ def candidates(
     if not found:
         return []
     # Only rows filed exactly where the new one is: supersession needs one scope.
-    filed = decl.filed(recaller.db, [("mem", i) for i in found])
+    filed = role_sql.filed(recaller.db, [("mem", i) for i in found])
     here = [
         i
         for i in found
@@ -96,7 +97,7 @@ def _nearest(
     hits = scan_table(
         recaller.db,
         "memories",
-        recaller.indexes.get("memories"),
+        recaller.files.vectors.get("memories"),
         np.ascontiguousarray(vec, dtype=np.float32),
         Scope(agent_id, ProjectFilter(project_id), channel),
         limits,

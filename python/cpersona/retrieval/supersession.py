@@ -19,24 +19,31 @@ range: the older row stays).
 Cost: a recall for an agent that declares no replacing or contradicting role pays one probe,
 cached per agent like the scope stats (`active`); own declarations invalidate it at once.
 
-Hooks: `Supersession.replace` is called by the pipeline on the arms' lists (marked
-`issue 32 hook` in retrieval/pipeline.py), and `Supersession.marks` by the recall tools on the
-rows returned (server/tools/recall.py). Everything else is here.
+Hooks: a `Supersession` is the recaller's list step (`Recaller.list_steps`: called on each
+channel's hydrated list in turn, the cascade's keyword list too, with the recall's reads and
+trace), and `Supersession.marks` is called by the recall tools on the rows returned
+(server/tools/recall.py). Everything else is here.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cpersona.retrieval import trace as tracing
 from cpersona.retrieval.candidates import Candidate
+from cpersona.retrieval.channel import RankedList
+from cpersona.retrieval.hydration import Hydration
+from cpersona.retrieval.recall_query import RecallQuery
+from cpersona.retrieval.trace import Trace
 from cpersona.storage import Store
+from cpersona.storage import association_links as role_sql
 from cpersona.storage import associations as decl
-from cpersona.storage.associations import Filed, RoleLink
+from cpersona.storage.association_links import Filed, RoleLink
 from cpersona.timerange import TimeRange
 
 Ref = tuple[str, int]
@@ -141,6 +148,11 @@ class Supersession:
         self.ttl = ttl_seconds
         self._probe: dict[str, tuple[float, bool]] = {}
         self._lock = threading.Lock()
+        #: Per recall (keyed on its hydration, which lives as long as the recall): the refs
+        #: planned so far and their plan, so that each list reads only what is new.
+        self._plans: weakref.WeakKeyDictionary[Hydration, tuple[set[Ref], Plan]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- the probe ----------------------------------------------------------------------------
 
@@ -152,7 +164,7 @@ class Supersession:
             hit = self._probe.get(agent_id)
         if hit is not None and now - hit[0] < self.ttl:
             return hit[1]
-        found = decl.declares_roles(self.db, agent_id, (*REPLACING, *CONTRADICTING))
+        found = role_sql.declares_roles(self.db, agent_id, (*REPLACING, *CONTRADICTING))
         with self._lock:
             if len(self._probe) >= 4096:
                 self._probe.clear()
@@ -162,7 +174,7 @@ class Supersession:
     def _touched(self, agent_id: str, refs: list[Ref]) -> bool:
         """The probe, then whether any of `refs` is an end of a declared role at all: one
         statement, and on an agent that declares, most recalls stop there."""
-        return self.active(agent_id) and decl.touches_roles(
+        return self.active(agent_id) and role_sql.touches_roles(
             self.db, agent_id, refs, (*REPLACING, *CONTRADICTING)
         )
 
@@ -186,7 +198,7 @@ class Supersession:
         for _ in range(MAX_CHAIN_ROUNDS):
             if not frontier:
                 break
-            found = decl.role_links(
+            found = role_sql.role_links(
                 self.db,
                 agent_id,
                 frontier,
@@ -202,11 +214,11 @@ class Supersession:
                         seen.add(end)
                         nxt.append(end)
             frontier = nxt
-        against = decl.role_links(
+        against = role_sql.role_links(
             self.db, agent_id, start, CONTRADICTING, as_object=True, as_subject=True
         )
         records = set(seen) | {e for link in against for e in (link.subject, link.obj)}
-        filed = decl.filed(self.db, records)
+        filed = role_sql.filed(self.db, records)
         edges = tuple(
             (link.subject, link.obj, link.role)
             for link in sorted(links.values(), key=lambda lk: lk.relation_id)
@@ -252,29 +264,45 @@ class Supersession:
                 )
         return plan
 
-    # -- the replacement (the pipeline's hook) ------------------------------------------------
+    # -- the replacement (the pipeline's list step) --------------------------------------------
 
-    def replace(
-        self,
-        agent_id: str,
-        lists: Sequence[list[Candidate]],
-        hydrate: Hydrate,
-        *,
-        span: TimeRange | None = None,
-        include_superseded: bool = False,
-    ) -> list[list[Candidate]]:
-        """Each ranked list (best first) with every superseded row replaced by its successors
-        at its rank and with its scores (its successors first, the row kept after them with
-        `include_superseded`), and each contradicting partner put right after its row."""
-        refs = [(r.kind, r.id) for rows in lists for r in rows if r.kind in ("mem", "ep")]
+    def __call__(
+        self, query: RecallQuery, ranked: RankedList, reads: Hydration, trace: Trace
+    ) -> RankedList:
+        """The list step (pipeline.ListStep): `ranked` with every superseded row replaced by
+        its successors at its rank and with its scores (its successors first, the row kept
+        after them with `include_superseded`), and each contradicting partner put right
+        after its row. Successors are read through `reads`, in the recall's scope."""
+        agent_id = query.scope.agent_id
+        refs = [(r.kind, r.id) for r in ranked.rows if r.kind in ("mem", "ep")]
         if not refs or not self.active(agent_id):
-            return [list(rows) for rows in lists]
-        plan = self.plan(agent_id, refs, span)
-        if (trace := tracing.current()) is not None:
-            trace.supersession(plan.replaced_by, plan.role, plan.contradicts)
+            return ranked
+        plan = self._recall_plan(reads, agent_id, refs, query.scope.span)
+        trace(
+            "supersession",
+            ranked.rows,
+            tracing.supersession_detail(plan.replaced_by, plan.role, plan.contradicts),
+        )
         if not plan:
-            return [list(rows) for rows in lists]
-        return apply(plan, lists, hydrate, include_superseded=include_superseded)
+            return ranked
+        (rows,) = apply(plan, [ranked.rows], reads.candidates, query.include_superseded)
+        return replace(ranked, rows=rows)
+
+    def _recall_plan(
+        self, reads: Hydration, agent_id: str, refs: list[Ref], span: TimeRange | None
+    ) -> Plan:
+        """One recall's plan, grown list by list: the refs an earlier list of the recall
+        planned are not read again (a ref's plan depends on its own declarations only)."""
+        with self._lock:
+            planned, plan = self._plans.setdefault(reads, (set(), Plan()))
+        new = [r for r in dict.fromkeys(refs) if r not in planned]
+        if new:
+            more = self.plan(agent_id, new, span)
+            plan.replaced_by.update(more.replaced_by)
+            plan.role.update(more.role)
+            plan.contradicts.update(more.contradicts)
+            planned.update(new)
+        return plan
 
     # -- the marks (the tools' hook) ----------------------------------------------------------
 
@@ -314,10 +342,10 @@ def apply(
     plan: Plan,
     lists: Sequence[list[Candidate]],
     hydrate: Hydrate,
-    *,
     include_superseded: bool = False,
 ) -> list[list[Candidate]]:
-    """`Supersession.replace` on a plan already made (plain: the unit tests call it)."""
+    """The replacement of the list step on a plan already made (plain: the unit tests call
+    it with several lists)."""
     needed = sorted(
         {e for ends in plan.replaced_by.values() for e in ends}
         | {p for ps in plan.contradicts.values() for p in ps}

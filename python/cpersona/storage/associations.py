@@ -11,13 +11,16 @@ record of the declaring agent (the tables have no foreign keys; the delete trigg
 record's declarations with it).
 
 A malformed item is reported in `dropped` and skipped, never a reason to refuse the rest.
+
+Here: declare, retract, traverse. Beside it: the tables' DDL (association_schema.py), the
+record -> record roles recall reads (association_links.py) and the graph of portability
+(association_graph.py).
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +29,6 @@ from cpersona.models import ProjectFilter
 from cpersona.storage.error_kinds import translating
 from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Connection, Store
-from cpersona.timerange import row_time
 
 # Bounds on one call, as 2.6.14's: items past them are reported in `dropped`.
 MAX_ITEMS = 64
@@ -46,165 +48,8 @@ REPLACING = ("supersedes", "corrects")
 
 _WHITESPACE = re.compile(r"\s+")
 _REF = re.compile(r"^(mem|ep):(\d+)$")
-_TABLE = {"mem": "memories", "ep": "episodes"}
+TABLE_OF = {"mem": "memories", "ep": "episodes"}
 _INT64 = 2**63 - 1
-
-# --------------------------------------------------------------------------------- schema
-
-#: 2.6.14's DDL, byte for byte what it creates (so its own `IF NOT EXISTS` finds them as its).
-SQLITE_DDL: tuple[str, ...] = (
-    """CREATE TABLE IF NOT EXISTS entities (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    agent_id    TEXT    NOT NULL,
-    project_id  TEXT    NOT NULL DEFAULT '',
-    channel     TEXT    NOT NULL DEFAULT '',
-    name        TEXT    NOT NULL,
-    normalized  TEXT    NOT NULL,
-    declared_by TEXT    NOT NULL,
-    created_at  TEXT    NOT NULL,
-    UNIQUE (agent_id, project_id, channel, normalized)
-)""",
-    """CREATE TABLE IF NOT EXISTS entity_aliases (
-    entity_id   INTEGER NOT NULL,
-    alias       TEXT    NOT NULL,
-    normalized  TEXT    NOT NULL,
-    PRIMARY KEY (entity_id, normalized)
-)""",
-    "CREATE INDEX IF NOT EXISTS idx_entity_aliases_normalized ON entity_aliases(normalized)",
-    """CREATE TABLE IF NOT EXISTS entity_mentions (
-    entity_id   INTEGER NOT NULL,
-    ref         TEXT    NOT NULL,
-    declared_by TEXT    NOT NULL,
-    created_at  TEXT    NOT NULL,
-    PRIMARY KEY (entity_id, ref)
-)""",
-    "CREATE INDEX IF NOT EXISTS idx_entity_mentions_ref ON entity_mentions(ref)",
-    """CREATE TABLE IF NOT EXISTS relations (
-    id           INTEGER PRIMARY KEY AUTOINCREMENT,
-    agent_id     TEXT    NOT NULL,
-    project_id   TEXT    NOT NULL DEFAULT '',
-    channel      TEXT    NOT NULL DEFAULT '',
-    subject_kind TEXT    NOT NULL,
-    subject_id   INTEGER NOT NULL,
-    predicate    TEXT    NOT NULL,
-    object_kind  TEXT    NOT NULL,
-    object_id    INTEGER NOT NULL,
-    anchor_ref   TEXT    NOT NULL DEFAULT '',
-    declared_by  TEXT    NOT NULL,
-    declared_at  TEXT    NOT NULL,
-    UNIQUE (agent_id, project_id, channel,
-            subject_kind, subject_id, predicate, object_kind, object_id, anchor_ref)
-)""",
-    "CREATE INDEX IF NOT EXISTS idx_relations_subject ON relations(subject_kind, subject_id)",
-    "CREATE INDEX IF NOT EXISTS idx_relations_object ON relations(object_kind, object_id)",
-    "CREATE INDEX IF NOT EXISTS idx_relations_anchor ON relations(anchor_ref)",
-    """CREATE TRIGGER IF NOT EXISTS associations_entities_ad AFTER DELETE ON entities BEGIN
-    DELETE FROM entity_aliases WHERE entity_id = old.id;
-    DELETE FROM entity_mentions WHERE entity_id = old.id;
-    DELETE FROM relations WHERE (subject_kind = 'entity' AND subject_id = old.id)
-                            OR (object_kind = 'entity' AND object_id = old.id);
-END""",
-    """CREATE TRIGGER IF NOT EXISTS associations_memories_ad AFTER DELETE ON memories BEGIN
-    DELETE FROM entity_mentions WHERE ref = 'mem:' || old.id;
-    DELETE FROM relations WHERE (subject_kind = 'mem' AND subject_id = old.id)
-                            OR (object_kind = 'mem' AND object_id = old.id)
-                            OR anchor_ref = 'mem:' || old.id;
-END""",
-    """CREATE TRIGGER IF NOT EXISTS associations_episodes_ad AFTER DELETE ON episodes BEGIN
-    DELETE FROM entity_mentions WHERE ref = 'ep:' || old.id;
-    DELETE FROM relations WHERE (subject_kind = 'ep' AND subject_id = old.id)
-                            OR (object_kind = 'ep' AND object_id = old.id)
-                            OR anchor_ref = 'ep:' || old.id;
-END""",
-)
-
-#: Not 2.6's: recall's one probe for an agent's declared replacing roles (both backends).
-AGENT_PREDICATE_INDEX = (
-    "CREATE INDEX IF NOT EXISTS cpersona_relations_agent_predicate "
-    "ON relations(agent_id, predicate)"
-)
-
-_T = 'TEXT COLLATE "C"'
-#: The PostgreSQL dialect of the same tables: BIGINT identities, byte-order text, and the
-#: delete cascades as plpgsql triggers (one function per table they watch).
-PG_DDL: tuple[str, ...] = (
-    f"""CREATE TABLE IF NOT EXISTS entities (
-    id          BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-    agent_id    {_T} NOT NULL,
-    project_id  {_T} NOT NULL DEFAULT '',
-    channel     {_T} NOT NULL DEFAULT '',
-    name        {_T} NOT NULL,
-    normalized  {_T} NOT NULL,
-    declared_by {_T} NOT NULL,
-    created_at  {_T} NOT NULL,
-    UNIQUE (agent_id, project_id, channel, normalized)
-)""",
-    f"""CREATE TABLE IF NOT EXISTS entity_aliases (
-    entity_id   BIGINT NOT NULL,
-    alias       {_T} NOT NULL,
-    normalized  {_T} NOT NULL,
-    PRIMARY KEY (entity_id, normalized)
-)""",
-    "CREATE INDEX IF NOT EXISTS idx_entity_aliases_normalized ON entity_aliases(normalized)",
-    f"""CREATE TABLE IF NOT EXISTS entity_mentions (
-    entity_id   BIGINT NOT NULL,
-    ref         {_T} NOT NULL,
-    declared_by {_T} NOT NULL,
-    created_at  {_T} NOT NULL,
-    PRIMARY KEY (entity_id, ref)
-)""",
-    "CREATE INDEX IF NOT EXISTS idx_entity_mentions_ref ON entity_mentions(ref)",
-    f"""CREATE TABLE IF NOT EXISTS relations (
-    id           BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-    agent_id     {_T} NOT NULL,
-    project_id   {_T} NOT NULL DEFAULT '',
-    channel      {_T} NOT NULL DEFAULT '',
-    subject_kind {_T} NOT NULL,
-    subject_id   BIGINT NOT NULL,
-    predicate    {_T} NOT NULL,
-    object_kind  {_T} NOT NULL,
-    object_id    BIGINT NOT NULL,
-    anchor_ref   {_T} NOT NULL DEFAULT '',
-    declared_by  {_T} NOT NULL,
-    declared_at  {_T} NOT NULL,
-    UNIQUE (agent_id, project_id, channel,
-            subject_kind, subject_id, predicate, object_kind, object_id, anchor_ref)
-)""",
-    "CREATE INDEX IF NOT EXISTS idx_relations_subject ON relations(subject_kind, subject_id)",
-    "CREATE INDEX IF NOT EXISTS idx_relations_object ON relations(object_kind, object_id)",
-    "CREATE INDEX IF NOT EXISTS idx_relations_anchor ON relations(anchor_ref)",
-    # Recall's one cheap check ("does this agent declare any replacing role?").
-    "CREATE INDEX IF NOT EXISTS cpersona_relations_agent_predicate "
-    "ON relations(agent_id, predicate)",
-    """CREATE OR REPLACE FUNCTION cpersona_associations_entity_ad() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
-BEGIN
-    DELETE FROM entity_aliases WHERE entity_id = OLD.id;
-    DELETE FROM entity_mentions WHERE entity_id = OLD.id;
-    DELETE FROM relations WHERE (subject_kind = 'entity' AND subject_id = OLD.id)
-                            OR (object_kind = 'entity' AND object_id = OLD.id);
-    RETURN NULL;
-END
-$fn$""",
-    """CREATE OR REPLACE FUNCTION cpersona_associations_record_ad() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    k text := CASE WHEN TG_TABLE_NAME = 'memories' THEN 'mem' ELSE 'ep' END;
-BEGIN
-    DELETE FROM entity_mentions WHERE ref = k || ':' || OLD.id;
-    DELETE FROM relations WHERE (subject_kind = k AND subject_id = OLD.id)
-                            OR (object_kind = k AND object_id = OLD.id)
-                            OR anchor_ref = k || ':' || OLD.id;
-    RETURN NULL;
-END
-$fn$""",
-    "CREATE OR REPLACE TRIGGER associations_entities_ad AFTER DELETE ON entities "
-    "FOR EACH ROW EXECUTE FUNCTION cpersona_associations_entity_ad()",
-    "CREATE OR REPLACE TRIGGER associations_memories_ad AFTER DELETE ON memories "
-    "FOR EACH ROW EXECUTE FUNCTION cpersona_associations_record_ad()",
-    "CREATE OR REPLACE TRIGGER associations_episodes_ad AFTER DELETE ON episodes "
-    "FOR EACH ROW EXECUTE FUNCTION cpersona_associations_record_ad()",
-)
 
 # --------------------------------------------------------------------------------- values
 
@@ -225,18 +70,18 @@ def parse_ref(ref: object) -> tuple[str, int] | None:
     return (m.group(1), row_id) if row_id <= _INT64 else None
 
 
-def _is_id(value: object) -> bool:
+def is_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -_INT64 <= value <= _INT64
 
 
-def _text(value: object) -> str | None:
+def text_value(value: object) -> str | None:
     if not isinstance(value, str):
         return None
     value = value.strip()
     return value if value and len(value) <= MAX_TEXT else None
 
 
-def _now() -> str:
+def utc_now() -> str:
     return datetime.now(UTC).isoformat()
 
 
@@ -271,12 +116,12 @@ def _read_scope(
 # --------------------------------------------------------------------------------- declaring
 
 
-def _record_exists(conn: Connection, agent_id: str, kind: str, row_id: int) -> bool:
-    sql = f"SELECT 1 FROM {_TABLE[kind]} WHERE id = ? AND agent_id = ?"
+def record_exists(conn: Connection, agent_id: str, kind: str, row_id: int) -> bool:
+    sql = f"SELECT 1 FROM {TABLE_OF[kind]} WHERE id = ? AND agent_id = ?"
     return conn.execute(sql, (row_id, agent_id)).fetchone() is not None
 
 
-def _resolve_entity(
+def resolve_entity(
     conn: Connection, scope: DeclScope, normalized: str, *, exact: bool = False
 ) -> int | None:
     scopes = scope.visible()
@@ -292,7 +137,7 @@ def _resolve_entity(
     return None
 
 
-def _insert_entity(
+def insert_entity(
     conn: Connection, scope: DeclScope, name: str, declared_by: str, stamp: str
 ) -> int:
     rows = conn.execute(
@@ -316,23 +161,23 @@ def _register_entity(
 ) -> tuple[int, bool]:
     # An entity declared with aliases gets one of its own scope (`exact`): entity_aliases has no
     # scope columns, so an alias added to a wider scope's entity would be read everywhere.
-    existing = _resolve_entity(conn, scope, normalize(name), exact=exact)
+    existing = resolve_entity(conn, scope, normalize(name), exact=exact)
     if existing is not None:
         return existing, False
-    return _insert_entity(conn, scope, name, declared_by, now), True
+    return insert_entity(conn, scope, name, declared_by, now), True
 
 
 def _alias_refusal(conn: Connection, scope: DeclScope, entity_id: int, alias: str) -> str | None:
     normalized = normalize(alias)
     if not normalized:
         return "empty after normalization"
-    owner = _resolve_entity(conn, scope, normalized)
+    owner = resolve_entity(conn, scope, normalized)
     if owner is not None and owner != entity_id:
         return "already names another entity in this scope"
     return None
 
 
-def _add_alias(conn: Connection, scope: DeclScope, entity_id: int, alias: str) -> str | None:
+def add_alias(conn: Connection, scope: DeclScope, entity_id: int, alias: str) -> str | None:
     reason = _alias_refusal(conn, scope, entity_id, alias)
     if reason is None:
         conn.execute(
@@ -343,7 +188,7 @@ def _add_alias(conn: Connection, scope: DeclScope, entity_id: int, alias: str) -
     return reason
 
 
-def _add_mention(conn: Connection, entity_id: int, ref: str, declared_by: str, now: str) -> None:
+def add_mention(conn: Connection, entity_id: int, ref: str, declared_by: str, now: str) -> None:
     conn.execute(
         "INSERT INTO entity_mentions (entity_id, ref, declared_by, created_at) "
         "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
@@ -358,18 +203,18 @@ def _endpoint(
     why it is neither."""
     parsed = parse_ref(value)
     if parsed is not None:
-        if not _record_exists(conn, scope.agent_id, *parsed):
+        if not record_exists(conn, scope.agent_id, *parsed):
             return f"{str(value).strip()} is not a record of this agent"
         return parsed
     if isinstance(value, str) and re.match(r"^(mem|ep):\d+$", value.strip()):
         return f"{value.strip()} is not a record of this agent"
-    name = _text(value)
+    name = text_value(value)
     if name is None:
         return "endpoint must be an entity name or a record ref"
     return "entity", _register_entity(conn, scope, name, declared_by, now, False)[0]
 
 
-def _relation_id(conn: Connection, key: tuple[object, ...], declared_by: str, now: str) -> int:
+def upsert_relation(conn: Connection, key: tuple[object, ...], declared_by: str, now: str) -> int:
     conn.execute(
         "INSERT INTO relations (agent_id, project_id, channel, subject_kind, subject_id, "
         "predicate, object_kind, object_id, anchor_ref, declared_by, declared_at) "
@@ -405,12 +250,12 @@ def declare(
     if not isinstance(relations, list):
         dropped.append({"item": "relations", "reason": "must be a list"})
         relations = []
-    now = _now()
+    now = utc_now()
     with db.atomic(exclusive=False) as conn:
         anchor = anchor_ref.strip()
         if anchor:
             parsed = parse_ref(anchor)
-            if parsed is None or not _record_exists(conn, scope.agent_id, *parsed):
+            if parsed is None or not record_exists(conn, scope.agent_id, *parsed):
                 reason = f"{anchor} is not a record of this agent"
                 dropped.append({"item": "anchor_ref", "reason": reason})
                 anchor = ""
@@ -422,7 +267,7 @@ def declare(
                     {"item": f"entities[{index}]", "reason": f"beyond the {MAX_ITEMS}-item bound"}
                 )
                 continue
-            name = _text(item.get("name")) if isinstance(item, dict) else None
+            name = text_value(item.get("name")) if isinstance(item, dict) else None
             if name is None:
                 dropped.append(
                     {"item": f"entities[{index}]", "reason": "name must be a nonempty string"}
@@ -432,7 +277,7 @@ def declare(
             if not isinstance(aliases, list):
                 dropped.append({"item": f"entities[{index}].aliases", "reason": "must be a list"})
                 aliases = []
-            exact = any(_text(a) is not None for a in aliases[:MAX_ALIASES])
+            exact = any(text_value(a) is not None for a in aliases[:MAX_ALIASES])
             entity_id, created = _register_entity(conn, scope, name, declared_by, now, exact)
             for a_index, alias in enumerate(aliases):
                 label = f"entities[{index}].aliases[{a_index}]"
@@ -440,16 +285,16 @@ def declare(
                     bound = f"beyond the {MAX_ALIASES}-alias bound"
                     dropped.append({"item": label, "reason": bound})
                     continue
-                text = _text(alias)
+                text = text_value(alias)
                 why = (
                     "must be a nonempty string"
                     if text is None
-                    else _add_alias(conn, scope, entity_id, text)
+                    else add_alias(conn, scope, entity_id, text)
                 )
                 if why:
                     dropped.append({"item": label, "reason": why})
             if anchor:
-                _add_mention(conn, entity_id, anchor, declared_by, now)
+                add_mention(conn, entity_id, anchor, declared_by, now)
                 report["mentions"] += 1
             report["entities"].append({"id": entity_id, "name": name, "created": created})
         for index, item in enumerate(relations):
@@ -460,7 +305,7 @@ def declare(
             if not isinstance(item, dict):
                 dropped.append({"item": label, "reason": "must be an object"})
                 continue
-            predicate = _text(item.get("predicate"))
+            predicate = text_value(item.get("predicate"))
             if predicate is None or not normalize(predicate):
                 dropped.append({"item": label, "reason": "predicate must be a nonempty string"})
                 continue
@@ -483,7 +328,7 @@ def declare(
                 obj[1],
                 anchor,
             )
-            report["relations"].append(_relation_id(conn, key, declared_by, now))
+            report["relations"].append(upsert_relation(conn, key, declared_by, now))
     return report
 
 
@@ -511,7 +356,7 @@ def retract(
     mention_items = _bounded(mentions, "mentions", dropped)
     with db.atomic(exclusive=False) as conn:
         for index, relation_id in enumerate(rel_items):
-            if not _is_id(relation_id):
+            if not is_id(relation_id):
                 label = f"retract.relations[{index}]"
                 dropped.append({"item": label, "reason": "must be an integer id"})
                 continue
@@ -522,7 +367,7 @@ def retract(
         for index, item in enumerate(mention_items):
             entity_id = item.get("entity") if isinstance(item, dict) else None
             parsed = parse_ref(item.get("ref")) if isinstance(item, dict) else None
-            if not _is_id(entity_id) or parsed is None:
+            if not is_id(entity_id) or parsed is None:
                 label = f"retract.mentions[{index}]"
                 dropped.append(
                     {"item": label, "reason": "needs an integer entity and a record ref"}
@@ -732,381 +577,3 @@ def traverse(db: Store, scope: ReadScope, entity: str, max_hops: int, limit: int
     if omitted:
         out["bounds"] = {"omitted": omitted}
     return out
-
-
-# --------------------------------------------------------------------------------- roles
-
-
-@dataclass(frozen=True, slots=True)
-class RoleLink:
-    """A declared record -> record role: `subject` (the newer record) `role` `obj`, with the
-    scope each record is filed in (None: the record is gone or not this agent's)."""
-
-    subject: tuple[str, int]
-    role: str
-    obj: tuple[str, int]
-    relation_id: int
-
-
-@translating
-def declares_roles(db: Store, agent_id: str, roles: Sequence[str]) -> bool:
-    """Whether `agent_id` has any relation whose predicate is one of `roles` (one probe)."""
-    marks = ",".join("?" for _ in roles)
-    row = db.query_one(
-        f"SELECT 1 FROM relations WHERE agent_id = ? AND predicate IN ({marks}) LIMIT 1",
-        (agent_id, *roles),
-    )
-    return row is not None
-
-
-def _role_rows(
-    db: Store, agent_id: str, roles: Sequence[str], column: str, refs: Iterable[tuple[str, int]]
-) -> list[RoleLink]:
-    by_kind: dict[str, list[int]] = {}
-    for kind, row_id in refs:
-        by_kind.setdefault(kind, []).append(row_id)
-    role_marks = ",".join("?" for _ in roles)
-    out: list[RoleLink] = []
-    for kind, ids in sorted(by_kind.items()):
-        for offset in range(0, len(ids), 500):
-            batch = ids[offset : offset + 500]
-            marks = ",".join("?" for _ in batch)
-            rows = db.query(
-                "SELECT id, subject_kind, subject_id, predicate, object_kind, object_id "
-                f"FROM relations WHERE agent_id = ? AND predicate IN ({role_marks}) "
-                f"AND {column}_kind = ? AND {column}_id IN ({marks}) "
-                "AND subject_kind IN ('mem', 'ep') AND object_kind IN ('mem', 'ep')",
-                (agent_id, *roles, kind, *batch),
-            )
-            out += [RoleLink((r[1], int(r[2])), r[3], (r[4], int(r[5])), int(r[0])) for r in rows]
-    return out
-
-
-@translating
-def touches_roles(
-    db: Store, agent_id: str, refs: Iterable[tuple[str, int]], roles: Sequence[str]
-) -> bool:
-    """Whether any of `refs` is an end of one of this agent's relations of `roles` (one
-    statement per kind of record: the common answer, no, costs that much and no more)."""
-    by_kind: dict[str, list[int]] = {}
-    for kind, row_id in dict.fromkeys(refs):
-        by_kind.setdefault(kind, []).append(row_id)
-    role_marks = ",".join("?" for _ in roles)
-    for kind, ids in sorted(by_kind.items()):
-        for offset in range(0, len(ids), 500):
-            batch = ids[offset : offset + 500]
-            marks = ",".join("?" for _ in batch)
-            row = db.query_one(
-                f"SELECT 1 FROM relations WHERE agent_id = ? AND predicate IN ({role_marks}) "
-                f"AND ((object_kind = ? AND object_id IN ({marks})) "
-                f"OR (subject_kind = ? AND subject_id IN ({marks}))) LIMIT 1",
-                (agent_id, *roles, kind, *batch, kind, *batch),
-            )
-            if row is not None:
-                return True
-    return False
-
-
-@translating
-def role_links(
-    db: Store,
-    agent_id: str,
-    refs: Iterable[tuple[str, int]],
-    roles: Sequence[str],
-    *,
-    as_object: bool = True,
-    as_subject: bool = False,
-) -> list[RoleLink]:
-    """The record -> record relations of `roles` whose object (and/or subject) is one of
-    `refs`, this agent's only."""
-    wanted = list(dict.fromkeys(refs))
-    out: list[RoleLink] = []
-    if as_object:
-        out += _role_rows(db, agent_id, roles, "object", wanted)
-    if as_subject:
-        out += _role_rows(db, agent_id, roles, "subject", wanted)
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class Filed:
-    """Where a record is filed: its agent, project and channel, and its instant key
-    (cpersona.timerange.row_time: a time-scoped read admits it or not)."""
-
-    agent_id: str
-    project_id: str
-    channel: str
-    instant: int
-
-
-_STAMP = {"mem": "timestamp", "ep": "start_time"}
-
-
-@translating
-def filed(db: Store, refs: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Filed]:
-    """Where each record of `refs` that exists is filed."""
-    out: dict[tuple[str, int], Filed] = {}
-    by_kind: dict[str, list[int]] = {}
-    for kind, row_id in dict.fromkeys(refs):
-        by_kind.setdefault(kind, []).append(row_id)
-    for kind, ids in sorted(by_kind.items()):
-        for offset in range(0, len(ids), 500):
-            batch = ids[offset : offset + 500]
-            marks = ",".join("?" for _ in batch)
-            for r in db.query(
-                f"SELECT id, agent_id, project_id, channel, {_STAMP[kind]}, created_at "
-                f"FROM {_TABLE[kind]} WHERE id IN ({marks})",
-                batch,
-            ):
-                out[(kind, int(r[0]))] = Filed(r[1], r[2], r[3], row_time(r[4], r[5]))
-    return out
-
-
-@translating
-def same_scope_msg_ids(
-    db: Store, agent_id: str, project_id: str, channel: str, prefix: str, exclude_id: int
-) -> list[tuple[int, str]]:
-    """The newest (at most 50) memories filed at exactly (agent, project, channel) whose
-    message id starts with `prefix`, but `exclude_id`: store's supersede candidates."""
-    rows = db.query(
-        "SELECT id, msg_id FROM memories WHERE agent_id = ? AND project_id = ? AND channel = ? "
-        "AND msg_id != '' AND substr(msg_id, 1, ?) = ? AND id != ? ORDER BY id DESC LIMIT 50",
-        (agent_id, project_id, channel, len(prefix), prefix, exclude_id),
-    )
-    return [(int(r[0]), str(r[1])) for r in rows]
-
-
-# --------------------------------------------------------------------------------- portability
-
-
-@dataclass
-class Graph:
-    """One agent's declarations keyed on the ids they had where they were read; the records
-    of an export line each (`_type` entity / mention / relation)."""
-
-    entities: dict[int, dict[str, Any]] = field(default_factory=dict)
-    mentions: list[dict[str, Any]] = field(default_factory=list)
-    relations: list[dict[str, Any]] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.entities or self.mentions or self.relations)
-
-    def records(self) -> Iterator[dict[str, Any]]:
-        """The export lines: entities (with aliases), then mentions, then relations."""
-        for record in self.entities.values():
-            yield {"_type": "entity", **record}
-        for record in self.mentions:
-            yield {"_type": "mention", **record}
-        for record in self.relations:
-            yield {"_type": "relation", **record}
-
-    def add(self, record: dict[str, Any]) -> bool:
-        """Take one export line back; False when it is not a declaration's."""
-        kind = record.get("_type")
-        body = {k: v for k, v in record.items() if k != "_type"}
-        if kind == "entity" and _is_id(body.get("id")):
-            self.entities[int(body["id"])] = body
-        elif kind == "mention":
-            self.mentions.append(body)
-        elif kind == "relation":
-            self.relations.append(body)
-        else:
-            return False
-        return True
-
-
-_ENTITY_KEYS = ("id", "agent_id", "project_id", "channel", "name", "declared_by", "created_at")
-_RELATION_KEYS = (
-    "id",
-    "agent_id",
-    "project_id",
-    "channel",
-    "subject_kind",
-    "subject_id",
-    "predicate",
-    "object_kind",
-    "object_id",
-    "anchor_ref",
-    "declared_by",
-    "declared_at",
-)
-
-
-def read_graph(conn: Connection, agent_id: str | None) -> Graph:
-    """Every declaration of `agent_id` (None: of every agent)."""
-    graph = Graph()
-    where, params = ("e.agent_id = ?", [agent_id]) if agent_id is not None else ("TRUE", [])
-    rows = conn.execute(
-        f"SELECT {', '.join('e.' + k for k in _ENTITY_KEYS)} FROM entities e WHERE {where} "
-        "ORDER BY e.id",
-        params,
-    ).fetchall()
-    for row in rows:
-        graph.entities[int(row[0])] = {**dict(zip(_ENTITY_KEYS, row, strict=True)), "aliases": []}
-    for entity_id, alias in conn.execute(
-        "SELECT a.entity_id, a.alias FROM entity_aliases a JOIN entities e ON e.id = a.entity_id "
-        f"WHERE {where} ORDER BY a.entity_id, a.normalized",
-        params,
-    ).fetchall():
-        graph.entities[int(entity_id)]["aliases"].append(alias)
-    graph.mentions = [
-        {"entity": int(r[0]), "ref": r[1], "declared_by": r[2], "created_at": r[3]}
-        for r in conn.execute(
-            "SELECT m.entity_id, m.ref, m.declared_by, m.created_at FROM entity_mentions m "
-            f"JOIN entities e ON e.id = m.entity_id WHERE {where} ORDER BY m.entity_id, m.ref",
-            params,
-        ).fetchall()
-    ]
-    r_where = where.replace("e.", "r.")
-    graph.relations = [
-        dict(zip(_RELATION_KEYS, r, strict=True))
-        for r in conn.execute(
-            f"SELECT {', '.join('r.' + k for k in _RELATION_KEYS)} FROM relations r "
-            f"WHERE {r_where} ORDER BY r.id",
-            params,
-        ).fetchall()
-    ]
-    return graph
-
-
-@dataclass
-class Carried:
-    """What `carry` wrote, and how many declarations it could not."""
-
-    entities: int = 0
-    mentions: int = 0
-    relations: int = 0
-    dropped: int = 0
-
-    def counts(self) -> dict[str, int]:
-        return {"entities": self.entities, "mentions": self.mentions, "relations": self.relations}
-
-
-def carry(
-    conn: Connection,
-    graph: Graph,
-    ref_map: dict[str, str],
-    *,
-    agent_id: str | None = None,
-    dry_run: bool = False,
-) -> Carried:
-    """Write `graph` with each record ref remapped through `ref_map` (the ref a record had
-    where the graph was read -> its ref here), under `agent_id` when given. A mention or
-    relation naming a record the map lacks is not written (its record did not come along);
-    writing twice writes once (ON CONFLICT DO NOTHING). `dry_run` counts only."""
-    out = Carried()
-    entity_map: dict[int, int] = {}
-    owners: dict[int, str] = {}
-    now = _now()
-    for old_id, record in graph.entities.items():
-        name = _text(record.get("name"))
-        by = record.get("declared_by")
-        owner = agent_id or record.get("agent_id")
-        if name is None or by not in DECLARED_BY or not isinstance(owner, str) or not owner:
-            out.dropped += 1
-            continue
-        scope = DeclScope(
-            owner, str(record.get("project_id") or ""), str(record.get("channel") or "")
-        )
-        entity_id = _resolve_entity(conn, scope, normalize(name), exact=True)
-        if entity_id is None:
-            stamp = record.get("created_at") or now
-            entity_id = -old_id if dry_run else _insert_entity(conn, scope, name, str(by), stamp)
-        entity_map[old_id] = entity_id
-        owners[old_id] = owner
-        out.entities += 1
-        aliases = record.get("aliases") or []
-        for alias in aliases if isinstance(aliases, list) else []:
-            text = _text(alias)
-            if text is not None and not dry_run:
-                _add_alias(conn, scope, entity_id, text)
-
-    def here(owner: str, ref: object) -> tuple[str, int] | None:
-        parsed = parse_ref(ref)
-        if parsed is None:
-            return None
-        mapped = parse_ref(ref_map.get(f"{parsed[0]}:{parsed[1]}"))
-        if mapped is None or (not dry_run and not _record_exists(conn, owner, *mapped)):
-            return None
-        return mapped
-
-    for record in graph.mentions:
-        source = record.get("entity")
-        entity_id = entity_map.get(source) if isinstance(source, int) else None
-        owner = owners.get(source) if isinstance(source, int) else None
-        ref = here(owner, record.get("ref")) if entity_id is not None and owner else None
-        if entity_id is None or ref is None or record.get("declared_by") not in DECLARED_BY:
-            out.dropped += 1
-            continue
-        if not dry_run:
-            stamp = record.get("created_at") or now
-            _add_mention(conn, entity_id, f"{ref[0]}:{ref[1]}", str(record["declared_by"]), stamp)
-        out.mentions += 1
-    for record in graph.relations:
-        owner = agent_id or record.get("agent_id")
-        predicate = _text(record.get("predicate"))
-        by = record.get("declared_by")
-        if not isinstance(owner, str) or not owner or predicate is None or by not in DECLARED_BY:
-            out.dropped += 1
-            continue
-        ends: list[tuple[str, int] | None] = []
-        for kind, end in (
-            (record.get("subject_kind"), record.get("subject_id")),
-            (record.get("object_kind"), record.get("object_id")),
-        ):
-            if kind == "entity" and _is_id(end) and end in entity_map:
-                ends.append(("entity", entity_map[end]))
-            elif kind in RECORD_KINDS and _is_id(end):
-                ends.append(here(owner, f"{kind}:{end}"))
-            else:
-                ends.append(None)
-        anchor_in = record.get("anchor_ref") or ""
-        anchor = here(owner, anchor_in) if anchor_in else ("", 0)
-        subject, obj = ends
-        if subject is None or obj is None or anchor is None:
-            out.dropped += 1
-            continue
-        if not dry_run:
-            key = (
-                owner,
-                str(record.get("project_id") or ""),
-                str(record.get("channel") or ""),
-                subject[0],
-                subject[1],
-                normalize(predicate),
-                obj[0],
-                obj[1],
-                f"{anchor[0]}:{anchor[1]}" if anchor_in else "",
-            )
-            _relation_id(conn, key, str(by), str(record.get("declared_at") or now))
-        out.relations += 1
-    return out
-
-
-def count_agent(conn: Connection, agent_id: str | None) -> dict[str, int]:
-    """How many entities, mentions and relations `agent_id` (None: every agent) declares."""
-    graph = read_graph(conn, agent_id)
-    return {
-        "entities": len(graph.entities),
-        "mentions": len(graph.mentions),
-        "relations": len(graph.relations),
-    }
-
-
-def delete_agent(conn: Connection, agent_id: str) -> dict[str, int]:
-    """Delete every declaration of `agent_id` (entities take their aliases and mentions with
-    them by trigger; relations are filed under the agent)."""
-    counts = count_agent(conn, agent_id)
-    conn.execute(
-        "DELETE FROM entity_mentions WHERE entity_id IN (SELECT id FROM entities "
-        "WHERE agent_id = ?)",
-        (agent_id,),
-    )
-    conn.execute(
-        "DELETE FROM entity_aliases WHERE entity_id IN (SELECT id FROM entities "
-        "WHERE agent_id = ?)",
-        (agent_id,),
-    )
-    conn.execute("DELETE FROM relations WHERE agent_id = ?", (agent_id,))
-    conn.execute("DELETE FROM entities WHERE agent_id = ?", (agent_id,))
-    return counts

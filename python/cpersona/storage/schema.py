@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cpersona.storage import associations, shared, vector_models
+from cpersona.storage import association_schema, shared, vector_models
 from cpersona.storage.db import Database
 from cpersona.storage.ops import ops_of
 
@@ -363,10 +363,10 @@ def _shared_state(conn: sqlite3.Connection, fts: bool) -> None:
 def _associations(conn: sqlite3.Connection, fts: bool) -> None:
     # CPersona 2.6's tables as 2.6.14 creates them: a 2.6 store already has them (IF NOT
     # EXISTS leaves its rows), and a store made here is one 2.6.14 reads as its own.
-    for ddl in associations.SQLITE_DDL:
+    for ddl in association_schema.SQLITE_DDL:
         conn.execute(ddl)
     # cpersona's own, beside 2.6's: recall's one probe for declared replacing roles.
-    conn.execute(associations.AGENT_PREDICATE_INDEX)
+    conn.execute(association_schema.AGENT_PREDICATE_INDEX)
 
 
 OWN_STEPS: tuple[Step, ...] = (

@@ -8,37 +8,15 @@ from dataclasses import dataclass
 from typing import cast
 
 from cpersona.errors import FullTextUnavailable
-from cpersona.models import ProjectFilter
 from cpersona.storage.error_kinds import translating
-from cpersona.storage.filters import project_where
 from cpersona.storage.interface import Connection, Row, Store
 from cpersona.storage.rows import EpisodeRow, MemoryRow, projection
+from cpersona.storage.scan_request import Scope
 from cpersona.timerange import TimeRange, first_in_span
 
-
-@dataclass(frozen=True, slots=True)
-class ScopeSql:
-    """`scope(agent, project, channel)` of retrieval.md §4.0 as a WHERE fragment."""
-
-    agent_id: str
-    project: ProjectFilter
-    channel: str
-    #: A time-scoped recall's range: the retrievers keep only rows whose instant it admits
-    #: (cpersona.timerange); it is no part of `where` (the instant is parsed in Python), and
-    #: pool counts, spans and hydration ignore it.
-    span: TimeRange | None = None
-
-    def where(self, alias: str = "") -> tuple[str, list[object]]:
-        p = f"{alias}." if alias else ""
-        parts = [f"{p}agent_id = ?"]
-        params: list[object] = [self.agent_id]
-        pw, pp = project_where(self.project, f"{p}project_id")
-        parts.append(pw)
-        params.extend(pp)
-        if self.channel:
-            parts.append(f"{p}channel IN (?, '')")
-            params.append(self.channel)
-        return " AND ".join(parts), params
+#: The scope the statements below read (storage/scan_request.py); the name the callers of
+#: this module have always used for it.
+ScopeSql = Scope
 
 
 def _source_filter(db: Store, alias: str, prefix: str) -> tuple[str, list[object]]:

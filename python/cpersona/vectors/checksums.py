@@ -19,7 +19,7 @@ version, and the table, capacity and `db_uid` of the vector file it belongs to) 
 u32s. A vector file whose sidecar is missing or names another table, capacity or database is
 rebuilt. A sidecar of another state of the same file (a crash between the two renames of a
 rebuild; a copy of one file but not the other) names the same, so a new mapping checks every
-slot against its checksum before it is used (`healing.content_problem`): a mismatch is found
+slot against its checksum before it is used (`content_problem`): a mismatch is found
 there, never trusted.
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from cpersona.vectors.format import VectorFileWriter
+from cpersona.vectors.format import SECTIONS, Layout, VectorFileWriter
 
 MAGIC = b"CPVECSM1"
 VERSION = 2
@@ -58,12 +58,12 @@ def sums_path(vector_path: str | os.PathLike[str]) -> Path:
 
 def slot_sums(views: dict[str, Any], slots: np.ndarray | slice) -> np.ndarray:
     """The checksums (uint32) of `slots` of a file whose sections are `views` (capacity-long
-    arrays, as `VectorFileWriter._views` or `_fallback.vectors.VectorIndex._views` hold them).
+    arrays, as `VectorFileWriter.sections` or `_fallback.vectors.VectorIndex._views` hold them).
     A slice reads the mapping in place; an index array gathers."""
     # uint32 arithmetic wraps, and wrapping addition is associative: numpy's pairwise sums
     # give the same value as the kernels' running sum.
     vectors, *values = CHECKSUMMED
-    total = views[vectors][slots].view("<u4").sum(axis=1, dtype=np.uint32)
+    total: np.ndarray = views[vectors][slots].view("<u4").sum(axis=1, dtype=np.uint32)
     for name in values:
         words = views[name][slots].view("<u4")
         total += words[0::2]
@@ -91,7 +91,7 @@ def write(writer: VectorFileWriter) -> None:
     header["table"], header["capacity"] = fixed.table, fixed.capacity
     header["db_uid"] = np.void(fixed.db_uid)
     body = np.zeros(writer.capacity, dtype="<u4")
-    body[:count] = slot_sums(writer._views, slice(0, count))
+    body[:count] = slot_sums(writer.sections, slice(0, count))
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
     try:
@@ -163,7 +163,7 @@ class SumWriter:
     def record(self, slot: int) -> None:
         """Stores the checksum of `slot` as the writer has just written it."""
         assert self._sums is not None
-        self._sums[slot] = slot_sums(self.writer._views, np.array([slot]))[0]
+        self._sums[slot] = slot_sums(self.writer.sections, np.array([slot]))[0]
 
     def regrown(self) -> None:
         """After `writer.grow` (a new file of a larger capacity): a new sidecar for it."""
@@ -173,3 +173,25 @@ class SumWriter:
 
     def release(self) -> None:
         self._sums = None
+
+
+def content_problem(path: Path, dim: int, capacity: int, count: int, sums: np.ndarray) -> str:
+    """Why the slots of the file at `path` do not match their checksums, or its scan order is
+    no permutation ("" when both hold): the check of a new mapping, in numpy over a read-only
+    mapping of the file, `count` slots."""
+    if count == 0:
+        return ""
+    layout = Layout.of(dim, capacity)
+    mm = np.memmap(path, dtype=np.uint8, mode="r", shape=(layout.file_len,))
+    views: dict[str, Any] = {}
+    for name, dtype in SECTIONS:
+        shape = (capacity, dim) if name == "vectors" else (capacity,)
+        views[name] = np.ndarray(shape, dtype=dtype, buffer=mm, offset=layout.offsets[name])
+    problem = order_problem(views["order"], count)
+    if problem:
+        return problem
+    wrong = np.flatnonzero(slot_sums(views, slice(0, count)) != sums[:count])
+    if wrong.shape[0]:
+        first = int(views["ids"][int(wrong[0])])
+        return f"the content checksums of {wrong.shape[0]} slots differ (row {first} first)"
+    return ""

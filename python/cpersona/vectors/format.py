@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from cpersona.derived.scope import SCOPE_FIELDS
 from cpersona.forwarding import Forwarded
 from cpersona.timerange import NO_TIME
 
@@ -56,21 +56,12 @@ FLAG_FOREIGN = 2
 TABLE_MEMORIES = 0
 TABLE_EPISODES = 1
 
-#: A row's scope as both index files store it (this one and fts/format.py's puts), in this
-#: order: each value's `scope_hash`, the source's 0 when the row has none.
-SCOPE_FIELDS: tuple[tuple[str, str], ...] = (
-    ("agent", "<u8"),
-    ("project", "<u8"),
-    ("channel", "<u8"),
-    ("source", "<u8"),
-)
-
 # (name, element dtype) in file order; "vectors" holds dim elements per slot, the rest one.
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("ids", "<i8"),
     ("keys", "<i8"),
     ("times", "<i8"),
-    *SCOPE_FIELDS,
+    *SCOPE_FIELDS,  # derived/scope.py: the full-text file's puts store the same
     ("flags", "u1"),
     ("order", "<u4"),
     ("vectors", "<f4"),
@@ -94,16 +85,6 @@ HEADER_DTYPE = np.dtype(
     ]
 )
 assert HEADER_DTYPE.itemsize == HEADER_LEN
-
-
-def scope_hash(value: str) -> int:
-    """The u64 scope hash of an agent, project, channel or source value.
-
-    The first 8 bytes, little-endian, of ``blake2b(value, digest_size=8)``; 0 is reserved for
-    "absent" (a source-less row), so a value that hashes to 0 maps to 1.
-    """
-    digest = hashlib.blake2b(value.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "little") or 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +257,11 @@ class VectorFileWriter:
     def view(self, section: str) -> np.ndarray[Any, Any]:
         """The first ``count`` entries of a section (a writable view of the mapping)."""
         return self._views[section][: self.count]
+
+    @property
+    def sections(self) -> dict[str, np.ndarray[Any, Any]]:
+        """Every section, capacity-long (what `checksums.slot_sums` reads)."""
+        return self._views
 
     # -- slots -----------------------------------------------------------------------------
 

@@ -25,13 +25,15 @@ from typing import Any
 
 import numpy as np
 
+from cpersona.derived import healing
 from cpersona.derived.base import DerivedIndex, Fields, Progress
+from cpersona.derived.healing import RebuildProgress
 from cpersona.errors import StoreCorrupt
 from cpersona.storage import Store
 from cpersona.storage import embeddings as vector_sql
 from cpersona.storage.change_log import Changes
 from cpersona.storage.embeddings import IndexRow
-from cpersona.vectors import checksums, healing
+from cpersona.vectors import checksums
 from cpersona.vectors.format import (
     FLAG_DELETED,
     HEADER_DTYPE,
@@ -41,7 +43,6 @@ from cpersona.vectors.format import (
     Layout,
     VectorFileWriter,
 )
-from cpersona.vectors.healing import RebuildProgress
 from cpersona.vectors.slots import (
     HEADROOM,
     TABLE_CODES,
@@ -71,6 +72,14 @@ def index_file(db_path: str | Path, table: str) -> Path:
 
 
 @dataclass(frozen=True, slots=True)
+class Written:
+    """A file `_build` wrote: the rows it holds, and the log position it has applied."""
+
+    rows: int
+    applied_seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class IndexStatus:
     """What `cpersona index status` reports for one table."""
 
@@ -88,7 +97,7 @@ class IndexStatus:
     rebuild: RebuildProgress | None = None
 
 
-class VectorIndex(DerivedIndex[np.void, KeptWriter, int]):
+class VectorIndex(DerivedIndex[np.void, KeptWriter, Written]):
     """The index of one table (`memories` or `episodes`) of one database."""
 
     kind = "vector"
@@ -173,7 +182,15 @@ class VectorIndex(DerivedIndex[np.void, KeptWriter, int]):
             os.close(fd)
         sums_st = os.stat(checksums.sums_path(self.path))
         # magic, version, dim | capacity | db_uid, table: what a reader fixes at open.
-        key = (open_file, st.st_dev, st.st_ino, st.st_size, head[:16], head[24:32], head[40:60])
+        key: tuple[object, ...] = (
+            open_file,
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            head[:16],
+            head[24:32],
+            head[40:60],
+        )
         key += (sums_st.st_ino, sums_st.st_size)
         cached = self._handle
         if cached is not None and cached[0] == key:
@@ -185,7 +202,7 @@ class VectorIndex(DerivedIndex[np.void, KeptWriter, int]):
             raise StoreCorrupt(f"corrupt vector file: {problem}")
         sums = checksums.open_read(self.path, handle.capacity)
         dim, capacity = handle.dim, handle.capacity
-        problem = healing.content_problem(self.path, dim, capacity, handle.count, sums)
+        problem = checksums.content_problem(self.path, dim, capacity, handle.count, sums)
         if problem:
             raise StoreCorrupt(f"corrupt vector file: {problem}")
         self._handle = (key, (handle, sums))
@@ -295,13 +312,6 @@ class VectorIndex(DerivedIndex[np.void, KeptWriter, int]):
             return ""
         return "half its slots are deleted, or a first width"
 
-    def _apply_locked(self, writer: VectorFileWriter) -> bool:
-        """Apply the logged writes to `writer`'s file (a background rebuild's, healing.py);
-        False (nothing applied) when the table must be rebuilt instead (also when entries it
-        needs were trimmed meanwhile by another host's process: PostgreSQL)."""
-        changes = vector_sql.changes_since(self.db, self.table, writer.header().applied_seq)
-        return not changes.lost and self._apply_changes(writer, changes)
-
     def _apply_changes(
         self, writer: VectorFileWriter, changes: Changes, kept: KeptWriter | None = None
     ) -> bool:
@@ -354,42 +364,38 @@ class VectorIndex(DerivedIndex[np.void, KeptWriter, int]):
 
     # -- building ----------------------------------------------------------------------------
 
-    def _small(self) -> bool:
-        return not vector_sql.embedded_more_than(self.db, self.table, healing.INLINE_ROWS)
+    def _more_rows_than(self, limit: int) -> bool:
+        return vector_sql.embedded_more_than(self.db, self.table, limit)
 
-    def _build(self, tmp: Path, progress: Progress | None) -> int:
+    def _build(self, tmp: Path, progress: Progress | None, *, online: bool) -> Written:
         log_seq = vector_sql.max_seq(self.db)
         total, dim = vector_sql.embedded_shape(self.db, self.table)
-        shape = Shape(log_seq, total, dim)
-        return self._write_file(tmp, shape, progress, 10_000, append_row, HEADROOM, flush=True)
+        if online and progress is not None:
+            progress(0, total)
+        # A background rebuild steps often (it gives way to calls between steps) and leaves
+        # the msync to the kernel: nothing reads its private file before the catch-up.
+        every = healing.STEP_ROWS if online else 10_000
+        rows = self._write_file(tmp, Shape(log_seq, total, dim), progress, every, flush=not online)
+        return Written(rows, log_seq)
 
     def _write_file(
-        self,
-        tmp: Path,
-        shape: Shape,
-        progress: Progress | None,
-        every: int,
-        append: Callable[..., int],
-        headroom: int,
-        *,
-        flush: bool,
+        self, tmp: Path, shape: Shape, progress: Progress | None, every: int, *, flush: bool
     ) -> int:
         """Write every embedded row into a new file at `tmp` with its sidecar, as applied up to
         `shape.log_seq`; `progress(done, total)` every `every` rows and at the end. Returns
         the rows written. Newest first, so each append lands at the end of the scan order (no
-        shifting). `append`, `headroom`: the caller's (healing.py's background rebuild passes
-        its own, which its tests replace); `flush`: msync before the sidecar is written."""
+        shifting). `flush`: msync before the sidecar is written."""
         writer = VectorFileWriter.create(
             tmp,
             shape.dim or 1,
-            shape.total + headroom,
+            shape.total + HEADROOM,
             self.db_uid(),
             TABLE_CODES[self.table],
         )
         done = 0
         try:
             for row in vector_sql.iter_rows(self.db, self.table):
-                append(writer, row, headroom)
+                append_row(writer, row, HEADROOM)
                 done += 1
                 if progress is not None and done % every == 0:
                     progress(done, shape.total)
@@ -404,15 +410,22 @@ class VectorIndex(DerivedIndex[np.void, KeptWriter, int]):
             progress(done, shape.total)
         return done
 
-    def _built_rows(self, built: int) -> int:
-        return built
+    def _built_seq(self, built: Written) -> int:
+        return built.applied_seq
 
-    def _installed(self, built: int | None) -> None:
+    def _catch_up(self, tmp: Path, built: Written, changes: Changes) -> Written | None:
+        writer = VectorFileWriter(tmp)
+        try:
+            return built if self._apply_changes(writer, changes) else None
+        finally:
+            release(writer)
+
+    def _built_rows(self, built: Written) -> int:
+        return built.rows
+
+    def _installed(self, built: Written) -> None:
         self._handle = None
         self._drop_kept()
-
-    def _rebuild_online(self, step: Progress) -> int:
-        return healing.rebuild_online(self, step)
 
     def _stale_extra(self) -> list[Path]:
         # A grow's `.grow` file and a sidecar's `.sum.new` exist only under the exclusive lock.
@@ -504,7 +517,7 @@ class VectorIndex(DerivedIndex[np.void, KeptWriter, int]):
             problems.append(f"{self.table}: scan order is not (created_at DESC, id DESC)")
         sums = checksums.open_read(self.path, writer.capacity)
         wrong = np.flatnonzero(
-            checksums.slot_sums(writer._views, slice(0, writer.count)) != sums[: writer.count]
+            checksums.slot_sums(writer.sections, slice(0, writer.count)) != sums[: writer.count]
         )
         problems.extend(f"{self.table} {int(idv[s])}: content checksum differs" for s in wrong[:20])
         if wrong.shape[0] > 20:

@@ -19,18 +19,17 @@ from types import ModuleType
 import numpy as np
 
 from cpersona import _backend
+from cpersona.derived.kernel_scope import KernelScope
 from cpersona.errors import AheadOfSnapshot, StoreCorrupt
 from cpersona.storage import Store, database_scan
 from cpersona.storage import embeddings as vector_sql
 from cpersona.storage.scan_request import ScanLimits, Scope
-from cpersona.vectors.format import scope_hash
 from cpersona.vectors.index import VectorIndex
 
 log = logging.getLogger("cpersona.vectors")
 
 _NONE_I = np.empty(0, dtype=np.int64)
 _NONE_F = np.empty(0, dtype=np.float32)
-_ANY = np.empty(0, dtype=np.uint64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +44,6 @@ class Hits:
     @classmethod
     def empty(cls) -> Hits:
         return cls(_NONE_I, _NONE_F, _NONE_I, _NONE_F)
-
-
-def _hashes(values: list[str]) -> np.ndarray:
-    return np.array([scope_hash(v) for v in values], dtype=np.uint64)
 
 
 def scan_table(
@@ -102,46 +97,47 @@ def scan(
     chunk_rows: int = 512,
     kernels: ModuleType | None = None,
 ) -> Hits:
-    """Scan one table for `query` within `scope` (see the module docstring)."""
+    """Scan one table for `query` within `scope` (see the module docstring): the index file,
+    else the database's own path."""
     kernels = _backend.from_environment() if kernels is None else kernels
-    query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
-    sources = _ANY
-    if scope.source_prefix:
-        ids = vector_sql.source_ids_with_prefix(
-            index.db, index.table, scope.agent_id, scope.source_prefix
-        )
-        if not ids:
-            return Hits.empty()
-        sources = _hashes(ids)
-    project = scope.project.value
-    projects = _ANY if project is None else _hashes([""] if project == "" else [project, ""])
-    channels = _hashes([scope.channel, ""]) if scope.channel else _ANY
-    # A file found damaged is being rebuilt in the background: the database answers
-    # meanwhile, and the call does not wait for the rebuild.
-    if not index.healing:
-        hits = _scan_file(
-            kernels, index, query, scope, projects, channels, sources, limits, chunk_rows
-        )
-        if hits is not None:
-            return hits
+    hits = scan_file(index, kernels, query, scope, limits, chunk_rows)
+    if hits is not None:
+        return hits
     return scan_table(
         index.db, index.table, None, query, scope, limits, chunk_rows=chunk_rows, kernels=kernels
     )
+
+
+def scan_file(
+    index: VectorIndex,
+    kernels: ModuleType,
+    query: np.ndarray,
+    scope: Scope,
+    limits: ScanLimits,
+    chunk_rows: int,
+) -> Hits | None:
+    """The scan through the index file with `kernels` (from `_backend.load`); None when the
+    file cannot answer (being rebuilt, ahead of the snapshot, damaged, unusable, or of another
+    dimension): the database will."""
+    query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
+    where = KernelScope.of(index.db, index.table, scope)
+    if where is None:
+        return Hits.empty()
+    # A file found damaged is being rebuilt in the background: the database answers
+    # meanwhile, and the call does not wait for the rebuild.
+    if index.healing:
+        return None
+    return _scan_file(kernels, index, query, where, limits, chunk_rows)
 
 
 def _scan_file(
     kernels: ModuleType,
     index: VectorIndex,
     query: np.ndarray,
-    scope: Scope,
-    projects: np.ndarray,
-    channels: np.ndarray,
-    sources: np.ndarray,
+    where: KernelScope,
     limits: ScanLimits,
     chunk_rows: int,
 ) -> Hits | None:
-    """The scan through the index file; None when the file cannot answer (the database will)."""
-
     def scanned() -> Hits | None:
         handle, sums = index.kernel_handle(kernels.VectorIndex.open)
         if handle.count == 0:  # a current file without a row: none is embedded
@@ -150,10 +146,10 @@ def _scan_file(
             return None
         near_ids, near_scores, far_ids, far_scores = handle.scan(
             query,
-            scope_hash(scope.agent_id),
-            projects,
-            channels,
-            sources,
+            where.agent,
+            where.projects,
+            where.channels,
+            where.sources,
             limits.window,
             limits.reach,
             float(limits.threshold),
@@ -161,7 +157,7 @@ def _scan_file(
             limits.far_k,
             chunk_rows,
             sums=sums,
-            **({} if scope.span is None else scope.span.kernel_args()),
+            **where.span,
         )
         return Hits(near_ids, near_scores, far_ids, far_scores)
 

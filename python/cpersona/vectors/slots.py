@@ -1,5 +1,5 @@
 """How one SQLite row becomes a slot of a vector index file, and back: the writer-side steps
-that the sync, the rebuilds (`index.py`, `healing.py`) and `verify` share."""
+that the sync, the rebuilds (`index.py`) and `verify` share."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cpersona.derived.scope import scope_hash
 from cpersona.storage.embeddings import IndexRow
 from cpersona.vectors import checksums
 from cpersona.vectors.format import (
@@ -16,7 +17,6 @@ from cpersona.vectors.format import (
     TABLE_EPISODES,
     TABLE_MEMORIES,
     VectorFileWriter,
-    scope_hash,
 )
 
 #: The header's table code of each table an index file may hold.

@@ -5,12 +5,11 @@ repair clears the vectors another model made; the fix run's second pass writes t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cpersona.health.check import EVERYWHERE, Check
 from cpersona.health.checks.embeddings import TABLES
-from cpersona.health.context import HealthContext
+from cpersona.health.context import HealthContext, ModelProbe
 from cpersona.health.issue import UNSET, Issue, Reembedded, Skipped, finding, skipped
 from cpersona.storage.upkeep.embedding_rows import (
     conversion_progress,
@@ -31,18 +30,6 @@ from cpersona.storage.upkeep.embedding_rows import (
 MODEL_PROBE_NEWEST = 24
 MODEL_PROBE_OLDEST = 8
 MODEL_PROBE_MIN_COSINE = 0.99
-
-
-@dataclass(frozen=True, slots=True)
-class ModelProbe:
-    """What `probe_model` found: rows compared, and {table: ids} whose vectors differ."""
-
-    sampled: int
-    differing: dict[str, list[int]]
-
-    @property
-    def count(self) -> int:
-        return sum(len(ids) for ids in self.differing.values())
 
 
 @finding("embedding_model")
@@ -209,15 +196,16 @@ def embedding_model(ctx: HealthContext) -> list[Issue]:
 
 def _conversion(ctx: HealthContext, configured: str) -> list[Issue]:
     """Findings about model conversions: one begun and not finished, or one that is due."""
-    # Both come with numpy: imported on first use (docs/performance.md, "Start-up").
-    from cpersona.commands import reembed
+    # The embedding package comes with numpy: imported on first use (docs/performance.md,
+    # "Start-up").
+    from cpersona.embedding.conversion_lock import running
     from cpersona.embedding.routing import REEMBED_COMMAND
 
     out: list[Issue] = []
     record = recorded_models(ctx.c)
     for table, conv in sorted(open_conversions(ctx.c).items()):
         done, total = conversion_progress(ctx.c, table)
-        live = not ctx.db.is_memory and reembed.running(ctx.db.path)
+        live = not ctx.db.is_memory and running(ctx.db.path)
         out.append(
             Conversion(
                 type="reembed_running" if live else "reembed_interrupted",
@@ -268,7 +256,8 @@ def probe_model(ctx: HealthContext, dim: int | None = None) -> ModelProbe | None
     dim = ctx.dim or dim
     if ctx.embedder is None or dim is None or not (ctx.local_embedder or ctx.probe.ran):
         return None
-    sampled, differing = 0, {t: [] for t in TABLES}
+    sampled = 0
+    differing: dict[str, list[int]] = {t: [] for t in TABLES}
     for table in TABLES:
         sample: dict[int, bytes] = {}
         for newest, limit in ((True, MODEL_PROBE_NEWEST), (False, MODEL_PROBE_OLDEST)):
@@ -292,10 +281,13 @@ def probe_model(ctx: HealthContext, dim: int | None = None) -> ModelProbe | None
             if new is None:
                 continue
             sampled += 1
-            a = np.frombuffer(sample[row_id], "<f4").astype(np.float64)
-            b = np.frombuffer(new, "<f4").astype(np.float64)
-            denom = float(np.linalg.norm(a) * np.linalg.norm(b)) or 1.0
-            if a.shape != b.shape or float(a @ b) / denom < MODEL_PROBE_MIN_COSINE:
+            stored = np.frombuffer(sample[row_id], "<f4").astype(np.float64)
+            fresh_row = np.frombuffer(new, "<f4").astype(np.float64)
+            denom = float(np.linalg.norm(stored) * np.linalg.norm(fresh_row)) or 1.0
+            if (
+                stored.shape != fresh_row.shape
+                or float(stored @ fresh_row) / denom < MODEL_PROBE_MIN_COSINE
+            ):
                 differing[table].append(row_id)
     if not sampled:
         return None

@@ -88,8 +88,9 @@ def stamp_class(stamp: str) -> str | None:
     return "utc" if match.group(1) in _UTC_OFFSETS else "aware"
 
 
-def to_utc(stamp: str) -> str:
-    instant = parse_utc(stamp)
+def to_utc(stamp: str | None) -> str:
+    """A stamp `StampForms.see` found "aware" (so neither empty nor unparsable), in UTC."""
+    instant = parse_utc(stamp) if stamp else None
     assert instant is not None
     return instant.astimezone(UTC).isoformat()
 
@@ -125,12 +126,31 @@ class FormatDrift(Planned[Any]):
     unfixable_locked: int = UNSET
 
     @classmethod
-    def found(cls, check: str, forms: StampForms, plan: list[Any], **fields: int) -> list[Self]:
+    def found(
+        cls,
+        check: str,
+        forms: StampForms,
+        plan: list[Any],
+        *,
+        unfixable_naive: int,
+        unfixable_locked: int = UNSET,
+    ) -> list[Self]:
         """The finding of `check` when a stamp has another offset or the forms are mixed."""
         if not forms.counts["aware"] and not forms.mixed:
             return []
+        counts = forms.counts
         return [
-            cls(type=check, check=check, **forms.counts, repairable=len(plan), plan=plan, **fields)
+            cls(
+                type=check,
+                check=check,
+                utc=counts["utc"],
+                aware=counts["aware"],
+                naive=counts["naive"],
+                repairable=len(plan),
+                plan=plan,
+                unfixable_naive=unfixable_naive,
+                unfixable_locked=unfixable_locked,
+            )
         ]
 
 
@@ -155,7 +175,7 @@ def episode_timestamp_format_drift(ctx: HealthContext) -> list[FormatDrift]:
     plan: list[tuple[int, str | None, str | None]] = []
     unfixable = 0
     for r in episode_times(ctx.c, ctx.agent_id):
-        new = []
+        new: list[str | None] = []
         changed = False
         for stamp in (r.start_time, r.end_time):
             kind = forms.see(stamp)

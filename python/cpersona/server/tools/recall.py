@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -170,8 +169,7 @@ def _recall(engine: Engine, a: RecallArgs) -> dict[str, Any]:
         return _range_failure(exc)
     gate = _gate(engine, a)
     trace = _tracer(a)
-    with trace.active() if trace is not None else contextlib.nullcontext():
-        result = engine.recaller.recall(_request(engine, a, gate, list(a.exclude_contents), span))
+    result = _run(engine, _request(engine, a, gate, list(a.exclude_contents), span), trace)
     messages = [msgs.message(r) for r in reversed(result.rows)]
     _mark_declared(engine, a.agent_id, list(reversed(result.rows)), messages)
     return _traced(_envelope(engine, a, gate, result, messages), trace)
@@ -183,6 +181,13 @@ def _tracer(a: Recalling) -> RecallTrace | None:
     from cpersona.retrieval.trace import RecallTrace
 
     return RecallTrace()
+
+
+def _run(engine: Engine, req: RecallRequest, trace: RecallTrace | None) -> RecallResult:
+    """The recall, told to `trace` stage by stage when the caller asked for one."""
+    if trace is None:
+        return engine.recaller.recall(req)
+    return engine.recaller.recall(req, trace)
 
 
 def _traced(out: dict[str, Any], trace: RecallTrace | None) -> dict[str, Any]:
@@ -218,8 +223,7 @@ def _recall_with_context(engine: Engine, a: RecallWithContextArgs) -> dict[str, 
         return _range_failure(exc)
     gate = _gate(engine, a)
     trace = _tracer(a)
-    with trace.active() if trace is not None else contextlib.nullcontext():
-        result = engine.recaller.recall(_request(engine, a, gate, ctx.exclusions(entries), span))
+    result = _run(engine, _request(engine, a, gate, ctx.exclusions(entries), span), trace)
     recalled = [msgs.message(r) for r in reversed(result.rows)]
     _mark_declared(engine, a.agent_id, list(reversed(result.rows)), recalled)
     conversation, other_roles = ctx.conversation(entries)

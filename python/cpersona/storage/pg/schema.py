@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cpersona.storage import associations
+from cpersona.storage import association_schema
 from cpersona.storage.pg import vectors as pg_vectors
 from cpersona.storage.rows import TABLE, EpisodeRow, MemoryRow, ProfileRow, columns
 
@@ -412,7 +412,7 @@ def _log_xid(conn: PgConnection) -> None:
 
 def _associations(conn: PgConnection) -> None:
     """CPersona 2.6's declared associations (issue 32), in this dialect."""
-    for ddl in associations.PG_DDL:
+    for ddl in association_schema.PG_DDL:
         conn.execute_raw(ddl)
 
 

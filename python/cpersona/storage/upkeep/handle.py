@@ -15,8 +15,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from cpersona.storage.db import Database, quote_identifier
+from cpersona.storage.db import quote_identifier
 from cpersona.storage.error_kinds import translated
+from cpersona.storage.interface import Connection, Store
 from cpersona.storage.ops import SqlOps
 
 Params = list[Any]
@@ -28,7 +29,7 @@ class Handle:
 
     __slots__ = ("_conn", "_db")
 
-    def __init__(self, db: Database, conn: Any) -> None:
+    def __init__(self, db: Store, conn: Connection) -> None:
         self._db = db
         self._conn = conn
 
@@ -48,8 +49,7 @@ class Handle:
 
     def vector_param(self, blob: bytes | None) -> object:
         """An embedding parameter for this backend (db.embedding_param calls it)."""
-        convert = getattr(self._db, "vector_param", None)
-        return blob if convert is None else convert(blob)
+        return self._db.vector_param(blob)
 
     def execute(self, sql: str, params: Any = ()) -> Any:
         """Run one statement (storage/ only); driver errors leave translated."""
@@ -66,13 +66,13 @@ class Handle:
 Conn = Handle
 
 
-def reading(db: Database) -> Handle:
+def reading(db: Store) -> Handle:
     """A handle on this thread's reader (autocommit: each statement sees the newest commit)."""
     return Handle(db, db.reader())
 
 
 @contextmanager
-def fixing(db: Database) -> Iterator[Handle]:
+def fixing(db: Store) -> Iterator[Handle]:
     """One write transaction for a whole fix run: committed when the block ends, rolled back
     when it raises."""
     with translated(), db.atomic() as conn:
@@ -80,7 +80,7 @@ def fixing(db: Database) -> Iterator[Handle]:
 
 
 @contextmanager
-def writing(db: Database) -> Iterator[Handle]:
+def writing(db: Store) -> Iterator[Handle]:
     """A short write transaction (a deep-check repair, a batch of re-embedded vectors)."""
     with fixing(db) as handle:
         yield handle
@@ -100,7 +100,7 @@ class Subject(enum.Enum):
     VECTOR_FILES = "vector_files"
 
 
-def subjects(db: Database) -> frozenset[Subject]:
+def subjects(db: Store) -> frozenset[Subject]:
     """The subjects `db` holds: all of them in an SQLite file, none on PostgreSQL."""
     return frozenset(Subject) if db.dialect == "sqlite" else frozenset()
 

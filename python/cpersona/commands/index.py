@@ -8,6 +8,7 @@ the file belongs: the message says which); 2 = the database could not be opened.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from cpersona.config import Settings
@@ -21,7 +22,7 @@ from cpersona.vectors.index import VectorIndex
 TABLES = ("memories", "episodes")
 
 
-def _progress(table: str):  # type: ignore[no-untyped-def]
+def _progress(table: str) -> Callable[[int, int], None]:
     def report(done: int, total: int) -> None:
         pct = 100.0 * done / total if total else 100.0
         print(f"\r  {table}: {done}/{total} rows ({pct:.0f}%)", end="", file=sys.stderr, flush=True)

@@ -1,17 +1,17 @@
 """Background rebuilds of the derived index files (issues 20 and 21): the `Healer` that runs
-them for the vector index and the full-text index alike, the check of a new mapping, and the
-vector index's own rebuild.
+them for the vector index and the full-text index alike, and the progress it leaves where any
+process can read it.
 
-A file that is damaged (the scan refuses a slot whose bytes no longer match their checksum,
-checksums.py), missing or stale (another format, another point of the database's history, a
-writer that died) is handed to `Healer.start` while the call answers from the database (the
-chunked BLOB scan, FTS5): no call waits for a rebuild of more than `INLINE_ROWS` rows. The
-rebuild (`rebuild_online` here, `fts/rebuild.rebuild_online`) writes the rows into a private
-file without the index lock, so neither this process's calls nor another process's scans wait
-for it; only the catch-up with what was logged meanwhile and the rename run under the
-exclusive lock. One process per host builds (the build lock, `build_lock_path`); it gives way
-to tool calls between steps (yielding.py) and writes its progress where `cpersona index
-status` and check_health read it (`progress_of`).
+A file that is damaged (a scan refuses bytes that no longer match their checksum), missing or
+stale (another format, another point of the database's history, a writer that died) is handed
+to `Healer.start` while the call answers from the database (the chunked BLOB scan, FTS5): no
+call waits for a rebuild of more than `INLINE_ROWS` rows. The rebuild (the derived-index
+base's `_rebuild_online`, derived/base.py) writes the rows into a private file without the
+index lock, so neither this process's calls nor another process's scans wait for it; only the
+catch-up with what was logged meanwhile and the rename run under the exclusive lock. One
+process per host builds (the build lock, `build_lock_path`); it gives way to tool calls between
+steps (yielding.py) and writes its progress where `cpersona index status` and check_health read
+it (`progress_of`).
 """
 
 from __future__ import annotations
@@ -28,21 +28,9 @@ import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from cpersona.errors import IndexObstructed, StoreCorrupt
-from cpersona.storage import embeddings as vector_sql
-from cpersona.vectors import checksums
-from cpersona.vectors.format import SECTIONS, Layout, VectorFileWriter
-from cpersona.vectors.slots import HEADROOM, Shape, append_row, release
 from cpersona.yielding import POLL_SECONDS, CallActivity, GiveWay
-
-if TYPE_CHECKING:
-    from cpersona.vectors.index import VectorIndex
-
-log = logging.getLogger("cpersona.vectors")
 
 #: A file to rebuild whose table holds at most this many rows is rebuilt inside the call that
 #: found it (a few tens of ms); a larger one in the background, the database answering meanwhile.
@@ -245,43 +233,6 @@ class Healer:
         return step
 
 
-def rebuild_online(index: VectorIndex, step: Step | None = None) -> int:
-    """A rebuild that holds the exclusive lock only to catch up and swap: the rows are
-    written into `<file>.heal<pid>` without it, from the log position read first; then,
-    under the lock, what was logged meanwhile is applied to that file and it is renamed
-    in. Returns the rows written. A failure or a stop at any step removes the private file:
-    the index file stays what it was (or absent), never half-written."""
-
-    db, table = index.db, index.table
-    log_seq = vector_sql.max_seq(db)
-    total, dim = vector_sql.embedded_shape(db, table)
-    tmp = index.path.with_name(f"{index.path.name}.heal{os.getpid()}")
-    try:
-        if step is not None:
-            step(0, total)
-        shape = Shape(log_seq, total, dim)
-        done = index._write_file(tmp, shape, step, STEP_ROWS, append_row, HEADROOM, flush=False)
-        # The index's own lock protocol (derived/base.py): these are its internals by design.
-        with index._thread_lock, index._flock(exclusive=True):
-            if index._history_problem(log_seq):  # entries it needs were trimmed meanwhile
-                remove_with_sums(tmp)
-                return index._rebuild_locked()
-            writer = VectorFileWriter(tmp)
-            try:
-                caught_up = index._apply_locked(writer)
-            finally:
-                release(writer)
-            if caught_up:
-                index._install(tmp)
-            else:  # the catch-up needs a compaction: rebuilt under the lock, as before
-                remove_with_sums(tmp)
-                return index._rebuild_locked()
-    except BaseException:
-        remove_with_sums(tmp)
-        raise
-    return done
-
-
 def orphaned(suffix: str) -> bool:
     """Whether a `.heal<pid>...` file (its name after the index file's) was left by a process
     that is gone: a background rebuild writes without the lock, so it is stale only then."""
@@ -297,30 +248,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's process: alive
         return True
     return True
-
-
-def remove_with_sums(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    checksums.sums_path(path).unlink(missing_ok=True)
-
-
-def content_problem(path: Path, dim: int, capacity: int, count: int, sums: np.ndarray) -> str:
-    """Why the slots of the file at `path` do not match their checksums, or its scan order is
-    no permutation ("" when both hold): the check of a new mapping, in numpy over a read-only
-    mapping of the file, `count` slots."""
-    if count == 0:
-        return ""
-    layout = Layout.of(dim, capacity)
-    mm = np.memmap(path, dtype=np.uint8, mode="r", shape=(layout.file_len,))
-    views: dict[str, Any] = {}
-    for name, dtype in SECTIONS:
-        shape = (capacity, dim) if name == "vectors" else (capacity,)
-        views[name] = np.ndarray(shape, dtype=dtype, buffer=mm, offset=layout.offsets[name])
-    problem = checksums.order_problem(views["order"], count)
-    if problem:
-        return problem
-    wrong = np.flatnonzero(checksums.slot_sums(views, slice(0, count)) != sums[:count])
-    if wrong.shape[0]:
-        first = int(views["ids"][int(wrong[0])])
-        return f"the content checksums of {wrong.shape[0]} slots differ (row {first} first)"
-    return ""
