@@ -24,7 +24,16 @@ from bench_support import measure_bandwidth  # noqa: E402
 from support import backends  # noqa: E402
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    # One process: pyproject's addopts run the tests on every core (pytest-xdist), and a
+    # benchmark beside another worker measures the other worker too (pytest-benchmark would
+    # disable itself, with a warning the suite's filterwarnings makes an error). Before
+    # xdist's and pytest-benchmark's own pytest_configure, which read these options.
+    if hasattr(config.option, "numprocesses"):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+        config.option.tx = []
     try:
         from cpersona import _core
     except ImportError:

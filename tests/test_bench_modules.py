@@ -22,8 +22,14 @@ ROOT = Path(__file__).resolve().parents[1]
 ROWS = 1500
 
 
+def _path() -> str:
+    """The repository first (the `benches` package), then the run's own PYTHONPATH (the tree
+    under test, where an editable install points elsewhere)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def _run(args: list[str], env_extra: dict[str, str], timeout: float = 240) -> str:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **env_extra)
+    env = dict(os.environ, PYTHONPATH=_path(), **env_extra)
     done = subprocess.run(
         [sys.executable, "-m", *args],
         cwd=ROOT,
@@ -89,7 +95,7 @@ def test_checked_scan_refuses_a_missing_corpus(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "benches.checked_scan", str(missing)],
         cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=dict(os.environ, PYTHONPATH=_path()),
         capture_output=True,
         text=True,
         timeout=120,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cpersona import __version__
+from cpersona import __version__, private_files
 from cpersona.config import Settings
 
 log = logging.getLogger("cpersona.update")
@@ -134,12 +133,8 @@ class UpdateCheck:
     def _write_cache(self, data: dict[str, Any]) -> None:
         if self.cache is None:
             return
-        tmp = self.cache.with_name(f"{self.cache.name}.tmp.{os.getpid()}")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f)
-            os.replace(tmp, self.cache)
+            private_files.write_atomically(self.cache, json.dumps(data), fsync=False)
         except OSError as exc:
             log.warning("could not write %s: %s", self.cache, exc)
 

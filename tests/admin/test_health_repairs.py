@@ -34,6 +34,7 @@ SQLITE_DAMAGE = {
     "test_health_profile_timestamps_and_permissions": "plants with SQLite's printf()",
     "test_health_embedding_model_mismatch_re_embeds": "writes raw BLOBs of another model",
     "test_health_embedding_model_label_of_sidecar": "writes raw BLOBs of another model",
+    "test_health_permissions_cover_the_full_text_files": "loosens the index files beside it",
 }
 
 
@@ -414,3 +415,19 @@ async def test_health_future_timestamp_repair_moves_the_row_in_time_scoped_recal
     today = {"agent_id": "a", "query": "zebra crossing", "since": created[0][:10]}
     assert [m["content"] for m in (await tools("recall", today))["messages"]] == ["zebra crossing"]
     assert (await tools("recall", future))["messages"] == []
+
+
+async def test_health_permissions_cover_the_full_text_files(tools: Any) -> None:
+    """The full-text files (the segment among them holds every memory's text; an earlier
+    version wrote it 0644) are listed when readable by others, and repaired."""
+    await corpus(tools)
+    await tools("recall", {"agent_id": "a", "query": "tea"})  # the full-text files exist
+    base = os.path.realpath(tools.engine.settings.db_path)
+    loose = [f"{base}.memories.fts", f"{base}.memories.fts.sum", f"{base}.memories.fts.lock"]
+    for path in loose:
+        os.chmod(path, 0o644)
+    (finding,) = of(await tools("check_health"), "file_permissions")
+    assert sorted(finding["files"]) == sorted(loose)
+    await tools("check_health", {"fix": True})
+    assert [os.stat(p).st_mode & 0o777 for p in loose] == [0o600] * 3
+    assert of(await tools("check_health"), "file_permissions") == []

@@ -181,14 +181,16 @@ def test_http_times_out_on_a_trickling_backend(embedding_service: EmbeddingServi
 
 
 def test_http_reports_an_unreachable_backend() -> None:
+    # Held bound, not listening, until the call is refused: a port released at once may be
+    # taken meanwhile (a parallel worker's server).
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    p = HttpProvider(f"http://127.0.0.1:{port}/embed", timeout=5)
-    with pytest.raises(
-        EmbeddingUnavailable, match=re.escape(f"could not reach http://127.0.0.1:{port}/embed")
-    ):
-        p.embed(["x"])
+        p = HttpProvider(f"http://127.0.0.1:{port}/embed", timeout=5)
+        with pytest.raises(
+            EmbeddingUnavailable, match=re.escape(f"could not reach http://127.0.0.1:{port}/embed")
+        ):
+            p.embed(["x"])
 
 
 @pytest.mark.parametrize(

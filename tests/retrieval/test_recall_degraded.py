@@ -10,6 +10,7 @@ Spec: retrieval.md §13, §3.4 (forwarding).
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -34,11 +35,13 @@ def none_mode(**kw):
     return {"embedding_mode": "none", "embedder": NoneProvider(), **kw}
 
 
-def closed_port_url() -> str:
+@pytest.fixture
+def closed_port_url() -> Iterator[str]:
+    """A URL whose port nothing listens on (connection refused), held bound without listening
+    for the test: a port released at once may be taken meanwhile (a parallel worker's server)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/embed"  # nothing listens: connection refused
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/embed"
 
 
 class Flaky:
@@ -136,8 +139,8 @@ async def test_recall_with_context_forwards_the_one_advisory(connect):
     assert after["advisory"]["runbook"].startswith("Reminder:")
 
 
-async def test_unreachable_http_backend_faults_after_two_failures(connect):
-    provider = HttpProvider(closed_port_url(), timeout=2)
+async def test_unreachable_http_backend_faults_after_two_failures(connect, closed_port_url):
+    provider = HttpProvider(closed_port_url, timeout=2)
     async with connect(embedding_mode="http", embedder=provider) as t:
         await t.store_all(NOTES)  # stored without vectors
         first = await t.recall("deploy", deep=True)
@@ -181,8 +184,8 @@ async def test_recovery_clears_the_advisory_and_cache_hits_change_nothing(connec
     assert recovered["messages"][-1]["match_reason"]["signal"] == "cosine"
 
 
-async def test_keyless_http_callers_always_get_the_full_fault_runbook(connect):
-    provider = HttpProvider(closed_port_url(), timeout=2)
+async def test_keyless_http_callers_always_get_the_full_fault_runbook(connect, closed_port_url):
+    provider = HttpProvider(closed_port_url, timeout=2)
     async with connect(embedding_mode="http", embedder=provider, transport="streamable-http") as t:
         await t.recall("deploy")
         keyless = [(await t.recall("deploy"))["advisory"] for _ in range(2)]

@@ -465,18 +465,23 @@ async def test_future_timestamp_warns_by_default(tools):
     assert (await row(tools, out["id"]))["timestamp"] == stamp
 
 
+# Made when the test runs, not at collection: parallel workers (pytest-xdist) must collect the
+# same test ids, and a stamp made at collection would also age before its test ran.
 @pytest.mark.parametrize(
-    "stamp",
+    "make",
     [
-        _ahead(60),  # inside the allowance
-        _ahead(0, tz=timedelta(hours=9)),  # wall-clock digits ahead, the instant is now
-        _ahead(-86400),
-        "tomorrow",
-        "2026-13-45T99:00:00",
-        "9999-12-31T23:59:59-14:00",  # names an instant past year 9999: unparseable
+        pytest.param(lambda: _ahead(60), id="inside-the-allowance"),
+        # wall-clock digits ahead, the instant is now
+        pytest.param(lambda: _ahead(0, tz=timedelta(hours=9)), id="now-at-utc+9"),
+        pytest.param(lambda: _ahead(-86400), id="yesterday"),
+        pytest.param(lambda: "tomorrow", id="tomorrow"),
+        pytest.param(lambda: "2026-13-45T99:00:00", id="2026-13-45T99:00:00"),
+        # names an instant past year 9999: unparseable
+        pytest.param(lambda: "9999-12-31T23:59:59-14:00", id="9999-12-31T23:59:59-14:00"),
     ],
 )
-async def test_timestamps_that_are_not_ahead(tools, stamp):
+async def test_timestamps_that_are_not_ahead(tools, make):
+    stamp = make()
     out = await store(tools, f"stamp {stamp}", message={"timestamp": stamp})
     assert set(out) == STORED_KEYS, out
     assert (await row(tools, out["id"]))["timestamp"] == stamp

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from cpersona import __version__
+from cpersona import __version__, private_files
 from cpersona.config import Settings
 from cpersona.retrieval.sidecar import sidecar_path
 from cpersona.storage import backup as sqlite_backup
@@ -45,8 +45,6 @@ NAMES = {
     "acl": "acl.json",
     "operating_context": "operating-context.toml",
 }
-#: How a restored side file's temporary copy is opened: new, owner-only, never through a link.
-_NEW_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 #: Databases of at least this many pages report their progress (32 MiB at 4 KiB pages).
 PROGRESS_MIN_PAGES = 8 * sqlite_backup.STEP_PAGES
 
@@ -138,19 +136,21 @@ def create(
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise BundleError(f"{dest} already exists and is not an empty directory")
     dest = dest.absolute()
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    private_files.make_dirs(dest.parent)
     work = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(mode=0o700)
+    private_files.make_dirs(work)
     try:
         db_file = work / NAMES["database"]
+        # Reserved owner-only first: SQLite creates with the umask's mode, and gives its
+        # journal the mode of the file it journals.
+        private_files.reserve(db_file)
         sqlite_backup.copy_out(source, db_file, progress=progress, step_pages=step_pages)
-        os.chmod(db_file, 0o600)
         entries = [_entry("database", db_file, source)]
         for role, path in _extra_files(settings, source):
             target = work / NAMES[role]
-            shutil.copyfile(path, target)  # operator files and an atomically renamed sidecar
-            os.chmod(target, 0o600)
+            # operator files and an atomically renamed sidecar
+            private_files.copy(path, target)
             entries.append(_entry(role, target, str(path)))
         _write_manifest(work, entries)
         if dest.is_dir():
@@ -174,9 +174,8 @@ def _write_manifest(work: Path, entries: list[Entry]) -> None:
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "files": [dataclasses.asdict(e) for e in entries],
     }
-    path = work / MANIFEST
-    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.chmod(path, 0o600)
+    text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    private_files.write_atomically(work / MANIFEST, text, fsync=False)
 
 
 # -- verify and restore ----------------------------------------------------------------------
@@ -268,10 +267,10 @@ def restore(
     for role, path in destinations.items():
         if role in entries and path and os.path.exists(path) and not force:
             raise BundleError(f"{path} exists; pass --force to replace it")
-    Path(db_path).absolute().parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    private_files.make_dirs(Path(db_path).absolute().parent)
     created = not os.path.exists(db_path)
     if created:  # owner-only from the start, as the server creates it
-        os.close(os.open(db_path, os.O_CREAT | os.O_WRONLY, 0o600))
+        private_files.reserve(db_path)
     try:
         # One write transaction on the target, committed at the last step: a failed copy
         # leaves the target as it was.
@@ -318,17 +317,9 @@ def _refuse_non_empty(db_path: str, force: bool) -> None:
 
 
 def _place(source: Path, target: Path) -> None:
-    """Copy `source` to `target` atomically (a temporary file renamed over it), owner-only."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}.tmp.{os.getpid()}")
-    try:
-        # Owner-only from its creation: the ACL file holds tokens, and a copy made first and
-        # chmod-ed after is readable by others in between.
-        with open(source, "rb") as src, open(os.open(tmp, _NEW_PRIVATE, 0o600), "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Copy `source` to `target` atomically (a temporary file renamed over it), owner-only
+    from its creation: the ACL file holds tokens."""
+    private_files.copy(source, target)
 
 
 # -- the commands ----------------------------------------------------------------------------

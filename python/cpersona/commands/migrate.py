@@ -16,7 +16,6 @@ record is dropped. Derived index files are not copied: the target's first start 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from cpersona import private_files
 from cpersona.config import Settings
 from cpersona.retrieval.sidecar import sidecar_path
 from cpersona.storage import Store, transfer
@@ -379,10 +379,7 @@ def _copy_sidecar(source: str, target: str) -> bool:
     src, dst = sidecar_path(source), sidecar_path(target)
     if src is None or dst is None or not os.path.isfile(src) or os.path.exists(dst):
         return False
-    tmp = f"{dst}.tmp.{os.getpid()}"
-    shutil.copyfile(src, tmp)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, dst)
+    private_files.copy(src, dst)
     return True
 
 

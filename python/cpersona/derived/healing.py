@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
+from cpersona import private_files
 from cpersona.errors import IndexObstructed, StoreCorrupt
 from cpersona.yielding import POLL_SECONDS, CallActivity, GiveWay
 
@@ -163,7 +164,7 @@ class Healer:
             give_way.lower_priority()
         started = time.monotonic()
         try:
-            fd = os.open(build_lock_path(self.path), os.O_RDWR | os.O_CREAT, 0o600)
+            fd = private_files.open_or_create(build_lock_path(self.path))
         except OSError as exc:
             self.logger.warning("cannot rebuild %s: %s", self.path.name, exc)
             return

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from cpersona import private_files
 from cpersona.errors import IndexObstructed
 
 log = logging.getLogger("cpersona.derived")
@@ -24,7 +25,7 @@ def file_lock(lock_path: Path, exclusive: bool) -> Iterator[None]:
 
     flock is per open file description, so threads of one process take the index's thread lock
     first for exclusive work (two threads must not both mutate through one process)."""
-    fd = unobstructed(lambda: os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600))
+    fd = unobstructed(lambda: private_files.open_or_create(lock_path))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield

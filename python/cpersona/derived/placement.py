@@ -10,6 +10,7 @@ import logging
 import os
 from pathlib import Path
 
+from cpersona import private_files
 from cpersona.config import cache_root
 from cpersona.storage import Store
 
@@ -29,15 +30,10 @@ def cache_base(cache_dir: str | None, url: str) -> Path:
     share a file; processes on one host share theirs, each host has its own."""
     directory = cache_directory(cache_dir, url)
     try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_files.make_dirs(directory)
         note = directory / "database.txt"
         if not note.exists():  # which database this is, for an operator looking at the cache
-            tmp = directory / f"database.txt.tmp{os.getpid()}"
-            # Owner-only like every file of cpersona's (check_health's file_permissions).
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(url + "\n")
-            os.replace(tmp, note)
+            private_files.write_atomically(note, url + "\n", fsync=False)
     except OSError as exc:
         # Serving goes on: each search then says the index is unusable (search.ranked).
         log.warning("the full-text index directory %s is unusable: %s", directory, exc)
@@ -69,8 +65,8 @@ def cache_problem(cache_dir: str | None) -> str:
     missing; a probe lock file is left for the next start."""
     root = cache_root(cache_dir)
     try:
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(root / ".lock-probe", os.O_RDWR | os.O_CREAT, 0o600)
+        private_files.make_dirs(root)
+        fd = private_files.open_or_create(root / ".lock-probe")
         try:
             import fcntl
 

@@ -10,6 +10,8 @@ import fcntl
 import os
 from collections.abc import Iterator
 
+from cpersona import private_files
+
 
 def lock_path(db_path: str) -> str:
     return db_path + ".reembed.lock"
@@ -18,7 +20,7 @@ def lock_path(db_path: str) -> str:
 @contextlib.contextmanager
 def exclusive(db_path: str) -> Iterator[bool]:
     """Hold the conversion lock of `db_path`; yields False when another process holds it."""
-    fd = os.open(lock_path(db_path), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = private_files.open_or_create(lock_path(db_path))
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -16,11 +16,12 @@ missing, makes the file untrusted, and it is rebuilt.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import struct
 import zlib
 from pathlib import Path
+
+from cpersona import private_files
 
 MAGIC = b"CPFTSSM1"
 VERSION = 1
@@ -60,10 +61,7 @@ def write(path: Path, generation: int, end: int, crc: int, *, fresh: bool = Fals
     place."""
     raw = _SIDE.pack(MAGIC, VERSION, generation, end, crc, 0)
     side = sums_path(path)
-    if fresh:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(side)
-    fd = os.open(side, os.O_WRONLY | os.O_CREAT, 0o600)
+    fd = private_files.recreate(side) if fresh else private_files.open_or_create(side, os.O_WRONLY)
     try:
         os.pwrite(fd, raw, 0)
     finally:

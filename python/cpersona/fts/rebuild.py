@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from cpersona import private_files
 from cpersona.derived.base import Progress
 from cpersona.fts import checksums
 from cpersona.fts.format import HEADER_LEN, Header, put_record, records_for
@@ -48,7 +49,7 @@ def build(
     done, crc = 0, 0
     with db.snapshot():
         log_seq = fts_sql.max_seq(db)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = private_files.recreate(tmp, os.O_RDWR)
         complete = False
         try:
             end = HEADER_LEN

@@ -26,6 +26,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from cpersona import private_files
 from cpersona.errors import StoreCorrupt
 from cpersona.fts.format import SEGMENT_HEADER
 
@@ -142,6 +143,9 @@ def build(core: Any, index_path: Path, table: int, generation: int, end: int, cr
     remove_stale(index_path)
     tmp = final.with_name(f"{final.name}.tmp{os.getpid()}")
     try:
+        # The extension's writer creates with the umask's mode (0644 under the usual 022) and
+        # keeps that of a file already there: the segment holds every memory's text.
+        private_files.reserve(tmp, replace=True)
         core.write_segment(str(tmp), table, generation, end, crc)
         crc_at = _crc_at()
         body_crc = _file_crc(tmp)

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cpersona import private_files
 from cpersona.portability import records
 from cpersona.portability import vectors as kept
 from cpersona.portability.paths import confine, names_directory, os_reason, refusal
@@ -76,8 +77,8 @@ def _write(
     engine: Host, agent_id: str, path: str, include_embeddings: bool, span: TimeRange | None
 ) -> tuple[tuple[int, int, int], dict[str, int]]:
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=directory)
+    private_files.make_dirs(directory)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=directory)  # 0600
     scope = agent_id or None
     written = [0, 0, 0]
     graph = None

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from cpersona import private_files
 from cpersona.storage import Store
 from cpersona.storage import meta as meta_sql
 
@@ -166,9 +167,9 @@ class Sidecar:
         except FileNotFoundError:
             mode = 0o600
         tmp = f"{self.path}.tmp.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = private_files.recreate(tmp)
         try:
-            os.fchmod(fd, mode)
+            os.fchmod(fd, mode)  # an existing file's mode is the operator's
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
                 fh.flush()
@@ -195,7 +196,7 @@ class Sidecar:
             except FileNotFoundError:
                 return None
             existing = self.backups()
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = private_files.recreate(target)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
             for path, old_label, _ in existing:

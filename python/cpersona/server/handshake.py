@@ -31,7 +31,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cpersona import __version__
+from cpersona import __version__, private_files
 
 if TYPE_CHECKING:
     from cpersona.config import Settings
@@ -194,14 +194,8 @@ class Record:
                 for v, methods in self.answers.items()
             },
         }
-        import tempfile  # only the first start of an install writes a record
-
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".handshake-", dir=self.path.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(data, out)
-            os.replace(tmp, self.path)
+            private_files.write_atomically(self.path, json.dumps(data), fsync=False)
         except OSError as exc:  # a read-only or full cache costs the next start its speed only
             log.debug("handshake record not written to %s: %s", self.path, exc)
 

@@ -22,12 +22,12 @@ import json
 import os
 import re
 import secrets
-import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cpersona import private_files
 from cpersona.errors import ConfigError
 from cpersona.forwarding import Forwarded
 from cpersona.server.acl import (
@@ -187,18 +187,8 @@ class AliasLedger:
 
     def _write(self, aliases: dict[str, dict[str, str]]) -> None:
         # Temp file + fsync + rename: a crash leaves the old ledger or the new one, never half.
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         body = json.dumps({"version": LEDGER_VERSION, "aliases": aliases}, indent=1)
-        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(body + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        private_files.write_atomically(self.path, body + "\n")
         dir_fd = os.open(self.path.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)

@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
+from cpersona import private_files
 from cpersona.storage.error_kinds import DISK_FULL, is_disk_full
 from cpersona.storage.interface import Capabilities, Connection, Params, Row
 from cpersona.storage.ops import SQLITE, OpsConnection, SqlOps
@@ -397,12 +398,9 @@ def open_failure(path: str, exc: BaseException) -> str:
 
 def _prepare_file(path: Path) -> None:
     """Create the parent directory (0700) and warn when the file is readable by others."""
-    parent = path.parent
-    if not parent.exists():
-        parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-    if not path.exists():
-        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
-        os.close(fd)
+    private_files.make_dirs(path.parent)
+    if not path.exists():  # SQLite gives the -wal, -shm and -journal files this file's mode
+        os.close(private_files.open_or_create(path, os.O_WRONLY))
     elif path.is_file() and path.stat().st_mode & 0o077:
         log.warning("database %s is readable by group or others; consider chmod 600", path)
 

@@ -25,13 +25,13 @@ there, never trusted.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from cpersona import private_files
 from cpersona.vectors.format import SECTIONS, Layout, VectorFileWriter
 
 MAGIC = b"CPVECSM1"
@@ -92,13 +92,10 @@ def write(writer: VectorFileWriter) -> None:
     header["db_uid"] = np.void(fixed.db_uid)
     body = np.zeros(writer.capacity, dtype="<u4")
     body[:count] = slot_sums(writer.sections, slice(0, count))
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
     try:
-        with open(tmp, "xb") as f:
+        with os.fdopen(private_files.recreate(tmp), "wb") as f:
             f.write(header.tobytes().ljust(HEADER_LEN, b"\0"))
             f.write(body.tobytes())
-        os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

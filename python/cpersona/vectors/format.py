@@ -32,7 +32,6 @@ existing reader keeps a consistent (older) mapping.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from cpersona import private_files
 from cpersona.derived.scope import SCOPE_FIELDS
 from cpersona.forwarding import Forwarded
 from cpersona.timerange import NO_TIME
@@ -212,9 +212,7 @@ class VectorFileWriter:
         header["capacity"] = capacity
         header["db_uid"] = np.void(bytes(db_uid))
         header["table"] = table
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        with open(path, "xb") as f:
+        with os.fdopen(private_files.recreate(path), "wb") as f:
             try:
                 _allocate(f.fileno(), layout.file_len)
                 f.write(header.tobytes())

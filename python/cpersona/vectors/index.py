@@ -405,7 +405,6 @@ class VectorIndex(DerivedIndex[np.void, KeptWriter, Written]):
             checksums.write(writer)
         finally:
             release(writer)
-        os.chmod(tmp, 0o600)
         if progress is not None:
             progress(done, shape.total)
         return done

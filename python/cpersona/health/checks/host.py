@@ -187,14 +187,18 @@ def _sqlite_paths(ctx: HealthContext) -> tuple[list[Path], list[Path]]:
         db.parent / "update-check.json",
         Path(ctx.settings.alias_ledger_file or db.parent / "alias_ledger.json"),
     ]
+    files.append(Path(f"{db}.reembed.lock"))
     for table in TABLES:
-        files += [
-            Path(f"{db}.{table}.vec"),
-            Path(f"{db}.{table}.vec.sum"),
-            Path(f"{db}.{table}.vec.lock"),
-            Path(f"{db}.{table}.vecindex"),
-        ]
+        files.append(Path(f"{db}.{table}.vecindex"))  # an earlier release's vector file
+        for kind in (".vec", ".fts"):
+            # The index file, its checksum sidecar, its lock, its background build's lock, and
+            # the full-text segment (every memory's text; 0644 before issue 33).
+            files += [Path(f"{db}.{table}{kind}{end}") for end in _DERIVED_ENDS]
     return files, [db.parent]
+
+
+#: What follows `<db>.<table>.vec` / `.fts` in the names of an index's files.
+_DERIVED_ENDS = ("", ".sum", ".lock", ".rebuild", ".seg")
 
 
 @finding("file_permissions", "warn")
