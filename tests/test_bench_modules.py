@@ -211,6 +211,35 @@ def test_plots_draws_every_image_of_the_performance_page(tmp_path: Path) -> None
     assert all((tmp_path / name).stat().st_size > 10_000 for name in shown)  # not blank
 
 
+def test_stale_facts_reports_both_stores_and_the_steps_cost(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    cache = tmp_path_factory.mktemp("stale-cache")
+    out = _run(
+        [
+            "benches.stale_facts",
+            "--facts",
+            "12",
+            "--cost-rows",
+            str(ROWS),
+            "--rounds",
+            "3",
+            "--json",
+        ],
+        {"CPERSONA_BENCH_CACHE": str(cache)},
+    )
+    result = json.loads(out.strip().splitlines()[-1])
+    quality = result["quality"]
+    for store in ("declared", "undeclared"):
+        shares = quality[store]
+        assert sum(shares[k] for k in ("current_first", "stale_first", "other_first")) == 1.0
+    assert quality["declared"]["stale_first"] == 0.0
+    cost = result["cost"]
+    assert cost["declared_relations"] == ROWS // 4
+    for condition in ("none", "declared", "declared_include"):
+        assert cost["step_ms"][condition]["n"] == 3 and cost["recall_ms"][condition]["p50"] > 0
+
+
 def test_recall_ab_times_both_checkouts_in_turns(tmp_path: Path) -> None:
     python = str(ROOT / "python")
     text = _run(

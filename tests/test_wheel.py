@@ -1,7 +1,7 @@
 """The wheel as users install it (issue 14): `maturin build --release` makes one manylinux, abi3
 wheel carrying the extension, the tokenizer data, the agent skill and the web view's files;
 installed into a fresh virtual environment (no system packages, run from outside the source
-tree, no PYTHONPATH), `cpersona --version` answers and a stdio server lists its 31 tools,
+tree, no PYTHONPATH), `cpersona --version` answers and a stdio server lists its 34 tools,
 stores and recalls."""
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def test_the_installed_stdio_server_stores_and_recalls(installed: Path, tmp_path
         reader.join(timeout=STDIO_WAIT)
         proc.stdout.close()
         proc.stderr.close()
-    assert len(answers[2]["result"]["tools"]) == 31  # type: ignore[index]
+    assert len(answers[2]["result"]["tools"]) == 34  # type: ignore[index]
     stored = json.loads(answers[3]["result"]["content"][0]["text"])  # type: ignore[index]
     assert stored == {"ok": True, "result": "stored", "id": 1, "embedded": True}
     recalled = json.loads(answers[4]["result"]["content"][0]["text"])  # type: ignore[index]

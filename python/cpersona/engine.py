@@ -242,6 +242,8 @@ class Engine:
         # The index is current after every acknowledged write (a crash before this point is
         # repaired by the next reader's sync: the log entry was committed with the row).
         self.recaller.invalidate_stats()
+        # issue 32 hook: an import or merge may have carried declarations.
+        self.recaller.supersession.invalidate()
         for index in self.derived_indexes():
             try:
                 index.after_write()

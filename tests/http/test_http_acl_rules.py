@@ -128,7 +128,7 @@ def test_acl_grant_sweep_needs_a_star_grant():
 
 
 def test_acl_every_tool_of_the_surface_is_classified():
-    assert set(REGISTRATION_ORDER) == CLASSIFIED and len(CLASSIFIED) == 31
+    assert set(REGISTRATION_ORDER) == CLASSIFIED and len(CLASSIFIED) == 34
     for tool in REGISTRATION_ORDER:
         assert demands(tool, {"agent_id": "a"}, export_dir_set=False) is not None, tool
     assert demands("no_such_tool", {}, export_dir_set=False) is None

@@ -1,7 +1,7 @@
 """The stdio→HTTP bridge (surface.md §11.6): `python -m cpersona.proxy_stdio` as a client sees it.
 
 (a) The official MCP client, speaking stdio to the bridge, drives a real cpersona HTTP server
-through every one of the 31 tools, and the writes land in the server's database. (b) Against a
+through every one of the 34 tools, and the writes land in the server's database. (b) Against a
 scripted HTTP peer on loopback: SSE-framed and JSON answers are relayed line by line; a peer that
 dies mid-call, never answers, refuses the token or is not there gives each request one JSON-RPC
 error -32000 and notifications none; a line that is not JSON gets -32700; in-flight requests
@@ -100,6 +100,16 @@ async def test_bridge_drives_every_tool_of_a_real_http_server(server: HttpServer
             assert [m["content"] for m in context["messages"]] == ["会議は火曜日に移った"]
             contents = await call("get_contents", {**a, "refs": [f"mem:{first['id']}"]})
             assert [i["content"] for i in contents["items"]] == ["the meeting is on Tuesday"]
+            declared = await call(
+                "declare_associations",
+                {**a, "anchor_ref": f"mem:{first['id']}",
+                 "associations": {"entities": [{"name": "meeting"}]}},
+            )  # fmt: skip
+            assert declared["result"] == "declared"
+            walked = await call("traverse", {**a, "entity": "Meeting"})
+            assert walked["entities"][0]["mentions"] == [f"mem:{first['id']}"]
+            items = await call("reconstruct", {**a, "query": "meeting Tuesday"})
+            assert f"mem:{first['id']}" in [i["head_ref"] for i in items["items"]]
             assert (await call("update_profile", {**a, "profile": "likes tea"}))["ok"] is True
             assert (await call("get_profile", a))["profile"] == "likes tea"
             episode = await call("archive_episode", {**a, "summary": "planning the week"})

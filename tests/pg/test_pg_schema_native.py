@@ -34,7 +34,15 @@ BEFORE = "4bd01fd"
 #: The functions cpersona owns in the schema, each documented where it is created: the
 #: full-text log and re-embedding triggers (storage/pg/schema.py `_triggers`) and the dedup
 #: indexes' SHA-256 key (`TEXT_KEY_FUNCTION`: convert_to is not immutable).
-OWNED = {"cpersona_fts_log", "cpersona_reembed_drop", "cpersona_text_key", "cpersona_vector_log"}
+OWNED = {
+    "cpersona_fts_log",
+    "cpersona_reembed_drop",
+    "cpersona_text_key",
+    "cpersona_vector_log",
+    # 2.6's delete cascades of the declared associations (issue 32), as plpgsql triggers.
+    "cpersona_associations_entity_ad",
+    "cpersona_associations_record_ad",
+}
 #: Names that would say a function stands in for one of SQLite's.
 SQLITE_NAMES = re.compile(
     r"^(datetime|date|time|julianday|strftime|unixepoch|json_.*|instr|ifnull|total|glob|"

@@ -8,7 +8,9 @@ from dataclasses import replace
 
 import pytest
 from cpersona.retrieval.channel import RankedList
+from cpersona.retrieval.hydration import Hydration
 from cpersona.retrieval.recall_query import RecallQuery
+from cpersona.retrieval.trace import Trace
 
 pytestmark = pytest.mark.anyio
 
@@ -25,7 +27,9 @@ async def test_a_list_step_sees_every_list_and_fusion_ranks_what_it_leaves(conne
         assert {OLD, NEW} <= set(await t.contents(QUERY, deep=True))
         seen: list[str] = []
 
-        def drop_old(query: RecallQuery, ranked: RankedList) -> RankedList:
+        def drop_old(
+            query: RecallQuery, ranked: RankedList, reads: Hydration, trace: Trace
+        ) -> RankedList:
             seen.append(ranked.name)
             return replace(ranked, rows=[r for r in ranked.rows if r.content != OLD])
 

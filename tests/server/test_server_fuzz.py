@@ -36,6 +36,10 @@ TOOL_ARGS = {
     "update_profile": ["agent_id", "profile", "session_key"],
     "list_memories": ["agent_id", "limit", "project_id"],
     "list_episodes": ["agent_id", "limit", "project_id"],
+    "declare_associations": ["agent_id", "associations", "anchor_ref", "retract", "channel",
+                             "project_id", "session_key"],
+    "traverse": ["agent_id", "entity", "max_hops", "limit", "channel", "project_id",
+                 "source_id"],
 }  # fmt: skip
 
 texts = fuzz.texts(40, ["", " ", "alice", "bob", "[Memory from x]", "@auto", "\ud800", "a\udfffb"])
@@ -70,7 +74,38 @@ messages = st.fixed_dictionaries(
 def argument(name: str) -> st.SearchStrategy[Any]:
     if name == "message":
         return st.one_of(messages, json_values)
-    if name in ("memory_id", "episode_id", "limit"):
+    if name == "associations":
+        return st.one_of(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "entities": st.one_of(
+                        st.lists(
+                            st.fixed_dictionaries(
+                                {"name": texts}, optional={"aliases": st.lists(texts, max_size=2)}
+                            ),
+                            max_size=3,
+                        ),
+                        json_values,
+                    ),
+                    "relations": st.one_of(
+                        st.lists(
+                            st.fixed_dictionaries(
+                                {
+                                    "subject": st.one_of(texts, st.just("mem:1")),
+                                    "predicate": texts,
+                                    "object": st.one_of(texts, st.just("mem:2")),
+                                }
+                            ),
+                            max_size=3,
+                        ),
+                        json_values,
+                    ),
+                },
+            ),
+            json_values,
+        )
+    if name in ("memory_id", "episode_id", "limit", "max_hops"):
         return st.one_of(st.integers(min_value=-2, max_value=6), st.integers(), json_values)
     if name == "history":
         return st.one_of(
@@ -107,6 +142,11 @@ def check(tool: str, result: Any) -> None:
         assert isinstance(out[key], list) and out["count"] == len(out[key])
     elif tool == "get_profile" and "error" not in out:
         assert set(out) == {"profile"}
+    elif tool == "declare_associations":
+        assert out["result"] in ("declared", "skipped", "rejected"), out
+        assert isinstance(out["dropped"], list) and isinstance(out["relations"], list)
+    elif tool == "traverse":  # 2.6.14's answer has no `ok`: its collections are always there
+        assert isinstance(out["entities"], list) and isinstance(out["relations"], list), out
     elif "ok" not in out:
         raise AssertionError((tool, out))
 

@@ -79,6 +79,24 @@ CPERSONA_INDEXES = {
     "sqlite_autoindex_cpersona_subject_aliases_2",
 }
 
+#: CPersona 2.6's declared associations (issue 32), created as 2.6.14 creates them, and
+#: recall's probe index of cpersona's beside them.
+ASSOCIATION_TABLES = {"entities", "entity_aliases", "entity_mentions", "relations"}
+ASSOCIATION_TRIGGERS = {f"associations_{t}_ad" for t in ("entities", "memories", "episodes")}
+ASSOCIATION_INDEXES = {
+    "idx_entity_aliases_normalized",
+    "idx_entity_mentions_ref",
+    "idx_relations_subject",
+    "idx_relations_object",
+    "idx_relations_anchor",
+    "sqlite_autoindex_entities_1",
+    "sqlite_autoindex_entity_aliases_1",
+    "sqlite_autoindex_entity_mentions_1",
+    "sqlite_autoindex_relations_1",
+}
+OWN_ASSOCIATION_INDEXES = {"cpersona_relations_agent_predicate"}
+UPSTREAM_26 = Path("/work/shared/fixtures/cpersona-2.6.14-associations.db")
+
 
 def names(objects: dict[tuple[str, str], str], kind: str) -> set[str]:
     return {name for (t, name) in objects if t == kind}
@@ -101,12 +119,30 @@ def fresh_file(tmp_path: Path) -> Path:
 
 def test_fresh_database_has_exactly_the_v13_objects_plus_cpersonas(tmp_path):
     objects = file_schema(fresh_file(tmp_path))
-    assert names(objects, "table") == V13_TABLES | FTS_TABLES | CPERSONA_TABLES | {
-        "sqlite_sequence"
-    }
-    assert names(objects, "trigger") == V13_TRIGGERS | CPERSONA_TRIGGERS
-    assert names(objects, "index") == V13_INDEXES | CPERSONA_INDEXES
+    assert (
+        names(objects, "table")
+        == V13_TABLES | FTS_TABLES | CPERSONA_TABLES | {"sqlite_sequence"} | ASSOCIATION_TABLES
+    )
+    assert names(objects, "trigger") == V13_TRIGGERS | CPERSONA_TRIGGERS | ASSOCIATION_TRIGGERS
+    assert names(objects, "index") == (
+        V13_INDEXES | CPERSONA_INDEXES | ASSOCIATION_INDEXES | OWN_ASSOCIATION_INDEXES
+    )
     assert names(objects, "view") == set()
+
+
+def test_the_association_tables_are_2_6_14s_own(tmp_path):
+    if not UPSTREAM_26.exists():
+        pytest.skip(f"fixture database not found: {UPSTREAM_26}")
+    ours = file_schema(fresh_file(tmp_path))
+    theirs = file_schema(UPSTREAM_26)
+    for kind, wanted in (
+        ("table", ASSOCIATION_TABLES),
+        ("trigger", ASSOCIATION_TRIGGERS),
+        ("index", ASSOCIATION_INDEXES),
+    ):
+        for name in wanted:
+            # The stored SQL, as sqlite_master keeps it (IF NOT EXISTS is not kept).
+            assert ours[(kind, name)] == theirs[(kind, name)], name
 
 
 def test_fresh_schema_is_byte_for_byte_that_of_2_5_12(tmp_path, sample_db):
@@ -117,7 +153,15 @@ def test_fresh_schema_is_byte_for_byte_that_of_2_5_12(tmp_path, sample_db):
     for key, sql in theirs.items():
         assert ours[key] == sql, key
     added = {name for (_, name) in set(ours) - set(theirs)}
-    assert added == CPERSONA_TABLES | CPERSONA_TRIGGERS | CPERSONA_INDEXES
+    assert added == (
+        CPERSONA_TABLES
+        | CPERSONA_TRIGGERS
+        | CPERSONA_INDEXES
+        | ASSOCIATION_TABLES
+        | ASSOCIATION_TRIGGERS
+        | ASSOCIATION_INDEXES
+        | OWN_ASSOCIATION_INDEXES
+    )
 
 
 def test_fresh_columns_match_the_spec(tmp_path):

@@ -38,8 +38,10 @@ READS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("get_contents", {"agent_id": "alice", "refs": ["mem:1", "mem:2", "ep:1", "mem:7"]}),
 )
 
-#: Tables a named migration may add rows to (the record of what ran); every old row stays.
-GROWING = frozenset({"cpersona_migrations", "schema_version"})
+#: Tables a named migration may add rows to (the record of what ran; on PostgreSQL the
+#: sequences of the tables it creates, e.g. pg_0007's `entities` and `relations`); every old
+#: row stays.
+GROWING = frozenset({"cpersona_migrations", "schema_version", "pg_sequences"})
 
 Rows = dict[str, list[dict[str, Any]]]
 

@@ -54,30 +54,34 @@ def export_memories(
         # Refused before anything is created: the temp file would go beside the directory.
         return {"ok": False, "error": f"output_path names a directory, not a file: {output_path}"}
     try:
-        counts = _write(engine, agent_id, path, include_embeddings, span)
+        counts, graph = _write(engine, agent_id, path, include_embeddings, span)
     except OSError as exc:
         # 2.5.x lets these escape as a bare {"error"}; the response-shape rule wants ok:false.
         return {"ok": False, "error": f"could not write {output_path}: {os_reason(exc)}"}
     except (ValueError, StorageError) as exc:
         return {"ok": False, "error": f"could not write {output_path}: {exc}"}
     log.info("exported %s memories, %s episodes, %s profiles to %s", *counts, path)
-    return {
+    out: dict[str, Any] = {
         "ok": True,
         "path": path,
         "memories": counts[0],
         "episodes": counts[1],
         "profiles": counts[2],
     }
+    if graph:  # 2.6.14's key, present only when declarations were written
+        out["associations"] = graph
+    return out
 
 
 def _write(
     engine: Host, agent_id: str, path: str, include_embeddings: bool, span: TimeRange | None
-) -> tuple[int, int, int]:
+) -> tuple[tuple[int, int, int], dict[str, int]]:
     directory = os.path.dirname(os.path.abspath(path))
     private_files.make_dirs(directory)
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=directory)  # 0600
     scope = agent_id or None
     written = [0, 0, 0]
+    graph = None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
             with bulk.snapshot(engine.db) as rows:
@@ -87,6 +91,16 @@ def _write(
                     n_mem = sum(1 for _ in _within(span, rows.iter_memories(scope)))
                     n_ep = sum(1 for _ in _within(span, rows.iter_episodes(scope)))
                 head = records.header(agent_id, n_mem, n_ep, totals.profiles)
+                # The declared associations (issue 32, 2.6's export 1.1 records), after the
+                # records they name; counted in the header only when there are any. A span
+                # export leaves them out: what they name may be outside it.
+                graph = rows.read_graph(scope) if span is None else None
+                if graph:
+                    head.update(
+                        entity_count=len(graph.entities),
+                        mention_count=len(graph.mentions),
+                        relation_count=len(graph.relations),
+                    )
                 if include_embeddings:
                     # Which model made the vectors: an import keeps only its own model's.
                     head["embedding_models"] = kept.export_models(rows.vector_models())
@@ -102,6 +116,8 @@ def _write(
                 for prof in rows.iter_profiles(scope):
                     out.write(records.dumps(records.profile_json(prof)) + "\n")
                     written[2] += 1
+                for declared in graph.records() if graph else ():
+                    out.write(records.dumps(declared) + "\n")
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -110,7 +126,14 @@ def _write(
             os.unlink(tmp)
         raise
     _fsync_dir(directory)
-    return written[0], written[1], written[2]
+    counted = {}
+    if graph:
+        counted = {
+            "entities": len(graph.entities),
+            "mentions": len(graph.mentions),
+            "relations": len(graph.relations),
+        }
+    return (written[0], written[1], written[2]), counted
 
 
 R = TypeVar("R", bulk.MemoryRecord, bulk.EpisodeRecord)

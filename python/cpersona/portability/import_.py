@@ -33,7 +33,7 @@ from cpersona.portability import records
 from cpersona.portability import vectors as kept
 from cpersona.portability.counts import Copied
 from cpersona.portability.paths import confine, read_bounded, refusal
-from cpersona.storage import bulk
+from cpersona.storage import association_graph, bulk
 from cpersona.storage.bulk import EpisodeRecord, MemoryRecord, ProfileRecord
 from cpersona.storage.error_kinds import DISK_FULL, is_disk_full
 from cpersona.vectors.remote import Item
@@ -60,6 +60,8 @@ class _Plan:
     present: list[int] = field(default_factory=lambda: [0, 0, 0])
     #: Line number -> credentials found in that record (CPERSONA_SECRETS, issue 22).
     credentials: dict[int, dict[str, int]] = field(default_factory=dict)
+    #: The declared associations the file carries (issue 32; 2.6's export 1.1 records).
+    graph: association_graph.Graph = field(default_factory=association_graph.Graph)
 
     def mismatch(self) -> str | None:
         """Why the body disagrees with the header's declared counts, or None."""
@@ -93,6 +95,8 @@ class _Tally(Copied):
     written: list[_Item] = field(default_factory=list)
     #: What a real run inserted, per agent, for the remote vector service.
     inserted: dict[str, list[Item]] = field(default_factory=dict)
+    #: The file's ref of each row written -> its ref here (the declarations follow it).
+    ref_map: dict[str, str] = field(default_factory=dict)
 
 
 class _Aborted(Exception):
@@ -150,10 +154,12 @@ def import_memories(
     kept.screen(plan.items, kept.file_models(plan.header), target)
     mismatch = plan.mismatch()
     tally = _Tally(skipped_memories=plan.skipped_memories, skipped_episodes=plan.skipped_episodes)
+    carried: dict[str, int] | None = None
     try:
         if dry_run or mismatch is not None:
             with bulk.snapshot(engine.db) as rows:
                 _apply(rows, plan, tally, s, write=False, report=report)
+                carried = _carry(rows, plan, tally, target_agent_id, dry_run=True)
             if mismatch is not None:
                 raise _Aborted(mismatch)
         else:
@@ -163,6 +169,7 @@ def import_memories(
             with bulk.transaction(engine.db) as rows:
                 kept.admit(rows, tally.written, target)
                 _apply(rows, plan, tally, s, write=True, report=report)
+                carried = _carry(rows, plan, tally, target_agent_id, dry_run=False)
     except Exception as exc:  # one transaction: everything rolled back
         if is_disk_full(exc):
             log.warning("import of %s failed: %s (%s)", path, DISK_FULL, exc)
@@ -180,6 +187,8 @@ def import_memories(
             path,
         )
     out = _tally_shape(tally, dry_run=dry_run)
+    if carried is not None:  # 2.6.14's key, only for a file that declares something
+        out["associations"] = carried
     if tally.redacted and s.secrets == "redact":
         out["redacted"] = dict(sorted(tally.redacted.items()))
     if tally.future_timestamps:
@@ -246,9 +255,23 @@ def _plan(text: str, target: str, content_cap: int, profile_cap: int, secrets: s
                 _plan_episode(plan, number, record, agent, content_cap)
             else:
                 _plan_profile(plan, number, record, agent, profile_cap)
+        elif kind in ("entity", "mention", "relation"):
+            if not plan.graph.add(record):
+                plan.errors.append(f"Line {number}: {kind} missing id")
         elif kind not in (None, ""):
             plan.errors.append(f"Line {number}: unknown type '{kind}'")
     return plan
+
+
+def _carry(
+    rows: bulk.Rows, plan: _Plan, tally: _Tally, target: str, *, dry_run: bool
+) -> dict[str, int] | None:
+    """The file's declarations written (or, `dry_run`, counted) against the rows the import
+    wrote: a declaration naming a row it skipped or could not read is dropped, counted."""
+    if not plan.graph:
+        return None
+    done = rows.carry_graph(plan.graph, tally.ref_map, agent_id=target or None, dry_run=dry_run)
+    return {**done.counts(), "dropped": done.dropped}
 
 
 def _stamp(plan: _Plan, number: int, record: dict[str, Any], key: str) -> str | None:
@@ -422,6 +445,8 @@ def _apply(
             if duplicate:
                 tally.skipped_memories += 1
             else:
+                # A preview maps to a stand-in: it counts what a real run would carry.
+                tally.ref_map[f"mem:{rec.id}"] = f"mem:{new_id if write else 0}"
                 if not write:
                     if rec.msg_id:
                         seen_msg.add(msg_key)
@@ -437,6 +462,7 @@ def _apply(
             if key in seen_episode or rows.episode_exists(*key):
                 tally.skipped_episodes += 1
             else:
+                new_id = 0
                 if write:
                     new_id = rows.insert_episode(rec)
                     tally.inserted.setdefault(rec.agent_id, []).append(
@@ -444,6 +470,7 @@ def _apply(
                     )
                 else:
                     seen_episode.add(key)
+                tally.ref_map[f"ep:{rec.id}"] = f"ep:{new_id}"
                 tally.episodes += 1
                 _count_written(tally, item, plan)
                 if keep is not None:

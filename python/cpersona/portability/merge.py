@@ -40,6 +40,8 @@ class _Tally(Copied):
     )
     #: The target's new rows, for the remote vector service.
     inserted: list[Item] = field(default_factory=list)
+    #: The source's ref of each row copied -> the target's (the declarations follow it).
+    ref_map: dict[str, str] = field(default_factory=dict)
 
 
 def validate(source: str, target: str, strategy: str, mode: str) -> str | None:
@@ -83,13 +85,16 @@ def merge_memories(
     if paused and not dry_run:
         return _success(head, strategy, mode, tally, dry_run=True)
     moved: dict[str, Any] | None = None
+    carried: dict[str, int] | None = None
     try:
         if dry_run:
             with bulk.snapshot(engine.db) as rows:
                 _copy_all(rows, source, target, tally, write=False)
+                carried = _carry(rows, source, target, tally, dry_run=True)
         else:
             with bulk.transaction(engine.db) as rows:
                 _copy_all(rows, source, target, tally, write=True)
+                carried = _carry(rows, source, target, tally, dry_run=False)
                 if mode == "move":
                     moved = _delete_copied(rows, source, tally)
     except Exception as exc:  # one transaction: both agents are as they were
@@ -108,6 +113,8 @@ def merge_memories(
         if engine.remote is not None:
             engine.remote.index(target, tally.inserted)
     out = _success(head, strategy, mode, tally, dry_run=dry_run)
+    if carried is not None:  # 2.6.14's key, only when the source declares something
+        out["associations"] = carried
     if moved is not None:
         left = moved.pop("left")
         if engine.remote is not None:
@@ -174,6 +181,7 @@ def _copy_all(rows: bulk.Rows, source: str, target: str, tally: _Tally, *, write
             or content_key in seen_content
             or rows.memory_exists(target, mem.project_id, mem.channel, mem.msg_id, mem.content)
         )
+        new_id = None
         if not duplicate and write:
             new_id = rows.insert_memory(replace(mem, agent_id=target))
             duplicate = new_id is None
@@ -188,6 +196,7 @@ def _copy_all(rows: bulk.Rows, source: str, target: str, tally: _Tally, *, write
             seen_content.add(content_key)
         tally.memories += 1
         tally.copied["memories"].append(mem.id)
+        tally.ref_map[f"mem:{mem.id}"] = f"mem:{new_id if write else 0}"
 
     seen_episode: set[tuple[str, str, str]] = set()
     for ep in rows.iter_episodes(source, with_embeddings=write):
@@ -197,13 +206,15 @@ def _copy_all(rows: bulk.Rows, source: str, target: str, tally: _Tally, *, write
         if key in seen_episode or rows.episode_exists(target, *key):
             tally.skipped_episodes += 1
             continue
+        ep_id = 0
         if write:
-            new_id = rows.insert_episode(replace(ep, agent_id=target))
-            tally.inserted.append(Item(f"ep:{new_id}", ep.summary))
+            ep_id = rows.insert_episode(replace(ep, agent_id=target))
+            tally.inserted.append(Item(f"ep:{ep_id}", ep.summary))
         else:
             seen_episode.add(key)
         tally.episodes += 1
         tally.copied["episodes"].append(ep.id)
+        tally.ref_map[f"ep:{ep.id}"] = f"ep:{ep_id}"
 
     for prof in list(rows.iter_profiles(source)):
         if not prof.content:
@@ -217,6 +228,18 @@ def _copy_all(rows: bulk.Rows, source: str, target: str, tally: _Tally, *, write
         tally.copied["profiles"].append(prof.id)
 
 
+def _carry(
+    rows: bulk.Rows, source: str, target: str, tally: _Tally, *, dry_run: bool
+) -> dict[str, int] | None:
+    """The source's declarations carried to the target in the same transaction, their refs
+    following the rows copied (issue 32); None when the source declares nothing."""
+    graph = rows.read_graph(source)
+    if not graph:
+        return None
+    done = rows.carry_graph(graph, tally.ref_map, agent_id=target, dry_run=dry_run)
+    return {**done.counts(), "dropped": done.dropped}
+
+
 def _delete_copied(rows: bulk.Rows, source: str, tally: _Tally) -> dict[str, Any]:
     """Remove from the source exactly what was copied; the counts and what is left."""
     deleted = {
@@ -227,6 +250,8 @@ def _delete_copied(rows: bulk.Rows, source: str, tally: _Tally) -> dict[str, Any
     remaining = {"memories": left.memories, "episodes": left.episodes, "profiles": left.profiles}
     # The legacy task queue is per agent, not per row: cleared only when the agent is gone.
     pending = 0 if any(remaining.values()) else rows.delete_pending_tasks(source)
+    if not any(remaining.values()):  # an emptied source keeps no declarations of its own
+        rows.delete_graph(source)
     return {
         "deleted_memories": deleted["deleted_memories"],
         "deleted_profiles": deleted["deleted_profiles"],

@@ -12,7 +12,6 @@ table; the lists are complete (hydrated) before any step or fusion looks at them
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
@@ -30,11 +29,14 @@ from cpersona.retrieval.candidates import Candidate, dedupe, profile_row
 from cpersona.retrieval.channel import RankedList
 from cpersona.retrieval.channels import IndexFiles
 from cpersona.retrieval.fusion import Fusion, admitted
+from cpersona.retrieval.hydration import Hydration
 from cpersona.retrieval.recall_query import RecallQuery, recall_query
 from cpersona.retrieval.request import QueryVector, RecallRequest, RecallResult
 from cpersona.retrieval.scope_reads import ScopeReads
 from cpersona.retrieval.scored import Scorer
+from cpersona.retrieval.supersession import Supersession
 from cpersona.retrieval.thresholds import Thresholds
+from cpersona.retrieval.trace import Trace, no_trace
 from cpersona.retrieval.vector_channels import remote_readable
 from cpersona.storage import Store, search
 from cpersona.storage.error_kinds import StorageError, UnreachableError
@@ -47,26 +49,28 @@ if TYPE_CHECKING:
 
     Route = tuple[CachedProvider | None, frozenset[str]]
 
-__all__ = ["QueryVector", "RecallParts", "RecallRequest", "RecallResult", "Recaller"]
+__all__ = [
+    "QueryVector",
+    "RecallParts",
+    "RecallRequest",
+    "RecallResult",
+    "Recaller",
+    "Trace",
+    "no_trace",
+]
 
 log = logging.getLogger("cpersona.recall")
 
 
 class ListStep(Protocol):
     """A step between the channels and fusion, on each hydrated list in turn (the cascade's
-    keyword list too): for instance, superseded rows replaced by their successors."""
+    keyword list too): for instance, superseded rows replaced by their successors
+    (retrieval/supersession.py). `reads` is the recall's hydration (rows it adds are read in
+    the recall's scope and snapshot); `trace` is the recall's."""
 
-    def __call__(self, query: RecallQuery, ranked: RankedList) -> RankedList: ...
-
-
-class Trace(Protocol):
-    """Told each stage's rows as they leave it (a no-op unless a caller asks for a trace)."""
-
-    def __call__(self, stage: str, rows: Sequence[Candidate] | Sequence[RankedList]) -> None: ...
-
-
-def no_trace(stage: str, rows: Sequence[Candidate] | Sequence[RankedList]) -> None:
-    return None
+    def __call__(
+        self, query: RecallQuery, ranked: RankedList, reads: Hydration, trace: Trace
+    ) -> RankedList: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +100,12 @@ class Recaller:
         self.channels = channel_choice.choose(
             db, settings, parts.files, remote=parts.remote is not None
         )
+        #: The index files its channels read (store's supersede candidates scan one too).
+        self.files = parts.files
+        #: Declared supersession (issue 32): a list step, and the answer's marks.
+        self.supersession = Supersession(db, settings.scope_stats_ttl_seconds)
         #: Steps between the channels and fusion, in order (ListStep).
-        self.list_steps: tuple[ListStep, ...] = ()
+        self.list_steps: tuple[ListStep, ...] = (self.supersession,)
         self.fusion = Fusion(self.kernels, settings.rrf_k)
         self.scorer = Scorer(db, settings, parts.thresholds, self.kernels)
         #: The route (query provider, tables) the last snapshot read (`_embed_query`).
@@ -134,8 +142,8 @@ class Recaller:
                     rows, pool = self.scorer.score(query, rows, reads)
                 trace("scoring", rows)
                 with stage("gate"):
-                    result = self.scorer.gate_and_cut(query, rows, pool)
-                trace("gate", result.rows)
+                    result = self.scorer.gate_and_cut(query, rows, pool, trace)
+                trace("gate", result.rows, {"limit": query.limit})
         if result.rows:
             self._bookkeeping(req, result)
         if s.degraded_advisory:
@@ -184,7 +192,7 @@ class Recaller:
         """The candidates of every channel, fused (or cascaded), with the profile row; and the
         query whose vector the snapshot's model record confirmed."""
         query, lists = self._channel_lists(query, reads)
-        lists = [self._stepped(query, lst) for lst in lists]
+        lists = [self._stepped(query, lst, reads, trace) for lst in lists]
         trace("channels", lists)
         if query.fused:
             with stage("fusion"):
@@ -192,8 +200,8 @@ class Recaller:
             if profile := reads.profile():
                 rows.append(profile_row(profile))
         else:
-            rows = self._cascade(query, lists, reads)
-        trace("fusion", rows)
+            rows = self._cascade(query, lists, reads, trace)
+        trace("fusion", rows, {"mode": query.mode})
         return query, rows
 
     def _channel_lists(
@@ -218,13 +226,15 @@ class Recaller:
         with stage("hydration") if timed else nullcontext():
             return query, [lst.hydrated(reads.rows) for lst in vector + lists]
 
-    def _stepped(self, query: RecallQuery, ranked: RankedList) -> RankedList:
+    def _stepped(
+        self, query: RecallQuery, ranked: RankedList, reads: ScopeReads, trace: Trace
+    ) -> RankedList:
         for step in self.list_steps:
-            ranked = step(query, ranked)
+            ranked = step(query, ranked, reads.rows, trace)
         return ranked
 
     def _cascade(
-        self, query: RecallQuery, lists: list[RankedList], reads: ScopeReads
+        self, query: RecallQuery, lists: list[RankedList], reads: ScopeReads, trace: Trace
     ) -> list[Candidate]:
         """§5.1: the near list, then the episode hits, deduplicated; the profile; then keyword
         rows for the places left."""
@@ -236,7 +246,8 @@ class Recaller:
         remaining = query.limit - len(rows)
         if remaining > 0:
             (keyword,) = self.channels.keyword.rank(replace(query, limit=remaining), reads.rows)
-            keyword = self._stepped(query, keyword)
+            keyword = self._stepped(query, keyword, reads, trace)
+            trace("channels", [keyword])
             rows = dedupe(rows + admitted(keyword, query.exclusions))
         return rows
 

@@ -37,6 +37,8 @@ class RecallQuery:
     vector: QueryVector | None = None
     #: The remote service's ranked hits (§4.5); None: no remote list, the local arms rank.
     remote: tuple[RemoteHit, ...] | None = None
+    #: issue 32: superseded rows kept beside their successors (retrieval/supersession.py).
+    include_superseded: bool = False
 
     @property
     def blank(self) -> bool:
@@ -71,4 +73,5 @@ def recall_query(req: RecallRequest, s: Settings, limit: int, threshold: float) 
         deep=req.deep,
         exclusions=tuple(normalise_exclusions(list(req.exclude_contents))),
         scan=ScanLimits(s.max_memories, reach, threshold, limit, far_k),
+        include_superseded=req.include_superseded,
     )

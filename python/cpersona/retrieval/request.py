@@ -36,6 +36,8 @@ class RecallRequest:
     paused: bool = False
     #: since/until (issue 22): every retriever keeps only rows whose instant is in it.
     span: TimeRange | None = None
+    #: issue 32: keep superseded rows beside their successors (retrieval/supersession.py).
+    include_superseded: bool = False
 
 
 @dataclass

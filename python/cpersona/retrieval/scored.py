@@ -19,6 +19,7 @@ from cpersona.retrieval.recall_query import RecallQuery
 from cpersona.retrieval.request import QueryVector, RecallResult
 from cpersona.retrieval.scope_reads import ScopeReads, Stats
 from cpersona.retrieval.thresholds import Thresholds
+from cpersona.retrieval.trace import Trace, no_trace
 from cpersona.storage import Store, search
 from cpersona.storage.scan_request import Scope
 
@@ -110,8 +111,11 @@ class Scorer:
             rows = sorted(rows, key=scoring.confidence_order)
         return rows, pool
 
-    def gate_and_cut(self, query: RecallQuery, rows: list[Candidate], pool: int) -> RecallResult:
-        """§7 gate, §9 rescue, §11 autocut and the limit cut."""
+    def gate_and_cut(
+        self, query: RecallQuery, rows: list[Candidate], pool: int, trace: Trace = no_trace
+    ) -> RecallResult:
+        """§7 gate, §9 rescue, §11 autocut and the limit cut (`trace` told the first two's and
+        autocut's rows)."""
         s = self.s
         agent = query.scope.agent_id
         fused_gate = self.thresholds.fused_gate(agent) if s.fused_gate_enabled else (None, None)
@@ -121,8 +125,12 @@ class Scorer:
             profile_kept = any(r.is_profile for r in kept)
             kept = [r for r in rows if r.backfilled or (r.is_profile and profile_kept)]
             fallback = True
+        gate = {"value": fused_gate[0], "signal": fused_gate[1]}
+        facts = {"pool": pool, "deep": query.deep, "fused_gate": gate, "fallback": fallback}
+        trace("admission", kept, facts)
         if not fallback:
             kept = scoring.autocut(kept, s)
+        trace("autocut", kept)
         if query.fused and not s.confidence_enabled:  # cascade, confidence: their own orders
             allowance = scoring.episode_allowance(query.limit, s.recall_episode_rows)
             return RecallResult(rows=scoring.place_episodes(kept, query.limit, allowance))

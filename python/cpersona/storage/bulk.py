@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from cpersona.storage import vector_models
+from cpersona.storage import association_graph, vector_models
 from cpersona.storage.channel_axis import (
     ChannelReport,
     channel_report,
@@ -271,6 +271,9 @@ def delete_agent(conn: Connection, agent_id: str) -> AgentRows:
     memories = conn.execute("DELETE FROM memories WHERE agent_id = ?", (agent_id,)).rowcount
     episodes = conn.execute("DELETE FROM episodes WHERE agent_id = ?", (agent_id,)).rowcount
     profiles = conn.execute("DELETE FROM profiles WHERE agent_id = ?", (agent_id,)).rowcount
+    # The agent's declared associations (issue 32): its rows' triggers took the mentions and
+    # relations naming them; its entities and entity -> entity relations go here.
+    association_graph.delete_agent(conn, agent_id)
     return AgentRows(memories, episodes, profiles, delete_pending_tasks(conn, agent_id))
 
 
@@ -331,6 +334,25 @@ class Rows:
 
     def delete_pending_tasks(self, agent_id: str) -> int:
         return delete_pending_tasks(self._conn, agent_id)
+
+    def read_graph(self, agent_id: str | None) -> association_graph.Graph:
+        """The declared associations of `agent_id` (None: every agent's), issue 32."""
+        return association_graph.read_graph(self._conn, agent_id)
+
+    def carry_graph(
+        self,
+        graph: association_graph.Graph,
+        ref_map: dict[str, str],
+        *,
+        agent_id: str | None = None,
+        dry_run: bool = False,
+    ) -> association_graph.Carried:
+        """Write `graph` with its record refs mapped through `ref_map` (association_graph)."""
+        conn = self._conn
+        return association_graph.carry(conn, graph, ref_map, agent_id=agent_id, dry_run=dry_run)
+
+    def delete_graph(self, agent_id: str) -> dict[str, int]:
+        return association_graph.delete_agent(self._conn, agent_id)
 
     def vector_models(self) -> dict[str, vector_models.Recorded]:
         """The model of each table's vectors, as recorded (in this snapshot)."""

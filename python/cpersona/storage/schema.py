@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cpersona.storage import shared, vector_models
+from cpersona.storage import association_schema, shared, vector_models
 from cpersona.storage.db import Database
 from cpersona.storage.ops import ops_of
 
@@ -360,6 +360,15 @@ def _shared_state(conn: sqlite3.Connection, fts: bool) -> None:
         conn.execute(ddl)
 
 
+def _associations(conn: sqlite3.Connection, fts: bool) -> None:
+    # CPersona 2.6's tables as 2.6.14 creates them: a 2.6 store already has them (IF NOT
+    # EXISTS leaves its rows), and a store made here is one 2.6.14 reads as its own.
+    for ddl in association_schema.SQLITE_DDL:
+        conn.execute(ddl)
+    # cpersona's own, beside 2.6's: recall's one probe for declared replacing roles.
+    conn.execute(association_schema.AGENT_PREDICATE_INDEX)
+
+
 OWN_STEPS: tuple[Step, ...] = (
     Step("cpersona_0001_meta", _meta),
     Step("cpersona_0002_vector_log", _vector_log),
@@ -367,6 +376,7 @@ OWN_STEPS: tuple[Step, ...] = (
     Step("cpersona_0004_fts_log", _fts_log),
     Step("cpersona_0005_vector_models", _vector_models),
     Step("cpersona_0006_shared_state", _shared_state),
+    Step("cpersona_0007_associations", _associations),
 )
 
 

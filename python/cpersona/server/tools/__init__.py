@@ -16,6 +16,7 @@ from typing import Any
 from cpersona.server.registry import ToolSpec
 from cpersona.server.tools import (
     admin,
+    associations,
     browse,
     health,
     memory,
@@ -25,7 +26,7 @@ from cpersona.server.tools import (
     session,
 )
 
-_GROUPS = (memory, browse, recall, quality, portability, session, admin, health)
+_GROUPS = (memory, browse, recall, quality, portability, session, admin, health, associations)
 
 
 def _ordered() -> tuple[ToolSpec[Any], ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -15,7 +16,18 @@ from cpersona.timerange import TimeRange, parse_range
 if TYPE_CHECKING:
     from cpersona.engine import Engine
 
+log = logging.getLogger("cpersona.tools")
+
 STR = {"type": "string"}
+#: store's `associations` (issue 32): declare_associations' object, said in one sentence.
+STORE_ASSOCIATIONS = {
+    "type": "object",
+    "description": "Entities and relations to declare against this memory, as "
+    "declare_associations takes them: {entities: [{name, aliases}], relations: [{subject, "
+    "predicate, object}]}, subject / object being entity names or 'mem:<id>' / 'ep:<id>' "
+    "refs. Malformed items are reported in the response's associations.dropped and "
+    "skipped; the memory is stored regardless.",
+}
 SESSION_KEY = {
     "type": "string",
     "description": "Selects which persistence pause applies; never stored, never filters data.",
@@ -72,6 +84,8 @@ class StoreArgs:
     channel: str = arg(STR)
     project_id: str = arg(STR)
     session_key: str = arg(SESSION_KEY)
+    #: issue 32: CPersona 2.6's rider (server/tools/associations.py).
+    associations: dict[str, Any] = arg(STORE_ASSOCIATIONS)
 
 
 @dataclass(frozen=True)
@@ -123,7 +137,48 @@ def _store(engine: Engine, a: StoreArgs) -> dict[str, Any]:
     if skip is not None:
         return {**skip, **gate.extra}
     out = engine.writer.store(a.agent_id, a.message, a.channel, gate.project_id)
+    if a.associations and isinstance(out.get("id"), int) and out["id"] > 0:
+        out["associations"] = _store_rider(engine, a, gate.project_id or "", out["id"])
+    if out.get("result") == "stored" and (
+        a.associations or engine.recaller.supersession.active(a.agent_id)
+    ):  # issue 32: help the agent declare (never declared here)
+        from cpersona.retrieval.supersede_candidates import candidates
+
+        msg_id = a.message.get("id")
+        found = candidates(
+            engine.recaller,
+            a.agent_id,
+            gate.project_id or "",
+            a.channel,
+            out["id"],
+            msg_id if isinstance(msg_id, str) else "",
+        )
+        if found:
+            out["supersede_candidates"] = found
     return {**out, **gate.extra}
+
+
+def _store_rider(engine: Engine, a: StoreArgs, project_id: str, row_id: int) -> dict[str, Any]:
+    """The declaration a store carries, against the row it resolved to (a new row, or the one
+    a duplicate echoed: the declaration is about that memory either way). It runs after the
+    memory committed, in its own transaction, so its failure is reported here, never as the
+    store's (2.6.14's rider)."""
+    from cpersona.storage import associations as decl
+    from cpersona.storage.error_kinds import StorageError
+
+    scope = decl.DeclScope(a.agent_id, project_id, a.channel)
+    try:
+        out = decl.declare(engine.db, scope, a.associations, f"mem:{row_id}")
+        engine.recaller.supersession.invalidate(a.agent_id)
+        return out
+    except StorageError as exc:
+        log.warning("store: associations rider failed for mem:%s: %s", row_id, exc)
+        return {
+            "entities": [],
+            "mentions": 0,
+            "relations": [],
+            "dropped": [{"item": "associations", "reason": f"declaration failed: {exc}"}],
+        }
 
 
 def unless_paused(

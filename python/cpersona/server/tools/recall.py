@@ -18,11 +18,27 @@ from cpersona.timerange import RangeError, TimeRange
 
 if TYPE_CHECKING:
     from cpersona.engine import Engine
+    from cpersona.retrieval.candidates import Candidate
     from cpersona.retrieval.pipeline import RecallRequest, RecallResult
+    from cpersona.retrieval.trace import RecallTrace
 
 LIMIT = {"type": "integer", "minimum": 0, "maximum": 100, "default": 10}
 QUERY = {"type": "string", "description": "What to remember; blank lists the newest."}
 DEEP = {"type": "boolean", "description": "Relax the quality gate (halves it)."}
+INCLUDE_SUPERSEDED = {
+    "type": "boolean",
+    "description": "Also return the records declared superseded or corrected (by "
+    "declare_associations, or store's `associations`) beside their successors, each marked; "
+    "default false returns the newest record of a chain in the place of the older ones, "
+    "with `replaces`.",
+}
+TRACE = {
+    "type": "boolean",
+    "description": "Add `trace` to the answer: each retriever's ranked refs with ranks and "
+    "scores, what declared supersession replaced, the fused order, the episode penalty, the "
+    "gate's decision per row, autocut and the limit's cut. References and scores only, never "
+    "stored text; not stored. Default false: the answer is unchanged.",
+}
 EXTERNAL_CONTEXT = {
     "type": "array",
     "items": {
@@ -54,6 +70,10 @@ class _Scope:
     session_key: str = arg(SESSION_KEY)
     since: str | None = arg(SINCE, None)
     until: str | None = arg(UNTIL, None)
+    #: issue 32: superseded rows kept beside their successors, each marked.
+    include_superseded: bool = arg(INCLUDE_SUPERSEDED)
+    #: issue 32: what each stage kept, dropped and reordered (retrieval/trace.py).
+    trace: bool = arg(TRACE)
 
 
 @dataclass(frozen=True)
@@ -102,6 +122,7 @@ def _request(
         # While the caller's bucket is paused, recall-count bookkeeping is skipped (§10.3).
         paused=engine.pause.active(a.session_key) is not None,
         span=span,
+        include_superseded=a.include_superseded,
     )
 
 
@@ -147,9 +168,42 @@ def _recall(engine: Engine, a: RecallArgs) -> dict[str, Any]:
     except RangeError as exc:
         return _range_failure(exc)
     gate = _gate(engine, a)
-    result = engine.recaller.recall(_request(engine, a, gate, list(a.exclude_contents), span))
+    trace = _tracer(a)
+    result = _run(engine, _request(engine, a, gate, list(a.exclude_contents), span), trace)
     messages = [msgs.message(r) for r in reversed(result.rows)]
-    return _envelope(engine, a, gate, result, messages)
+    _mark_declared(engine, a.agent_id, list(reversed(result.rows)), messages)
+    return _traced(_envelope(engine, a, gate, result, messages), trace)
+
+
+def _tracer(a: Recalling) -> RecallTrace | None:
+    if not a.trace:
+        return None
+    from cpersona.retrieval.trace import RecallTrace
+
+    return RecallTrace()
+
+
+def _run(engine: Engine, req: RecallRequest, trace: RecallTrace | None) -> RecallResult:
+    """The recall, told to `trace` stage by stage when the caller asked for one."""
+    if trace is None:
+        return engine.recaller.recall(req)
+    return engine.recaller.recall(req, trace)
+
+
+def _traced(out: dict[str, Any], trace: RecallTrace | None) -> dict[str, Any]:
+    if trace is not None:
+        out["trace"] = trace.finish()
+    return out
+
+
+def _mark_declared(
+    engine: Engine, agent_id: str, rows: list[Candidate], messages: list[dict[str, Any]]
+) -> None:
+    """issue 32 hook: each message the declared roles of its row (`replaces`, `replaced_by`,
+    `contradicts`; retrieval/supersession.py), added after the message's own keys."""
+    marks = engine.recaller.supersession.marks(agent_id, [(r.kind, r.id) for r in rows])
+    for row, msg in zip(rows, messages, strict=True):
+        msg.update(marks.get((row.kind, row.id), {}))
 
 
 def _recall_with_context(engine: Engine, a: RecallWithContextArgs) -> dict[str, Any]:
@@ -168,8 +222,10 @@ def _recall_with_context(engine: Engine, a: RecallWithContextArgs) -> dict[str, 
     except RangeError as exc:
         return _range_failure(exc)
     gate = _gate(engine, a)
-    result = engine.recaller.recall(_request(engine, a, gate, ctx.exclusions(entries), span))
+    trace = _tracer(a)
+    result = _run(engine, _request(engine, a, gate, ctx.exclusions(entries), span), trace)
     recalled = [msgs.message(r) for r in reversed(result.rows)]
+    _mark_declared(engine, a.agent_id, list(reversed(result.rows)), recalled)
     conversation, other_roles = ctx.conversation(entries)
     merged = ctx.chronological(recalled + conversation)
     out = _envelope(engine, a, gate, result, merged)
@@ -181,7 +237,7 @@ def _recall_with_context(engine: Engine, a: RecallWithContextArgs) -> dict[str, 
         }
     if issues and mode == "warn":
         out["context_field_issues"] = {"entries": issues, "note": ctx.issues_note(issues, entries)}
-    return out
+    return _traced(out, trace)
 
 
 def _get_contents(engine: Engine, a: GetContentsArgs) -> dict[str, Any]:

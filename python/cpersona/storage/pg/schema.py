@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cpersona.storage import association_schema
 from cpersona.storage.pg import vectors as pg_vectors
 from cpersona.storage.rows import TABLE, EpisodeRow, MemoryRow, ProfileRow, columns
 
@@ -409,6 +410,12 @@ def _log_xid(conn: PgConnection) -> None:
         conn.execute_raw(f"CREATE INDEX IF NOT EXISTS idx_{log_table}_xid ON {log_table}(tbl, xid)")
 
 
+def _associations(conn: PgConnection) -> None:
+    """CPersona 2.6's declared associations (issue 32), in this dialect."""
+    for ddl in association_schema.PG_DDL:
+        conn.execute_raw(ddl)
+
+
 #: Steps run in order, each once. A schema made before issue 18 has run `pg_compat_*`,
 #: `pg_0001_schema` and `pg_vector_window_*` (names no longer listed: they are done); one made
 #: by an earlier build of this release may hold a `pg_legacy_*` record (its functions are
@@ -420,6 +427,7 @@ STEPS: tuple[Step, ...] = (
     Step("pg_0004_no_sqlite_functions", _drop_sqlite_functions),
     Step("pg_0005_vector_log", _vector_log),
     Step("pg_0006_log_xid", _log_xid),
+    Step("pg_0007_associations", _associations),
 )
 
 
