@@ -115,8 +115,11 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=10)
     ap.add_argument("--batch", type=int, default=20)
     args = ap.parse_args()
-    sides = {"before": _start(args.before, args.rows), "after": _start(args.after, args.rows)}
-    for proc in sides.values():
+    # One side at a time until ready: the first builds the cached corpus the second then
+    # finds (two building it at once collided on the cache file: "database is locked").
+    sides = {}
+    for side, tree in (("before", args.before), ("after", args.after)):
+        proc = sides[side] = _start(tree, args.rows)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     spent: dict[str, list[float]] = {"before": [], "after": []}
     ratios = []

@@ -86,7 +86,7 @@ def run(rows: int, stores: int, work: Path) -> dict[str, Any]:
     for table, vec in engine.indexes.items():
         st.wrap(vec, "sync", f"vector sync {table}")
     for table, fts in engine.fts.items():
-        st.wrap(fts, "after_write", f"full-text after_write {table}")
+        st.wrap(fts, "after_write", f"full-text refresh {table}")
     st.wrap(index.VectorIndex, "_open_for_update", "  sync: open (both tables)")
     st.wrap(vector_sql, "rows_by_id", "  sync: changed rows' read")
     if hasattr(slots, "KeptWriter"):  # the sync keeps its writer (since issue 20 item 4)

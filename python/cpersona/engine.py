@@ -17,7 +17,7 @@ from cpersona.config import Settings
 from cpersona.forwarding import Forwarded
 from cpersona.operating_context import OperatingContext
 from cpersona.session import Pauses
-from cpersona.storage import Store, open_database
+from cpersona.storage import Store, counts, open_database
 from cpersona.yielding import CallActivity
 
 if TYPE_CHECKING:
@@ -98,8 +98,7 @@ class Engine:
 
     def count_memories(self) -> int:
         """The memories stored (the start-up banner's note on index files still to build)."""
-        row = self.db.query_one("SELECT count(*) FROM memories")
-        return 0 if row is None else int(row[0])
+        return counts.memory_count(self.db)
 
     def stored_model_differs(self) -> bool:
         """Whether a table holds vectors that are not recorded as the configured embedded

@@ -147,6 +147,10 @@ def every_tool_call(other: str, memory_id: int, episode_id: int) -> list[tuple[s
                                 "dry_run": True}),
             ("import_memories", {"input_path": "out.jsonl", "target_agent_id": agent,
                                  "dry_run": True}),
+            ("traverse", {"agent_id": agent, "entity": "locker"}),
+            ("reconstruct", {"agent_id": agent, "query": "locker code"}),
+            ("declare_associations", {"agent_id": agent, "anchor_ref": f"mem:{memory_id}",
+                                      "associations": {"entities": [{"name": "locker"}]}}),
         ]  # fmt: skip
     calls += [
         ("list_memories", {}),

@@ -53,6 +53,10 @@ TABLES = {
     "cpersona_reembed": "tbl",
     "cpersona_reembed_vectors": "tbl, row_id",
     "cpersona_subject_aliases": "issuer, subject",
+    "entities": "id",
+    "entity_aliases": "entity_id, normalized",
+    "entity_mentions": "entity_id, ref",
+    "relations": "id",
 }
 
 

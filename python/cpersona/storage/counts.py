@@ -27,3 +27,9 @@ def table_rows(db: Store) -> dict[str, int]:
     finally:
         if own:
             conn.execute("COMMIT")
+
+
+def memory_count(db: Store) -> int:
+    """`COUNT(*)` of memories (the start-up banner's note on index files still to build)."""
+    row = db.query_one("SELECT count(*) FROM memories")
+    return 0 if row is None else int(row[0])

@@ -62,6 +62,11 @@ TABLES: tuple[Copied, ...] = (
     # ledger did not issue. The pauses (cpersona_pauses) do not: a minutes-long TTL of the
     # servers that were stopped for the move.
     Copied("cpersona_subject_aliases", ("issuer", "subject")),
+    # CPersona 2.6's declared associations (issue 32): entities before what names them.
+    Copied("entities", ("id",), identity=True),
+    Copied("entity_aliases", ("entity_id", "normalized")),
+    Copied("entity_mentions", ("entity_id", "ref")),
+    Copied("relations", ("id",), identity=True),
 )
 
 
