@@ -16,6 +16,8 @@ from cpersona.timerange import TimeRange, parse_range
 if TYPE_CHECKING:
     from cpersona.engine import Engine
 
+from cpersona.storage.error_kinds import StorageError
+
 log = logging.getLogger("cpersona.tools")
 
 STR = {"type": "string"}
@@ -139,23 +141,35 @@ def _store(engine: Engine, a: StoreArgs) -> dict[str, Any]:
     out = engine.writer.store(a.agent_id, a.message, a.channel, gate.project_id)
     if a.associations and isinstance(out.get("id"), int) and out["id"] > 0:
         out["associations"] = _store_rider(engine, a, gate.project_id or "", out["id"])
-    if out.get("result") == "stored" and (
-        a.associations or engine.recaller.supersession.active(a.agent_id)
-    ):  # issue 32: help the agent declare (never declared here)
-        from cpersona.retrieval.supersede_candidates import candidates
-
-        msg_id = a.message.get("id")
-        found = candidates(
-            engine.recaller,
-            a.agent_id,
-            gate.project_id or "",
-            a.channel,
-            out["id"],
-            msg_id if isinstance(msg_id, str) else "",
-        )
+    if out.get("result") == "stored":
+        found = _supersede_candidates(engine, a, gate.project_id or "", out["id"])
         if found:
             out["supersede_candidates"] = found
     return {**out, **gate.extra}
+
+
+def _supersede_candidates(engine: Engine, a: StoreArgs, project_id: str, row_id: int) -> list[Any]:
+    """Issue 32's help to declare (never declared here). It reads after the memory committed:
+    a read that fails then (the server gone right after the COMMIT) must not turn an
+    acknowledged store into a refusal, so it answers without the key and logs why."""
+    try:
+        if not (a.associations or engine.recaller.supersession.active(a.agent_id)):
+            return []
+        from cpersona.retrieval.supersede_candidates import candidates
+
+        msg_id = a.message.get("id")
+        return candidates(
+            engine.recaller,
+            a.agent_id,
+            project_id,
+            a.channel,
+            row_id,
+            msg_id if isinstance(msg_id, str) else "",
+        )
+    except StorageError as exc:
+        # The class only: the unreachable store already said why, once (its own log line).
+        log.warning("supersede candidates of mem:%d not read (%s)", row_id, type(exc).__name__)
+        return []
 
 
 def _store_rider(engine: Engine, a: StoreArgs, project_id: str, row_id: int) -> dict[str, Any]:
